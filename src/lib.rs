@@ -1,0 +1,35 @@
+//! felix-nft: Calico Felix's Linux dataplane on native nftables over raw netlink.
+//!
+//! Data flows one way — source → model → managers → renderer → desired kernel objects →
+//! reconcilers → netlink — and each module uses only the ones below it (DESIGN.md §2):
+//!
+//! - [`config`]: Felix's parameters, their sources and validation; never touches the kernel.
+//! - [`proto`]: the Felix dataplane API types, protobuf and JSON codecs, fd 3/4 framing; knows
+//!   nothing of nftables.
+//! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel;
+//!   does not interpret messages.
+//! - [`rules`]: Calico's rule semantics as pure functions from the model to nft objects; no I/O.
+//! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps and diff; knows
+//!   nothing of Calico.
+//! - [`rtnl`]: routes, neighbours, links, per-interface sysctls, the interface monitor,
+//!   conntrack; knows nothing of Calico.
+//! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
+//!   loop, status; never encodes netlink bytes itself.
+//! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
+//! - [`netns`]: entering the network namespace the agent acts in.
+//! - [`cli`]: the subcommands; `main.rs` stays a few lines.
+
+pub mod cli;
+pub mod config;
+pub mod dataplane;
+pub mod netns;
+pub mod nft;
+pub mod ops;
+pub mod proto;
+pub mod rtnl;
+pub mod rules;
+pub mod source;
+
+/// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix
+/// that `cleanup` and the resync key off.
+pub const OWNER: &str = "calico";

@@ -1,0 +1,5 @@
+//! The `felix-nft` binary: parse arguments, hand over to the library.
+
+fn main() -> std::process::ExitCode {
+    felix_nft::cli::main()
+}

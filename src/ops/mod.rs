@@ -1,0 +1,2 @@
+//! Operations surface: health endpoints, Prometheus metrics, systemd notify, logging setup. Owns no
+//! dataplane state.

@@ -1,0 +1,25 @@
+//! Support for privileged tests: every test that touches netlink or /proc/sys runs inside a network
+//! namespace it made itself, never the host's. Without privilege a test fails with a clear message.
+#![allow(dead_code)]
+
+use felix_nft::netns::NetNs;
+
+/// Runs `f` on a fresh thread inside a new, private network namespace. The namespace disappears
+/// when the thread ends (unless something else still holds it). Panics with a clear message when
+/// the namespace cannot be created (not root).
+pub fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let handle = std::thread::spawn(move || {
+        let _guard = NetNs::new_private().unwrap_or_else(|e| {
+            panic!(
+                "this privileged test needs its own network namespace and could not create one \
+                 ({e}: {:?}); run the tests as root",
+                std::error::Error::source(&e)
+            )
+        });
+        f()
+    });
+    match handle.join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
