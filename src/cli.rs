@@ -137,7 +137,15 @@ pub fn main() -> ExitCode {
         Some(Command::Cleanup { .. }) => not_yet("cleanup", 6),
         Some(Command::Demo { .. }) => not_yet("demo", 7),
         Some(Command::Bench { .. }) => not_yet("bench compare", 8),
-        Some(Command::Config { .. }) => not_yet("config", 2),
+        Some(Command::Config { command }) => ExitCode::from(match command {
+            ConfigCommand::Show { json, config } => crate::config::show::show_command(
+                config.as_deref(),
+                json,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            ),
+            ConfigCommand::Schema => crate::config::show::schema_command(&mut std::io::stdout()),
+        }),
     }
 }
 
