@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use felix_nft::config::{
     self, find, parse_for, resolve, AllowAction, Config, EndpointToHostAction, FailsafePort,
-    IfaceMatch, LogLevel, NftablesMode, PortProtocol, PortRange, RatePer, RateLimit, RawValue,
+    IfaceMatch, LogLevel, NftablesMode, PortProtocol, PortRange, RateLimit, RatePer, RawValue,
     RouteTableRange, Source, Value, PARAMS,
 };
 
@@ -111,11 +111,17 @@ fn defaults_are_felixs() {
     let c = Config::default();
     assert_eq!(c.nftables_mark_mask, 0xffff_0000);
     assert_eq!(c.nftables_mode, NftablesMode::Auto);
-    assert_eq!(c.default_endpoint_to_host_action, EndpointToHostAction::Drop);
+    assert_eq!(
+        c.default_endpoint_to_host_action,
+        EndpointToHostAction::Drop
+    );
     assert_eq!(c.nftables_refresh_interval, Duration::from_secs(180));
     assert_eq!(c.route_refresh_interval, Duration::from_secs(90));
     assert_eq!(c.interface_prefix, vec!["cali".to_string()]);
-    assert_eq!(c.interface_exclude, vec![IfaceMatch::Name("kube-ipvs0".into())]);
+    assert_eq!(
+        c.interface_exclude,
+        vec![IfaceMatch::Name("kube-ipvs0".into())]
+    );
     assert_eq!(c.failsafe_inbound_host_ports.len(), 9);
     assert_eq!(
         c.failsafe_outbound_host_ports[0],
@@ -125,7 +131,13 @@ fn defaults_are_felixs() {
             port: 53
         }
     );
-    assert_eq!(c.kube_node_port_ranges, vec![PortRange { first: 30000, last: 32767 }]);
+    assert_eq!(
+        c.kube_node_port_ranges,
+        vec![PortRange {
+            first: 30000,
+            last: 32767
+        }]
+    );
     assert_eq!(c.device_route_protocol, 3);
     assert_eq!(c.ipv4_normal_route_priority, 1024);
     assert_eq!(c.health_port, 9099);
@@ -134,8 +146,14 @@ fn defaults_are_felixs() {
     assert_eq!(c.vxlan_enabled, None);
     assert_eq!(c.nat_port_range, None);
     assert_eq!(c.felix_hostname, None);
-    assert_eq!(c.route_table_range, Some(RouteTableRange { min: 1, max: 250 }));
-    assert!(c.mtu_iface_pattern.as_ref().is_some_and(|p| p.regex().is_match("eth0")));
+    assert_eq!(
+        c.route_table_range,
+        Some(RouteTableRange { min: 1, max: 250 })
+    );
+    assert!(c
+        .mtu_iface_pattern
+        .as_ref()
+        .is_some_and(|p| p.regex().is_match("eth0")));
 }
 
 #[test]
@@ -174,22 +192,35 @@ fn durations_are_float_seconds() {
 
 #[test]
 fn mark_masks_are_hex_or_decimal_with_two_bits() {
-    assert_eq!(p("IptablesMarkMask", "0xffff0000"), Ok(Value::Mask(0xffff_0000)));
+    assert_eq!(
+        p("IptablesMarkMask", "0xffff0000"),
+        Ok(Value::Mask(0xffff_0000))
+    );
     assert_eq!(p("IptablesMarkMask", "0XF0"), Ok(Value::Mask(0xf0)));
-    assert_eq!(p("IptablesMarkMask", "4294901760"), Ok(Value::Mask(0xffff_0000)));
+    assert_eq!(
+        p("IptablesMarkMask", "4294901760"),
+        Ok(Value::Mask(0xffff_0000))
+    );
     assert_eq!(p("IptablesMarkMask", "3"), Ok(Value::Mask(3)));
     assert_bad("IptablesMarkMask", "0x10000", "at least 2");
     assert_bad("IptablesMarkMask", "0x1ffffffff", "32-bit mask");
     assert_bad("IptablesMarkMask", "0xfoo", "32-bit mask");
     assert_bad("IptablesMarkMask", "-1", "32-bit mask");
-    assert_eq!(with("NftablesMarkMask", "0x1f00").nftables_mark_mask, 0x1f00);
+    assert_eq!(
+        with("NftablesMarkMask", "0x1f00").nftables_mark_mask,
+        0x1f00
+    );
 }
 
 #[test]
 fn interface_lists_follow_felixs_regex() {
     assert_eq!(
         p("InterfacePrefix", "cali,tap,veth_x-1"),
-        Ok(Value::Strings(vec!["cali".into(), "tap".into(), "veth_x-1".into()]))
+        Ok(Value::Strings(vec![
+            "cali".into(),
+            "tap".into(),
+            "veth_x-1".into()
+        ]))
     );
     assert_bad("InterfacePrefix", "cali, tap", "[a-zA-Z0-9_-]{1,15}");
     assert_bad("InterfacePrefix", "cali,", "[a-zA-Z0-9_-]{1,15}");
@@ -205,7 +236,11 @@ fn interface_exclude_takes_names_and_regexes() {
     assert!(!c.interface_exclude[1].matches("cali1234"));
     assert!(c.interface_exclude[0].matches("kube-ipvs0"));
     assert!(!c.interface_exclude[0].matches("kube-ipvs01"));
-    assert_bad("InterfaceExclude", "/(unclosed/", "invalid regular expression");
+    assert_bad(
+        "InterfaceExclude",
+        "/(unclosed/",
+        "invalid regular expression",
+    );
     assert_bad("InterfaceExclude", "has space", "neither an interface name");
 }
 
@@ -216,19 +251,55 @@ fn port_lists_take_every_felix_form() {
         "tcp:22, UDP:68,tcp:10.0.0.0/8:80,tcp:[fd00::/64]:443,8080",
     );
     let want = vec![
-        FailsafePort { protocol: PortProtocol::Tcp, net: None, port: 22 },
-        FailsafePort { protocol: PortProtocol::Udp, net: None, port: 68 },
-        FailsafePort { protocol: PortProtocol::Tcp, net: Some("10.0.0.0/8".parse().unwrap()), port: 80 },
-        FailsafePort { protocol: PortProtocol::Tcp, net: Some("fd00::/64".parse().unwrap()), port: 443 },
-        FailsafePort { protocol: PortProtocol::Tcp, net: None, port: 8080 },
+        FailsafePort {
+            protocol: PortProtocol::Tcp,
+            net: None,
+            port: 22,
+        },
+        FailsafePort {
+            protocol: PortProtocol::Udp,
+            net: None,
+            port: 68,
+        },
+        FailsafePort {
+            protocol: PortProtocol::Tcp,
+            net: Some("10.0.0.0/8".parse().unwrap()),
+            port: 80,
+        },
+        FailsafePort {
+            protocol: PortProtocol::Tcp,
+            net: Some("fd00::/64".parse().unwrap()),
+            port: 443,
+        },
+        FailsafePort {
+            protocol: PortProtocol::Tcp,
+            net: None,
+            port: 8080,
+        },
     ];
     assert_eq!(c.failsafe_inbound_host_ports, want);
     assert_bad("FailsafeInboundHostPorts", "sctp:22", "proto tcp|udp");
     assert_bad("FailsafeInboundHostPorts", "tcp:70000", "0..=65535");
-    assert_bad("FailsafeInboundHostPorts", "tcp:fd00::/64:80", "must be in brackets");
-    assert_bad("FailsafeInboundHostPorts", "tcp:[10.0.0.0/8]:80", "only IPv6");
-    assert_bad("FailsafeInboundHostPorts", "tcp:10.0.0.0/33:80", "not a CIDR");
-    assert_bad("FailsafeInboundHostPorts", "tcp:[fd00::/64]80", "expected port");
+    assert_bad(
+        "FailsafeInboundHostPorts",
+        "tcp:fd00::/64:80",
+        "must be in brackets",
+    );
+    assert_bad(
+        "FailsafeInboundHostPorts",
+        "tcp:[10.0.0.0/8]:80",
+        "only IPv6",
+    );
+    assert_bad(
+        "FailsafeInboundHostPorts",
+        "tcp:10.0.0.0/33:80",
+        "not a CIDR",
+    );
+    assert_bad(
+        "FailsafeInboundHostPorts",
+        "tcp:[fd00::/64]80",
+        "expected port",
+    );
     // `none` = no failsafe ports at all (the param is not non-zero).
     assert!(with("FailsafeOutboundHostPorts", "none")
         .failsafe_outbound_host_ports
@@ -238,12 +309,18 @@ fn port_lists_take_every_felix_form() {
 #[test]
 fn oneofs_are_case_insensitive_and_canonicalised() {
     assert_eq!(p("NFTablesMode", "enabled"), Ok(Value::Word("Enabled")));
-    assert_eq!(with("nftablesmode", "AUTO").nftables_mode, NftablesMode::Auto);
+    assert_eq!(
+        with("nftablesmode", "AUTO").nftables_mode,
+        NftablesMode::Auto
+    );
     assert_eq!(
         with("NftablesFilterAllowAction", "return").nftables_filter_allow_action,
         AllowAction::Return
     );
-    assert_eq!(with("LogSeverityScreen", "debug").log_severity_screen, LogLevel::Debug);
+    assert_eq!(
+        with("LogSeverityScreen", "debug").log_severity_screen,
+        LogLevel::Debug
+    );
     assert_bad("NftablesFilterDenyAction", "ACCEPT", "DROP|REJECT");
     assert_bad("NFTablesMode", "on", "Enabled|Disabled|Auto");
 }
@@ -252,17 +329,29 @@ fn oneofs_are_case_insensitive_and_canonicalised() {
 fn port_ranges() {
     assert_eq!(
         with("NATPortRange", "32768:65535").nat_port_range,
-        Some(PortRange { first: 32768, last: 65535 })
+        Some(PortRange {
+            first: 32768,
+            last: 65535
+        })
     );
     assert_eq!(
         with("NATPortRange", "1000").nat_port_range,
-        Some(PortRange { first: 1000, last: 1000 })
+        Some(PortRange {
+            first: 1000,
+            last: 1000
+        })
     );
     assert_eq!(
         with("KubeNodePortRanges", "30000:32767,40000:40100").kube_node_port_ranges,
         vec![
-            PortRange { first: 30000, last: 32767 },
-            PortRange { first: 40000, last: 40100 }
+            PortRange {
+                first: 30000,
+                last: 32767
+            },
+            PortRange {
+                first: 40000,
+                last: 40100
+            }
         ]
     );
     assert_bad("NATPortRange", "200:100", "first port is above last");
@@ -274,16 +363,25 @@ fn port_ranges() {
 fn log_action_rate_limit() {
     assert_eq!(
         with("LogActionRateLimit", "10/minute").log_action_rate_limit,
-        Some(RateLimit { count: 10, per: RatePer::Minute })
+        Some(RateLimit {
+            count: 10,
+            per: RatePer::Minute
+        })
     );
     assert_eq!(
         with("LogActionRateLimit", "3/Second").log_action_rate_limit,
-        Some(RateLimit { count: 3, per: RatePer::Second })
+        Some(RateLimit {
+            count: 3,
+            per: RatePer::Second
+        })
     );
     for raw in ["10", "10/week", "x/second", "0/day", "/hour"] {
         assert_bad("LogActionRateLimit", raw, "N/second");
     }
-    assert_eq!(with("LogActionRateLimitBurst", "9999").log_action_rate_limit_burst, 9999);
+    assert_eq!(
+        with("LogActionRateLimitBurst", "9999").log_action_rate_limit_burst,
+        9999
+    );
     assert_bad("LogActionRateLimitBurst", "10000", "outside 0..=9999");
 }
 
@@ -304,11 +402,20 @@ fn addresses_cidrs_hosts_tables_regexes() {
     );
     assert_bad("ExternalNodesCIDRList", "10.1.0.0/16,bogus", "not a CIDR");
     assert_eq!(with("HealthHost", "0.0.0.0").health_host, "0.0.0.0");
-    assert_eq!(with("HealthHost", "node-1.example").health_host, "node-1.example");
+    assert_eq!(
+        with("HealthHost", "node-1.example").health_host,
+        "node-1.example"
+    );
     assert_bad("HealthHost", "bad_host!", "host name");
     assert_eq!(
         with("RouteTableRanges", "1-250,1000-2000").route_table_ranges,
-        vec![RouteTableRange { min: 1, max: 250 }, RouteTableRange { min: 1000, max: 2000 }]
+        vec![
+            RouteTableRange { min: 1, max: 250 },
+            RouteTableRange {
+                min: 1000,
+                max: 2000
+            }
+        ]
     );
     assert_bad("RouteTableRanges", "1-300", "reserved tables 253-255");
     assert_bad("RouteTableRanges", "0-10", "1 <= min <= max");
@@ -317,8 +424,14 @@ fn addresses_cidrs_hosts_tables_regexes() {
     assert_bad("HealthPort", "65536", "outside 0..=65535");
     assert_bad("VXLANVNI", "16777216", "outside");
     assert_bad("WireguardInterfaceName", "a name", "interface name");
-    let c = with("HealthTimeoutOverrides", "InternalDataplaneMainLoop=1m30s,CalcGraph=10s");
-    assert_eq!(c.health_timeout_overrides[0].timeout, Duration::from_secs(90));
+    let c = with(
+        "HealthTimeoutOverrides",
+        "InternalDataplaneMainLoop=1m30s,CalcGraph=10s",
+    );
+    assert_eq!(
+        c.health_timeout_overrides[0].timeout,
+        Duration::from_secs(90)
+    );
     assert_bad("HealthTimeoutOverrides", "CalcGraph=10", "not a duration");
 }
 
@@ -326,10 +439,15 @@ fn addresses_cidrs_hosts_tables_regexes() {
 fn none_forces_the_zero_value_and_is_refused_on_non_zero_params() {
     let c = with("FelixHostname", "none");
     assert_eq!(c.felix_hostname, None);
-    assert_eq!(with("HealthEnabled", "None").health_enabled, false);
-    assert_eq!(with("RouteRefreshInterval", "NONE").route_refresh_interval, Duration::ZERO);
+    assert!(!with("HealthEnabled", "None").health_enabled);
+    assert_eq!(
+        with("RouteRefreshInterval", "NONE").route_refresh_interval,
+        Duration::ZERO
+    );
     assert_eq!(with("LogFilePath", "none").log_file_path, None);
-    assert!(with("InterfaceExclude", "none").interface_exclude.is_empty());
+    assert!(with("InterfaceExclude", "none")
+        .interface_exclude
+        .is_empty());
     assert_bad("InterfacePrefix", "none", "must not be zero");
     assert_bad("MaxIpsetSize", "0", "must not be zero");
     assert_bad("NftablesMarkMask", "none", "must not be zero");
@@ -342,12 +460,17 @@ fn empty_means_unset_so_the_lower_source_stands() {
         RawValue {
             key: "LogPrefix".into(),
             value: "from-file".into(),
-            source: Source::File { path: "/f".into(), section: "global".into() },
+            source: Source::File {
+                path: "/f".into(),
+                section: "global".into(),
+            },
         },
         RawValue {
             key: "LogPrefix".into(),
             value: "  ".into(),
-            source: Source::Env { var: "FELIX_LOGPREFIX".into() },
+            source: Source::Env {
+                var: "FELIX_LOGPREFIX".into(),
+            },
         },
     ])
     .unwrap();
@@ -359,7 +482,10 @@ fn empty_means_unset_so_the_lower_source_stands() {
 fn values_render_back_in_felix_syntax() {
     // What `config show` prints can be pasted back into felix.cfg and means the same.
     let samples = [
-        ("FailsafeInboundHostPorts", "tcp:22,udp:68,tcp:10.0.0.0/8:80,tcp:[fd00::/64]:80"),
+        (
+            "FailsafeInboundHostPorts",
+            "tcp:22,udp:68,tcp:10.0.0.0/8:80,tcp:[fd00::/64]:80",
+        ),
         ("InterfaceExclude", "kube-ipvs0,/^veth/"),
         ("NftablesMarkMask", "0xff00"),
         ("NATPortRange", "1000:2000"),

@@ -24,10 +24,16 @@ fn cfg_file(text: &str) -> tempfile::NamedTempFile {
     f
 }
 
-fn load_with(file: Option<&tempfile::NamedTempFile>, env_pairs: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
+fn load_with(
+    file: Option<&tempfile::NamedTempFile>,
+    env_pairs: &[(&str, &str)],
+) -> Result<Resolved, ConfigError> {
     load(&LoadInputs {
         // A path that cannot exist when no file is wanted: never the host's /etc/calico.
-        config_file: Some(file.map_or_else(|| PathBuf::from("/nonexistent/felix.cfg"), |f| f.path().to_path_buf())),
+        config_file: Some(file.map_or_else(
+            || PathBuf::from("/nonexistent/felix.cfg"),
+            |f| f.path().to_path_buf(),
+        )),
         env: env(env_pairs),
     })
 }
@@ -54,19 +60,27 @@ fn each_source_overrides_the_one_below() {
     .unwrap();
     // default only
     assert_eq!(r.config.ipsets_refresh_interval, Duration::from_secs(90));
-    assert_eq!(r.entry("IpsetsRefreshInterval").unwrap().source, Source::Default);
+    assert_eq!(
+        r.entry("IpsetsRefreshInterval").unwrap().source,
+        Source::Default
+    );
     // file over default
     assert_eq!(r.config.log_severity_screen, LogLevel::Warning);
     assert_eq!(r.config.nftables_refresh_interval, Duration::from_secs(20));
     assert_eq!(
         r.entry("LogSeverityScreen").unwrap().source,
-        Source::File { path: file.path().to_path_buf(), section: "global".into() }
+        Source::File {
+            path: file.path().to_path_buf(),
+            section: "global".into()
+        }
     );
     // env over file
     assert_eq!(r.config.health_port, 9200);
     assert_eq!(
         r.entry("HealthPort").unwrap().source,
-        Source::Env { var: "FELIX_HEALTHPORT".into() }
+        Source::Env {
+            var: "FELIX_HEALTHPORT".into()
+        }
     );
     // ConfigUpdate over env (and over file, and over default)
     let u = r
@@ -85,9 +99,18 @@ fn each_source_overrides_the_one_below() {
     assert_eq!(u.config.log_severity_screen, LogLevel::Warning);
     let mut changed = u.changed(&r);
     changed.sort();
-    assert_eq!(changed, ["HealthPort", "IpsetsRefreshInterval", "NftablesRefreshInterval"]);
+    assert_eq!(
+        changed,
+        [
+            "HealthPort",
+            "IpsetsRefreshInterval",
+            "NftablesRefreshInterval"
+        ]
+    );
     // A later ConfigUpdate replaces the earlier one: HealthPort drops back to env.
-    let u2 = u.with_update(&update(&[("IpsetsRefreshInterval", "40")])).unwrap();
+    let u2 = u
+        .with_update(&update(&[("IpsetsRefreshInterval", "40")]))
+        .unwrap();
     assert_eq!(u2.config.health_port, 9200);
     assert_eq!(u2.config.nftables_refresh_interval, Duration::from_secs(20));
 }
@@ -131,7 +154,10 @@ fn ini_sections_are_flattened_and_later_lines_win() {
     assert_eq!(r.config.health_port, 9103);
     assert_eq!(
         r.entry("HealthPort").unwrap().source,
-        Source::File { path: file.path().to_path_buf(), section: "later".into() }
+        Source::File {
+            path: file.path().to_path_buf(),
+            section: "later".into()
+        }
     );
     // Quotes are removed, backslashes kept (regexes need them).
     let pat = r.config.mtu_iface_pattern.as_ref().unwrap();
@@ -145,7 +171,11 @@ fn config_file_path_comes_from_flag_then_env_then_default() {
     let b = cfg_file("HealthPort = 2222\n");
     let b_path = b.path().display().to_string();
     // FELIX_CONFIGFILE (any case) when there is no --config.
-    let r = load(&LoadInputs { config_file: None, env: env(&[("felix_configfile", &b_path)]) }).unwrap();
+    let r = load(&LoadInputs {
+        config_file: None,
+        env: env(&[("felix_configfile", &b_path)]),
+    })
+    .unwrap();
     assert_eq!(r.config.health_port, 2222);
     assert_eq!(r.file.as_ref().unwrap().path, b.path());
     assert_eq!(r.config.config_file, b_path);
@@ -156,7 +186,10 @@ fn config_file_path_comes_from_flag_then_env_then_default() {
     })
     .unwrap();
     assert_eq!(r.config.health_port, 1111);
-    assert_eq!(r.entry("ConfigFile").unwrap().source.label(), "command-line");
+    assert_eq!(
+        r.entry("ConfigFile").unwrap().source.label(),
+        "command-line"
+    );
     // Neither: the default path (whatever the host has there, only the path is checked).
     let path = felix_nft::config::sources::config_file_path(None, &[]);
     assert_eq!(path, PathBuf::from("/etc/calico/felix.cfg"));
@@ -175,7 +208,10 @@ fn an_absent_file_is_fine_a_broken_one_is_not() {
         other => panic!("expected ParseFile, got {other:?}"),
     }
     let dir = tempfile::tempdir().unwrap();
-    match load(&LoadInputs { config_file: Some(dir.path().to_path_buf()), env: vec![] }) {
+    match load(&LoadInputs {
+        config_file: Some(dir.path().to_path_buf()),
+        env: vec![],
+    }) {
         Err(e @ ConfigError::ReadFile { .. }) => {
             assert!(e.to_string().contains(&dir.path().display().to_string()))
         }
@@ -186,11 +222,22 @@ fn an_absent_file_is_fine_a_broken_one_is_not() {
 #[test]
 fn unknown_keys_are_kept_and_warned_about() {
     let file = cfg_file("[global]\nNoSuchThing = 1\nEtcdEndpoints = http://x:2379\n");
-    let r = load_with(Some(&file), &[("FELIX_ALSOUNKNOWN", "x"), ("FELIX_nosuchthing", "2")]).unwrap();
+    let r = load_with(
+        Some(&file),
+        &[("FELIX_ALSOUNKNOWN", "x"), ("FELIX_nosuchthing", "2")],
+    )
+    .unwrap();
     let keys: Vec<(&str, &str, &str, bool)> = r
         .unknown
         .iter()
-        .map(|u| (u.key.as_str(), u.value.as_str(), u.source.label(), u.felix_param))
+        .map(|u| {
+            (
+                u.key.as_str(),
+                u.value.as_str(),
+                u.source.label(),
+                u.felix_param,
+            )
+        })
         .collect();
     // One entry per key (case-insensitively), the highest source's value.
     assert_eq!(
@@ -202,31 +249,53 @@ fn unknown_keys_are_kept_and_warned_about() {
         ]
     );
     let warnings = r.warnings();
-    assert!(warnings.iter().any(|w| w.contains("unknown parameter ALSOUNKNOWN")));
-    assert!(warnings.iter().any(|w| w.contains("unknown parameter nosuchthing")));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("unknown parameter ALSOUNKNOWN")));
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("unknown parameter nosuchthing")));
     // A Felix parameter felix-nft does not model is kept but not warned about.
     assert!(!warnings.iter().any(|w| w.contains("EtcdEndpoints")));
     // ConfigUpdate's unknown keys are kept too.
     let u = r.with_update(&update(&[("FromFelixOnly", "v")])).unwrap();
-    assert!(u.unknown.iter().any(|k| k.key == "FromFelixOnly" && k.source == Source::ConfigUpdate));
+    assert!(u
+        .unknown
+        .iter()
+        .any(|k| k.key == "FromFelixOnly" && k.source == Source::ConfigUpdate));
 }
 
 #[test]
 fn non_fatal_bad_values_fall_back_to_the_default_with_a_warning() {
     // Bad in env over a good file value: Felix falls back to the default, not the file.
     let file = cfg_file("HealthPort = 9500\n");
-    let r = load_with(Some(&file), &[("FELIX_HEALTHPORT", "99999"), ("FELIX_HEALTHENABLED", "maybe")]).unwrap();
+    let r = load_with(
+        Some(&file),
+        &[
+            ("FELIX_HEALTHPORT", "99999"),
+            ("FELIX_HEALTHENABLED", "maybe"),
+        ],
+    )
+    .unwrap();
     assert_eq!(r.config.health_port, 9099);
     assert!(!r.config.health_enabled);
     let e = r.entry("HealthPort").unwrap();
     assert_eq!(e.source, Source::Default);
     let rej = e.rejected.as_ref().unwrap();
     assert_eq!(rej.value, "99999");
-    assert_eq!(rej.source, Source::Env { var: "FELIX_HEALTHPORT".into() });
+    assert_eq!(
+        rej.source,
+        Source::Env {
+            var: "FELIX_HEALTHPORT".into()
+        }
+    );
     assert!(!rej.die_on_fail);
     assert_eq!(r.fallbacks.len(), 2);
     let w = r.warnings().join("\n");
-    assert!(w.contains("HealthPort = \"99999\" (from env FELIX_HEALTHPORT)"), "{w}");
+    assert!(
+        w.contains("HealthPort = \"99999\" (from env FELIX_HEALTHPORT)"),
+        "{w}"
+    );
     assert!(w.contains("using the default"), "{w}");
     assert!(w.contains("HealthEnabled = \"maybe\""), "{w}");
 }
@@ -263,11 +332,17 @@ fn die_on_fail_stops_the_load_and_every_bad_value_is_reported_at_once() {
     );
     // Each line names key, value, source and the rule.
     let text = err.to_string();
-    assert!(text.starts_with("invalid configuration: 6 bad value(s), 4 of them fatal"), "{text}");
-    assert!(text.contains(&format!(
+    assert!(
+        text.starts_with("invalid configuration: 6 bad value(s), 4 of them fatal"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
         "FailsafeInboundHostPorts = \"tcp:22,icmp:0\" (from file {} [global]): entry \"icmp:0\"",
         file.path().display()
-    )), "{text}");
+    )),
+        "{text}"
+    );
     assert!(text.contains("NftablesMarkMask = \"0x1\" (from env FELIX_NFTABLESMARKMASK): mark mask 0x1 has 1 bit(s) set; at least 2"), "{text}");
     assert!(text.contains("NftablesFilterDenyAction = \"maybe\" (from env FELIX_NFTABLESFILTERDENYACTION): expected one of DROP|REJECT"), "{text}");
     assert!(text.contains("HealthPort = \"x\""), "{text}");
@@ -277,9 +352,14 @@ fn die_on_fail_stops_the_load_and_every_bad_value_is_reported_at_once() {
 fn a_bad_value_in_configupdate_is_reported_too() {
     let r = load_with(None, &[]).unwrap();
     let err = r
-        .with_update(&update(&[("DefaultEndpointToHostAction", "PERMIT"), ("HealthPort", "-1")]))
+        .with_update(&update(&[
+            ("DefaultEndpointToHostAction", "PERMIT"),
+            ("HealthPort", "-1"),
+        ]))
         .unwrap_err();
-    let ConfigError::Invalid { bad } = err else { panic!() };
+    let ConfigError::Invalid { bad } = err else {
+        panic!()
+    };
     assert_eq!(bad.len(), 2);
     assert!(bad.iter().all(|b| b.source == Source::ConfigUpdate));
 }
@@ -294,9 +374,23 @@ fn mark_mask_must_hold_the_renderers_bits() {
     assert!(text.contains("mark mask 0xf0000 has 4 bit(s); felix-nft needs 5 (accept, pass, drop, scratch0, scratch1)"), "{text}");
     assert!(load_with(None, &[("FELIX_NFTABLESMARKMASK", "0x1f0000")]).is_ok());
     // Wireguard takes one more bit.
-    let err = load_with(None, &[("FELIX_NFTABLESMARKMASK", "0x1f0000"), ("FELIX_WIREGUARDENABLED", "true")]).unwrap_err();
+    let err = load_with(
+        None,
+        &[
+            ("FELIX_NFTABLESMARKMASK", "0x1f0000"),
+            ("FELIX_WIREGUARDENABLED", "true"),
+        ],
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("needs 6"), "{err}");
-    assert!(load_with(None, &[("FELIX_NFTABLESMARKMASK", "0x3f0000"), ("FELIX_WIREGUARDENABLED", "true")]).is_ok());
+    assert!(load_with(
+        None,
+        &[
+            ("FELIX_NFTABLESMARKMASK", "0x3f0000"),
+            ("FELIX_WIREGUARDENABLED", "true")
+        ]
+    )
+    .is_ok());
     // The iptables-mode mask is not ours: Felix's 2-bit rule only.
     assert!(load_with(None, &[("FELIX_IPTABLESMARKMASK", "0x3")]).is_ok());
 }

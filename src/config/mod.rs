@@ -34,8 +34,8 @@ pub use params::{
     FELIX_PARAMS_NOT_USED, PARAMS,
 };
 pub use parse::{
-    FailsafePort, IfaceMatch, KeyDuration, Kind, Pattern, PortProtocol, PortRange, RatePer,
-    RateLimit, RouteTableRange, Rule, Value,
+    FailsafePort, IfaceMatch, KeyDuration, Kind, Pattern, PortProtocol, PortRange, RateLimit,
+    RatePer, RouteTableRange, Rule, Value,
 };
 pub use sources::{RawValue, Source};
 
@@ -322,11 +322,17 @@ fn resolve_one(spec: &'static ParamSpec, raw: &[RawValue], bad: &mut Vec<BadValu
 /// parse time; a mask that cannot hold ours is a die-on-fail error here rather than a failure
 /// at the first apply.
 fn check_mark_mask(entries: &mut [Entry], bad: &mut Vec<BadValue>) {
-    let is_true =
-        |entries: &[Entry], name: &str| entries.iter().any(|e| e.spec.name == name && e.value == Value::Bool(true));
+    let is_true = |entries: &[Entry], name: &str| {
+        entries
+            .iter()
+            .any(|e| e.spec.name == name && e.value == Value::Bool(true))
+    };
     let wireguard = is_true(entries, "WireguardEnabled") || is_true(entries, "WireguardEnabledV6");
     let needed = MARK_BITS_NEEDED + u32::from(wireguard);
-    let Some(entry) = entries.iter_mut().find(|e| e.spec.name == "NftablesMarkMask") else {
+    let Some(entry) = entries
+        .iter_mut()
+        .find(|e| e.spec.name == "NftablesMarkMask")
+    else {
         return;
     };
     let Value::Mask(mask) = entry.value else {
@@ -454,5 +460,7 @@ impl Default for Config {
 /// Loads for the CLI: `--config` (or `FELIX_CONFIGFILE`, or the default path) plus this
 /// process's environment.
 pub fn load_for_cli(config_file: Option<&Path>) -> Result<Resolved, ConfigError> {
-    load(&LoadInputs::from_process(config_file.map(Path::to_path_buf)))
+    load(&LoadInputs::from_process(
+        config_file.map(Path::to_path_buf),
+    ))
 }

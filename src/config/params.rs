@@ -213,7 +213,10 @@ oneof!(
 const ONOFF: Kind = Kind::OneOf(EnabledDisabled::WORDS);
 const LOGLEVEL: Kind = Kind::OneOf(LogLevel::WORDS);
 const PORT: Kind = Kind::Int { min: 0, max: 65535 };
-const U32: Kind = Kind::Int { min: 0, max: u32::MAX as u64 };
+const U32: Kind = Kind::Int {
+    min: 0,
+    max: u32::MAX as u64,
+};
 const MTU: Kind = Kind::Int { min: 0, max: 65535 };
 
 /// Declares the table rows and the matching [`Config`] fields in one place.

@@ -227,7 +227,7 @@ pub fn zero_value(kind: Kind) -> Option<Value> {
         | Kind::Regex
         | Kind::RouteTableRange => Value::Unset,
         Kind::Seconds | Kind::Millis => Value::Duration(Duration::ZERO),
-        Kind::Int { min, .. } if min == 0 => Value::UInt(0),
+        Kind::Int { min: 0, .. } => Value::UInt(0),
         Kind::MarkMask => Value::Mask(0),
         Kind::Text | Kind::Path | Kind::Host | Kind::Iface => Value::Text(String::new()),
         Kind::IfaceList => Value::Strings(Vec::new()),
@@ -296,8 +296,7 @@ pub fn parse_mark_mask(raw: &str) -> Result<u32, Rule> {
 
 fn is_iface_name(s: &str, extra: &[char]) -> bool {
     (1..=15).contains(&s.len())
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || extra.contains(&c))
 }
 
@@ -317,7 +316,9 @@ fn parse_iface(raw: &str) -> Result<String, Rule> {
     if is_iface_name(raw, &['.']) {
         Ok(raw.to_string())
     } else {
-        Err(rule("expected one interface name matching [a-zA-Z0-9_.-]{1,15}"))
+        Err(rule(
+            "expected one interface name matching [a-zA-Z0-9_.-]{1,15}",
+        ))
     }
 }
 
@@ -477,7 +478,11 @@ fn parse_port(raw: &str) -> Result<u16, Rule> {
 fn parse_cidr(raw: &str) -> Result<IpNet, Rule> {
     raw.parse::<IpNet>()
         .or_else(|_| raw.parse::<IpAddr>().map(IpNet::from))
-        .map_err(|_| rule(format!("{raw:?} is not a CIDR (10.0.0.0/8, fd00::/64) or an address")))
+        .map_err(|_| {
+            rule(format!(
+                "{raw:?} is not a CIDR (10.0.0.0/8, fd00::/64) or an address"
+            ))
+        })
 }
 
 /// One port-list entry: `port` (tcp), `proto:port`, `proto:cidr:port`, `proto:[v6cidr]:port`.
@@ -488,7 +493,13 @@ pub fn parse_failsafe_port(item: &str) -> Result<FailsafePort, Rule> {
         ))
     };
     let (proto, rest) = match item.split_once(':') {
-        None => return Ok(FailsafePort { protocol: PortProtocol::Tcp, net: None, port: parse_port(item)? }),
+        None => {
+            return Ok(FailsafePort {
+                protocol: PortProtocol::Tcp,
+                net: None,
+                port: parse_port(item)?,
+            })
+        }
         Some(pair) => pair,
     };
     let protocol = match proto.to_ascii_lowercase().as_str() {
@@ -500,7 +511,9 @@ pub fn parse_failsafe_port(item: &str) -> Result<FailsafePort, Rule> {
         let (cidr, port) = v6.split_once("]:").ok_or_else(bad)?;
         let net = parse_cidr(cidr)?;
         if !matches!(net, IpNet::V6(_)) {
-            return Err(rule(format!("entry {item:?}: only IPv6 CIDRs go in brackets")));
+            return Err(rule(format!(
+                "entry {item:?}: only IPv6 CIDRs go in brackets"
+            )));
         }
         (Some(net), port)
     } else {
@@ -517,7 +530,11 @@ pub fn parse_failsafe_port(item: &str) -> Result<FailsafePort, Rule> {
             None => (None, rest),
         }
     };
-    Ok(FailsafePort { protocol, net, port: parse_port(port)? })
+    Ok(FailsafePort {
+        protocol,
+        net,
+        port: parse_port(port)?,
+    })
 }
 
 fn parse_port_list(raw: &str) -> Result<Vec<FailsafePort>, Rule> {
@@ -543,7 +560,9 @@ pub fn parse_port_range(raw: &str) -> Result<PortRange, Rule> {
     let first = parse_port(lo.trim())?;
     let last = parse_port(hi.trim())?;
     if first > last {
-        return Err(rule(format!("port range {raw:?}: first port is above last")));
+        return Err(rule(format!(
+            "port range {raw:?}: first port is above last"
+        )));
     }
     Ok(PortRange { first, last })
 }
@@ -637,7 +656,11 @@ impl fmt::Display for RouteTableRange {
 /// `min-max`, 1 ≤ min ≤ max; the kernel's reserved tables 253–255 (default, main, local) may not
 /// fall inside.
 fn parse_table_range(raw: &str) -> Result<RouteTableRange, Rule> {
-    let bad = || rule(format!("routing-table range {raw:?}: expected min-max, 1 <= min <= max <= 4294967295"));
+    let bad = || {
+        rule(format!(
+            "routing-table range {raw:?}: expected min-max, 1 <= min <= max <= 4294967295"
+        ))
+    };
     let (lo, hi) = raw.split_once('-').ok_or_else(bad)?;
     let min: u32 = lo.trim().parse().map_err(|_| bad())?;
     let max: u32 = hi.trim().parse().map_err(|_| bad())?;
@@ -668,10 +691,15 @@ impl fmt::Display for KeyDuration {
 }
 
 fn parse_key_duration(raw: &str) -> Result<KeyDuration, Rule> {
-    let (name, d) = raw
-        .split_once('=')
-        .ok_or_else(|| rule(format!("entry {raw:?}: expected name=duration, e.g. InternalDataplaneMainLoop=30s")))?;
-    Ok(KeyDuration { name: name.trim().to_string(), timeout: parse_go_duration(d.trim())? })
+    let (name, d) = raw.split_once('=').ok_or_else(|| {
+        rule(format!(
+            "entry {raw:?}: expected name=duration, e.g. InternalDataplaneMainLoop=30s"
+        ))
+    })?;
+    Ok(KeyDuration {
+        name: name.trim().to_string(),
+        timeout: parse_go_duration(d.trim())?,
+    })
 }
 
 /// Go's `time.ParseDuration` syntax: a sequence of decimal numbers with units
@@ -728,7 +756,10 @@ mod tests {
     fn go_durations() {
         assert_eq!(parse_go_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_go_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(
+            parse_go_duration("250ms").unwrap(),
+            Duration::from_millis(250)
+        );
         assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
         for bad in ["", "30", "s", "1x", "-1s", "1..5s"] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} accepted");
@@ -738,7 +769,10 @@ mod tests {
     #[test]
     fn display_round_trips() {
         for (kind, raw) in [
-            (Kind::PortList, "tcp:22,udp:68,tcp:10.0.0.0/8:80,tcp:[fd00::/64]:80"),
+            (
+                Kind::PortList,
+                "tcp:22,udp:68,tcp:10.0.0.0/8:80,tcp:[fd00::/64]:80",
+            ),
             (Kind::IfaceExcludeList, "kube-ipvs0,/^veth.*/"),
             (Kind::PortRangeList, "30000:32767,80:80"),
             (Kind::RateLimit, "10/minute"),

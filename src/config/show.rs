@@ -71,7 +71,12 @@ pub fn to_text(r: &Resolved) -> String {
             if f.present { "" } else { " (absent)" }
         ));
     }
-    let width = r.entries.iter().map(|e| e.spec.name.len()).max().unwrap_or(0);
+    let width = r
+        .entries
+        .iter()
+        .map(|e| e.spec.name.len())
+        .max()
+        .unwrap_or(0);
     let shown = |v: String| if v.is_empty() { "-".to_string() } else { v };
     let vwidth = r
         .entries
