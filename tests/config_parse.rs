@@ -50,7 +50,7 @@ fn every_default_parses_and_fills_its_field() {
     // Every row lands in a typed field: building the Config from all defaults succeeds.
     let r = resolve(Vec::new()).expect("defaults resolve");
     assert_eq!(r.entries.len(), PARAMS.len());
-    assert!(r.fallbacks.is_empty());
+    assert!(r.bad_values.is_empty());
     assert_eq!(r.config, Config::default());
 }
 
@@ -242,6 +242,19 @@ fn interface_exclude_takes_names_and_regexes() {
         "invalid regular expression",
     );
     assert_bad("InterfaceExclude", "has space", "neither an interface name");
+    // Felix splits on commas without trimming: no spaces, no empty entries, no dots in names.
+    assert_bad(
+        "InterfaceExclude",
+        "kube-ipvs0, docker0",
+        "neither an interface name",
+    );
+    assert_bad(
+        "InterfaceExclude",
+        "kube-ipvs0,",
+        "neither an interface name",
+    );
+    assert_bad("InterfaceExclude", "eth0.100", "neither an interface name");
+    assert_bad("InterfaceExclude", "/a b/", "neither an interface name");
 }
 
 #[test]
@@ -326,6 +339,21 @@ fn oneofs_are_case_insensitive_and_canonicalised() {
 }
 
 #[test]
+fn integers_use_gos_base_prefixes() {
+    // Felix reads ints with strconv.ParseInt(raw, 0, 64).
+    assert_eq!(p("HealthPort", "9099"), Ok(Value::UInt(9099)));
+    assert_eq!(p("HealthPort", "0x2383"), Ok(Value::UInt(9091)));
+    assert_eq!(p("HealthPort", "0o17"), Ok(Value::UInt(15)));
+    assert_eq!(p("HealthPort", "017"), Ok(Value::UInt(15)));
+    assert_eq!(p("HealthPort", "0b101"), Ok(Value::UInt(5)));
+    assert_eq!(p("HealthPort", "0"), Ok(Value::UInt(0)));
+    for raw in ["9x", "0x", "08", "-1", "1.5", "1e3"] {
+        assert_bad("HealthPort", raw, "expected an integer");
+    }
+    assert_eq!(p("NftablesMarkMask", "0o77"), Ok(Value::Mask(0o77)));
+}
+
+#[test]
 fn port_ranges() {
     assert_eq!(
         with("NATPortRange", "32768:65535").nat_port_range,
@@ -369,13 +397,24 @@ fn log_action_rate_limit() {
         })
     );
     assert_eq!(
-        with("LogActionRateLimit", "3/Second").log_action_rate_limit,
+        with("LogActionRateLimit", "9999/day").log_action_rate_limit,
         Some(RateLimit {
-            count: 3,
-            per: RatePer::Second
+            count: 9999,
+            per: RatePer::Day
         })
     );
-    for raw in ["10", "10/week", "x/second", "0/day", "/hour"] {
+    // Felix's regex: ^[1-9]\d{0,3}/(second|minute|hour|day)$ — lower-case units, 1..=9999.
+    for raw in [
+        "10",
+        "10/week",
+        "x/second",
+        "0/day",
+        "/hour",
+        "3/Second",
+        "10000/hour",
+        "01/day",
+        "5/s",
+    ] {
         assert_bad("LogActionRateLimit", raw, "N/second");
     }
     assert_eq!(
@@ -396,17 +435,42 @@ fn addresses_cidrs_hosts_tables_regexes() {
         with("DeviceRouteSourceAddressIPv6", "fd00::1").device_route_source_address_ipv6,
         Some("fd00::1".parse::<Ipv6Addr>().unwrap())
     );
+    // Felix's cidr-list is IPv4-only; addresses become /32; networks are normalised.
     assert_eq!(
-        with("ExternalNodesCIDRList", "10.1.0.0/16, fd00::/48").external_nodes_cidr_list,
-        vec!["10.1.0.0/16".parse().unwrap(), "fd00::/48".parse().unwrap()]
+        with("ExternalNodesCIDRList", "10.1.2.3/16, 192.0.2.9").external_nodes_cidr_list,
+        vec![
+            "10.1.0.0/16".parse().unwrap(),
+            "192.0.2.9/32".parse().unwrap()
+        ]
     );
     assert_bad("ExternalNodesCIDRList", "10.1.0.0/16,bogus", "not a CIDR");
+    assert_bad("ExternalNodesCIDRList", "fd00::/48", "not an IPv4 CIDR");
+    // host-address: [a-zA-Z0-9:._+-]{1,64}
     assert_eq!(with("HealthHost", "0.0.0.0").health_host, "0.0.0.0");
+    assert_eq!(with("HealthHost", "::1").health_host, "::1");
     assert_eq!(
         with("HealthHost", "node-1.example").health_host,
         "node-1.example"
     );
-    assert_bad("HealthHost", "bad_host!", "host name");
+    assert_bad("HealthHost", "bad_host!", "host address");
+    assert_bad("HealthHost", &"a".repeat(65), "host address");
+    // hostname: [a-zA-Z0-9_.-]+
+    assert_eq!(
+        with("FelixHostname", "node_1.x").felix_hostname.as_deref(),
+        Some("node_1.x")
+    );
+    assert_bad("FelixHostname", "node:1", "host name");
+    // region: a DNS label of at most 46 characters
+    assert_eq!(
+        with("OpenstackRegion", "region-one")
+            .openstack_region
+            .as_deref(),
+        Some("region-one")
+    );
+    assert_bad("OpenstackRegion", "Region", "DNS label");
+    assert_bad("OpenstackRegion", &"r".repeat(47), "DNS label");
+    // RouteTableRanges: reserved 253-255 may be inside (skipped later, as Felix does); at most
+    // 65535 tables in all.
     assert_eq!(
         with("RouteTableRanges", "1-250,1000-2000").route_table_ranges,
         vec![
@@ -417,11 +481,23 @@ fn addresses_cidrs_hosts_tables_regexes() {
             }
         ]
     );
-    assert_bad("RouteTableRanges", "1-300", "reserved tables 253-255");
+    assert_eq!(
+        with("RouteTableRanges", "1-300").route_table_ranges.len(),
+        1
+    );
+    assert_bad("RouteTableRanges", "1-65536", "at most 65535");
     assert_bad("RouteTableRanges", "0-10", "1 <= min <= max");
     assert_bad("RouteTableRanges", "20-10", "1 <= min <= max");
+    assert_bad("RouteTableRanges", "1-x", "1 <= min <= max");
+    // The deprecated single range stays within 1-250.
+    assert_eq!(
+        with("RouteTableRange", "10-20").route_table_range,
+        Some(RouteTableRange { min: 10, max: 20 })
+    );
+    assert_bad("RouteTableRange", "1-251", "within 1-250");
     assert_bad("MTUIfacePattern", "(", "invalid regular expression");
     assert_bad("HealthPort", "65536", "outside 0..=65535");
+    assert_bad("IPv4NormalRoutePriority", "0", "outside 1..=2147483646");
     assert_bad("VXLANVNI", "16777216", "outside");
     assert_bad("WireguardInterfaceName", "a name", "interface name");
     let c = with(

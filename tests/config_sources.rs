@@ -289,8 +289,8 @@ fn non_fatal_bad_values_fall_back_to_the_default_with_a_warning() {
             var: "FELIX_HEALTHPORT".into()
         }
     );
-    assert!(!rej.die_on_fail);
-    assert_eq!(r.fallbacks.len(), 2);
+    assert!(!rej.fatal);
+    assert_eq!(r.bad_values.len(), 2);
     let w = r.warnings().join("\n");
     assert!(
         w.contains("HealthPort = \"99999\" (from env FELIX_HEALTHPORT)"),
@@ -317,7 +317,7 @@ fn die_on_fail_stops_the_load_and_every_bad_value_is_reported_at_once() {
     let ConfigError::Invalid { bad } = &err else {
         panic!("expected Invalid, got {err:?}");
     };
-    let mut names: Vec<(&str, bool)> = bad.iter().map(|b| (b.name, b.die_on_fail)).collect();
+    let mut names: Vec<(&str, bool)> = bad.iter().map(|b| (b.name, b.fatal)).collect();
     names.sort();
     assert_eq!(
         names,
@@ -346,6 +346,57 @@ fn die_on_fail_stops_the_load_and_every_bad_value_is_reported_at_once() {
     assert!(text.contains("NftablesMarkMask = \"0x1\" (from env FELIX_NFTABLESMARKMASK): mark mask 0x1 has 1 bit(s) set; at least 2"), "{text}");
     assert!(text.contains("NftablesFilterDenyAction = \"maybe\" (from env FELIX_NFTABLESFILTERDENYACTION): expected one of DROP|REJECT"), "{text}");
     assert!(text.contains("HealthPort = \"x\""), "{text}");
+}
+
+#[test]
+fn bad_values_in_overridden_sources_are_still_checked_as_felix_does() {
+    // The file's bad values are overridden by good env values, but Felix parses every
+    // source: a die-on-fail one still stops the load, a fall-back one is reported.
+    let file = cfg_file("InterfacePrefix = bad prefix\nHealthPort = x\n");
+    let err = load_with(
+        Some(&file),
+        &[
+            ("FELIX_INTERFACEPREFIX", "cali"),
+            ("FELIX_HEALTHPORT", "9100"),
+        ],
+    )
+    .unwrap_err();
+    let ConfigError::Invalid { bad } = &err else {
+        panic!("expected Invalid, got {err:?}")
+    };
+    assert_eq!(bad.len(), 2);
+    assert!(bad.iter().all(|b| b.shadowed));
+    assert!(
+        err.to_string()
+            .contains("fatal, even though a higher source overrides it"),
+        "{err}"
+    );
+
+    let file = cfg_file("HealthPort = x\n");
+    let r = load_with(Some(&file), &[("FELIX_HEALTHPORT", "9100")]).unwrap();
+    assert_eq!(r.config.health_port, 9100);
+    assert!(r.entry("HealthPort").unwrap().rejected.is_none());
+    assert_eq!(r.bad_values.len(), 1);
+    assert!(
+        r.warnings()
+            .iter()
+            .any(|w| w.contains("ignored, a higher source overrides it")),
+        "{:?}",
+        r.warnings()
+    );
+}
+
+#[test]
+fn none_on_a_non_zero_parameter_is_fatal_even_without_die_on_fail() {
+    // MaxIpsetSize is non-zero but not die-on-fail: a bad number falls back...
+    let r = load_with(None, &[("FELIX_MAXIPSETSIZE", "lots")]).unwrap();
+    assert_eq!(r.config.max_ipset_size, 1_048_576);
+    // ...but `none` stops the load, as in Felix.
+    let err = load_with(None, &[("FELIX_MAXIPSETSIZE", "none")]).unwrap_err();
+    assert!(err.to_string().contains("MaxIpsetSize = \"none\""), "{err}");
+    // `none` on a parameter that allows zero is fine.
+    let r = load_with(None, &[("FELIX_FAILSAFEINBOUNDHOSTPORTS", "none")]).unwrap();
+    assert!(r.config.failsafe_inbound_host_ports.is_empty());
 }
 
 #[test]

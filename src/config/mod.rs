@@ -73,7 +73,7 @@ struct BadValueList<'a>(&'a [BadValue]);
 
 impl fmt::Display for BadValueList<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let fatal = self.0.iter().filter(|b| b.die_on_fail).count();
+        let fatal = self.0.iter().filter(|b| b.fatal).count();
         write!(
             f,
             "invalid configuration: {} bad value(s), {fatal} of them fatal",
@@ -96,8 +96,12 @@ pub struct BadValue {
     pub source: Source,
     /// What the value should have been.
     pub rule: String,
-    /// Whether this stops the load (otherwise the default is used).
-    pub die_on_fail: bool,
+    /// Whether this stops the load: a die-on-fail parameter, or `none` on a non-zero one
+    /// (Felix refuses that whatever the flags). Otherwise the default is used.
+    pub fatal: bool,
+    /// A higher source set this parameter too, so this value would not have been used anyway.
+    /// Felix still parses it, and a fatal one still stops the load.
+    pub shadowed: bool,
 }
 
 impl fmt::Display for BadValue {
@@ -109,10 +113,11 @@ impl fmt::Display for BadValue {
             self.value,
             self.source,
             self.rule,
-            if self.die_on_fail {
-                "fatal (die-on-fail parameter)"
-            } else {
-                "using the default"
+            match (self.fatal, self.shadowed) {
+                (true, false) => "fatal",
+                (true, true) => "fatal, even though a higher source overrides it",
+                (false, false) => "using the default",
+                (false, true) => "ignored, a higher source overrides it",
             }
         )
     }
@@ -146,8 +151,9 @@ pub struct Resolved {
     pub entries: Vec<Entry>,
     /// Unknown keys, one per key (case-insensitively), highest source first wins.
     pub unknown: Vec<UnknownKey>,
-    /// Bad values that fell back to their default.
-    pub fallbacks: Vec<BadValue>,
+    /// Non-fatal bad values: the effective value fell back to the default, or (`shadowed`) a
+    /// higher source overrode the bad value anyway.
+    pub bad_values: Vec<BadValue>,
     /// The config file consulted (set by [`load`]).
     pub file: Option<ConfigFileInfo>,
     /// Every raw input, so a `ConfigUpdate` can be layered on top.
@@ -222,7 +228,7 @@ pub fn resolve(raw: Vec<RawValue>) -> Result<Resolved, ConfigError> {
     }
     check_mark_mask(&mut entries, &mut bad);
 
-    if bad.iter().any(|b| b.die_on_fail) {
+    if bad.iter().any(|b| b.fatal) {
         return Err(ConfigError::Invalid { bad });
     }
     let values = entries.iter().map(|e| e.value.clone()).collect();
@@ -232,26 +238,30 @@ pub fn resolve(raw: Vec<RawValue>) -> Result<Resolved, ConfigError> {
             value: String::new(),
             source: Source::Default,
             rule: "internal error: the parameter table pairs this kind with a field type that cannot hold it".into(),
-            die_on_fail: true,
+            fatal: true,
+            shadowed: false,
         }],
     })?;
     Ok(Resolved {
         config,
         entries,
         unknown: unknown_keys(&raw),
-        fallbacks: bad,
+        bad_values: bad,
         file: None,
         raw,
     })
 }
 
-/// The winning raw value for `spec`: highest source; within one source the later line wins.
-/// Empty values are ignored (reference §3.1: "use `none` to force the zero value").
-fn winner<'a>(spec: &ParamSpec, raw: &'a [RawValue]) -> Option<&'a RawValue> {
-    raw.iter()
+/// The raw values given for `spec`, lowest precedence first (within one source, file/env
+/// order). Empty values are ignored (reference §3.1: "use `none` to force the zero value").
+fn candidates<'a>(spec: &ParamSpec, raw: &'a [RawValue]) -> Vec<&'a RawValue> {
+    let mut c: Vec<&RawValue> = raw
+        .iter()
         .filter(|r| r.key.eq_ignore_ascii_case(spec.name) && !r.value.trim().is_empty())
-        // `max_by_key` returns the last of equal maxima: the later line of the highest source.
-        .max_by_key(|r| r.source.rank())
+        .collect();
+    // Stable: equal ranks keep their order, so the last is the later line of the top source.
+    c.sort_by_key(|r| r.source.rank());
+    c
 }
 
 /// Parses one raw value for `spec`, applying `none` and the non-zero rule.
@@ -282,39 +292,47 @@ fn default_value(spec: &ParamSpec) -> Value {
     }
 }
 
+/// Every given value of `spec` is parsed, as Felix does, so a bad value is reported even when
+/// a higher source overrides it; the highest-precedence value wins if it parses, otherwise the
+/// default stands.
 fn resolve_one(spec: &'static ParamSpec, raw: &[RawValue], bad: &mut Vec<BadValue>) -> Entry {
-    let Some(w) = winner(spec, raw) else {
-        return Entry {
-            spec,
-            value: default_value(spec),
-            source: Source::Default,
-            rejected: None,
-        };
+    let candidates = candidates(spec, raw);
+    let mut entry = Entry {
+        spec,
+        value: default_value(spec),
+        source: Source::Default,
+        rejected: None,
     };
-    match parse_for(spec, &w.value) {
-        Ok(value) => Entry {
-            spec,
-            value,
-            source: w.source.clone(),
-            rejected: None,
-        },
-        Err(rule) => {
-            let b = BadValue {
-                name: spec.name,
-                value: w.value.clone(),
-                source: w.source.clone(),
-                rule: rule.0,
-                die_on_fail: spec.die_on_fail(),
-            };
-            bad.push(b.clone());
-            Entry {
-                spec,
-                value: default_value(spec),
-                source: Source::Default,
-                rejected: Some(b),
+    for (i, r) in candidates.iter().enumerate() {
+        let winner = i + 1 == candidates.len();
+        match parse_for(spec, &r.value) {
+            Ok(value) if winner => {
+                entry.value = value;
+                entry.source = r.source.clone();
+            }
+            Ok(_) => {}
+            Err(rule) => {
+                let b = BadValue {
+                    name: spec.name,
+                    value: r.value.clone(),
+                    source: r.source.clone(),
+                    rule: rule.0,
+                    fatal: spec.die_on_fail() || is_none_on_non_zero(spec, &r.value),
+                    shadowed: !winner,
+                };
+                if winner {
+                    entry.rejected = Some(b.clone());
+                }
+                bad.push(b);
             }
         }
     }
+    entry
+}
+
+/// Felix refuses `none` on a non-zero parameter outright, die-on-fail or not.
+fn is_none_on_non_zero(spec: &ParamSpec, raw: &str) -> bool {
+    spec.non_zero() && raw.trim().eq_ignore_ascii_case("none")
 }
 
 /// Reference §4: the renderer allocates accept, pass, drop, scratch0, scratch1 (and a
@@ -348,7 +366,8 @@ fn check_mark_mask(entries: &mut [Entry], bad: &mut Vec<BadValue>) {
                 mask.count_ones(),
                 if wireguard { ", wireguard" } else { "" }
             ),
-            die_on_fail: true,
+            fatal: true,
+            shadowed: false,
         });
     }
 }
@@ -419,7 +438,7 @@ impl Resolved {
                 f.path.display()
             ));
         }
-        out.extend(self.fallbacks.iter().map(|b| b.to_string()));
+        out.extend(self.bad_values.iter().map(|b| b.to_string()));
         for u in self.unknown.iter().filter(|u| !u.felix_param) {
             out.push(format!(
                 "unknown parameter {} = {:?} (from {}): kept but not used",
@@ -431,9 +450,9 @@ impl Resolved {
 
     /// Emits [`Resolved::warnings`] through `tracing`.
     pub fn log_warnings(&self) {
-        for b in &self.fallbacks {
+        for b in &self.bad_values {
             tracing::warn!(param = b.name, value = %b.value, source = %b.source, rule = %b.rule,
-                "invalid config value, using the default");
+                shadowed = b.shadowed, "invalid config value, using the default");
         }
         for u in &self.unknown {
             if u.felix_param {

@@ -217,6 +217,11 @@ const U32: Kind = Kind::Int {
     min: 0,
     max: u32::MAX as u64,
 };
+/// Route metrics: Felix's `int(1:2147483646)`.
+const PRIORITY: Kind = Kind::Int {
+    min: 1,
+    max: 2_147_483_646,
+};
 const MTU: Kind = Kind::Int { min: 0, max: 65535 };
 
 /// Declares the table rows and the matching [`Config`] fields in one place.
@@ -281,12 +286,12 @@ params! {
     #[serde(with = "secs_f64")] #[schemars(with = "f64")]
     endpoint_reporting_delay_secs: Duration = "EndpointReportingDelaySecs", Kind::Seconds, "1", 0,
         "Seconds to coalesce endpoint status changes before reporting them.";
-    endpoint_status_path_prefix: String = "EndpointStatusPathPrefix", Kind::Path, "/var/run/calico", 0,
-        "Directory under which per-endpoint status files are written.";
+    endpoint_status_path_prefix: Option<String> = "EndpointStatusPathPrefix", Kind::Path, "/var/run/calico", 0,
+        "Directory under which per-endpoint status files are written; `none` = no status files.";
     #[serde(with = "secs_f64")] #[schemars(with = "f64")]
     netlink_timeout_secs: Duration = "NetlinkTimeoutSecs", Kind::Seconds, "10", 0,
         "Seconds to wait for a netlink reply before giving up on the request.";
-    felix_hostname: Option<String> = "FelixHostname", Kind::Host, "", LOCAL,
+    felix_hostname: Option<String> = "FelixHostname", Kind::Hostname, "", LOCAL,
         "This node's name; unset = the kernel host name.";
     variant: String = "Variant", Kind::Text, "Calico", 0,
         "Product variant reported in status.";
@@ -429,19 +434,19 @@ params! {
     route_source: RouteSource = "RouteSource", Kind::OneOf(RouteSource::WORDS), "CalicoIPAM", 0,
         "Where remote routes come from: CalicoIPAM blocks or WorkloadIPs.";
     route_table_ranges: Vec<RouteTableRange> = "RouteTableRanges", Kind::RouteTableRanges, "", DIE,
-        "Routing tables we may use (min-max,...); unset = RouteTableRange.";
+        "Routing tables we may use (min-max,...; 253-255 inside a range are skipped); unset = RouteTableRange.";
     route_table_range: Option<RouteTableRange> = "RouteTableRange", Kind::RouteTableRange, "1-250", DIE,
         "Deprecated single routing-table range, used when RouteTableRanges is unset.";
     program_cluster_routes: ProgramClusterRoutes = "ProgramClusterRoutes",
         Kind::OneOf(ProgramClusterRoutes::WORDS), "EnabledIPIPOnly", 0,
         "Which cluster routes we program (instead of BIRD).";
-    ipv4_normal_route_priority: u32 = "IPv4NormalRoutePriority", U32, "1024", 0,
+    ipv4_normal_route_priority: u32 = "IPv4NormalRoutePriority", PRIORITY, "1024", 0,
         "Metric of ordinary IPv4 routes.";
-    ipv6_normal_route_priority: u32 = "IPv6NormalRoutePriority", U32, "1024", 0,
+    ipv6_normal_route_priority: u32 = "IPv6NormalRoutePriority", PRIORITY, "1024", 0,
         "Metric of ordinary IPv6 routes.";
-    ipv4_elevated_route_priority: u32 = "IPv4ElevatedRoutePriority", U32, "512", 0,
+    ipv4_elevated_route_priority: u32 = "IPv4ElevatedRoutePriority", PRIORITY, "512", 0,
         "Metric of IPv4 routes that must win over normal ones.";
-    ipv6_elevated_route_priority: u32 = "IPv6ElevatedRoutePriority", U32, "512", 0,
+    ipv6_elevated_route_priority: u32 = "IPv6ElevatedRoutePriority", PRIORITY, "512", 0,
         "Metric of IPv6 routes that must win over normal ones.";
     ip_forwarding: EnabledDisabled = "IPForwarding", ONOFF, "Enabled", 0,
         "Enable IP forwarding (net.ipv4.ip_forward / ipv6 forwarding).";
@@ -467,7 +472,7 @@ params! {
         "Let workloads send IP-in-IP packets.";
     #[schemars(with = "Vec<String>")]
     external_nodes_cidr_list: Vec<IpNet> = "ExternalNodesCIDRList", Kind::CidrList, "", DIE,
-        "Non-Calico nodes allowed to send IP-in-IP/VXLAN to this node.";
+        "IPv4 CIDRs of non-Calico nodes allowed to send IP-in-IP/VXLAN to this node.";
 
     // --- Wireguard ---
     wireguard_enabled: bool = "WireguardEnabled", Kind::Bool, "false", 0,
@@ -491,9 +496,9 @@ params! {
     workload_source_spoofing: WorkloadSourceSpoofing = "WorkloadSourceSpoofing",
         Kind::OneOf(WorkloadSourceSpoofing::WORDS), "Disabled", 0,
         "Whether workloads may be allowed (per annotation) to spoof source addresses.";
-    openstack_region: Option<String> = "OpenstackRegion", Kind::Text, "", DIE,
+    openstack_region: Option<String> = "OpenstackRegion", Kind::Region, "", DIE,
         "OpenStack region; unset = none.";
-    metadata_addr: String = "MetadataAddr", Kind::Host, "127.0.0.1", DIE,
+    metadata_addr: String = "MetadataAddr", Kind::Hostname, "127.0.0.1", DIE,
         "OpenStack metadata server address (workloads reach it via DNAT).";
     metadata_port: u16 = "MetadataPort", PORT, "8775", DIE,
         "OpenStack metadata server port.";

@@ -24,7 +24,8 @@ pub enum Kind {
     Seconds,
     /// Float milliseconds.
     Millis,
-    /// A decimal integer in `min..=max`.
+    /// An integer in `min..=max`, in Go's base-0 syntax (`42`, `0x2a`, `0o52`, `0b101010`,
+    /// `052`), as Felix's `strconv.ParseInt(raw, 0, 64)` reads it.
     Int { min: u64, max: u64 },
     /// A 32-bit mark mask, hex (`0xffff0000`) or decimal, with at least 2 bits set.
     MarkMask,
@@ -36,7 +37,7 @@ pub enum Kind {
     Regex,
     /// Comma-separated interface names or prefixes, each `[a-zA-Z0-9_-]{1,15}`.
     IfaceList,
-    /// One interface name, `[a-zA-Z0-9_.-]{1,15}` (Felix's `iface-param`).
+    /// One interface name, `[a-zA-Z0-9:._+-]{1,15}` (Felix's `iface-param`).
     Iface,
     /// Comma-separated interface names or `/regex/` entries.
     IfaceExcludeList,
@@ -50,17 +51,23 @@ pub enum Kind {
     Ipv4,
     /// An IPv6 address.
     Ipv6,
-    /// A host name or IP address.
+    /// A listen address: host name or IP, `[a-zA-Z0-9:._+-]{1,64}` (Felix's `host-address`).
     Host,
-    /// Comma-separated CIDRs (IPv4 or IPv6).
+    /// A host name, `[a-zA-Z0-9_.-]+` (Felix's `hostname`).
+    Hostname,
+    /// An OpenStack region: a DNS-1123 label of at most 46 characters (Felix's `region`).
+    Region,
+    /// Comma-separated IPv4 CIDRs or addresses (Felix's `cidr-list` is IPv4-only).
     CidrList,
     /// One of a fixed set of words, matched case-insensitively and canonicalised.
     OneOf(&'static [&'static str]),
     /// `N/second|minute|hour|day`.
     RateLimit,
-    /// One `lo-hi` routing-table range.
+    /// One `lo-hi` routing-table range within 1–250 (the deprecated `RouteTableRange`).
     RouteTableRange,
-    /// Comma-separated `lo-hi` routing-table ranges.
+    /// Comma-separated `lo-hi` routing-table ranges, 1 ≤ lo ≤ hi ≤ 2³²−1, at most 65535
+    /// tables in all; the kernel's reserved tables 253–255 may fall inside and are skipped by
+    /// the route manager, as Felix does.
     RouteTableRanges,
     /// Comma-separated `name=duration` pairs (Go duration syntax: `30s`, `1m30s`).
     KeyDurationList,
@@ -195,18 +202,26 @@ pub fn parse(kind: Kind, raw: &str) -> Result<Value, Rule> {
             .parse::<Ipv6Addr>()
             .map(|ip| Value::Ip(ip.into()))
             .map_err(|_| rule("expected an IPv6 address, e.g. fd00::1")),
-        Kind::Host => parse_host(raw).map(Value::Text),
+        Kind::Host => matches_chars(
+            raw,
+            1,
+            64,
+            ":._+-",
+            "a host address ([a-zA-Z0-9:._+-]{1,64})",
+        ),
+        Kind::Hostname => matches_chars(raw, 1, usize::MAX, "_.-", "a host name ([a-zA-Z0-9_.-]+)"),
+        Kind::Region => parse_region(raw).map(Value::Text),
         Kind::CidrList => split_list(raw)
-            .map(parse_cidr)
+            .map(parse_v4_cidr)
             .collect::<Result<_, _>>()
             .map(Value::Nets),
         Kind::OneOf(words) => parse_one_of(raw, words).map(Value::Word),
         Kind::RateLimit => parse_rate_limit(raw).map(Value::RateLimit),
-        Kind::RouteTableRange => parse_table_range(raw).map(|r| Value::TableRanges(vec![r])),
-        Kind::RouteTableRanges => split_list(raw)
-            .map(parse_table_range)
-            .collect::<Result<_, _>>()
-            .map(Value::TableRanges),
+        Kind::RouteTableRange => match parse_table_range(raw) {
+            Ok(r) if r.max <= 250 => Ok(Value::TableRanges(vec![r])),
+            _ => Err(rule("must be a range of route table indices within 1-250")),
+        },
+        Kind::RouteTableRanges => parse_table_ranges(raw).map(Value::TableRanges),
         Kind::KeyDurationList => split_list(raw)
             .map(parse_key_duration)
             .collect::<Result<_, _>>()
@@ -229,7 +244,9 @@ pub fn zero_value(kind: Kind) -> Option<Value> {
         Kind::Seconds | Kind::Millis => Value::Duration(Duration::ZERO),
         Kind::Int { min: 0, .. } => Value::UInt(0),
         Kind::MarkMask => Value::Mask(0),
-        Kind::Text | Kind::Path | Kind::Host | Kind::Iface => Value::Text(String::new()),
+        Kind::Text | Kind::Path | Kind::Host | Kind::Hostname | Kind::Region | Kind::Iface => {
+            Value::Text(String::new())
+        }
         Kind::IfaceList => Value::Strings(Vec::new()),
         Kind::IfaceExcludeList => Value::Excludes(Vec::new()),
         Kind::PortList => Value::Ports(Vec::new()),
@@ -267,10 +284,29 @@ fn parse_float_duration(raw: &str, unit_secs: f64) -> Result<Duration, Rule> {
     Duration::try_from_secs_f64(n * unit_secs).map_err(|_| rule("duration out of range"))
 }
 
+/// Go's `strconv.ParseUint(raw, 0, 64)`: `0x`/`0o`/`0b` prefixes, a leading `0` = octal.
+fn parse_go_uint(raw: &str) -> Option<u64> {
+    let lower = raw.to_ascii_lowercase();
+    let (digits, radix) = if let Some(h) = lower.strip_prefix("0x") {
+        (h, 16)
+    } else if let Some(o) = lower.strip_prefix("0o") {
+        (o, 8)
+    } else if let Some(b) = lower.strip_prefix("0b") {
+        (b, 2)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (&lower[1..], 8)
+    } else {
+        (lower.as_str(), 10)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
 fn parse_int(raw: &str, min: u64, max: u64) -> Result<u64, Rule> {
-    let n: u64 = raw
-        .parse()
-        .map_err(|_| rule(format!("expected an integer in {min}..={max}")))?;
+    let n =
+        parse_go_uint(raw).ok_or_else(|| rule(format!("expected an integer in {min}..={max}")))?;
     if n < min || n > max {
         return Err(rule(format!("{n} is outside {min}..={max}")));
     }
@@ -280,11 +316,9 @@ fn parse_int(raw: &str, min: u64, max: u64) -> Result<u64, Rule> {
 /// A mark mask: `0x`-prefixed hex or decimal, 32 bits, at least 2 bits set (reference §3.1; the
 /// stricter "room for the renderer's bits" check is in `super::validate`, reference §4).
 pub fn parse_mark_mask(raw: &str) -> Result<u32, Rule> {
-    let parsed = match raw.strip_prefix("0x").or_else(|| raw.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16),
-        None => raw.parse::<u32>(),
-    };
-    let mask = parsed.map_err(|_| rule("expected a 32-bit mask, hex (0xffff0000) or decimal"))?;
+    let mask = parse_go_uint(raw)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| rule("expected a 32-bit mask, hex (0xffff0000) or decimal"))?;
     if mask.count_ones() < 2 {
         return Err(rule(format!(
             "mark mask {mask:#x} has {} bit(s) set; at least 2 are needed",
@@ -313,12 +347,49 @@ pub fn parse_iface_list(raw: &str) -> Result<Vec<String>, Rule> {
 }
 
 fn parse_iface(raw: &str) -> Result<String, Rule> {
-    if is_iface_name(raw, &['.']) {
+    if is_iface_name(raw, &[':', '.', '+']) {
         Ok(raw.to_string())
     } else {
         Err(rule(
-            "expected one interface name matching [a-zA-Z0-9_.-]{1,15}",
+            "expected one interface name matching [a-zA-Z0-9:._+-]{1,15}",
         ))
+    }
+}
+
+/// `raw` is `min..=max` characters from `[a-zA-Z0-9]` plus `extra`.
+fn matches_chars(
+    raw: &str,
+    min: usize,
+    max: usize,
+    extra: &str,
+    what: &str,
+) -> Result<Value, Rule> {
+    let ok = (min..=max).contains(&raw.len())
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(c));
+    if ok {
+        Ok(Value::Text(raw.to_string()))
+    } else {
+        Err(rule(format!("expected {what}")))
+    }
+}
+
+/// A DNS-1123 label short enough to follow `openstack-region-` in a namespace name.
+fn parse_region(raw: &str) -> Result<String, Rule> {
+    const MAX: usize = 63 - "openstack-region-".len();
+    let ok = raw.len() <= MAX
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !raw.starts_with('-')
+        && !raw.ends_with('-');
+    if ok {
+        Ok(raw.to_string())
+    } else {
+        Err(rule(format!(
+            "expected a DNS label (lower-case letters, digits, inner '-') of at most {MAX} characters"
+        )))
     }
 }
 
@@ -354,16 +425,22 @@ impl fmt::Display for IfaceMatch {
     }
 }
 
+/// Felix's `iface-list-regexp`: comma-separated (no spaces) entries, each `/regex/` (no
+/// whitespace inside) or an interface name `[a-zA-Z0-9_-]{1,15}`.
 fn parse_iface_excludes(raw: &str) -> Result<Vec<IfaceMatch>, Rule> {
-    split_list(raw)
+    raw.split(',')
         .map(|item| {
-            if let Some(inner) = item.strip_prefix('/').and_then(|s| s.strip_suffix('/')) {
+            let regex = item
+                .strip_prefix('/')
+                .and_then(|s| s.strip_suffix('/'))
+                .filter(|s| !s.is_empty() && !s.chars().any(char::is_whitespace));
+            if let Some(inner) = regex {
                 Pattern::new(inner).map(IfaceMatch::Regex)
-            } else if is_iface_name(item, &['.']) {
+            } else if is_iface_name(item, &[]) {
                 Ok(IfaceMatch::Name(item.to_string()))
             } else {
                 Err(rule(format!(
-                    "entry {item:?} is neither an interface name ([a-zA-Z0-9_.-]{{1,15}}) nor a /regex/"
+                    "entry {item:?} is neither an interface name ([a-zA-Z0-9_-]{{1,15}}) nor a /regex/"
                 )))
             }
         })
@@ -475,6 +552,14 @@ fn parse_port(raw: &str) -> Result<u16, Rule> {
         .map_err(|_| rule(format!("port {raw:?} is not an integer in 0..=65535")))
 }
 
+/// An IPv4 CIDR or address (a /32), normalised to its network as Felix's `net.String()` is.
+fn parse_v4_cidr(raw: &str) -> Result<IpNet, Rule> {
+    match parse_cidr(raw)? {
+        n @ IpNet::V4(_) => Ok(n.trunc()),
+        IpNet::V6(_) => Err(rule(format!("{raw:?} is not an IPv4 CIDR or address"))),
+    }
+}
+
 fn parse_cidr(raw: &str) -> Result<IpNet, Rule> {
     raw.parse::<IpNet>()
         .or_else(|_| raw.parse::<IpAddr>().map(IpNet::from))
@@ -567,25 +652,6 @@ pub fn parse_port_range(raw: &str) -> Result<PortRange, Rule> {
     Ok(PortRange { first, last })
 }
 
-fn parse_host(raw: &str) -> Result<String, Rule> {
-    if raw.parse::<IpAddr>().is_ok() {
-        return Ok(raw.to_string());
-    }
-    // RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
-    let ok = raw.len() <= 253
-        && raw.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if ok {
-        Ok(raw.to_string())
-    } else {
-        Err(rule("expected a host name (RFC 1123) or an IP address"))
-    }
-}
-
 fn parse_one_of(raw: &str, words: &'static [&'static str]) -> Result<&'static str, Rule> {
     words
         .iter()
@@ -623,18 +689,21 @@ impl fmt::Display for RateLimit {
     }
 }
 
+/// Felix's `^[1-9]\d{0,3}/(second|minute|hour|day)$`: 1–9999 per lower-case unit.
 fn parse_rate_limit(raw: &str) -> Result<RateLimit, Rule> {
-    let bad = || rule("expected N/second, N/minute, N/hour or N/day with N a positive integer");
+    let bad = || rule("expected N/second, N/minute, N/hour or N/day with N in 1..=9999");
     let (n, per) = raw.split_once('/').ok_or_else(bad)?;
-    let count: u32 = n.trim().parse().map_err(|_| bad())?;
-    if count == 0 {
+    let digits_ok =
+        (1..=4).contains(&n.len()) && n.chars().all(|c| c.is_ascii_digit()) && !n.starts_with('0');
+    if !digits_ok {
         return Err(bad());
     }
-    let per = match per.trim().to_ascii_lowercase().as_str() {
-        "second" | "s" => RatePer::Second,
-        "minute" | "m" => RatePer::Minute,
-        "hour" | "h" => RatePer::Hour,
-        "day" | "d" => RatePer::Day,
+    let count: u32 = n.parse().map_err(|_| bad())?;
+    let per = match per {
+        "second" => RatePer::Second,
+        "minute" => RatePer::Minute,
+        "hour" => RatePer::Hour,
+        "day" => RatePer::Day,
         _ => return Err(bad()),
     };
     Ok(RateLimit { count, per })
@@ -653,8 +722,7 @@ impl fmt::Display for RouteTableRange {
     }
 }
 
-/// `min-max`, 1 ≤ min ≤ max; the kernel's reserved tables 253–255 (default, main, local) may not
-/// fall inside.
+/// `min-max` with 1 ≤ min ≤ max ≤ 2³²−1.
 fn parse_table_range(raw: &str) -> Result<RouteTableRange, Rule> {
     let bad = || {
         rule(format!(
@@ -662,17 +730,32 @@ fn parse_table_range(raw: &str) -> Result<RouteTableRange, Rule> {
         ))
     };
     let (lo, hi) = raw.split_once('-').ok_or_else(bad)?;
-    let min: u32 = lo.trim().parse().map_err(|_| bad())?;
-    let max: u32 = hi.trim().parse().map_err(|_| bad())?;
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    if !digits(lo) || !digits(hi) {
+        return Err(bad());
+    }
+    let min: u32 = lo.parse().map_err(|_| bad())?;
+    let max: u32 = hi.parse().map_err(|_| bad())?;
     if min == 0 || min > max {
         return Err(bad());
     }
-    if min <= 255 && max >= 253 {
+    Ok(RouteTableRange { min, max })
+}
+
+/// Felix caps the tables a node may target at 65535 in all.
+const MAX_ROUTE_TABLES: u64 = 0xffff;
+
+fn parse_table_ranges(raw: &str) -> Result<Vec<RouteTableRange>, Rule> {
+    let ranges: Vec<RouteTableRange> = split_list(raw)
+        .map(parse_table_range)
+        .collect::<Result<_, _>>()?;
+    let total: u64 = ranges.iter().map(|r| u64::from(r.max - r.min) + 1).sum();
+    if total > MAX_ROUTE_TABLES {
         return Err(rule(format!(
-            "routing-table range {raw:?} includes the kernel's reserved tables 253-255"
+            "routing-table ranges target {total} tables; at most {MAX_ROUTE_TABLES} are allowed"
         )));
     }
-    Ok(RouteTableRange { min, max })
+    Ok(ranges)
 }
 
 /// One `HealthTimeoutOverrides` entry: a health reporter's name and its timeout.
@@ -776,6 +859,7 @@ mod tests {
             (Kind::IfaceExcludeList, "kube-ipvs0,/^veth.*/"),
             (Kind::PortRangeList, "30000:32767,80:80"),
             (Kind::RateLimit, "10/minute"),
+            (Kind::Int { min: 0, max: 100 }, "42"),
             (Kind::RouteTableRanges, "1-250,1000-2000"),
             (Kind::MarkMask, "0xffff0000"),
         ] {
