@@ -166,6 +166,30 @@ fn ini_sections_are_flattened_and_later_lines_win() {
 }
 
 #[test]
+fn ini_values_follow_go_ini_quotes_and_comments() {
+    let file = cfg_file(
+        "LogPrefix = calico ; trailing comment\n\
+         HealthHost = \"host;with#chars\" # comment after quotes\n\
+         EndpointStatusPathPrefix = `/run/x;y`\n\
+         InterfacePrefix = cali#tap\n\
+         InterfacePrefix = tap\n",
+    );
+    let r = load_with(Some(&file), &[]).unwrap();
+    assert_eq!(r.config.log_prefix, "calico");
+    assert_eq!(r.bad_values.len(), 1, "{:?}", r.bad_values); // HealthHost: ';' and '#' not allowed
+    assert_eq!(r.bad_values[0].value, "host;with#chars");
+    assert_eq!(
+        r.config.endpoint_status_path_prefix.as_deref(),
+        Some("/run/x;y")
+    );
+    assert_eq!(r.config.interface_prefix, ["tap"]);
+    assert!(r
+        .warnings()
+        .iter()
+        .any(|w| w.contains("InterfacePrefix is set more than once")));
+}
+
+#[test]
 fn config_file_path_comes_from_flag_then_env_then_default() {
     let a = cfg_file("HealthPort = 1111\n");
     let b = cfg_file("HealthPort = 2222\n");

@@ -439,10 +439,17 @@ impl Resolved {
             ));
         }
         out.extend(self.bad_values.iter().map(|b| b.to_string()));
+        for key in sources::duplicate_file_keys(&self.raw) {
+            out.push(format!(
+                "{key} is set more than once in the config file; the last line wins"
+            ));
+        }
+        // Values of unknown keys are not repeated here: they may be credentials (Felix does
+        // not log environment values either); `config show` lists them on request.
         for u in self.unknown.iter().filter(|u| !u.felix_param) {
             out.push(format!(
-                "unknown parameter {} = {:?} (from {}): kept but not used",
-                u.key, u.value, u.source
+                "unknown parameter {} (from {}): kept but not used",
+                u.key, u.source
             ));
         }
         out
@@ -458,7 +465,7 @@ impl Resolved {
             if u.felix_param {
                 tracing::debug!(param = %u.key, source = %u.source, "Felix parameter not used by felix-nft");
             } else {
-                tracing::warn!(param = %u.key, value = %u.value, source = %u.source,
+                tracing::warn!(param = %u.key, source = %u.source,
                     "unknown config parameter, ignored");
             }
         }

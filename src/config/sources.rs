@@ -121,11 +121,12 @@ pub fn env_values(env: &[(String, String)]) -> Vec<RawValue> {
 }
 
 /// Parses INI text, flattening `[global]` and every other section into one list in file order
-/// (a later line overrides an earlier one). Quotes around values are removed; backslashes are
-/// kept verbatim (regexes and Windows-free paths need them).
+/// (a later line overrides an earlier one). Values follow go-ini, which Felix uses: a value
+/// in `"…"` or `` `…` `` is taken verbatim; otherwise `#` or `;` starts a comment. Backslashes
+/// are kept (regexes need them).
 pub fn parse_ini(path: &Path, text: &str) -> Result<Vec<RawValue>, ini::ParseError> {
     let opt = ParseOption {
-        enabled_quote: true,
+        enabled_quote: false,
         enabled_escape: false,
         ..ParseOption::default()
     };
@@ -135,7 +136,7 @@ pub fn parse_ini(path: &Path, text: &str) -> Result<Vec<RawValue>, ini::ParseErr
         for (k, v) in props.iter() {
             out.push(RawValue {
                 key: k.trim().to_string(),
-                value: v.to_string(),
+                value: ini_value(v),
                 source: Source::File {
                     path: path.to_path_buf(),
                     section: section.unwrap_or("").to_string(),
@@ -144,6 +145,41 @@ pub fn parse_ini(path: &Path, text: &str) -> Result<Vec<RawValue>, ini::ParseErr
         }
     }
     Ok(out)
+}
+
+/// go-ini's value rules: quoted = verbatim between the quotes; unquoted = up to the first
+/// `#` or `;`, trimmed.
+fn ini_value(raw: &str) -> String {
+    let v = raw.trim();
+    for q in ['"', '`'] {
+        if let Some(inner) = v.strip_prefix(q) {
+            if let Some(end) = inner.find(q) {
+                return inner[..end].to_string();
+            }
+        }
+    }
+    let end = v.find(['#', ';']).unwrap_or(v.len());
+    v[..end].trim().to_string()
+}
+
+/// Keys given more than once in the file (case-insensitively), which go-ini resolves by
+/// "last wins" and Felix warns about.
+pub fn duplicate_file_keys(raw: &[RawValue]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for r in raw
+        .iter()
+        .filter(|r| matches!(r.source, Source::File { .. }))
+    {
+        *seen.entry(r.key.to_ascii_lowercase()).or_default() += 1;
+    }
+    raw.iter()
+        .filter(|r| matches!(r.source, Source::File { .. }))
+        .filter(|r| {
+            seen.remove(&r.key.to_ascii_lowercase())
+                .is_some_and(|n| n > 1)
+        })
+        .map(|r| r.key.clone())
+        .collect()
 }
 
 /// Reads and parses the config file. `Ok(None)` when it does not exist (that is fine, §3.1).
