@@ -291,6 +291,11 @@ fn port_lists_take_every_felix_form() {
         },
     ];
     assert_eq!(c.failsafe_inbound_host_ports, want);
+    // Networks are normalised, as Felix's `net.String()` does.
+    assert_eq!(
+        with("FailsafeInboundHostPorts", "udp:10.1.2.3/8:53").failsafe_inbound_host_ports[0].net,
+        Some("10.0.0.0/8".parse().unwrap())
+    );
     assert_bad("FailsafeInboundHostPorts", "sctp:22", "proto tcp|udp");
     assert_bad("FailsafeInboundHostPorts", "tcp:70000", "0..=65535");
     assert_bad(

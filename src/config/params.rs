@@ -41,27 +41,34 @@ pub struct ParamSpec {
     pub name: &'static str,
     /// The [`Config`] field it fills.
     pub field: &'static str,
+    /// How its raw value is parsed.
     pub kind: Kind,
     /// The default in Felix's raw syntax; empty = unset.
     pub default: &'static str,
     /// Bits from [`flags`].
     pub flags: u8,
+    /// One line for `config show` and the schema.
     pub description: &'static str,
 }
 
 impl ParamSpec {
+    /// A bad value stops the load.
     pub fn die_on_fail(&self) -> bool {
         self.flags & flags::DIE_ON_FAIL != 0
     }
+    /// The zero value (`none`) is refused.
     pub fn non_zero(&self) -> bool {
         self.flags & flags::NON_ZERO != 0
     }
+    /// Felix ignores it from datastore sources.
     pub fn local(&self) -> bool {
         self.flags & flags::LOCAL != 0
     }
+    /// felix-nft's own parameter.
     pub fn ours(&self) -> bool {
         self.flags & flags::OURS != 0
     }
+    /// Accepted for compatibility; felix-nft does not act on it.
     pub fn inert(&self) -> bool {
         self.flags & flags::INERT != 0
     }
@@ -76,6 +83,7 @@ pub fn find(name: &str) -> Option<&'static ParamSpec> {
 /// kind with a field type that cannot hold it: a bug in the table, caught by the tests that
 /// parse every default and sample value.
 pub trait FromValue: Sized {
+    /// `None` if `v` is not a value of this type.
     fn from_value(v: Value) -> Option<Self>;
 }
 

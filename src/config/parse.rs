@@ -162,7 +162,10 @@ impl fmt::Display for Value {
 
 /// The rule a raw value broke: the text says what was expected, for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule(pub String);
+pub struct Rule(
+    /// What was expected, in words.
+    pub String,
+);
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -396,7 +399,9 @@ fn parse_region(raw: &str) -> Result<String, Rule> {
 /// One `InterfaceExclude` entry: an exact interface name or a `/regex/`.
 #[derive(Debug, Clone)]
 pub enum IfaceMatch {
+    /// Exactly this interface.
     Name(String),
+    /// Interfaces whose name matches.
     Regex(Pattern),
 }
 
@@ -530,10 +535,12 @@ impl fmt::Display for PortProtocol {
 /// `net`) is always allowed, whatever the policy (reference §7.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct FailsafePort {
+    /// tcp or udp.
     pub protocol: PortProtocol,
     /// Restricts the failsafe to this peer network; `None` = any peer.
     #[schemars(with = "Option<String>")]
     pub net: Option<IpNet>,
+    /// The host-side port.
     pub port: u16,
 }
 
@@ -594,7 +601,7 @@ pub fn parse_failsafe_port(item: &str) -> Result<FailsafePort, Rule> {
     };
     let (net, port) = if let Some(v6) = rest.strip_prefix('[') {
         let (cidr, port) = v6.split_once("]:").ok_or_else(bad)?;
-        let net = parse_cidr(cidr)?;
+        let net = parse_cidr(cidr)?.trunc();
         if !matches!(net, IpNet::V6(_)) {
             return Err(rule(format!(
                 "entry {item:?}: only IPv6 CIDRs go in brackets"
@@ -604,7 +611,7 @@ pub fn parse_failsafe_port(item: &str) -> Result<FailsafePort, Rule> {
     } else {
         match rest.rsplit_once(':') {
             Some((cidr, port)) => {
-                let net = parse_cidr(cidr)?;
+                let net = parse_cidr(cidr)?.trunc();
                 if matches!(net, IpNet::V6(_)) {
                     return Err(rule(format!(
                         "entry {item:?}: an IPv6 CIDR must be in brackets, e.g. tcp:[fd00::/64]:80"
@@ -629,7 +636,9 @@ fn parse_port_list(raw: &str) -> Result<Vec<FailsafePort>, Rule> {
 /// An inclusive port range, `first <= last`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct PortRange {
+    /// First port, inclusive.
     pub first: u16,
+    /// Last port, inclusive.
     pub last: u16,
 }
 
@@ -673,7 +682,9 @@ pub enum RatePer {
 /// `LogActionRateLimit`: at most `count` log records per `per`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct RateLimit {
+    /// Records allowed per unit, 1..=9999.
     pub count: u32,
+    /// The unit.
     pub per: RatePer,
 }
 
@@ -712,7 +723,9 @@ fn parse_rate_limit(raw: &str) -> Result<RateLimit, Rule> {
 /// An inclusive range of routing-table indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct RouteTableRange {
+    /// First table index, inclusive.
     pub min: u32,
+    /// Last table index, inclusive.
     pub max: u32,
 }
 
@@ -761,7 +774,9 @@ fn parse_table_ranges(raw: &str) -> Result<Vec<RouteTableRange>, Rule> {
 /// One `HealthTimeoutOverrides` entry: a health reporter's name and its timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct KeyDuration {
+    /// Health reporter name.
     pub name: String,
+    /// Its timeout.
     #[serde(with = "secs_f64")]
     #[schemars(with = "f64")]
     pub timeout: Duration,
