@@ -146,9 +146,10 @@ fn defaults_are_felixs() {
     assert_eq!(c.vxlan_enabled, None);
     assert_eq!(c.nat_port_range, None);
     assert_eq!(c.felix_hostname, None);
+    assert_eq!(c.route_table_range, None);
     assert_eq!(
-        c.route_table_range,
-        Some(RouteTableRange { min: 1, max: 250 })
+        c.route_table_indices(),
+        [RouteTableRange { min: 1, max: 250 }]
     );
     assert!(c
         .mtu_iface_pattern
@@ -579,4 +580,35 @@ fn values_render_back_in_felix_syntax() {
         assert_eq!(v.to_string(), raw, "{name}");
         assert_eq!(p(name, &v.to_string()).unwrap(), v, "{name}");
     }
+}
+
+#[test]
+fn interface_and_route_table_helpers() {
+    let c = with("InterfacePrefix", "cali,tap");
+    assert!(c.is_workload_iface("cali123") && c.is_workload_iface("tap0"));
+    assert!(!c.is_workload_iface("eth0"));
+    let c = with("InterfaceExclude", "kube-ipvs0,/^dummy[0-9]+$/");
+    assert!(c.is_excluded_iface("dummy12") && c.is_excluded_iface("kube-ipvs0"));
+    assert!(!c.is_excluded_iface("dummy") && !c.is_excluded_iface("kube-ipvs"));
+
+    assert_eq!(
+        Config::default().route_table_indices(),
+        [RouteTableRange { min: 1, max: 250 }]
+    );
+    assert_eq!(
+        with("RouteTableRange", "5-9").route_table_indices(),
+        [RouteTableRange { min: 5, max: 9 }]
+    );
+    assert_eq!(
+        with("RouteTableRanges", "1000-1999").route_table_indices(),
+        [RouteTableRange {
+            min: 1000,
+            max: 1999
+        }]
+    );
+    // `none` on the deprecated range leaves Felix's built-in 1-250.
+    assert_eq!(
+        with("RouteTableRange", "none").route_table_indices(),
+        [RouteTableRange { min: 1, max: 250 }]
+    );
 }

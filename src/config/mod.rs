@@ -472,6 +472,30 @@ impl Resolved {
     }
 }
 
+impl Config {
+    /// Whether `ifname` is a workload interface: it starts with one of `InterfacePrefix`.
+    pub fn is_workload_iface(&self, ifname: &str) -> bool {
+        self.interface_prefix.iter().any(|p| ifname.starts_with(p))
+    }
+
+    /// Whether `ifname` is ignored by the agent (`InterfaceExclude`).
+    pub fn is_excluded_iface(&self, ifname: &str) -> bool {
+        self.interface_exclude.iter().any(|m| m.matches(ifname))
+    }
+
+    /// The routing tables the agent may use, as Felix's `RouteTableIndices`: `RouteTableRanges`
+    /// if set, else the deprecated `RouteTableRange`, else 1–250. Callers skip the kernel's
+    /// reserved tables 253–255 inside a range.
+    pub fn route_table_indices(&self) -> Vec<RouteTableRange> {
+        if !self.route_table_ranges.is_empty() {
+            return self.route_table_ranges.clone();
+        }
+        vec![self
+            .route_table_range
+            .unwrap_or(RouteTableRange { min: 1, max: 250 })]
+    }
+}
+
 impl Default for Config {
     /// Every parameter at its built-in default.
     fn default() -> Self {

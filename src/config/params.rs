@@ -443,8 +443,8 @@ params! {
         "Where remote routes come from: CalicoIPAM blocks or WorkloadIPs.";
     route_table_ranges: Vec<RouteTableRange> = "RouteTableRanges", Kind::RouteTableRanges, "", DIE,
         "Routing tables we may use (min-max,...; 253-255 inside a range are skipped); unset = RouteTableRange.";
-    route_table_range: Option<RouteTableRange> = "RouteTableRange", Kind::RouteTableRange, "1-250", DIE,
-        "Deprecated single routing-table range, used when RouteTableRanges is unset.";
+    route_table_range: Option<RouteTableRange> = "RouteTableRange", Kind::RouteTableRange, "", DIE,
+        "Deprecated single routing-table range (within 1-250), used when RouteTableRanges is unset; both unset = 1-250.";
     program_cluster_routes: ProgramClusterRoutes = "ProgramClusterRoutes",
         Kind::OneOf(ProgramClusterRoutes::WORDS), "EnabledIPIPOnly", 0,
         "Which cluster routes we program (instead of BIRD).";
