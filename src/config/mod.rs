@@ -234,7 +234,7 @@ pub fn resolve(raw: Vec<RawValue>) -> Result<Resolved, ConfigError> {
     let values = entries.iter().map(|e| e.value.clone()).collect();
     let config = Config::from_values(values).map_err(|name| ConfigError::Invalid {
         bad: vec![BadValue {
-            name: find(name).map_or("?", |s| s.name),
+            name,
             value: String::new(),
             source: Source::Default,
             rule: "internal error: the parameter table pairs this kind with a field type that cannot hold it".into(),
@@ -397,8 +397,10 @@ fn unknown_keys(raw: &[RawValue]) -> Vec<UnknownKey> {
 }
 
 impl Resolved {
-    /// Layers a `ConfigUpdate`'s `config` map on top of the file and environment, replacing
-    /// any earlier update (each `ConfigUpdate` carries Felix's complete resolved config).
+    /// Layers a `ConfigUpdate`'s `config` map (Felix's resolved raw values, reference §2.3) on
+    /// top of the file and environment, replacing any earlier update: each `ConfigUpdate`
+    /// carries Felix's complete resolved config. `source_to_raw_config` is not needed: `config`
+    /// already holds the winning value of every source Felix has.
     pub fn with_update(&self, update: &BTreeMap<String, String>) -> Result<Resolved, ConfigError> {
         let mut raw: Vec<RawValue> = self
             .raw

@@ -303,8 +303,8 @@ params! {
         "This node's name; unset = the kernel host name.";
     variant: String = "Variant", Kind::Text, "Calico", 0,
         "Product variant reported in status.";
-    config_file: String = "ConfigFile", Kind::Path, "/etc/calico/felix.cfg", LOCAL,
-        "The INI config file (set by --config or FELIX_CONFIGFILE; a file cannot name itself).";
+    config_file: String = "ConfigFile", Kind::Path, "/etc/calico/felix.cfg", LOCAL | OURS,
+        "felix-nft: the INI config file read (set by --config or FELIX_CONFIGFILE; a file cannot name itself).";
 
     // --- Backend selection ---
     nftables_mode: NftablesMode = "NFTablesMode", Kind::OneOf(NftablesMode::WORDS), "Auto", 0,
