@@ -104,7 +104,6 @@ impl RtnlError {
     pub fn is_vanished_interface(&self) -> bool {
         match self {
             RtnlError::NoSuchInterface { .. } => true,
-            RtnlError::Sysctl { source, .. } => source.kind() == io::ErrorKind::NotFound,
             RtnlError::Kernel { errno, .. } => VANISHED_ERRNOS.contains(errno),
             _ => false,
         }
