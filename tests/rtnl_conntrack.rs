@@ -44,8 +44,12 @@ fn conntrack_entries_of_an_ip_are_deleted() {
             (&hh, "cali1", "10.70.0.1/24", "fd70::1/64"),
             (&wh, "eth0", "10.70.0.2/24", "fd70::2/64"),
         ] {
-            link::add_address(h, dev, v4.parse().unwrap()).await.unwrap();
-            link::add_address(h, dev, v6.parse().unwrap()).await.unwrap();
+            link::add_address(h, dev, v4.parse().unwrap())
+                .await
+                .unwrap();
+            link::add_address(h, dev, v6.parse().unwrap())
+                .await
+                .unwrap();
             link::set_up(h, dev, true).await.unwrap();
             link::set_up(h, "lo", true).await.unwrap();
         }
@@ -79,8 +83,16 @@ fn conntrack_entries_of_an_ip_are_deleted() {
         assert_eq!((r.matched, r.deleted), (2, 2), "{r:?}");
         let v4 = ct_list(&host, "ipv4");
         assert_eq!(count_with(&v4, "10.70.0.2"), 0, "{v4:#?}");
-        assert_eq!(count_with(&v4, "10.70.0.9"), 1, "unrelated flow stays: {v4:#?}");
-        assert_eq!(count_with(&ct_list(&host, "ipv6"), "fd70::2"), 2, "IPv6 untouched by a v4 delete");
+        assert_eq!(
+            count_with(&v4, "10.70.0.9"),
+            1,
+            "unrelated flow stays: {v4:#?}"
+        );
+        assert_eq!(
+            count_with(&ct_list(&host, "ipv6"), "fd70::2"),
+            2,
+            "IPv6 untouched by a v4 delete"
+        );
 
         let r = delete_by_source(Some(&host), "fd70::2".parse().unwrap()).unwrap();
         assert_eq!((r.matched, r.deleted), (2, 2), "{r:?}");

@@ -29,7 +29,12 @@ const FILES: [&str; 14] = [
 fn snapshot(ns: &NetNs) -> Vec<(String, String)> {
     FILES
         .iter()
-        .map(|f| (f.to_string(), read_sysctl(Some(ns), &format!("/proc/sys/{f}"))))
+        .map(|f| {
+            (
+                f.to_string(),
+                read_sysctl(Some(ns), &format!("/proc/sys/{f}")),
+            )
+        })
         .collect()
 }
 
@@ -51,7 +56,9 @@ fn sysctls_land_in_the_target_namespace_only() {
 
         let h = RtnlHandle::connect(Some(&target)).unwrap();
         // rp_filter=2 first, then 0: the zero must really land (the typed builder drops it).
-        set_ipv4_conf(&h, "cali1", &[(Ipv4Conf::RpFilter, 2)]).await.unwrap();
+        set_ipv4_conf(&h, "cali1", &[(Ipv4Conf::RpFilter, 2)])
+            .await
+            .unwrap();
         assert_eq!(get(&target, "net/ipv4/conf/cali1/rp_filter"), "2");
         set_ipv4_conf(
             &h,
@@ -65,15 +72,23 @@ fn sysctls_land_in_the_target_namespace_only() {
         )
         .await
         .unwrap();
-        assert_eq!(get(&target, "net/ipv4/neigh/cali1/proxy_delay"), "80", "kernel default before");
+        assert_eq!(
+            get(&target, "net/ipv4/neigh/cali1/proxy_delay"),
+            "80",
+            "kernel default before"
+        );
         set_proxy_delay(&h, "cali1", 0).await.unwrap();
 
         let sys = ProcSys::new(Some(target.try_clone().unwrap()));
         let default_rpf = sys.default_rp_filter();
-        assert_eq!(default_rpf.to_string(), get(&target, "net/ipv4/conf/default/rp_filter"));
+        assert_eq!(
+            default_rpf.to_string(),
+            get(&target, "net/ipv4/conf/default/rp_filter")
+        );
         sys.set_ipv6_iface("cali1", Ipv6Conf::AcceptRa, 0).unwrap();
         sys.set_ipv6_iface("cali1", Ipv6Conf::ProxyNdp, 1).unwrap();
-        sys.set_ipv6_iface("cali1", Ipv6Conf::Forwarding, 1).unwrap();
+        sys.set_ipv6_iface("cali1", Ipv6Conf::Forwarding, 1)
+            .unwrap();
         sys.write("net/ipv4/ip_forward", "1").unwrap();
         sys.write("net/ipv4/conf/all/rp_filter", "0").unwrap();
         sys.write("net/ipv4/conf/default/rp_filter", "2").unwrap();
@@ -112,15 +127,24 @@ fn sysctls_land_in_the_target_namespace_only() {
         assert_eq!(other_now["net/ipv6/conf/cali1/accept_ra"], "1");
 
         // A vanished interface is a distinguishable, benign error on both paths.
-        let e = set_ipv4_conf(&h, "gone0", &[(Ipv4Conf::RpFilter, 0)]).await.unwrap_err();
+        let e = set_ipv4_conf(&h, "gone0", &[(Ipv4Conf::RpFilter, 0)])
+            .await
+            .unwrap_err();
         assert!(e.is_vanished_interface(), "{e}");
         let e = set_proxy_delay(&h, "gone0", 0).await.unwrap_err();
         assert!(e.is_vanished_interface(), "{e}");
-        let e = sys.set_ipv6_iface("gone0", Ipv6Conf::AcceptRa, 0).unwrap_err();
+        let e = sys
+            .set_ipv6_iface("gone0", Ipv6Conf::AcceptRa, 0)
+            .unwrap_err();
         assert!(e.is_vanished_interface(), "{e}");
         // A real refusal is not: an id outside 1..=IPV4_DEVCONF_MAX.
-        let e = set_ipv4_conf(&h, "cali1", &[(Ipv4Conf::Other(0), 1)]).await.unwrap_err();
-        assert!(!e.is_vanished_interface() && e.errno() == Some(libc::EINVAL), "{e:?}");
+        let e = set_ipv4_conf(&h, "cali1", &[(Ipv4Conf::Other(0), 1)])
+            .await
+            .unwrap_err();
+        assert!(
+            !e.is_vanished_interface() && e.errno() == Some(libc::EINVAL),
+            "{e:?}"
+        );
         let e = sys.write("net/ipv4/no_such_knob", "1").unwrap_err();
         assert!(!e.is_vanished_interface(), "{e}");
     });

@@ -14,7 +14,11 @@ use ipnet::IpNet;
 use rtnl_common::{in_netns_async, ip_json};
 
 /// Waits (up to 3 s) for an event matching `pred`, returning it; panics with what was seen.
-async fn wait_for(rx: &mut EventReceiver, what: &str, pred: impl Fn(&IfaceEvent) -> bool) -> IfaceEvent {
+async fn wait_for(
+    rx: &mut EventReceiver,
+    what: &str,
+    pred: impl Fn(&IfaceEvent) -> bool,
+) -> IfaceEvent {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     let mut seen = Vec::new();
     loop {
@@ -66,7 +70,9 @@ fn monitor_reports_the_interface_lifecycle() {
         // Create: reported down, with its MAC.
         link::create_veth(&h, "cali1", "peer1").await.unwrap();
         let e = wait_for(&mut rx, "cali1 created", |e| link_is(e, "cali1", false)).await;
-        let IfaceEvent::Link(l) = e else { unreachable!() };
+        let IfaceEvent::Link(l) = e else {
+            unreachable!()
+        };
         assert_eq!(l.mac.len(), 6);
         let index = l.index;
 
@@ -76,33 +82,52 @@ fn monitor_reports_the_interface_lifecycle() {
         wait_for(&mut rx, "cali1 up", |e| link_is(e, "cali1", true)).await;
 
         // Addresses, both families.
-        link::add_address(&h, "cali1", net("10.1.0.1/24")).await.unwrap();
-        link::add_address(&h, "cali1", net("fd01::1/64")).await.unwrap();
+        link::add_address(&h, "cali1", net("10.1.0.1/24"))
+            .await
+            .unwrap();
+        link::add_address(&h, "cali1", net("fd01::1/64"))
+            .await
+            .unwrap();
         wait_for(&mut rx, "both addresses", |e| {
-            addrs_of(e, "cali1").is_some_and(|a| a.contains(&net("10.1.0.1/24")) && a.contains(&net("fd01::1/64")))
+            addrs_of(e, "cali1")
+                .is_some_and(|a| a.contains(&net("10.1.0.1/24")) && a.contains(&net("fd01::1/64")))
         })
         .await;
 
         // Removal is reported, but only after the 100 ms damping.
         let t = Instant::now();
-        link::delete_address(&h, "cali1", net("10.1.0.1/24")).await.unwrap();
+        link::delete_address(&h, "cali1", net("10.1.0.1/24"))
+            .await
+            .unwrap();
         wait_for(&mut rx, "address removed", |e| {
             addrs_of(e, "cali1").is_some_and(|a| !a.contains(&net("10.1.0.1/24")))
         })
         .await;
-        assert!(t.elapsed() >= Duration::from_millis(100), "deletion damped: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(100),
+            "deletion damped: {:?}",
+            t.elapsed()
+        );
 
         // A remove + re-add flap inside the damping window produces no removal event.
-        link::add_address(&h, "cali1", net("10.1.0.2/24")).await.unwrap();
+        link::add_address(&h, "cali1", net("10.1.0.2/24"))
+            .await
+            .unwrap();
         wait_for(&mut rx, "second address", |e| {
             addrs_of(e, "cali1").is_some_and(|a| a.contains(&net("10.1.0.2/24")))
         })
         .await;
-        link::delete_address(&h, "cali1", net("10.1.0.2/24")).await.unwrap();
-        link::add_address(&h, "cali1", net("10.1.0.2/24")).await.unwrap();
+        link::delete_address(&h, "cali1", net("10.1.0.2/24"))
+            .await
+            .unwrap();
+        link::add_address(&h, "cali1", net("10.1.0.2/24"))
+            .await
+            .unwrap();
         let flap = drain(&mut rx, Duration::from_millis(300)).await;
         assert!(
-            !flap.iter().any(|e| addrs_of(e, "cali1").is_some_and(|a| !a.contains(&net("10.1.0.2/24")))),
+            !flap
+                .iter()
+                .any(|e| addrs_of(e, "cali1").is_some_and(|a| !a.contains(&net("10.1.0.2/24")))),
             "flap was damped: {flap:#?}"
         );
 
@@ -112,7 +137,10 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Rename (the kernel wants it down).
         link::rename(&h, "cali1", "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "rename", |e| matches!(e, IfaceEvent::Renamed { .. })).await;
+        let e = wait_for(&mut rx, "rename", |e| {
+            matches!(e, IfaceEvent::Renamed { .. })
+        })
+        .await;
         assert_eq!(
             e,
             IfaceEvent::Renamed {
@@ -129,16 +157,26 @@ fn monitor_reports_the_interface_lifecycle() {
             evs.iter()
                 .filter_map(|e| match e {
                     IfaceEvent::Link(l) => Some(l.name.clone()),
-                    IfaceEvent::Addrs { name, .. } | IfaceEvent::Removed { name, .. } => Some(name.clone()),
+                    IfaceEvent::Addrs { name, .. } | IfaceEvent::Removed { name, .. } => {
+                        Some(name.clone())
+                    }
                     _ => None,
                 })
                 .collect()
         };
-        assert!(!names(&quiet).iter().any(|n| n.starts_with("skip") || n == "peer1"), "{quiet:#?}");
+        assert!(
+            !names(&quiet)
+                .iter()
+                .any(|n| n.starts_with("skip") || n == "peer1"),
+            "{quiet:#?}"
+        );
 
         // Delete.
         link::delete(&h, "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "removed", |e| matches!(e, IfaceEvent::Removed { .. })).await;
+        let e = wait_for(&mut rx, "removed", |e| {
+            matches!(e, IfaceEvent::Removed { .. })
+        })
+        .await;
         assert_eq!(
             e,
             IfaceEvent::Removed {
@@ -161,7 +199,9 @@ impl Picture {
                 entry.0 = l.name.clone();
                 entry.1 = l.oper_up;
             }
-            IfaceEvent::Renamed { index, new_name, .. } => {
+            IfaceEvent::Renamed {
+                index, new_name, ..
+            } => {
                 if let Some(entry) = self.0.get_mut(index) {
                     entry.0 = new_name.clone();
                 }
@@ -180,13 +220,24 @@ impl Picture {
     fn oracle() -> Picture {
         let mut p = Picture::default();
         for l in ip_json(None, &["addr", "show"]) {
-            let flags: Vec<&str> = l["flags"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+            let flags: Vec<&str> = l["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|f| f.as_str())
+                .collect();
             let up = flags.contains(&"UP") && flags.contains(&"LOWER_UP");
             let addrs = l["addr_info"]
                 .as_array()
                 .map(|a| {
                     a.iter()
-                        .map(|i| net(&format!("{}/{}", i["local"].as_str().unwrap(), i["prefixlen"])))
+                        .map(|i| {
+                            net(&format!(
+                                "{}/{}",
+                                i["local"].as_str().unwrap(),
+                                i["prefixlen"]
+                            ))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -222,7 +273,10 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
         // reads the monitor socket — is blocked: the kernel must drop events.
         std::thread::spawn(move || {
             let _in = ns.enter().unwrap();
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let h = RtnlHandle::connect(None).unwrap();
                 for i in 0..40 {
@@ -232,7 +286,9 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
                     if i % 3 != 0 {
                         link::set_up(&h, &b, true).await.unwrap();
                     }
-                    link::add_address(&h, &a, net(&format!("10.2.{i}.1/24"))).await.unwrap();
+                    link::add_address(&h, &a, net(&format!("10.2.{i}.1/24")))
+                        .await
+                        .unwrap();
                     if i % 4 == 0 {
                         link::delete(&h, &a).await.unwrap();
                     } else if i % 4 == 1 {
@@ -252,7 +308,13 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
                 pic.apply(&e);
             }
             let truth = Picture::oracle();
-            if truth.0 == pic.0 && mon.stats().overruns.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            if truth.0 == pic.0
+                && mon
+                    .stats()
+                    .overruns
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 0
+            {
                 break;
             }
             last = format!("monitor: {:#?}\nkernel: {:#?}", pic.0, truth.0);
@@ -260,10 +322,20 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
         let stats = mon.stats();
         let overruns = stats.overruns.load(std::sync::atomic::Ordering::Relaxed);
         let resyncs = stats.resyncs.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(overruns >= 1, "a tiny buffer under a storm overran (overruns={overruns})");
-        assert!(resyncs >= 2, "the overrun caused a resync (resyncs={resyncs})");
+        assert!(
+            overruns >= 1,
+            "a tiny buffer under a storm overran (overruns={overruns})"
+        );
+        assert!(
+            resyncs >= 2,
+            "the overrun caused a resync (resyncs={resyncs})"
+        );
         assert_eq!(Picture::oracle().0, pic.0, "{last}");
-        assert!(pic.0.len() > 40, "the storm left interfaces behind: {}", pic.0.len());
+        assert!(
+            pic.0.len() > 40,
+            "the storm left interfaces behind: {}",
+            pic.0.len()
+        );
         assert!(rx.backlog() == 0);
     });
 }

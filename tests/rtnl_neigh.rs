@@ -22,7 +22,11 @@ fn neighs(dev: &str) -> Vec<(String, String, Vec<String>)> {
                 n["lladdr"].as_str().unwrap_or("").to_string(),
                 n["state"]
                     .as_array()
-                    .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|s| s.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default(),
             )
         })
@@ -67,7 +71,11 @@ fn static_arp_entries_follow_the_endpoint() {
         let r = s.apply(&h).await.unwrap();
         assert!(r.errors.is_empty(), "{:?}", r.errors);
         assert_eq!(r.set.len(), 2);
-        assert!(permanent("cali1", "10.65.0.1", "ee:ee:ee:00:00:01"), "{:?}", neighs("cali1"));
+        assert!(
+            permanent("cali1", "10.65.0.1", "ee:ee:ee:00:00:01"),
+            "{:?}",
+            neighs("cali1")
+        );
         assert!(permanent("cali1", "10.65.0.2", "ee:ee:ee:00:00:02"));
         assert!(
             !neighs("cali1").iter().any(|(d, ..)| d == "10.65.0.99"),
@@ -76,12 +84,19 @@ fn static_arp_entries_follow_the_endpoint() {
 
         // Down/up flap: the kernel flushes the interface's entries; we put them back.
         link::set_up(&h, "cali1", false).await.unwrap();
-        assert!(!permanent("cali1", "10.65.0.1", "ee:ee:ee:00:00:01"), "admin down flushes permanent entries");
+        assert!(
+            !permanent("cali1", "10.65.0.1", "ee:ee:ee:00:00:01"),
+            "admin down flushes permanent entries"
+        );
         let r = s.apply(&h).await.unwrap();
         assert!(r.set.is_empty(), "nothing dirty");
         s.iface_changed("cali1");
         let r = s.apply(&h).await.unwrap();
-        assert_eq!(r.parked, vec!["cali1".to_string()], "down interface parks its entries");
+        assert_eq!(
+            r.parked,
+            vec!["cali1".to_string()],
+            "down interface parks its entries"
+        );
         link::set_up(&h, "cali1", true).await.unwrap();
         s.iface_changed("cali1");
         let r = s.apply(&h).await.unwrap();
@@ -111,7 +126,9 @@ fn static_arp_entries_follow_the_endpoint() {
         s.set_neighbours("cali1", []);
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.deleted, vec![("cali1".to_string(), ip1)]);
-        assert!(!neighs("cali1").iter().any(|(_, _, st)| st.iter().any(|x| x == "PERMANENT")));
+        assert!(!neighs("cali1")
+            .iter()
+            .any(|(_, _, st)| st.iter().any(|x| x == "PERMANENT")));
 
         // The foreign entry on another interface survived everything, including resyncs.
         s.request_resync();

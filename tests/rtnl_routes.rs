@@ -24,8 +24,14 @@ fn routes(v6: bool) -> Vec<(String, String, String, u64)> {
         .map(|r| {
             (
                 r["dst"].as_str().unwrap_or("").to_string(),
-                r["dev"].as_str().unwrap_or(r["type"].as_str().unwrap_or("")).to_string(),
-                r["protocol"].as_str().map(String::from).unwrap_or_else(|| r["protocol"].to_string()),
+                r["dev"]
+                    .as_str()
+                    .unwrap_or(r["type"].as_str().unwrap_or(""))
+                    .to_string(),
+                r["protocol"]
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| r["protocol"].to_string()),
                 r["metric"].as_u64().unwrap_or(0),
             )
         })
@@ -33,7 +39,9 @@ fn routes(v6: bool) -> Vec<(String, String, String, u64)> {
 }
 
 fn has(dst: &str, dev: &str) -> bool {
-    routes(dst.contains(':')).iter().any(|(d, v, _, _)| d == dst && v == dev)
+    routes(dst.contains(':'))
+        .iter()
+        .any(|(d, v, _, _)| d == dst && v == dev)
 }
 
 async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
@@ -58,14 +66,36 @@ fn routes_converge_through_add_change_remove_and_recreate() {
             .with_grace(Duration::from_millis(800));
 
         // Add.
-        s.set_routes("cali1", vec![RouteSpec::device("10.65.0.1/32".parse().unwrap(), "cali1", PROTO, 1024)]);
-        s.set_routes("blocks", vec![RouteSpec::blackhole("10.65.1.0/26".parse().unwrap(), PROTO, 0)]);
+        s.set_routes(
+            "cali1",
+            vec![RouteSpec::device(
+                "10.65.0.1/32".parse().unwrap(),
+                "cali1",
+                PROTO,
+                1024,
+            )],
+        );
+        s.set_routes(
+            "blocks",
+            vec![RouteSpec::blackhole(
+                "10.65.1.0/26".parse().unwrap(),
+                PROTO,
+                0,
+            )],
+        );
         let r = s.apply(&h).await.unwrap();
         assert!(r.errors.is_empty(), "{:?}", r.errors);
         assert_eq!(r.added.len(), 2, "{r:?}");
         let all = routes(false);
-        assert!(all.contains(&("10.65.0.1".into(), "cali1".into(), "80".into(), 1024)), "{all:?}");
-        assert!(all.iter().any(|(d, t, p, _)| d == "10.65.1.0/26" && t == "blackhole" && p == "80"), "{all:?}");
+        assert!(
+            all.contains(&("10.65.0.1".into(), "cali1".into(), "80".into(), 1024)),
+            "{all:?}"
+        );
+        assert!(
+            all.iter()
+                .any(|(d, t, p, _)| d == "10.65.1.0/26" && t == "blackhole" && p == "80"),
+            "{all:?}"
+        );
         let scope = ip_json(None, &["route", "show", "10.65.0.1"]);
         assert_eq!(scope[0]["scope"], "link", "{scope:?}");
 
@@ -77,7 +107,15 @@ fn routes_converge_through_add_change_remove_and_recreate() {
 
         // Change: the address moves to another interface (IP reuse) → replaced, reported for
         // conntrack cleanup.
-        s.set_routes("cali1", vec![RouteSpec::device("10.65.0.1/32".parse().unwrap(), "cali2", PROTO, 1024)]);
+        s.set_routes(
+            "cali1",
+            vec![RouteSpec::device(
+                "10.65.0.1/32".parse().unwrap(),
+                "cali2",
+                PROTO,
+                1024,
+            )],
+        );
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.replaced.len(), 1, "{r:?}");
         assert_eq!(r.moved_or_gone, vec!["10.65.0.1/32".parse().unwrap()]);
@@ -90,12 +128,24 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         assert!(!routes(false).iter().any(|(d, ..)| d == "10.65.0.1"));
 
         // Absent interface: parked; down: parked; up: programmed.
-        s.set_routes("cali3", vec![RouteSpec::device("10.65.0.3/32".parse().unwrap(), "cali3", PROTO, 1024)]);
+        s.set_routes(
+            "cali3",
+            vec![RouteSpec::device(
+                "10.65.0.3/32".parse().unwrap(),
+                "cali3",
+                PROTO,
+                1024,
+            )],
+        );
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.parked.len(), 1, "{r:?}");
         link::create_veth(&h, "cali3", "peer3").await.unwrap();
         let r = s.apply(&h).await.unwrap();
-        assert_eq!(r.parked.len(), 1, "down interface keeps the route parked: {r:?}");
+        assert_eq!(
+            r.parked.len(),
+            1,
+            "down interface keeps the route parked: {r:?}"
+        );
         link::set_up(&h, "cali3", true).await.unwrap();
         link::set_up(&h, "peer3", true).await.unwrap();
         let r = s.apply(&h).await.unwrap();
@@ -109,12 +159,17 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         veth_up(&h, "cali3", "peer3").await;
         let new_index = link::get_link(&h, "cali3").await.unwrap().unwrap().index;
         assert_ne!(old_index, new_index);
-        assert!(!has("10.65.0.3", "cali3"), "kernel removed the route with the old link");
+        assert!(
+            !has("10.65.0.3", "cali3"),
+            "kernel removed the route with the old link"
+        );
         s.request_resync();
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.added.len(), 1, "{r:?}");
         assert!(has("10.65.0.3", "cali3"));
-        let dev_index = ip_json(None, &["-d", "link", "show", "cali3"])[0]["ifindex"].as_u64().unwrap();
+        let dev_index = ip_json(None, &["-d", "link", "show", "cali3"])[0]["ifindex"]
+            .as_u64()
+            .unwrap();
         assert_eq!(dev_index, u64::from(new_index));
 
         // Grace period: a route some other agent (a CNI plugin) put on a workload interface.
@@ -136,7 +191,15 @@ fn routes_converge_through_add_change_remove_and_recreate() {
 
         // IPv6: the same syncer shape for the other family.
         let mut s6 = RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, own);
-        s6.set_routes("cali1", vec![RouteSpec::device("fd00:65::1/128".parse().unwrap(), "cali1", PROTO, 1024)]);
+        s6.set_routes(
+            "cali1",
+            vec![RouteSpec::device(
+                "fd00:65::1/128".parse().unwrap(),
+                "cali1",
+                PROTO,
+                1024,
+            )],
+        );
         let r = s6.apply(&h).await.unwrap();
         assert!(r.errors.is_empty() && r.added.len() == 1, "{r:?}");
         assert!(has("fd00:65::1", "cali1"));

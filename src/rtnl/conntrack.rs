@@ -69,7 +69,13 @@ pub fn delete_by_source(ns: Option<&NetNs>, ip: IpAddr) -> Result<ConntrackRepor
     let mut seq = 1u32;
 
     // 1. Dump the family's table and keep the entries that match.
-    let dump = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family, &[]);
+    let dump = message(
+        IPCTNL_MSG_CT_GET,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        family,
+        &[],
+    );
     send(&sock, &dump, &object)?;
     let mut victims: Vec<Vec<u8>> = Vec::new();
     'dump: loop {
@@ -99,7 +105,13 @@ pub fn delete_by_source(ns: Option<&NetNs>, ip: IpAddr) -> Result<ConntrackRepor
     };
     for attrs in victims {
         seq += 1;
-        let del = message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, family, &attrs);
+        let del = message(
+            IPCTNL_MSG_CT_DELETE,
+            NLM_F_REQUEST | NLM_F_ACK,
+            seq,
+            family,
+            &attrs,
+        );
         send(&sock, &del, &object)?;
         let errno = wait_ack(&sock, seq, &object)?;
         match errno {
@@ -274,8 +286,16 @@ mod tests {
 
     fn entry(orig: ([u8; 4], [u8; 4]), reply: ([u8; 4], [u8; 4])) -> Vec<u8> {
         let mut p = vec![libc::AF_INET as u8, 0, 0, 0];
-        put_attr(&mut p, CTA_TUPLE_ORIG | NLA_F_NESTED, &tuple(orig.0, orig.1));
-        put_attr(&mut p, CTA_TUPLE_REPLY | NLA_F_NESTED, &tuple(reply.0, reply.1));
+        put_attr(
+            &mut p,
+            CTA_TUPLE_ORIG | NLA_F_NESTED,
+            &tuple(orig.0, orig.1),
+        );
+        put_attr(
+            &mut p,
+            CTA_TUPLE_REPLY | NLA_F_NESTED,
+            &tuple(reply.0, reply.1),
+        );
         p
     }
 
@@ -290,7 +310,10 @@ mod tests {
         assert_eq!(t, CTA_TUPLE_ORIG);
         assert_eq!(v, tuple(a, b).as_slice());
         let inbound = entry((b, a), (a, b));
-        assert!(delete_attrs_if_matches(&inbound, ip).is_some(), "reply source matches");
+        assert!(
+            delete_attrs_if_matches(&inbound, ip).is_some(),
+            "reply source matches"
+        );
         let other = entry((b, [10, 0, 0, 9]), ([10, 0, 0, 9], b));
         assert!(delete_attrs_if_matches(&other, ip).is_none());
     }

@@ -24,9 +24,13 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use netlink_packet_core::{DefaultNla, NetlinkMessage, NetlinkPayload, NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST};
+use netlink_packet_core::{
+    DefaultNla, NetlinkMessage, NetlinkPayload, NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST,
+};
 use netlink_packet_route::link::{AfSpecInet, AfSpecUnspec, LinkAttribute, LinkMessage};
-use netlink_packet_route::neighbour_table::{NeighbourTableAttribute, NeighbourTableMessage, NeighbourTableParameter};
+use netlink_packet_route::neighbour_table::{
+    NeighbourTableAttribute, NeighbourTableMessage, NeighbourTableParameter,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::link::index_of;
@@ -83,19 +87,28 @@ pub fn inet_conf_nla(settings: &[(Ipv4Conf, u32)]) -> DefaultNla {
 }
 
 /// Sets IPv4 per-interface conf values on `ifname` in one RTM_SETLINK.
-pub async fn set_ipv4_conf(h: &RtnlHandle, ifname: &str, settings: &[(Ipv4Conf, u32)]) -> Result<()> {
+pub async fn set_ipv4_conf(
+    h: &RtnlHandle,
+    ifname: &str,
+    settings: &[(Ipv4Conf, u32)],
+) -> Result<()> {
     let index = index_of(h, "setting IPv4 devconf", ifname).await?;
     let mut msg = LinkMessage::default();
     msg.header.index = index;
-    msg.attributes.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::Other(
-        inet_conf_nla(settings),
-    )])]));
-    h.handle()
-        .link()
-        .set(msg)
-        .execute()
-        .await
-        .map_err(|e| vanished_or(RtnlError::kernel("setting IPv4 devconf", format!("{settings:?} on {ifname}"), e), ifname))
+    msg.attributes
+        .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![
+            AfSpecInet::Other(inet_conf_nla(settings)),
+        ])]));
+    h.handle().link().set(msg).execute().await.map_err(|e| {
+        vanished_or(
+            RtnlError::kernel(
+                "setting IPv4 devconf",
+                format!("{settings:?} on {ifname}"),
+                e,
+            ),
+            ifname,
+        )
+    })
 }
 
 /// Sets `net.ipv4.neigh.<ifname>.proxy_delay` (milliseconds; the kernel keeps jiffies) over
@@ -104,7 +117,8 @@ pub async fn set_proxy_delay(h: &RtnlHandle, ifname: &str, millis: u64) -> Resul
     let index = index_of(h, "setting proxy_delay", ifname).await?;
     let mut msg = NeighbourTableMessage::default();
     msg.header.family = AddressFamily::Inet;
-    msg.attributes.push(NeighbourTableAttribute::Name("arp_cache".to_string()));
+    msg.attributes
+        .push(NeighbourTableAttribute::Name("arp_cache".to_string()));
     msg.attributes.push(NeighbourTableAttribute::Parms(vec![
         NeighbourTableParameter::Ifindex(index),
         NeighbourTableParameter::ProxyDelay(millis),
@@ -214,7 +228,9 @@ impl ProcSys {
         }
         let rel = format!("net/{family}/conf/{ifname}/{key}");
         match self.write(&rel, value) {
-            Err(RtnlError::Sysctl { source, .. }) if source.kind() == io::ErrorKind::NotFound && !self.iface_exists(ifname)? => {
+            Err(RtnlError::Sysctl { source, .. })
+                if source.kind() == io::ErrorKind::NotFound && !self.iface_exists(ifname)? =>
+            {
                 Err(RtnlError::NoSuchInterface {
                     op: "writing interface sysctl",
                     ifname: ifname.to_string(),
@@ -238,7 +254,10 @@ impl ProcSys {
     /// Reads `net.ipv4.conf.default.rp_filter`, the value Felix gives workload interfaces; "1"
     /// when unreadable or not a number (reference §14.2). Read once at start.
     pub fn default_rp_filter(&self) -> u32 {
-        match self.read("net/ipv4/conf/default/rp_filter").map(|s| s.parse::<u32>()) {
+        match self
+            .read("net/ipv4/conf/default/rp_filter")
+            .map(|s| s.parse::<u32>())
+        {
             Ok(Ok(v)) => v,
             other => {
                 tracing::warn!(result = ?other.map(|r| r.ok()), "conf/default/rp_filter unreadable, using 1");
@@ -252,7 +271,10 @@ fn write_once(path: &Path, value: &[u8]) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).open(path)?;
     let n = f.write(value)?;
     if n != value.len() {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {} bytes", value.len())));
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short write: {n} of {} bytes", value.len()),
+        ));
     }
     Ok(())
 }

@@ -46,8 +46,8 @@ impl LinkState {
         }
         let flags = msg.header.flags;
         let admin_up = flags.contains(LinkFlags::Up);
-        let oper_up = flags.contains(LinkFlags::Running)
-            || (admin_up && flags.contains(LinkFlags::LowerUp));
+        let oper_up =
+            flags.contains(LinkFlags::Running) || (admin_up && flags.contains(LinkFlags::LowerUp));
         Some(LinkState {
             index: msg.header.index,
             name: name?,
@@ -128,7 +128,13 @@ pub async fn move_to_netns(h: &RtnlHandle, name: &str, target: &NetNs) -> Result
         .build();
     let res = h.handle().link().set(msg).execute().await;
     drop(fd); // kept open until the kernel has answered
-    res.map_err(|e| RtnlError::kernel("moving link to namespace", format!("{name} → {}", target.label()), e))
+    res.map_err(|e| {
+        RtnlError::kernel(
+            "moving link to namespace",
+            format!("{name} → {}", target.label()),
+            e,
+        )
+    })
 }
 
 /// Renames link `name` to `new_name` (the kernel refuses while the link is up: EBUSY).
@@ -148,12 +154,17 @@ pub async fn set_up(h: &RtnlHandle, name: &str, up: bool) -> Result<()> {
     let index = index_of(h, "setting link up/down", name).await?;
     let b = LinkUnspec::new_with_index(index);
     let msg = if up { b.up() } else { b.down() }.build();
-    h.handle()
-        .link()
-        .set(msg)
-        .execute()
-        .await
-        .map_err(|e| RtnlError::kernel(if up { "setting link up" } else { "setting link down" }, name, e))
+    h.handle().link().set(msg).execute().await.map_err(|e| {
+        RtnlError::kernel(
+            if up {
+                "setting link up"
+            } else {
+                "setting link down"
+            },
+            name,
+            e,
+        )
+    })
 }
 
 /// Deletes link `name` (for a veth, both ends go).
@@ -198,13 +209,9 @@ pub async fn delete_address(h: &RtnlHandle, name: &str, addr: IpNet) -> Result<(
         .map_err(|e| RtnlError::kernel("dumping addresses of", name, e))?;
     for msg in msgs {
         if address_of(&msg) == Some(addr) {
-            return h
-                .handle()
-                .address()
-                .del(msg)
-                .execute()
-                .await
-                .map_err(|e| RtnlError::kernel("deleting address", format!("{addr} on {name}"), e));
+            return h.handle().address().del(msg).execute().await.map_err(|e| {
+                RtnlError::kernel("deleting address", format!("{addr} on {name}"), e)
+            });
         }
     }
     Ok(())
@@ -244,7 +251,12 @@ pub async fn list_addresses(h: &RtnlHandle) -> Result<Vec<(u32, IpNet)>> {
 
 /// Adds a route to `dst` in the main table: through `via` when given, else directly on `dev`
 /// (scope link), like `ip route add DST [via GW] [dev DEV]`.
-pub async fn add_route(h: &RtnlHandle, dst: IpNet, dev: Option<&str>, via: Option<IpAddr>) -> Result<()> {
+pub async fn add_route(
+    h: &RtnlHandle,
+    dst: IpNet,
+    dev: Option<&str>,
+    via: Option<IpAddr>,
+) -> Result<()> {
     let object = format!("{dst}");
     let mut b = RouteMessageBuilder::<IpAddr>::new()
         .destination_prefix(dst.addr(), dst.prefix_len())

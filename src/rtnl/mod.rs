@@ -110,7 +110,11 @@ impl RtnlError {
     }
 
     /// Wraps an `rtnetlink` error with the operation and object it belongs to.
-    pub(crate) fn kernel(op: &'static str, object: impl Into<String>, source: rtnetlink::Error) -> Self {
+    pub(crate) fn kernel(
+        op: &'static str,
+        object: impl Into<String>,
+        source: rtnetlink::Error,
+    ) -> Self {
         let errno = match &source {
             rtnetlink::Error::NetlinkError(msg) => msg.code.map(|c| -c.get()).unwrap_or(0),
             _ => 0,

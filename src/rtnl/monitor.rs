@@ -153,8 +153,9 @@ impl Coalescer {
                         new_name: n.link.name.clone(),
                     });
                 }
-                let same_link =
-                    b.link.admin_up == n.link.admin_up && b.link.oper_up == n.link.oper_up && b.link.mac == n.link.mac;
+                let same_link = b.link.admin_up == n.link.admin_up
+                    && b.link.oper_up == n.link.oper_up
+                    && b.link.mac == n.link.mac;
                 if !same_link {
                     self.ready.push_back(IfaceEvent::Link(n.link.clone()));
                 }
@@ -289,7 +290,8 @@ pub fn start(ns: Option<&NetNs>, cfg: MonitorConfig) -> Result<(EventReceiver, M
         move |source| RtnlError::Socket { op, ns, source }
     };
     if let Some(size) = cfg.rcvbuf {
-        set_rcvbuf_force(&sock, size).map_err(sock_err("setting SO_RCVBUFFORCE on monitor socket"))?;
+        set_rcvbuf_force(&sock, size)
+            .map_err(sock_err("setting SO_RCVBUFFORCE on monitor socket"))?;
     }
     let groups = [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR]
         .iter()
@@ -320,7 +322,14 @@ pub fn start(ns: Option<&NetNs>, cfg: MonitorConfig) -> Result<(EventReceiver, M
         }
         conn_task.abort();
     });
-    Ok((EventReceiver { shared }, MonitorHandle { stats, resync, task }))
+    Ok((
+        EventReceiver { shared },
+        MonitorHandle {
+            stats,
+            resync,
+            task,
+        },
+    ))
 }
 
 /// SO_RCVBUFFORCE (CAP_NET_ADMIN) so the size is not capped by rmem_max; falls back to SO_RCVBUF.
@@ -372,10 +381,19 @@ impl Task {
     async fn main_loop(&mut self, messages: &mut Messages) -> Result<()> {
         self.resync_now(messages).await?;
         let far = Duration::from_secs(365 * 24 * 3600);
-        let period = if self.cfg.resync_interval.is_zero() { far } else { self.cfg.resync_interval };
+        let period = if self.cfg.resync_interval.is_zero() {
+            far
+        } else {
+            self.cfg.resync_interval
+        };
         let mut next_resync = Instant::now() + period;
         loop {
-            let next_damp = self.pending_dels.values().min().copied().unwrap_or_else(|| Instant::now() + far);
+            let next_damp = self
+                .pending_dels
+                .values()
+                .min()
+                .copied()
+                .unwrap_or_else(|| Instant::now() + far);
             tokio::select! {
                 msg = messages.next() => {
                     let Some((msg, _)) = msg else {
@@ -417,7 +435,11 @@ impl Task {
                     if self.exclude.matches(&link.name) {
                         st.view.remove(&index);
                     } else {
-                        let addrs = st.view.get(&index).map(|i| i.addrs.clone()).unwrap_or_default();
+                        let addrs = st
+                            .view
+                            .get(&index)
+                            .map(|i| i.addrs.clone())
+                            .unwrap_or_default();
                         st.view.insert(index, Iface { link, addrs });
                     }
                     touched = Some(index);
@@ -444,7 +466,8 @@ impl Task {
                 if let Some(net) = address_of(&m) {
                     let index = m.header.index;
                     if st.view.get(&index).is_some_and(|i| i.addrs.contains(&net)) {
-                        self.pending_dels.insert((index, net), Instant::now() + self.cfg.damping);
+                        self.pending_dels
+                            .insert((index, net), Instant::now() + self.cfg.damping);
                     }
                 }
             }
@@ -571,8 +594,12 @@ mod tests {
         c.view.insert(3, iface(3, "cali2", true, &["10.0.0.1/32"]));
         c.dirty.insert(3);
         let ev = drain(&mut c);
-        assert!(matches!(&ev[0], IfaceEvent::Renamed { old_name, new_name, .. } if old_name == "cali1" && new_name == "cali2"));
-        assert!(matches!(&ev[1], IfaceEvent::Addrs { name, addrs, .. } if name == "cali2" && addrs.len() == 1));
+        assert!(
+            matches!(&ev[0], IfaceEvent::Renamed { old_name, new_name, .. } if old_name == "cali1" && new_name == "cali2")
+        );
+        assert!(
+            matches!(&ev[1], IfaceEvent::Addrs { name, addrs, .. } if name == "cali2" && addrs.len() == 1)
+        );
         // Created and deleted between two reads: nothing at all.
         c.view.insert(9, iface(9, "tmp", true, &[]));
         c.dirty.insert(9);
@@ -580,7 +607,13 @@ mod tests {
         assert!(drain(&mut c).is_empty());
         c.view.remove(&3);
         c.dirty.insert(3);
-        assert_eq!(drain(&mut c), vec![IfaceEvent::Removed { index: 3, name: "cali2".into() }]);
+        assert_eq!(
+            drain(&mut c),
+            vec![IfaceEvent::Removed {
+                index: 3,
+                name: "cali2".into()
+            }]
+        );
     }
 
     #[test]

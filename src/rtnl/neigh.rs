@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use futures::TryStreamExt;
-use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
 use netlink_packet_route::AddressFamily;
 
 use super::link::get_link;
@@ -54,12 +56,23 @@ impl NeighSyncer {
 
     /// Sets the permanent neighbours wanted on `ifname`, replacing the previous set. Addresses
     /// dropped from the set are deleted by the next apply. No kernel I/O.
-    pub fn set_neighbours(&mut self, ifname: &str, entries: impl IntoIterator<Item = (IpAddr, Mac)>) {
+    pub fn set_neighbours(
+        &mut self,
+        ifname: &str,
+        entries: impl IntoIterator<Item = (IpAddr, Mac)>,
+    ) {
         let new: BTreeMap<IpAddr, Mac> = entries.into_iter().collect();
         let old = self.desired.remove(ifname).unwrap_or_default();
-        let gone: BTreeSet<IpAddr> = old.keys().filter(|ip| !new.contains_key(ip)).copied().collect();
+        let gone: BTreeSet<IpAddr> = old
+            .keys()
+            .filter(|ip| !new.contains_key(ip))
+            .copied()
+            .collect();
         if !gone.is_empty() {
-            self.to_delete.entry(ifname.to_string()).or_default().extend(gone);
+            self.to_delete
+                .entry(ifname.to_string())
+                .or_default()
+                .extend(gone);
         }
         if let Some(pending) = self.to_delete.get_mut(ifname) {
             pending.retain(|ip| !new.contains_key(ip));
@@ -94,14 +107,29 @@ impl NeighSyncer {
         let mut report = NeighReport::default();
         let resync = std::mem::take(&mut self.resync);
         let ifaces: BTreeSet<String> = if resync {
-            self.desired.keys().chain(self.to_delete.keys()).cloned().collect()
+            self.desired
+                .keys()
+                .chain(self.to_delete.keys())
+                .cloned()
+                .collect()
         } else {
-            self.dirty.iter().chain(self.to_delete.keys()).cloned().collect()
+            self.dirty
+                .iter()
+                .chain(self.to_delete.keys())
+                .cloned()
+                .collect()
         };
-        let kernel = if resync { Some(dump_permanent(h).await?) } else { None };
+        let kernel = if resync {
+            Some(dump_permanent(h).await?)
+        } else {
+            None
+        };
         self.dirty.clear();
         for ifname in ifaces {
-            if let Err(e) = self.apply_iface(h, &ifname, kernel.as_ref(), &mut report).await {
+            if let Err(e) = self
+                .apply_iface(h, &ifname, kernel.as_ref(), &mut report)
+                .await
+            {
                 self.dirty.insert(ifname.clone());
                 report.errors.push(e);
             }
@@ -134,7 +162,9 @@ impl NeighSyncer {
             delete.extend(
                 kernel
                     .iter()
-                    .filter(|(idx, ip)| *idx == link.index && ip.is_ipv4() && !wanted.contains_key(ip))
+                    .filter(|(idx, ip)| {
+                        *idx == link.index && ip.is_ipv4() && !wanted.contains_key(ip)
+                    })
                     .map(|(_, ip)| *ip),
             );
         }
@@ -142,13 +172,18 @@ impl NeighSyncer {
             let mut msg = NeighbourMessage::default();
             msg.header.family = family(&ip);
             msg.header.ifindex = link.index;
-            msg.attributes.push(NeighbourAttribute::Destination(neigh_addr(ip)));
+            msg.attributes
+                .push(NeighbourAttribute::Destination(neigh_addr(ip)));
             match h.handle().neighbours().del(msg).execute().await {
                 Ok(()) => report.deleted.push((ifname.to_string(), ip)),
                 Err(e) => {
-                    let err = RtnlError::kernel("deleting neighbour", format!("{ip} on {ifname}"), e);
+                    let err =
+                        RtnlError::kernel("deleting neighbour", format!("{ip} on {ifname}"), e);
                     if !err.is_vanished_interface() {
-                        self.to_delete.entry(ifname.to_string()).or_default().insert(ip);
+                        self.to_delete
+                            .entry(ifname.to_string())
+                            .or_default()
+                            .insert(ip);
                         return Err(err);
                     }
                 }
@@ -169,7 +204,13 @@ impl NeighSyncer {
                 .replace()
                 .execute()
                 .await
-                .map_err(|e| RtnlError::kernel("setting permanent neighbour", format!("{ip} on {ifname}"), e))?;
+                .map_err(|e| {
+                    RtnlError::kernel(
+                        "setting permanent neighbour",
+                        format!("{ip} on {ifname}"),
+                        e,
+                    )
+                })?;
             report.set.push((ifname.to_string(), ip));
         }
         Ok(())
@@ -191,8 +232,12 @@ async fn dump_permanent(h: &RtnlHandle) -> Result<Vec<(u32, IpAddr)>> {
         .filter(|m| m.header.state == NeighbourState::Permanent)
         .filter_map(|m| {
             m.attributes.iter().find_map(|a| match a {
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => Some((m.header.ifindex, IpAddr::V4(*v4))),
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => Some((m.header.ifindex, IpAddr::V6(*v6))),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    Some((m.header.ifindex, IpAddr::V4(*v4)))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    Some((m.header.ifindex, IpAddr::V6(*v6)))
+                }
                 _ => None,
             })
         })

@@ -146,7 +146,9 @@ impl Ownership {
     ) -> Ownership {
         Ownership {
             protocols: protocols.into_iter().collect(),
-            is_workload_iface: Arc::new(move |name: &str| prefixes.iter().any(|p| name.starts_with(p.as_str()))),
+            is_workload_iface: Arc::new(move |name: &str| {
+                prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            }),
             workload_protocols,
         }
     }
@@ -291,7 +293,8 @@ impl RouteSyncer {
         }
         self.dirty = true; // cleared only when the apply completes without errors
         let links = list_links(h).await?;
-        let by_name: BTreeMap<&str, &LinkState> = links.iter().map(|l| (l.name.as_str(), l)).collect();
+        let by_name: BTreeMap<&str, &LinkState> =
+            links.iter().map(|l| (l.name.as_str(), l)).collect();
         let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
         let kernel = self.dump(h).await?;
 
@@ -318,7 +321,8 @@ impl RouteSyncer {
             }
         }
 
-        let kernel_by_key: BTreeMap<RouteKey, &KernelRoute> = kernel.iter().map(|r| (r.key, r)).collect();
+        let kernel_by_key: BTreeMap<RouteKey, &KernelRoute> =
+            kernel.iter().map(|r| (r.key, r)).collect();
 
         for (key, (spec, oif)) in &desired {
             let existing = kernel_by_key.get(key);
@@ -345,7 +349,11 @@ impl RouteSyncer {
                     }
                     None => report.added.push(*key),
                 },
-                Err(e) => report.errors.push(RtnlError::kernel("programming route", key.to_string(), e)),
+                Err(e) => {
+                    report
+                        .errors
+                        .push(RtnlError::kernel("programming route", key.to_string(), e))
+                }
             }
         }
 
@@ -354,7 +362,10 @@ impl RouteSyncer {
             if desired.contains_key(&k.key) {
                 continue;
             }
-            let ifname = k.oif.and_then(|i| by_index.get(&i)).map(|l| l.name.as_str());
+            let ifname = k
+                .oif
+                .and_then(|i| by_index.get(&i))
+                .map(|l| l.name.as_str());
             if !self.ownership.owns(k.protocol, ifname) {
                 continue;
             }
@@ -502,7 +513,11 @@ impl RouteSyncer {
                 b = b.scope(RouteScope::Link).kind(RouteType::Unicast);
             }
             RouteTarget::Gateway { via, onlink, .. } => {
-                b = b.gateway(*via).map_err(|e| bad(&e))?.scope(RouteScope::Universe).kind(RouteType::Unicast);
+                b = b
+                    .gateway(*via)
+                    .map_err(|e| bad(&e))?
+                    .scope(RouteScope::Universe)
+                    .kind(RouteType::Unicast);
                 if *onlink {
                     b = b.onlink();
                 }
@@ -538,9 +553,18 @@ mod tests {
         let own = Ownership::by_prefixes([80], vec!["cali".into()], Some([3, 80].into()));
         assert!(own.owns(80, None), "our protocol anywhere");
         assert!(own.owns(80, Some("eth0")));
-        assert!(own.owns(3, Some("cali123")), "boot protocol on a workload interface");
-        assert!(!own.owns(3, Some("eth0")), "boot protocol elsewhere is foreign");
-        assert!(!own.owns(186, Some("cali123")), "BIRD on a workload iface without RemoveExternalRoutes");
+        assert!(
+            own.owns(3, Some("cali123")),
+            "boot protocol on a workload interface"
+        );
+        assert!(
+            !own.owns(3, Some("eth0")),
+            "boot protocol elsewhere is foreign"
+        );
+        assert!(
+            !own.owns(186, Some("cali123")),
+            "BIRD on a workload iface without RemoveExternalRoutes"
+        );
         let any = Ownership::by_prefixes([80], vec!["cali".into()], None);
         assert!(any.owns(186, Some("cali123")));
         assert!(!any.owns(186, Some("eth0")));
@@ -557,7 +581,15 @@ mod tests {
         s.dirty = false;
         s.set_routes("cali1", vec![r]);
         assert!(!s.needs_apply(), "same routes again is not a change");
-        s.set_routes("cali2", vec![RouteSpec::device("fd00::1/128".parse().unwrap(), "cali2", 80, 1024)]);
+        s.set_routes(
+            "cali2",
+            vec![RouteSpec::device(
+                "fd00::1/128".parse().unwrap(),
+                "cali2",
+                80,
+                1024,
+            )],
+        );
         assert!(!s.needs_apply(), "IPv6 route ignored by an IPv4 syncer");
         s.set_routes("cali1", vec![]);
         assert!(s.needs_apply());
