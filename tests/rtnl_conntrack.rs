@@ -25,10 +25,12 @@ fn count_with(lines: &[String], needle: &str) -> usize {
 }
 
 /// Sends one UDP datagram from a socket made in `from` to `to:port`.
-fn udp(from: &NetNs, bind: &str, to: &str, port: u16) {
+/// The socket is returned so callers can keep its port from being reused.
+fn udp(from: &NetNs, bind: &str, to: &str, port: u16) -> UdpSocket {
     let sock = from.run(|| UdpSocket::bind(bind)).unwrap().unwrap();
     let dst: IpAddr = to.parse().unwrap();
     sock.send_to(b"ping", (dst, port)).unwrap();
+    sock
 }
 
 #[test]
@@ -103,5 +105,24 @@ fn conntrack_entries_of_an_ip_are_deleted() {
         // Nothing left to match: a no-op, not an error.
         let r = delete_by_source(Some(&host), "10.70.0.2".parse().unwrap()).unwrap();
         assert_eq!(r.matched, 0);
+
+        // Scale: 500 flows from the workload (one source port each) among 100 unrelated ones.
+        let mut keep = Vec::new();
+        for _ in 0..500 {
+            keep.push(udp(&wl, "0.0.0.0:0", "10.70.0.1", 6000));
+        }
+        for port in 0..100 {
+            keep.push(udp(&host, "0.0.0.0:0", "10.70.0.9", 7000 + port));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(count_with(&ct_list(&host, "ipv4"), "src=10.70.0.2"), 500);
+        let t = std::time::Instant::now();
+        let r = delete_by_source(Some(&host), "10.70.0.2".parse().unwrap()).unwrap();
+        let took = t.elapsed();
+        assert_eq!((r.matched, r.deleted), (500, 500), "{r:?}");
+        let v4 = ct_list(&host, "ipv4");
+        assert_eq!(count_with(&v4, "10.70.0.2"), 0);
+        assert_eq!(count_with(&v4, "10.70.0.9"), 101);
+        println!("conntrack: deleted 500 of 601 entries in {took:?}");
     });
 }

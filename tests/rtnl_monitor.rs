@@ -339,3 +339,22 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
         assert!(rx.backlog() == 0);
     });
 }
+
+#[test]
+fn monitor_watches_the_namespace_it_was_given() {
+    in_netns_async(|| async {
+        let other = rtnl_common::new_netns();
+        let (mut rx, _mon) = monitor::start(Some(&other), MonitorConfig::default()).unwrap();
+        wait_for(&mut rx, "InSync", |e| *e == IfaceEvent::InSync).await;
+        let here = RtnlHandle::connect(None).unwrap();
+        let there = RtnlHandle::connect(Some(&other)).unwrap();
+        link::create_veth(&here, "here0", "here1").await.unwrap();
+        link::create_veth(&there, "there0", "there1").await.unwrap();
+        wait_for(&mut rx, "there0 created", |e| link_is(e, "there0", false)).await;
+        let rest = drain(&mut rx, Duration::from_millis(300)).await;
+        assert!(
+            !rest.iter().any(|e| matches!(e, IfaceEvent::Link(l) if l.name.starts_with("here"))),
+            "events of the monitor's own thread namespace leaked in: {rest:#?}"
+        );
+    });
+}

@@ -211,3 +211,48 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         assert!(routes(false).iter().any(|(d, ..)| d == "10.65.1.0/26"));
     });
 }
+
+/// 1000 workload routes over 20 interfaces: converge, stay converged with no writes, go away.
+/// Prints timings (run with `--nocapture` to see them).
+#[test]
+fn a_thousand_routes_converge_and_leave() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        for i in 0..20 {
+            veth_up(&h, &format!("cali{i}"), &format!("peer{i}")).await;
+        }
+        let own = Ownership::by_prefixes([PROTO], vec!["cali".into()], None);
+        let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
+        for i in 0..20u32 {
+            let routes = (0..50u32)
+                .map(|j| {
+                    let dst = format!("10.{}.{}.{}/32", 100 + i, j / 250, j % 250 + 1);
+                    RouteSpec::device(dst.parse().unwrap(), format!("cali{i}"), PROTO, 1024)
+                })
+                .collect();
+            s.set_routes(format!("cali{i}"), routes);
+        }
+        let t = std::time::Instant::now();
+        let r = s.apply(&h).await.unwrap();
+        let add = t.elapsed();
+        assert_eq!((r.added.len(), r.errors.len()), (1000, 0));
+        let n = ip_json(None, &["route", "show", "proto", "80"]).len();
+        assert_eq!(n, 1000);
+
+        s.request_resync();
+        let t = std::time::Instant::now();
+        let r = s.apply(&h).await.unwrap();
+        let resync = t.elapsed();
+        assert_eq!(r.changes(), 0);
+
+        for i in 0..20 {
+            s.set_routes(format!("cali{i}"), vec![]);
+        }
+        let t = std::time::Instant::now();
+        let r = s.apply(&h).await.unwrap();
+        let del = t.elapsed();
+        assert_eq!(r.deleted.len(), 1000);
+        assert!(ip_json(None, &["route", "show", "proto", "80"]).is_empty());
+        println!("1000 routes: add {add:?}, no-op resync {resync:?}, delete {del:?}");
+    });
+}
