@@ -344,7 +344,11 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
 fn monitor_watches_the_namespace_it_was_given() {
     in_netns_async(|| async {
         let other = rtnl_common::new_netns();
-        let (mut rx, _mon) = monitor::start(Some(&other), MonitorConfig::default()).unwrap();
+        let cfg = MonitorConfig {
+            resync_interval: Duration::from_millis(200),
+            ..MonitorConfig::default()
+        };
+        let (mut rx, mon) = monitor::start(Some(&other), cfg).unwrap();
         wait_for(&mut rx, "InSync", |e| *e == IfaceEvent::InSync).await;
         let here = RtnlHandle::connect(None).unwrap();
         let there = RtnlHandle::connect(Some(&other)).unwrap();
@@ -353,8 +357,24 @@ fn monitor_watches_the_namespace_it_was_given() {
         wait_for(&mut rx, "there0 created", |e| link_is(e, "there0", false)).await;
         let rest = drain(&mut rx, Duration::from_millis(300)).await;
         assert!(
-            !rest.iter().any(|e| matches!(e, IfaceEvent::Link(l) if l.name.starts_with("here"))),
+            !rest
+                .iter()
+                .any(|e| matches!(e, IfaceEvent::Link(l) if l.name.starts_with("here"))),
             "events of the monitor's own thread namespace leaked in: {rest:#?}"
+        );
+        // Periodic resyncs happen, and with nothing changed they emit nothing.
+        let quiet = drain(&mut rx, Duration::from_millis(600)).await;
+        let resyncs = mon
+            .stats()
+            .resyncs
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            resyncs >= 3,
+            "periodic resync every 200 ms (resyncs={resyncs})"
+        );
+        assert!(
+            quiet.is_empty(),
+            "a resync that finds nothing new says nothing: {quiet:#?}"
         );
     });
 }

@@ -6,7 +6,7 @@ mod rtnl_common;
 use std::time::Duration;
 
 use felix_nft::rtnl::link;
-use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
 use rtnl_common::{in_netns_async, ip_json};
 
@@ -54,6 +54,8 @@ async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
 fn routes_converge_through_add_change_remove_and_recreate() {
     in_netns_async(|| async {
         let h = RtnlHandle::connect(None).unwrap();
+        // With lo down the kernel calls every onlink gateway "invalid" (no local table yet).
+        link::set_up(&h, "lo", true).await.unwrap();
         veth_up(&h, "cali1", "peer1").await;
         veth_up(&h, "cali2", "peer2").await;
         // Foreign routes: on a non-workload interface with a foreign protocol.
@@ -186,6 +188,31 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         assert_eq!(r.deleted.len(), 1, "{r:?}");
         assert!(!has("10.65.9.9", "cali2"), "deleted after the grace period");
 
+        // A gateway route (onlink, as Felix's IPIP/no-encap routes) converges too.
+        s.set_routes(
+            "remote",
+            vec![RouteSpec {
+                dst: "10.66.0.0/24".parse().unwrap(),
+                target: RouteTarget::Gateway {
+                    via: "10.200.0.1".parse().unwrap(),
+                    dev: Some("cali2".into()),
+                    onlink: true,
+                },
+                protocol: PROTO,
+                metric: 0,
+                src: None,
+            }],
+        );
+        let r = s.apply(&h).await.unwrap();
+        assert!(r.errors.is_empty() && r.added.len() == 1, "{r:?}");
+        let gw = ip_json(None, &["route", "show", "10.66.0.0/24"]);
+        assert_eq!(gw[0]["gateway"], "10.200.0.1", "{gw:?}");
+        assert!(gw[0]["flags"].to_string().contains("onlink"), "{gw:?}");
+        s.request_resync();
+        assert_eq!(s.apply(&h).await.unwrap().changes(), 0);
+        s.set_routes("remote", vec![]);
+        assert_eq!(s.apply(&h).await.unwrap().deleted.len(), 1);
+
         // Foreign routes were never touched.
         assert!(has("10.99.0.0/24", "peer1"));
 
@@ -203,10 +230,25 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         let r = s6.apply(&h).await.unwrap();
         assert!(r.errors.is_empty() && r.added.len() == 1, "{r:?}");
         assert!(has("fd00:65::1", "cali1"));
+        s6.set_routes(
+            "blocks",
+            vec![RouteSpec::blackhole(
+                "fd00:66::/64".parse().unwrap(),
+                PROTO,
+                1024,
+            )],
+        );
+        let r = s6.apply(&h).await.unwrap();
+        assert!(r.errors.is_empty() && r.added.len() == 1, "{r:?}");
+        s6.request_resync();
+        let r = s6.apply(&h).await.unwrap();
+        assert_eq!(r.changes(), 0, "IPv6 converged too: {r:?}");
+        s6.set_routes("blocks", vec![]);
         s6.set_routes("cali1", vec![]);
         let r = s6.apply(&h).await.unwrap();
-        assert_eq!(r.deleted.len(), 1, "{r:?}");
+        assert_eq!(r.deleted.len(), 2, "{r:?}");
         assert!(!has("fd00:65::1", "cali1"));
+        assert!(!routes(true).iter().any(|(d, ..)| d == "fd00:66::/64"));
         // The v4 blackhole is still there: families are independent.
         assert!(routes(false).iter().any(|(d, ..)| d == "10.65.1.0/26"));
     });

@@ -36,6 +36,9 @@ use rtnetlink::RouteMessageBuilder;
 use super::link::{list_links, LinkState};
 use super::{IpFamily, Result, RtnlError, RtnlHandle};
 
+/// `RTPROT_KERNEL` (uapi linux/rtnetlink.h): routes the kernel made from an address.
+const RTPROT_KERNEL: u8 = 2;
+
 /// The main routing table.
 pub const RT_TABLE_MAIN: u32 = 254;
 /// Felix's default grace period for unknown routes on workload interfaces (§15).
@@ -342,7 +345,7 @@ impl RouteSyncer {
             match res {
                 Ok(()) => match existing {
                     Some(k) => {
-                        if k.oif.is_some() && k.oif != *oif {
+                        if k.oif.is_some() && oif.is_some() && k.oif != *oif {
                             report.moved_or_gone.push(key.dst);
                         }
                         report.replaced.push(*key);
@@ -433,7 +436,8 @@ impl RouteSyncer {
     }
 
     /// Reduces a dumped route; `None` for routes outside our table or that no one may own
-    /// (multicast, IPv6 link-local prefixes the kernel keeps on every interface, cloned routes).
+    /// (multicast, IPv6 link-local prefixes the kernel keeps on every interface, TOS routes,
+    /// routes the kernel derives from addresses).
     fn parse(&self, msg: RouteMessage) -> Option<KernelRoute> {
         let mut table = u32::from(msg.header.table);
         let mut dst = None;
@@ -466,7 +470,9 @@ impl RouteSyncer {
             IpAddr::V4(a) => a.is_multicast(),
             IpAddr::V6(a) => a.is_multicast() || a.is_unicast_link_local(),
         };
-        if special {
+        // Routes the kernel derives from addresses (RTPROT_KERNEL) come back with the address;
+        // deleting them would fight the kernel, so no ownership rule can claim them.
+        if special || u8::from(msg.header.protocol) == RTPROT_KERNEL {
             return None;
         }
         Some(KernelRoute {
@@ -483,12 +489,16 @@ impl RouteSyncer {
     }
 
     fn matches(&self, k: &KernelRoute, spec: &RouteSpec, oif: Option<u32>) -> bool {
-        if k.protocol != spec.protocol || k.src != spec.src || k.oif != oif {
+        // An IPv6 blackhole is reported on `lo`; a blackhole has no interface of ours.
+        let oif_ok = spec.target == RouteTarget::Blackhole || k.oif == oif;
+        if k.protocol != spec.protocol || k.src != spec.src || !oif_ok {
             return false;
         }
         match &spec.target {
             RouteTarget::Device(_) => {
-                k.kind == RouteType::Unicast && k.scope == RouteScope::Link && k.gateway.is_none()
+                // IPv6 has no route scopes: the kernel reports every v6 route as universe.
+                let scope_ok = self.family == IpFamily::V6 || k.scope == RouteScope::Link;
+                k.kind == RouteType::Unicast && scope_ok && k.gateway.is_none()
             }
             RouteTarget::Gateway { via, onlink, .. } => {
                 k.kind == RouteType::Unicast && k.gateway == Some(*via) && k.onlink == *onlink
