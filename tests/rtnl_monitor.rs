@@ -322,6 +322,11 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
         let stats = mon.stats();
         let overruns = stats.overruns.load(std::sync::atomic::Ordering::Relaxed);
         let resyncs = stats.resyncs.load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "storm: overruns={overruns} resyncs={resyncs} kernel messages read={} interfaces={}",
+            stats.messages.load(std::sync::atomic::Ordering::Relaxed),
+            pic.0.len()
+        );
         assert!(
             overruns >= 1,
             "a tiny buffer under a storm overran (overruns={overruns})"
