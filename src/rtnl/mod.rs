@@ -1,2 +1,149 @@
 //! Kernel networking over rtnetlink (reference §14–16, §21): routes, static ARP, per-interface
-//! sysctls, the interface monitor, conntrack. Knows interfaces and addresses, not Calico.
+//! sysctls, the interface monitor, conntrack. Knows interfaces, addresses, routes and neighbours,
+//! not Calico: the caller passes protocol numbers, metrics, interface names and ownership rules.
+//!
+//! Every socket this layer makes (rtnetlink request connection, multicast monitor, ctnetlink) and
+//! every `/proc/sys` file it opens can target a namespace given as [`crate::netns::NetNs`]: the
+//! current thread enters it, creates the socket or opens the file, and leaves again
+//! ([`handle::socket_in`]). A socket stays in the namespace it was made in, so the async parts
+//! (tokio) only ever see finished sockets.
+//!
+//! - [`handle`]: the rtnetlink request connection in a namespace.
+//! - [`link`]: veth pairs, moves between namespaces, rename, up/down, addresses, link dumps.
+//! - [`routes`]: the route syncer (desired routes per table and family → kernel by dump and diff).
+//! - [`neigh`]: permanent (static ARP) neighbour entries.
+//! - [`devconf`]: per-interface and global sysctls (netlink where the kernel allows, /proc/sys).
+//! - [`monitor`]: the interface monitor with a bounded, coalescing event channel.
+//! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
+
+pub mod conntrack;
+pub mod devconf;
+pub mod handle;
+pub mod link;
+pub mod monitor;
+pub mod neigh;
+pub mod routes;
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::netns::NetNsError;
+
+pub use handle::RtnlHandle;
+
+/// `ENODEV`/`ENXIO`-style answers that mean "the interface is gone", not "the kernel refused".
+const VANISHED_ERRNOS: [i32; 3] = [libc::ENODEV, libc::ENXIO, libc::ENOENT];
+
+/// Errors of the rtnl layer. Each names the operation and the object; the kernel's errno is kept
+/// (`rtnetlink` 0.24 does not parse the extended-ACK attributes, so no ACK text is available).
+#[derive(Debug, thiserror::Error)]
+pub enum RtnlError {
+    /// The namespace could not be entered (needs CAP_SYS_ADMIN) or opened.
+    #[error("acting in network namespace")]
+    Netns(#[from] NetNsError),
+    /// A socket could not be created or configured.
+    #[error("{op} (netlink socket in namespace {ns})")]
+    Socket {
+        op: &'static str,
+        ns: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel answered a request with an error.
+    #[error("{op} {object}: errno {errno}")]
+    Kernel {
+        op: &'static str,
+        object: String,
+        /// Positive errno (`libc::E*`), 0 when the failure was not a kernel NACK.
+        errno: i32,
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// The named interface does not exist (or vanished while we worked on it). Benign for a
+    /// caller that configures interfaces as they come and go.
+    #[error("{op}: interface {ifname} does not exist")]
+    NoSuchInterface { op: &'static str, ifname: String },
+    /// A `/proc/sys` file could not be read or written.
+    #[error("{op} {path}")]
+    Sysctl {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A ctnetlink request failed.
+    #[error("{op} {object}")]
+    Conntrack {
+        op: &'static str,
+        object: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Something in a kernel answer did not parse as documented.
+    #[error("{op}: unexpected kernel answer: {what}")]
+    Unexpected { op: &'static str, what: String },
+    /// The function needs a tokio runtime (it spawns the connection task).
+    #[error("{op} needs to run inside a tokio runtime")]
+    NoRuntime { op: &'static str },
+}
+
+impl RtnlError {
+    /// The kernel errno behind this error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            RtnlError::Kernel { errno, .. } if *errno != 0 => Some(*errno),
+            RtnlError::Sysctl { source, .. }
+            | RtnlError::Socket { source, .. }
+            | RtnlError::Conntrack { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// True when the error means the interface vanished (a benign race for interface
+    /// configuration, reference §14.2): the caller should drop the work, not retry it.
+    pub fn is_vanished_interface(&self) -> bool {
+        match self {
+            RtnlError::NoSuchInterface { .. } => true,
+            RtnlError::Kernel { errno, .. } => VANISHED_ERRNOS.contains(errno),
+            _ => false,
+        }
+    }
+
+    /// Wraps an `rtnetlink` error with the operation and object it belongs to.
+    pub(crate) fn kernel(
+        op: &'static str,
+        object: impl Into<String>,
+        source: rtnetlink::Error,
+    ) -> Self {
+        let errno = match &source {
+            rtnetlink::Error::NetlinkError(msg) => msg.code.map(|c| -c.get()).unwrap_or(0),
+            _ => 0,
+        };
+        RtnlError::Kernel {
+            op,
+            object: object.into(),
+            errno,
+            source,
+        }
+    }
+}
+
+/// Result of this layer.
+pub type Result<T, E = RtnlError> = std::result::Result<T, E>;
+
+/// IP family of a route, neighbour or sysctl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    /// The family of an address.
+    pub fn of(addr: &std::net::IpAddr) -> IpFamily {
+        match addr {
+            std::net::IpAddr::V4(_) => IpFamily::V4,
+            std::net::IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+}

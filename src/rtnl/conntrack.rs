@@ -1,0 +1,320 @@
+//! Conntrack cleanup over ctnetlink (reference §15, §21): when a workload IP is removed or moves
+//! to another interface, delete every conntrack entry whose original or reply source is that IP —
+//! what Felix does with `conntrack --delete --orig-src/--reply-src`.
+//!
+//! The kernel has no "delete by source" request, so, like conntrack-tools, this dumps the table of
+//! the family (IPCTNL_MSG_CT_GET + NLM_F_DUMP; the kernel filters by `nfgenmsg.nfgen_family`),
+//! picks the matching entries, and deletes each by its original tuple (IPCTNL_MSG_CT_DELETE with
+//! `CTA_TUPLE_ORIG` copied verbatim from the dump, plus `CTA_ZONE`). An entry that vanished in
+//! between (ENOENT) counts as done.
+//!
+//! The socket is a plain blocking `NETLINK_NETFILTER` socket made in the target namespace; run
+//! [`delete_by_source`] on a blocking thread (`spawn_blocking`), never on an async worker.
+//!
+//! ```text
+//!  nlmsghdr (16) | nfgenmsg {family u8, version u8 = 0, res_id be16 = 0} | attributes...
+//!  CTA_TUPLE_ORIG { CTA_TUPLE_IP { CTA_IP_V4_SRC | CTA_IP_V6_SRC, ... }, CTA_TUPLE_PROTO {...} }
+//!  CTA_TUPLE_REPLY { same shape }
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+
+use super::handle::socket_in;
+use super::{Result, RtnlError};
+use crate::netns::NetNs;
+
+const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+const IPCTNL_MSG_CT_NEW: u16 = 0;
+const IPCTNL_MSG_CT_GET: u16 = 1;
+const IPCTNL_MSG_CT_DELETE: u16 = 2;
+
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP: u16 = 0x300;
+const NLA_F_NESTED: u16 = 0x8000;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_TUPLE_REPLY: u16 = 2;
+const CTA_ZONE: u16 = 18;
+const CTA_TUPLE_IP: u16 = 1;
+const CTA_IP_V4_SRC: u16 = 1;
+const CTA_IP_V6_SRC: u16 = 3;
+
+const NLMSG_HDRLEN: usize = 16;
+const NFGENMSG_LEN: usize = 4;
+
+/// What a delete did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ConntrackReport {
+    /// Entries whose original or reply source matched.
+    pub matched: usize,
+    /// Entries deleted (matched minus those that were already gone).
+    pub deleted: usize,
+}
+
+/// Deletes the conntrack entries of `ns` (current namespace with `None`) whose original source or
+/// reply source is `ip`. Blocking.
+pub fn delete_by_source(ns: Option<&NetNs>, ip: IpAddr) -> Result<ConntrackReport> {
+    let sock = socket_in(ns, NETLINK_NETFILTER)?;
+    let family = match ip {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    };
+    let object = ip.to_string();
+    let mut seq = 1u32;
+
+    // 1. Dump the family's table and keep the entries that match.
+    let dump = message(
+        IPCTNL_MSG_CT_GET,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        family,
+        &[],
+    );
+    send(&sock, &dump, &object)?;
+    let mut victims: Vec<Vec<u8>> = Vec::new();
+    'dump: loop {
+        let buf = recv(&sock, &object)?;
+        for (ty, payload) in messages(&buf) {
+            match ty {
+                NLMSG_DONE => break 'dump,
+                NLMSG_ERROR => {
+                    if let Some(errno) = nlmsg_errno(payload) {
+                        return Err(ct_error("dumping conntrack table for", &object, errno));
+                    }
+                }
+                t if t == (NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW) => {
+                    if let Some(del) = delete_attrs_if_matches(payload, ip) {
+                        victims.push(del);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // 2. Delete each by its original tuple.
+    let mut report = ConntrackReport {
+        matched: victims.len(),
+        deleted: 0,
+    };
+    for attrs in victims {
+        seq += 1;
+        let del = message(
+            IPCTNL_MSG_CT_DELETE,
+            NLM_F_REQUEST | NLM_F_ACK,
+            seq,
+            family,
+            &attrs,
+        );
+        send(&sock, &del, &object)?;
+        let errno = wait_ack(&sock, seq, &object)?;
+        match errno {
+            0 => report.deleted += 1,
+            e if e == libc::ENOENT => {}
+            e => return Err(ct_error("deleting conntrack entry of", &object, e)),
+        }
+    }
+    tracing::debug!(ip = %ip, matched = report.matched, deleted = report.deleted, "conntrack cleanup");
+    Ok(report)
+}
+
+fn ct_error(op: &'static str, object: &str, errno: i32) -> RtnlError {
+    RtnlError::Conntrack {
+        op,
+        object: object.to_string(),
+        source: std::io::Error::from_raw_os_error(errno),
+    }
+}
+
+fn send(sock: &Socket, msg: &[u8], object: &str) -> Result<()> {
+    sock.send_to(msg, &SocketAddr::new(0, 0), 0)
+        .map(|_| ())
+        .map_err(|source| RtnlError::Conntrack {
+            op: "sending ctnetlink request for",
+            object: object.to_string(),
+            source,
+        })
+}
+
+fn recv(sock: &Socket, object: &str) -> Result<Vec<u8>> {
+    sock.recv_from_full()
+        .map(|(buf, _)| buf)
+        .map_err(|source| RtnlError::Conntrack {
+            op: "receiving ctnetlink answer for",
+            object: object.to_string(),
+            source,
+        })
+}
+
+/// Reads until the ACK/error of `seq`; returns its errno (0 = success).
+fn wait_ack(sock: &Socket, seq: u32, object: &str) -> Result<i32> {
+    loop {
+        let buf = recv(sock, object)?;
+        for (ty, payload, msg_seq) in messages_with_seq(&buf) {
+            if ty == NLMSG_ERROR && msg_seq == seq {
+                return Ok(nlmsg_errno(payload).unwrap_or(0));
+            }
+        }
+    }
+}
+
+/// Builds one ctnetlink message.
+fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> {
+    let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&(len as u32).to_ne_bytes());
+    b.extend_from_slice(&(NFNL_SUBSYS_CTNETLINK << 8 | msg).to_ne_bytes());
+    b.extend_from_slice(&flags.to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&[family, 0, 0, 0]); // nfgenmsg: version 0, res_id 0 (BE)
+    b.extend_from_slice(attrs);
+    b
+}
+
+/// Splits a datagram into (type, payload after nlmsghdr).
+fn messages(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    messages_with_seq(buf).map(|(t, p, _)| (t, p))
+}
+
+fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
+    std::iter::from_fn(move || {
+        if buf.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(buf[0..4].try_into().ok()?) as usize;
+        if len < NLMSG_HDRLEN || len > buf.len() {
+            return None;
+        }
+        let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
+        let seq = u32::from_ne_bytes(buf[8..12].try_into().ok()?);
+        let payload = &buf[NLMSG_HDRLEN..len];
+        buf = &buf[align4(len).min(buf.len())..];
+        Some((ty, payload, seq))
+    })
+}
+
+/// `nlmsgerr.error` as a positive errno, `None` for an ACK (0).
+fn nlmsg_errno(payload: &[u8]) -> Option<i32> {
+    let code = i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?);
+    (code != 0).then_some(-code)
+}
+
+fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+/// Iterates (type without flags, value) over a run of netlink attributes.
+fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if buf.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
+        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & NLA_TYPE_MASK;
+        if len < 4 || len > buf.len() {
+            return None;
+        }
+        let value = &buf[4..len];
+        buf = &buf[align4(len).min(buf.len())..];
+        Some((ty, value))
+    })
+}
+
+fn put_attr(out: &mut Vec<u8>, ty: u16, value: &[u8]) {
+    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize(align4(out.len()), 0);
+}
+
+/// The source address inside a `CTA_TUPLE_*` value.
+fn tuple_source(tuple: &[u8]) -> Option<IpAddr> {
+    let ip = attrs(tuple).find(|(t, _)| *t == CTA_TUPLE_IP)?.1;
+    attrs(ip).find_map(|(t, v)| match t {
+        CTA_IP_V4_SRC => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?))),
+        CTA_IP_V6_SRC => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?))),
+        _ => None,
+    })
+}
+
+/// For a dumped entry (payload after nlmsghdr) whose original or reply source is `ip`, the
+/// attributes of its delete request: the original tuple verbatim, and the zone if any.
+fn delete_attrs_if_matches(payload: &[u8], ip: IpAddr) -> Option<Vec<u8>> {
+    let body = payload.get(NFGENMSG_LEN..)?;
+    let mut orig = None;
+    let mut reply_src = None;
+    let mut zone = None;
+    for (t, v) in attrs(body) {
+        match t {
+            CTA_TUPLE_ORIG => orig = Some(v),
+            CTA_TUPLE_REPLY => reply_src = tuple_source(v),
+            CTA_ZONE => zone = Some(v),
+            _ => {}
+        }
+    }
+    let orig = orig?;
+    if tuple_source(orig) != Some(ip) && reply_src != Some(ip) {
+        return None;
+    }
+    let mut out = Vec::new();
+    put_attr(&mut out, CTA_TUPLE_ORIG | NLA_F_NESTED, orig);
+    if let Some(z) = zone {
+        put_attr(&mut out, CTA_ZONE, z);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuple(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut ip = Vec::new();
+        put_attr(&mut ip, CTA_IP_V4_SRC, &src);
+        put_attr(&mut ip, 2, &dst);
+        let mut t = Vec::new();
+        put_attr(&mut t, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+        t
+    }
+
+    fn entry(orig: ([u8; 4], [u8; 4]), reply: ([u8; 4], [u8; 4])) -> Vec<u8> {
+        let mut p = vec![libc::AF_INET as u8, 0, 0, 0];
+        put_attr(
+            &mut p,
+            CTA_TUPLE_ORIG | NLA_F_NESTED,
+            &tuple(orig.0, orig.1),
+        );
+        put_attr(
+            &mut p,
+            CTA_TUPLE_REPLY | NLA_F_NESTED,
+            &tuple(reply.0, reply.1),
+        );
+        p
+    }
+
+    #[test]
+    fn matches_original_or_reply_source_and_copies_the_original_tuple() {
+        let a = [10, 0, 0, 2];
+        let b = [10, 0, 0, 1];
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        let outbound = entry((a, b), (b, a));
+        let del = delete_attrs_if_matches(&outbound, ip).unwrap();
+        let (t, v) = attrs(&del).next().unwrap();
+        assert_eq!(t, CTA_TUPLE_ORIG);
+        assert_eq!(v, tuple(a, b).as_slice());
+        let inbound = entry((b, a), (a, b));
+        assert!(
+            delete_attrs_if_matches(&inbound, ip).is_some(),
+            "reply source matches"
+        );
+        let other = entry((b, [10, 0, 0, 9]), ([10, 0, 0, 9], b));
+        assert!(delete_attrs_if_matches(&other, ip).is_none());
+    }
+}

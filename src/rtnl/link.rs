@@ -1,0 +1,284 @@
+//! Links and addresses: the messages `ip link` / `ip addr` / `ip route add` send, so nothing in
+//! felix-nft (demo, tests) has to exec `ip`. Also the link/address dumps the route syncer and the
+//! interface monitor read.
+//!
+//! Links are addressed by name (what the caller knows); each call resolves the name to the current
+//! index, so a re-created interface is found again.
+
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::route::RouteScope;
+use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
+
+use super::{Result, RtnlError, RtnlHandle};
+use crate::netns::NetNs;
+
+/// One interface as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkState {
+    pub index: u32,
+    pub name: String,
+    /// IFF_UP: administratively up.
+    pub admin_up: bool,
+    /// Operationally up, as Felix's interface monitor judges it (reference §16): IFF_RUNNING, or
+    /// IFF_UP together with IFF_LOWER_UP.
+    pub oper_up: bool,
+    /// Hardware address (6 bytes for Ethernet/veth), empty when the link has none.
+    pub mac: Vec<u8>,
+}
+
+impl LinkState {
+    /// Reads a link message (RTM_NEWLINK answer or notification). `None` when it carries no name.
+    pub fn from_message(msg: &LinkMessage) -> Option<LinkState> {
+        let mut name = None;
+        let mut mac = Vec::new();
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => name = Some(n.clone()),
+                LinkAttribute::Address(a) => mac = a.clone(),
+                _ => {}
+            }
+        }
+        let flags = msg.header.flags;
+        let admin_up = flags.contains(LinkFlags::Up);
+        let oper_up =
+            flags.contains(LinkFlags::Running) || (admin_up && flags.contains(LinkFlags::LowerUp));
+        Some(LinkState {
+            index: msg.header.index,
+            name: name?,
+            admin_up,
+            oper_up,
+            mac,
+        })
+    }
+}
+
+/// Dumps every link in the handle's namespace.
+pub async fn list_links(h: &RtnlHandle) -> Result<Vec<LinkState>> {
+    let msgs: Vec<LinkMessage> = h
+        .handle()
+        .link()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping", "links", e))?;
+    Ok(msgs.iter().filter_map(LinkState::from_message).collect())
+}
+
+/// Looks up one link by name; `Ok(None)` when it does not exist.
+pub async fn get_link(h: &RtnlHandle, name: &str) -> Result<Option<LinkState>> {
+    let res: std::result::Result<Vec<LinkMessage>, _> = h
+        .handle()
+        .link()
+        .get()
+        .match_name(name.to_string())
+        .execute()
+        .try_collect()
+        .await;
+    match res {
+        Ok(msgs) => Ok(msgs.iter().find_map(LinkState::from_message)),
+        Err(e) => {
+            let err = RtnlError::kernel("looking up link", name, e);
+            if err.is_vanished_interface() {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The current index of `name`, or [`RtnlError::NoSuchInterface`].
+pub async fn index_of(h: &RtnlHandle, op: &'static str, name: &str) -> Result<u32> {
+    match get_link(h, name).await? {
+        Some(l) => Ok(l.index),
+        None => Err(RtnlError::NoSuchInterface {
+            op,
+            ifname: name.to_string(),
+        }),
+    }
+}
+
+/// Creates a veth pair `name` ↔ `peer` (both down, in the handle's namespace).
+pub async fn create_veth(h: &RtnlHandle, name: &str, peer: &str) -> Result<()> {
+    h.handle()
+        .link()
+        .add(LinkVeth::new(name, peer).build())
+        .execute()
+        .await
+        .map_err(|e| RtnlError::kernel("creating veth pair", format!("{name}/{peer}"), e))
+}
+
+/// Moves link `name` into namespace `target` (IFLA_NET_NS_FD). It arrives there down.
+pub async fn move_to_netns(h: &RtnlHandle, name: &str, target: &NetNs) -> Result<()> {
+    let index = index_of(h, "moving link to another namespace", name).await?;
+    let fd = target.as_fd_owned().map_err(|source| RtnlError::Socket {
+        op: "duplicating namespace handle",
+        ns: target.label().to_string(),
+        source,
+    })?;
+    let msg = LinkUnspec::new_with_index(index)
+        .setns_by_fd(fd.as_raw_fd())
+        .build();
+    let res = h.handle().link().set(msg).execute().await;
+    drop(fd); // kept open until the kernel has answered
+    res.map_err(|e| {
+        RtnlError::kernel(
+            "moving link to namespace",
+            format!("{name} → {}", target.label()),
+            e,
+        )
+    })
+}
+
+/// Renames link `name` to `new_name` (the kernel refuses while the link is up: EBUSY).
+pub async fn rename(h: &RtnlHandle, name: &str, new_name: &str) -> Result<()> {
+    let index = index_of(h, "renaming link", name).await?;
+    let msg = LinkUnspec::new_with_index(index).name(new_name).build();
+    h.handle()
+        .link()
+        .set(msg)
+        .execute()
+        .await
+        .map_err(|e| RtnlError::kernel("renaming link", format!("{name} → {new_name}"), e))
+}
+
+/// Sets link `name` administratively up or down.
+pub async fn set_up(h: &RtnlHandle, name: &str, up: bool) -> Result<()> {
+    let index = index_of(h, "setting link up/down", name).await?;
+    let b = LinkUnspec::new_with_index(index);
+    let msg = if up { b.up() } else { b.down() }.build();
+    h.handle().link().set(msg).execute().await.map_err(|e| {
+        RtnlError::kernel(
+            if up {
+                "setting link up"
+            } else {
+                "setting link down"
+            },
+            name,
+            e,
+        )
+    })
+}
+
+/// Deletes link `name` (for a veth, both ends go).
+pub async fn delete(h: &RtnlHandle, name: &str) -> Result<()> {
+    let index = index_of(h, "deleting link", name).await?;
+    h.handle()
+        .link()
+        .del(index)
+        .execute()
+        .await
+        .map_err(|e| RtnlError::kernel("deleting link", name, e))
+}
+
+/// Adds `addr` (with its prefix length) to link `name`. IPv6 addresses are added with
+/// IFA_F_NODAD so they are usable at once (no duplicate address detection wait).
+pub async fn add_address(h: &RtnlHandle, name: &str, addr: IpNet) -> Result<()> {
+    let index = index_of(h, "adding address", name).await?;
+    let mut req = h
+        .handle()
+        .address()
+        .add(index, addr.addr(), addr.prefix_len());
+    if addr.addr().is_ipv6() {
+        req.message_mut()
+            .attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+    }
+    req.execute()
+        .await
+        .map_err(|e| RtnlError::kernel("adding address", format!("{addr} on {name}"), e))
+}
+
+/// Removes `addr` from link `name`.
+pub async fn delete_address(h: &RtnlHandle, name: &str, addr: IpNet) -> Result<()> {
+    let msgs: Vec<AddressMessage> = h
+        .handle()
+        .address()
+        .get()
+        .set_link_index_filter(index_of(h, "deleting address", name).await?)
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping addresses of", name, e))?;
+    for msg in msgs {
+        if address_of(&msg) == Some(addr) {
+            return h.handle().address().del(msg).execute().await.map_err(|e| {
+                RtnlError::kernel("deleting address", format!("{addr} on {name}"), e)
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The address (with prefix length) an address message describes. IFA_LOCAL is the interface's
+/// own address on point-to-point links; IFA_ADDRESS otherwise.
+pub fn address_of(msg: &AddressMessage) -> Option<IpNet> {
+    let mut address = None;
+    let mut local = None;
+    for attr in &msg.attributes {
+        match attr {
+            AddressAttribute::Address(a) => address = Some(*a),
+            AddressAttribute::Local(a) => local = Some(*a),
+            _ => {}
+        }
+    }
+    let ip: IpAddr = local.or(address)?;
+    IpNet::new(ip, msg.header.prefix_len).ok()
+}
+
+/// Dumps all addresses of both families: (interface index, address).
+pub async fn list_addresses(h: &RtnlHandle) -> Result<Vec<(u32, IpNet)>> {
+    let msgs: Vec<AddressMessage> = h
+        .handle()
+        .address()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping", "addresses", e))?;
+    Ok(msgs
+        .iter()
+        .filter_map(|m| Some((m.header.index, address_of(m)?)))
+        .collect())
+}
+
+/// Adds a route to `dst` in the main table: through `via` when given, else directly on `dev`
+/// (scope link), like `ip route add DST [via GW] [dev DEV]`.
+pub async fn add_route(
+    h: &RtnlHandle,
+    dst: IpNet,
+    dev: Option<&str>,
+    via: Option<IpAddr>,
+) -> Result<()> {
+    let object = format!("{dst}");
+    let mut b = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(dst.addr(), dst.prefix_len())
+        .map_err(|e| RtnlError::Unexpected {
+            op: "building route",
+            what: e.to_string(),
+        })?;
+    if let Some(gw) = via {
+        b = b.gateway(gw).map_err(|e| RtnlError::Unexpected {
+            op: "building route",
+            what: e.to_string(),
+        })?;
+    } else {
+        b = b.scope(RouteScope::Link);
+    }
+    if let Some(dev) = dev {
+        b = b.output_interface(index_of(h, "adding route", dev).await?);
+    }
+    h.handle()
+        .route()
+        .add(b.build())
+        .execute()
+        .await
+        .map_err(|e| RtnlError::kernel("adding route", object, e))
+}

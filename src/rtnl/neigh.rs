@@ -1,0 +1,280 @@
+//! Static neighbour entries (reference §15): a permanent IPv4 → MAC entry per workload address on
+//! its interface, so the host needs no ARP round trip (and VMs with `arp_ignore=2` work).
+//!
+//! Entries are written with "neigh set" semantics (NLM_F_CREATE|NLM_F_REPLACE, NUD_PERMANENT) and
+//! re-asserted whenever the caller says the interface changed (an admin down flushes even
+//! permanent entries) and on every resync, because other agents (dnsmasq) overwrite them. On a
+//! resync, permanent entries on a managed interface that are not desired are deleted; entries on
+//! other interfaces are never touched.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use futures::TryStreamExt;
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
+use netlink_packet_route::AddressFamily;
+
+use super::link::get_link;
+use super::{Result, RtnlError, RtnlHandle};
+
+/// A MAC address.
+pub type Mac = [u8; 6];
+
+/// What one apply did.
+#[derive(Debug, Default)]
+pub struct NeighReport {
+    /// Entries written (created or re-asserted): (interface, address).
+    pub set: Vec<(String, IpAddr)>,
+    /// Entries deleted.
+    pub deleted: Vec<(String, IpAddr)>,
+    /// Interfaces absent or down; their entries are written when the caller reports them up.
+    pub parked: Vec<String>,
+    /// Failures; the interface stays dirty and the next apply retries.
+    pub errors: Vec<RtnlError>,
+}
+
+/// Desired permanent neighbours per interface, and the kernel writes to get there.
+#[derive(Debug, Default)]
+pub struct NeighSyncer {
+    desired: BTreeMap<String, BTreeMap<IpAddr, Mac>>,
+    /// Entries to delete: interface → addresses no longer wanted.
+    to_delete: BTreeMap<String, BTreeSet<IpAddr>>,
+    dirty: BTreeSet<String>,
+    resync: bool,
+}
+
+impl NeighSyncer {
+    /// An empty syncer; the first apply is a resync.
+    pub fn new() -> NeighSyncer {
+        NeighSyncer {
+            resync: true,
+            ..NeighSyncer::default()
+        }
+    }
+
+    /// Sets the permanent neighbours wanted on `ifname`, replacing the previous set. Addresses
+    /// dropped from the set are deleted by the next apply. No kernel I/O.
+    pub fn set_neighbours(
+        &mut self,
+        ifname: &str,
+        entries: impl IntoIterator<Item = (IpAddr, Mac)>,
+    ) {
+        let new: BTreeMap<IpAddr, Mac> = entries.into_iter().collect();
+        let old = self.desired.remove(ifname).unwrap_or_default();
+        let gone: BTreeSet<IpAddr> = old
+            .keys()
+            .filter(|ip| !new.contains_key(ip))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            self.to_delete
+                .entry(ifname.to_string())
+                .or_default()
+                .extend(gone);
+        }
+        if let Some(pending) = self.to_delete.get_mut(ifname) {
+            pending.retain(|ip| !new.contains_key(ip));
+        }
+        if old != new {
+            self.dirty.insert(ifname.to_string());
+        }
+        if !new.is_empty() {
+            self.desired.insert(ifname.to_string(), new);
+        }
+    }
+
+    /// The interface went down/up or was re-created: re-assert its entries on the next apply.
+    pub fn iface_changed(&mut self, ifname: &str) {
+        if self.desired.contains_key(ifname) {
+            self.dirty.insert(ifname.to_string());
+        }
+    }
+
+    /// Re-assert everything and delete undesired permanent entries on managed interfaces.
+    pub fn request_resync(&mut self) {
+        self.resync = true;
+    }
+
+    /// True when an apply has work to do.
+    pub fn needs_apply(&self) -> bool {
+        self.resync || !self.dirty.is_empty() || !self.to_delete.is_empty()
+    }
+
+    /// Writes what is dirty (or everything, on resync).
+    pub async fn apply(&mut self, h: &RtnlHandle) -> Result<NeighReport> {
+        let mut report = NeighReport::default();
+        let resync = std::mem::take(&mut self.resync);
+        let ifaces: BTreeSet<String> = if resync {
+            self.desired
+                .keys()
+                .chain(self.to_delete.keys())
+                .cloned()
+                .collect()
+        } else {
+            self.dirty
+                .iter()
+                .chain(self.to_delete.keys())
+                .cloned()
+                .collect()
+        };
+        let kernel = if resync {
+            Some(dump_permanent(h).await?)
+        } else {
+            None
+        };
+        self.dirty.clear();
+        for ifname in ifaces {
+            if let Err(e) = self
+                .apply_iface(h, &ifname, kernel.as_ref(), &mut report)
+                .await
+            {
+                self.dirty.insert(ifname.clone());
+                report.errors.push(e);
+            }
+        }
+        if !report.errors.is_empty() {
+            self.resync = true;
+        }
+        Ok(report)
+    }
+
+    async fn apply_iface(
+        &mut self,
+        h: &RtnlHandle,
+        ifname: &str,
+        kernel: Option<&Vec<(u32, IpAddr)>>,
+        report: &mut NeighReport,
+    ) -> Result<()> {
+        let link = match get_link(h, ifname).await? {
+            Some(l) => l,
+            None => {
+                // Gone: its entries went with it; nothing left to delete.
+                self.to_delete.remove(ifname);
+                report.parked.push(ifname.to_string());
+                return Ok(());
+            }
+        };
+        let wanted = self.desired.get(ifname).cloned().unwrap_or_default();
+        let mut delete: BTreeSet<IpAddr> = self.to_delete.remove(ifname).unwrap_or_default();
+        if let Some(kernel) = kernel {
+            delete.extend(
+                kernel
+                    .iter()
+                    .filter(|(idx, ip)| {
+                        *idx == link.index && ip.is_ipv4() && !wanted.contains_key(ip)
+                    })
+                    .map(|(_, ip)| *ip),
+            );
+        }
+        for ip in delete {
+            let mut msg = NeighbourMessage::default();
+            msg.header.family = family(&ip);
+            msg.header.ifindex = link.index;
+            msg.attributes
+                .push(NeighbourAttribute::Destination(neigh_addr(ip)));
+            match h.handle().neighbours().del(msg).execute().await {
+                Ok(()) => report.deleted.push((ifname.to_string(), ip)),
+                Err(e) => {
+                    let err =
+                        RtnlError::kernel("deleting neighbour", format!("{ip} on {ifname}"), e);
+                    if !err.is_vanished_interface() {
+                        self.to_delete
+                            .entry(ifname.to_string())
+                            .or_default()
+                            .insert(ip);
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        if !link.admin_up {
+            if !wanted.is_empty() {
+                report.parked.push(ifname.to_string());
+            }
+            return Ok(());
+        }
+        for (ip, mac) in wanted {
+            h.handle()
+                .neighbours()
+                .add(link.index, ip)
+                .link_layer_address(&mac)
+                .state(NeighbourState::Permanent)
+                .replace()
+                .execute()
+                .await
+                .map_err(|e| {
+                    RtnlError::kernel(
+                        "setting permanent neighbour",
+                        format!("{ip} on {ifname}"),
+                        e,
+                    )
+                })?;
+            report.set.push((ifname.to_string(), ip));
+        }
+        Ok(())
+    }
+}
+
+/// All permanent neighbour entries: (interface index, address).
+async fn dump_permanent(h: &RtnlHandle) -> Result<Vec<(u32, IpAddr)>> {
+    let msgs: Vec<NeighbourMessage> = h
+        .handle()
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping", "neighbours", e))?;
+    Ok(msgs
+        .iter()
+        .filter(|m| m.header.state == NeighbourState::Permanent)
+        .filter_map(|m| {
+            m.attributes.iter().find_map(|a| match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    Some((m.header.ifindex, IpAddr::V4(*v4)))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    Some((m.header.ifindex, IpAddr::V6(*v6)))
+                }
+                _ => None,
+            })
+        })
+        .collect())
+}
+
+fn family(ip: &IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+fn neigh_addr(ip: IpAddr) -> NeighbourAddress {
+    match ip {
+        IpAddr::V4(v4) => NeighbourAddress::Inet(v4),
+        IpAddr::V6(v6) => NeighbourAddress::Inet6(v6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_an_address_queues_its_deletion() {
+        let mut s = NeighSyncer::new();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        s.set_neighbours("cali1", [(a, [2, 0, 0, 0, 0, 1]), (b, [2, 0, 0, 0, 0, 2])]);
+        s.set_neighbours("cali1", [(a, [2, 0, 0, 0, 0, 1])]);
+        assert_eq!(s.to_delete["cali1"], BTreeSet::from([b]));
+        // Re-adding cancels the deletion.
+        s.set_neighbours("cali1", [(a, [2, 0, 0, 0, 0, 1]), (b, [2, 0, 0, 0, 0, 3])]);
+        assert!(s.to_delete["cali1"].is_empty());
+        s.set_neighbours("cali1", []);
+        assert!(!s.desired.contains_key("cali1"));
+        assert_eq!(s.to_delete["cali1"].len(), 2);
+    }
+}
