@@ -9,6 +9,7 @@
 
 use std::error::Error;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -79,6 +80,7 @@ pub fn init_with(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter_from_env())
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

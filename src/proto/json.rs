@@ -38,10 +38,11 @@ pub struct JsonError {
 }
 
 fn position_suffix(line: usize, column: usize) -> String {
-    if line == 0 {
-        String::new()
-    } else {
-        format!(", line {line} column {column}")
+    match line {
+        0 => String::new(),
+        // A one-line message (the JSON stream's case): the line is known to the caller.
+        1 => format!(", column {column}"),
+        _ => format!(", line {line} column {column}"),
     }
 }
 
@@ -194,7 +195,7 @@ pub fn de_enum<'de, E: ProtoEnum, D: Deserializer<'de>>(d: D) -> Result<i32, D::
     impl<E: ProtoEnum> Visitor<'_> for V<E> {
         type Value = i32;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            write!(f, "a {} name (", E::PROTO_NAME)?;
+            write!(f, "{} by name (", E::PROTO_NAME)?;
             for (i, (_, s)) in E::VALUES.iter().enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
