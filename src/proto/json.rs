@@ -790,3 +790,35 @@ pub mod wire {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// JSON Schemas (checked in under schemas/, kept current by tests/proto_schema.rs).
+// ---------------------------------------------------------------------------------------------
+
+/// The JSON Schema of one message in the JSON stream: a `ToDataplane`.
+pub fn message_schema() -> Schema {
+    let mut schema = schemars::schema_for!(ToDataplane);
+    schema.insert(
+        "description".into(),
+        "One Felix `ToDataplane` message in proto3 JSON with the proto's field names \
+         (felix-dataplane.md §2): `sequence_number` and exactly one payload field. felix-nft \
+         also accepts the lowerCamelCase spelling of every field name, which this schema does \
+         not list."
+            .into(),
+    );
+    schema
+}
+
+/// The JSON Schema of a state document in its array form. (The other form, one message per
+/// line, is a sequence of documents each matching [`message_schema`].)
+pub fn state_schema() -> Schema {
+    let mut schema = schemars::schema_for!(Vec<ToDataplane>);
+    schema.insert("title".into(), "felix-nft state document".into());
+    schema.insert(
+        "description".into(),
+        "The whole desired state of a node: `ToDataplane` messages applied in order to an \
+         empty dataplane, then `in_sync`. Also accepted: the same messages one per line."
+            .into(),
+    );
+    schema
+}
