@@ -171,6 +171,13 @@ fn run_external_driver() -> ExitCode {
 
 /// `felix-nft run`.
 fn run(args: &RunArgs) -> ExitCode {
+    if args.config.is_some() || args.netns.netns.is_some() {
+        // Both matter only once there is a dataplane to configure and a namespace to program.
+        eprintln!(
+            "felix-nft: --config and --netns are accepted but not used yet (the dataplane lands \
+             with issue 6)"
+        );
+    }
     match args.source.parse::<SourceSpec>() {
         Ok(spec) => run_source(spec, args.trace_input),
         Err(e) => {

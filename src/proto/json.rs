@@ -94,8 +94,8 @@ fn strip_position(e: &serde_json::Error) -> String {
 
 /// Encodes a message as one line of proto3 JSON with the proto's field names.
 pub fn encode<T: Serialize>(msg: &T) -> String {
-    // Serialising these types cannot fail: every map key is a string or an integer and there is
-    // no non-finite float outside `ProcessStatusUpdate.uptime`, which serde_json writes as null.
+    // Serialising these types cannot fail: every map key is a string or an integer, and the one
+    // float (`ProcessStatusUpdate.uptime`) is written as null should it ever be non-finite.
     serde_json::to_string(msg).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 

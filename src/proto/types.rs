@@ -7,6 +7,12 @@
 //!
 //! Enum-typed fields are stored as `i32` (prost's convention: an unknown value survives a round
 //! trip); use the generated `*()` getters or `TryFrom<i32>` to read them.
+//!
+//! The same types carry the proto3 JSON form (serde attributes: proto field names, lowerCamelCase
+//! aliases, defaults omitted on output, unknown names refused) and its JSON Schema (schemars);
+//! the helpers they name and the wire-side mirrors of the messages with a `oneof` live in
+//! [`super::json`]. The serde attributes were derived mechanically from the prost ones: keep
+//! them in step when adding a field (the round-trip and protoc tests catch a mismatch).
 
 use std::collections::BTreeMap;
 
@@ -31,6 +37,9 @@ pub struct ToDataplane {
 
 pub mod to_dataplane {
     /// The `oneof payload` of [`super::ToDataplane`].
+    // Boxing the big variants would change the shape every consumer matches on, for one move
+    // per message; prost-generated code keeps them inline too.
+    #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Payload {
         #[prost(message, tag = "1")]
@@ -120,6 +129,9 @@ pub struct FromDataplane {
 
 pub mod from_dataplane {
     /// The `oneof payload` of [`super::FromDataplane`].
+    // Boxing the big variants would change the shape every consumer matches on, for one move
+    // per message; prost-generated code keeps them inline too.
+    #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Payload {
         #[prost(message, tag = "3")]
