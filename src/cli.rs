@@ -190,6 +190,18 @@ fn run(args: &RunArgs) -> ExitCode {
 /// Reads one transport to its end, logging what arrives. The dataplane (issue 6) will consume the
 /// channel instead of [`crate::source::log_updates`].
 fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
+    // Felix's fds first, before the runtime or anything else opens a file: once 3 and 4 are
+    // free, the next descriptors opened (tokio's epoll, say) would get those numbers.
+    let felix_fds = match spec {
+        SourceSpec::Felix => match source::felix::take_felix_fds() {
+            Ok(fds) => Some(fds),
+            Err(e) => {
+                eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        _ => None,
+    };
     crate::ops::logging::init();
     tracing::warn!(
         source = ?spec,
@@ -206,7 +218,7 @@ fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(read_source(spec, trace_input)) {
+    match runtime.block_on(read_source(spec, felix_fds, trace_input)) {
         Ok(Some(tally)) => {
             tracing::info!(
                 decoded = tally.decoded,
@@ -229,11 +241,15 @@ fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
 /// `Ok(None)` when a signal stopped the read before the end of input.
 async fn read_source(
     spec: SourceSpec,
+    felix_fds: Option<(std::fs::File, std::fs::File)>,
     trace_input: bool,
 ) -> Result<Option<Tally>, Box<dyn std::error::Error + Send + Sync>> {
     match spec {
         SourceSpec::Felix => {
-            let (input, output) = source::felix::take_felix_fds()?;
+            let (input, output) = felix_fds.ok_or(SourceError::FdNotOpen {
+                fd: source::felix::FD_IN,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            })?;
             let (rx, reader) = source::felix::spawn_reader(input);
             // Held until the end: the dataplane will send status on it; dropping it closes fd 4.
             let (status_tx, writer) = source::felix::spawn_writer(output);

@@ -233,10 +233,10 @@ fn oversize_length_fails_without_waiting_for_the_body() {
     d.expect_line(&["input failed", "more than the limit"]);
 }
 
-#[test]
-fn no_arguments_without_fds_3_and_4_is_a_usage_error() {
+/// A command with fds 3 and 4 closed in the child, even if the test runner inherited them.
+fn without_fds_3_and_4(args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    cmd.stdin(Stdio::null());
+    cmd.args(args).stdin(Stdio::null());
     // SAFETY: close is async-signal-safe. The test runner may itself have inherited fds 3/4
     // (a make jobserver, say); the child must not.
     unsafe {
@@ -246,7 +246,22 @@ fn no_arguments_without_fds_3_and_4_is_a_usage_error() {
             Ok(())
         });
     }
-    let out = cmd.output().unwrap();
+    cmd.output().unwrap()
+}
+
+#[test]
+fn no_arguments_without_fds_3_and_4_is_a_usage_error() {
+    let out = without_fds_3_and_4(&[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not both open"));
+}
+
+#[test]
+fn run_source_felix_without_fds_is_a_usage_error_not_a_crash() {
+    // Regression: taking fd 3 after the async runtime had opened its epoll descriptor as fd 3
+    // closed the runtime's descriptor under it.
+    let out = without_fds_3_and_4(&["run", "--source", "felix"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("file descriptor 3 is not open"), "{err}");
 }

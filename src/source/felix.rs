@@ -33,7 +33,9 @@ pub fn fd_is_open(fd: RawFd) -> bool {
 
 /// Takes ownership of fds 3 and 4 as Felix passed them, marking them close-on-exec.
 ///
-/// Call at most once per process: the returned files close the descriptors when dropped.
+/// Call at most once per process, and before anything else opens a descriptor: if Felix did not
+/// pass fds 3 and 4, the first files opened get those numbers and would be taken for Felix's
+/// pipes. The returned files close the descriptors when dropped.
 pub fn take_felix_fds() -> Result<(File, File), SourceError> {
     for fd in [FD_IN, FD_OUT] {
         // SAFETY: as above; F_SETFD with FD_CLOEXEC changes only this descriptor's flag.
