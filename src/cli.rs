@@ -250,9 +250,9 @@ async fn read_source(
                 fd: source::felix::FD_IN,
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             })?;
-            let (rx, reader) = source::felix::spawn_reader(input);
+            let (rx, reader) = source::felix::spawn_reader(input)?;
             // Held until the end: the dataplane will send status on it; dropping it closes fd 4.
-            let (status_tx, writer) = source::felix::spawn_writer(output);
+            let (status_tx, writer) = source::felix::spawn_writer(output)?;
             let tally = tokio::select! {
                 t = log_updates(rx, trace_input) => t,
                 _ = shutdown_signal() => return Ok(None),

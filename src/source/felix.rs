@@ -68,28 +68,22 @@ pub struct ReadSummary {
 /// resynchronised), or when the receiver is dropped.
 pub fn spawn_reader<R: Read + Send + 'static>(
     input: R,
-) -> (
-    mpsc::Receiver<Received>,
-    JoinHandle<Result<ReadSummary, SourceError>>,
-) {
+) -> Result<
+    (
+        mpsc::Receiver<Received>,
+        JoinHandle<Result<ReadSummary, SourceError>>,
+    ),
+    SourceError,
+> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd3".into())
-        .spawn(move || read_frames(input, tx));
-    match handle {
-        Ok(h) => (rx, h),
-        // Spawning a thread fails only when the process is out of resources; report it through
-        // the same handle type so callers have one path.
-        Err(e) => {
-            let h = std::thread::spawn(move || {
-                Err(SourceError::Read {
-                    stream: "fd 3".into(),
-                    source: e,
-                })
-            });
-            (rx, h)
-        }
-    }
+        .spawn(move || read_frames(input, tx))
+        .map_err(|source| SourceError::Spawn {
+            what: "fd 3 reader",
+            source,
+        })?;
+    Ok((rx, handle))
 }
 
 fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSummary, SourceError> {
@@ -126,22 +120,31 @@ fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSumm
 /// Felix has gone, and will shut down — §1.1).
 pub fn spawn_writer<W: Write + Send + 'static>(
     output: W,
-) -> (
-    mpsc::Sender<FromDataplane>,
-    JoinHandle<Result<u64, SourceError>>,
-) {
+) -> Result<
+    (
+        mpsc::Sender<FromDataplane>,
+        JoinHandle<Result<u64, SourceError>>,
+    ),
+    SourceError,
+> {
     let (tx, mut rx) = mpsc::channel::<FromDataplane>(CHANNEL_CAPACITY);
-    let handle = std::thread::spawn(move || {
-        let mut output = output;
-        let mut seq = 0u64;
-        while let Some(mut msg) = rx.blocking_recv() {
-            msg.sequence_number = seq;
-            write_frame(&mut output, &msg).map_err(SourceError::WriteFd4)?;
-            seq += 1;
-        }
-        Ok(seq)
-    });
-    (tx, handle)
+    let handle = std::thread::Builder::new()
+        .name("felix-fd4".into())
+        .spawn(move || {
+            let mut output = output;
+            let mut seq = 0u64;
+            while let Some(mut msg) = rx.blocking_recv() {
+                msg.sequence_number = seq;
+                write_frame(&mut output, &msg).map_err(SourceError::WriteFd4)?;
+                seq += 1;
+            }
+            Ok(seq)
+        })
+        .map_err(|source| SourceError::Spawn {
+            what: "fd 4 writer",
+            source,
+        })?;
+    Ok((tx, handle))
 }
 
 #[cfg(test)]
@@ -166,7 +169,7 @@ mod tests {
         bytes.extend(3u64.to_le_bytes());
         bytes.extend([0x12, 0x7f, 0x00]);
         bytes.extend(encode_frame(&in_sync(2)));
-        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes));
+        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes)).unwrap();
         let a = rx.blocking_recv().unwrap().unwrap();
         assert_eq!(a.message, in_sync(0));
         assert_eq!(a.origin, Origin::Frame { index: 0 });
@@ -191,7 +194,7 @@ mod tests {
         let mut bytes = encode_frame(&in_sync(0));
         bytes.extend(100u64.to_le_bytes());
         bytes.extend([0u8; 10]);
-        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes));
+        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes)).unwrap();
         assert!(rx.blocking_recv().unwrap().is_ok());
         assert!(rx.blocking_recv().is_none());
         let err = h.join().unwrap().unwrap_err();
@@ -200,12 +203,12 @@ mod tests {
 
     #[test]
     fn writer_frames_and_numbers_messages() {
-        let (tx, h) = spawn_writer(Vec::new());
+        let (tx, h) = spawn_writer(Vec::new()).unwrap();
         drop(tx);
         assert_eq!(h.join().unwrap().unwrap(), 0);
 
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
-        let (tx, h) = spawn_writer(w);
+        let (tx, h) = spawn_writer(w).unwrap();
         for _ in 0..3 {
             tx.blocking_send(FromDataplane {
                 sequence_number: 99,

@@ -111,6 +111,12 @@ pub enum SourceError {
     },
     #[error("unknown source `{0}`: expected `felix`, `stdin` or `unix:PATH`")]
     BadSpec(String),
+    #[error("starting the {what} thread")]
+    Spawn {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the transport's thread panicked")]
     Panicked,
 }
