@@ -52,6 +52,18 @@ pub fn take_felix_fds() -> Result<(File, File), SourceError> {
     Ok((input, output))
 }
 
+/// The fd 3 reader: its channel of messages, and its thread (which returns how it ended).
+pub type Reader = (
+    mpsc::Receiver<Received>,
+    JoinHandle<Result<ReadSummary, SourceError>>,
+);
+
+/// The fd 4 writer: the sender the dataplane reports on, and the thread (returns frames written).
+pub type Writer = (
+    mpsc::Sender<FromDataplane>,
+    JoinHandle<Result<u64, SourceError>>,
+);
+
 /// What the fd 3 reader saw before it ended cleanly.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSummary {
@@ -66,15 +78,7 @@ pub struct ReadSummary {
 /// Starts the fd 3 reader thread on `input`, returning the channel of messages and the thread.
 /// The thread ends at EOF (clean: `Ok`), on a framing or I/O error (`Err`; the stream cannot be
 /// resynchronised), or when the receiver is dropped.
-pub fn spawn_reader<R: Read + Send + 'static>(
-    input: R,
-) -> Result<
-    (
-        mpsc::Receiver<Received>,
-        JoinHandle<Result<ReadSummary, SourceError>>,
-    ),
-    SourceError,
-> {
+pub fn spawn_reader<R: Read + Send + 'static>(input: R) -> Result<Reader, SourceError> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd3".into())
@@ -118,15 +122,7 @@ fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSumm
 /// as one frame, with `sequence_number` assigned here (0, 1, 2, …; Felix ignores it, §1.2). The
 /// thread ends when every sender is dropped (`Ok(frames written)`) or a write fails (`Err`:
 /// Felix has gone, and will shut down — §1.1).
-pub fn spawn_writer<W: Write + Send + 'static>(
-    output: W,
-) -> Result<
-    (
-        mpsc::Sender<FromDataplane>,
-        JoinHandle<Result<u64, SourceError>>,
-    ),
-    SourceError,
-> {
+pub fn spawn_writer<W: Write + Send + 'static>(output: W) -> Result<Writer, SourceError> {
     let (tx, mut rx) = mpsc::channel::<FromDataplane>(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd4".into())
