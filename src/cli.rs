@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::source::{self, log_updates, SourceError, SourceSpec, Tally};
 use clap::{Args, Parser, Subcommand};
 
 /// Exit code for a command whose capability is not built yet.
@@ -91,8 +92,8 @@ pub struct RunArgs {
     /// Where updates come from: `felix` (fds 3/4), `stdin` (JSON lines) or `unix:PATH`.
     #[arg(long, default_value = "felix")]
     pub source: String,
-    /// Log every decoded input message at info level.
-    #[arg(long)]
+    /// Log every decoded input message at info level (sequence number and payload kind).
+    #[arg(long, env = "FELIX_NFT_TRACE_INPUT")]
     pub trace_input: bool,
     #[command(flatten)]
     pub netns: NetnsArg,
@@ -125,12 +126,12 @@ pub enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        None => not_yet("running as Felix's external driver (fds 3/4)", 6),
+        None => run_external_driver(),
         Some(Command::Version) => {
             println!("felix-nft {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Some(Command::Run(_)) => not_yet("run", 6),
+        Some(Command::Run(args)) => run(&args),
         Some(Command::Apply { .. }) => not_yet("apply", 6),
         Some(Command::Plan { .. }) => not_yet("plan", 6),
         Some(Command::Dump { .. }) => not_yet("dump", 6),
@@ -154,4 +155,166 @@ fn not_yet(what: &str, issue: u32) -> ExitCode {
         "felix-nft: `{what}` is not built yet (it lands with issue {issue}); nothing was done"
     );
     ExitCode::from(EXIT_NOT_IMPLEMENTED)
+}
+
+/// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).
+pub const EXIT_USAGE: u8 = 2;
+
+/// No subcommand: Felix started us as its external dataplane driver (reference §1.1), with no
+/// arguments and fds 3 (in) and 4 (out). `FELIX_NFT_TRACE_INPUT=1` logs each message at info.
+fn run_external_driver() -> ExitCode {
+    use crate::source::felix::{fd_is_open, FD_IN, FD_OUT};
+    if !(fd_is_open(FD_IN) && fd_is_open(FD_OUT)) {
+        eprintln!(
+            "felix-nft: no command given, and file descriptors 3 and 4 are not both open, so this \
+             is not Felix starting its dataplane driver; see `felix-nft --help`"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let trace = std::env::var("FELIX_NFT_TRACE_INPUT")
+        .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+        .unwrap_or(false);
+    run_source(SourceSpec::Felix, trace)
+}
+
+/// `felix-nft run`.
+fn run(args: &RunArgs) -> ExitCode {
+    if args.config.is_some() || args.netns.netns.is_some() {
+        // Both matter only once there is a dataplane to configure and a namespace to program.
+        eprintln!(
+            "felix-nft: --config and --netns are accepted but not used yet (the dataplane lands \
+             with issue 6)"
+        );
+    }
+    match args.source.parse::<SourceSpec>() {
+        Ok(spec) => run_source(spec, args.trace_input),
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Reads one transport to its end, logging what arrives. The dataplane (issue 6) will consume the
+/// channel instead of [`crate::source::log_updates`].
+fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
+    // Felix's fds first, before the runtime or anything else opens a file: once 3 and 4 are
+    // free, the next descriptors opened (tokio's epoll, say) would get those numbers.
+    let felix_fds = match spec {
+        SourceSpec::Felix => match source::felix::take_felix_fds() {
+            Ok(fds) => Some(fds),
+            Err(e) => {
+                eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        _ => None,
+    };
+    crate::ops::logging::init();
+    tracing::warn!(
+        source = ?spec,
+        "dataplane programming is not built yet (issue 6): messages are decoded and logged, \
+         the kernel is not touched"
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "starting the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(read_source(spec, felix_fds, trace_input)) {
+        Ok(Some(tally)) => {
+            tracing::info!(
+                decoded = tally.decoded,
+                rejected = tally.rejected,
+                "end of input"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            tracing::info!("stopped by signal");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::ops::logging::chain(e.as_ref()), "input failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `Ok(None)` when a signal stopped the read before the end of input.
+async fn read_source(
+    spec: SourceSpec,
+    felix_fds: Option<(std::fs::File, std::fs::File)>,
+    trace_input: bool,
+) -> Result<Option<Tally>, Box<dyn std::error::Error + Send + Sync>> {
+    match spec {
+        SourceSpec::Felix => {
+            let (input, output) = felix_fds.ok_or(SourceError::FdNotOpen {
+                fd: source::felix::FD_IN,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            })?;
+            let (rx, reader) = source::felix::spawn_reader(input)?;
+            // Held until the end: the dataplane will send status on it; dropping it closes fd 4.
+            let (status_tx, writer) = source::felix::spawn_writer(output)?;
+            let tally = tokio::select! {
+                t = log_updates(rx, trace_input) => t,
+                _ = shutdown_signal() => return Ok(None),
+            };
+            drop(status_tx);
+            let summary = tokio::task::spawn_blocking(move || reader.join())
+                .await?
+                .map_err(|_| SourceError::Panicked)??;
+            tracing::debug!(frames = summary.frames, "fd 3 closed");
+            tokio::task::spawn_blocking(move || writer.join())
+                .await?
+                .map_err(|_| SourceError::Panicked)??;
+            Ok(Some(tally))
+        }
+        SourceSpec::Stdin => {
+            let (rx, reader) = source::stream::spawn_stdin();
+            let tally = tokio::select! {
+                t = log_updates(rx, trace_input) => t,
+                _ = shutdown_signal() => return Ok(None),
+            };
+            reader.await??;
+            Ok(Some(tally))
+        }
+        SourceSpec::Unix(path) => {
+            let listener = source::stream::UnixSource::bind(&path)?;
+            tracing::info!(path = %path.display(), "listening for JSON lines");
+            let (rx, server) = listener.spawn();
+            tokio::select! {
+                _ = log_updates(rx, trace_input) => {}
+                _ = shutdown_signal() => {
+                    server.abort();
+                    // Wait for the task to drop its listener, which removes the socket file.
+                    let _ = server.await;
+                    return Ok(None);
+                }
+            }
+            server.await??;
+            Ok(None)
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (Felix stops its driver with SIGTERM, reference §1.1).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

@@ -1,2 +1,4 @@
 //! Operations surface: health endpoints, Prometheus metrics, systemd notify, logging setup. Owns no
 //! dataplane state.
+
+pub mod logging;

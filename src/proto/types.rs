@@ -7,11 +7,23 @@
 //!
 //! Enum-typed fields are stored as `i32` (prost's convention: an unknown value survives a round
 //! trip); use the generated `*()` getters or `TryFrom<i32>` to read them.
+//!
+//! The same types carry the proto3 JSON form (serde attributes: proto field names, lowerCamelCase
+//! aliases, defaults omitted on output, unknown names refused) and its JSON Schema (schemars);
+//! the helpers they name and the wire-side mirrors of the messages with a `oneof` live in
+//! [`super::json`]. The serde attributes were derived mechanically from the prost ones: keep
+//! them in step when adding a field (the round-trip and protoc tests catch a mismatch).
 
 use std::collections::BTreeMap;
 
 /// Felix → driver envelope (§2.1).
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(
+    try_from = "crate::proto::json::wire::ToDataplaneJson",
+    into = "crate::proto::json::wire::ToDataplaneJson"
+)]
 pub struct ToDataplane {
     /// Incremented by one per message; for log correlation only.
     #[prost(uint64, tag = "15")]
@@ -25,6 +37,9 @@ pub struct ToDataplane {
 
 pub mod to_dataplane {
     /// The `oneof payload` of [`super::ToDataplane`].
+    // Boxing the big variants would change the shape every consumer matches on, for one move
+    // per message; prost-generated code keeps them inline too.
+    #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Payload {
         #[prost(message, tag = "1")]
@@ -97,7 +112,13 @@ pub mod to_dataplane {
 }
 
 /// Driver → Felix envelope (§2.2).
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(
+    try_from = "crate::proto::json::wire::FromDataplaneJson",
+    into = "crate::proto::json::wire::FromDataplaneJson"
+)]
 pub struct FromDataplane {
     /// Ignored by Felix.
     #[prost(uint64, tag = "8")]
@@ -108,6 +129,9 @@ pub struct FromDataplane {
 
 pub mod from_dataplane {
     /// The `oneof payload` of [`super::FromDataplane`].
+    // Boxing the big variants would change the shape every consumer matches on, for one move
+    // per message; prost-generated code keeps them inline too.
+    #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, ::prost::Oneof)]
     pub enum Payload {
         #[prost(message, tag = "3")]
@@ -132,24 +156,41 @@ pub mod from_dataplane {
 // ---------------------------------------------------------------------------------------------
 
 /// Sent once when the datastore snapshot has been fully processed.
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct InSync {}
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ConfigUpdate {
     /// Resolved raw value of every parameter, keyed by canonical Felix name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "1")]
     pub config: BTreeMap<String, String>,
+    #[serde(
+        alias = "sourceToRawConfig",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     #[prost(btree_map = "uint32, message", tag = "2")]
     pub source_to_raw_config: BTreeMap<u32, RawConfig>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub message: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawConfig {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub source: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "2")]
     pub config: BTreeMap<String, String>,
 }
@@ -166,102 +207,188 @@ pub enum IpSetType {
     Net = 2,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpSetUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub id: String,
     /// Complete membership.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "2")]
     pub members: Vec<String>,
+    #[serde(
+        skip_serializing_if = "crate::proto::json::is_default",
+        serialize_with = "crate::proto::json::ser_enum::<IpSetType, _>",
+        deserialize_with = "crate::proto::json::de_enum::<IpSetType, _>"
+    )]
+    #[schemars(schema_with = "crate::proto::json::enum_schema::<IpSetType>")]
     #[prost(enumeration = "IpSetType", tag = "3")]
     pub r#type: i32,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpSetDeltaUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub id: String,
+    #[serde(alias = "addedMembers", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "2")]
     pub added_members: Vec<String>,
+    #[serde(alias = "removedMembers", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "3")]
     pub removed_members: Vec<String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpSetRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub id: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ActiveProfileUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<ProfileId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "2")]
     pub profile: Option<Profile>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ActiveProfileRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<ProfileId>,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProfileId {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Profile {
+    #[serde(alias = "inboundRules", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "1")]
     pub inbound_rules: Vec<Rule>,
+    #[serde(alias = "outboundRules", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "2")]
     pub outbound_rules: Vec<Rule>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ActivePolicyUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<PolicyId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "2")]
     pub policy: Option<Policy>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ActivePolicyRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<PolicyId>,
 }
 
 /// Field 1 (`tier`) was removed upstream.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyId {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub kind: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Policy {
+    #[serde(alias = "inboundRules", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "1")]
     pub inbound_rules: Vec<Rule>,
+    #[serde(alias = "outboundRules", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "2")]
     pub outbound_rules: Vec<Rule>,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "3")]
     pub untracked: bool,
+    #[serde(
+        alias = "preDnat",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "4")]
     pub pre_dnat: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "5")]
     pub namespace: String,
+    #[serde(alias = "originalSelector", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "6")]
     pub original_selector: String,
+    #[serde(alias = "perfHints", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "7")]
     pub perf_hints: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "8")]
     pub tier: String,
 }
@@ -275,7 +402,13 @@ pub enum IpVersion {
 }
 
 /// One policy or profile rule (§2.3, rendered per §9).
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(
+    try_from = "crate::proto::json::wire::RuleJson",
+    into = "crate::proto::json::wire::RuleJson"
+)]
 pub struct Rule {
     /// `""`/`allow`, `deny`, `pass`/`next-tier`, `log`.
     #[prost(string, tag = "1")]
@@ -382,24 +515,45 @@ pub mod rule {
     }
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceAccountMatch {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub selector: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "2")]
     pub names: Vec<String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HttpMatch {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "1")]
     pub methods: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "2")]
     pub paths: Vec<http_match::PathMatch>,
 }
 
 pub mod http_match {
-    #[derive(Clone, PartialEq, ::prost::Message)]
+    #[derive(
+        Clone,
+        PartialEq,
+        ::prost::Message,
+        serde::Serialize,
+        serde::Deserialize,
+        schemars::JsonSchema,
+    )]
+    #[serde(
+        try_from = "crate::proto::json::wire::PathMatchJson",
+        into = "crate::proto::json::wire::PathMatchJson"
+    )]
     pub struct PathMatch {
         #[prost(oneof = "path_match::PathMatch", tags = "1, 2")]
         pub path_match: Option<path_match::PathMatch>,
@@ -416,21 +570,50 @@ pub mod http_match {
     }
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct RuleMetadata {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "1")]
     pub annotations: BTreeMap<String, String>,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IcmpTypeAndCode {
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "1")]
     pub r#type: i32,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "2")]
     pub code: i32,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(
+    try_from = "crate::proto::json::wire::ProtocolJson",
+    into = "crate::proto::json::wire::ProtocolJson"
+)]
 pub struct Protocol {
     #[prost(oneof = "protocol::NumberOrName", tags = "1, 2")]
     pub number_or_name: Option<protocol::NumberOrName>,
@@ -447,34 +630,73 @@ pub mod protocol {
 }
 
 /// A port range; a single port has `first == last`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct PortRange {
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "1")]
     pub first: i32,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "2")]
     pub last: i32,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpointId {
+    #[serde(alias = "orchestratorId", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub orchestrator_id: String,
+    #[serde(alias = "workloadId", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub workload_id: String,
+    #[serde(alias = "endpointId", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub endpoint_id: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpointUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<WorkloadEndpointId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "5")]
     pub endpoint: Option<WorkloadEndpoint>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpointRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<WorkloadEndpointId>,
 }
@@ -487,218 +709,454 @@ pub enum LiveMigrationRole {
     Target = 2,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpoint {
     /// `active` = admin up; anything else = admin down.
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub state: String,
     /// Host-side interface name, e.g. `cali1a2b3c4d5e6`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub mac: String,
+    #[serde(alias = "profileIds", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "4")]
     pub profile_ids: Vec<String>,
+    #[serde(alias = "ipv4Nets", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "5")]
     pub ipv4_nets: Vec<String>,
+    #[serde(alias = "ipv6Nets", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "6")]
     pub ipv6_nets: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "7")]
     pub tiers: Vec<TierInfo>,
+    #[serde(alias = "ipv4Nat", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "8")]
     pub ipv4_nat: Vec<NatInfo>,
+    #[serde(alias = "ipv6Nat", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "9")]
     pub ipv6_nat: Vec<NatInfo>,
+    #[serde(
+        alias = "allowSpoofedSourcePrefixes",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     #[prost(string, repeated, tag = "10")]
     pub allow_spoofed_source_prefixes: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "11")]
     pub annotations: BTreeMap<String, String>,
+    #[serde(alias = "qosControls", skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "12")]
     pub qos_controls: Option<QoSControls>,
+    #[serde(alias = "localBgpPeer", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "13")]
     pub local_bgp_peer: String,
+    #[serde(
+        alias = "skipRedir",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "14")]
     pub skip_redir: bool,
+    #[serde(alias = "qosPolicies", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "15")]
     pub qos_policies: Vec<QoSPolicy>,
+    #[serde(
+        alias = "isIstioAmbient",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "16")]
     pub is_istio_ambient: bool,
+    #[serde(
+        alias = "liveMigrationRole",
+        skip_serializing_if = "crate::proto::json::is_default",
+        serialize_with = "crate::proto::json::ser_enum::<LiveMigrationRole, _>",
+        deserialize_with = "crate::proto::json::de_enum::<LiveMigrationRole, _>"
+    )]
+    #[schemars(schema_with = "crate::proto::json::enum_schema::<LiveMigrationRole>")]
     #[prost(enumeration = "LiveMigrationRole", tag = "17")]
     pub live_migration_role: i32,
+    #[serde(alias = "liveMigrationUid", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "18")]
     pub live_migration_uid: String,
+    #[serde(
+        alias = "liveMigrationVmiName",
+        skip_serializing_if = "String::is_empty"
+    )]
     #[prost(string, tag = "19")]
     pub live_migration_vmi_name: String,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpointId {
+    #[serde(alias = "endpointId", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub endpoint_id: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpointUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<HostEndpointId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "3")]
     pub endpoint: Option<HostEndpoint>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpointRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<HostEndpointId>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpoint {
     /// Interface name, or `*` for all interfaces, or empty (resolve by expected addresses).
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
+    #[serde(alias = "profileIds", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "2")]
     pub profile_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "3")]
     pub tiers: Vec<TierInfo>,
+    #[serde(alias = "expectedIpv4Addrs", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "4")]
     pub expected_ipv4_addrs: Vec<String>,
+    #[serde(alias = "expectedIpv6Addrs", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "5")]
     pub expected_ipv6_addrs: Vec<String>,
+    #[serde(alias = "untrackedTiers", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "6")]
     pub untracked_tiers: Vec<TierInfo>,
+    #[serde(alias = "preDnatTiers", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "7")]
     pub pre_dnat_tiers: Vec<TierInfo>,
+    #[serde(alias = "forwardTiers", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "8")]
     pub forward_tiers: Vec<TierInfo>,
+    #[serde(alias = "qosPolicies", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "9")]
     pub qos_policies: Vec<QoSPolicy>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct TierInfo {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
+    #[serde(alias = "ingressPolicies", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "2")]
     pub ingress_policies: Vec<PolicyId>,
+    #[serde(alias = "egressPolicies", skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "3")]
     pub egress_policies: Vec<PolicyId>,
     /// `Deny` (default when empty) or `Pass`.
+    #[serde(alias = "defaultAction", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub default_action: String,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Message)]
+#[derive(
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct NatInfo {
+    #[serde(alias = "extIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub ext_ip: String,
+    #[serde(alias = "intIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub int_ip: String,
 }
 
 /// QoS limits (fields 1–14). Not verified against upstream field-by-field; the nftables
 /// dataplane uses only the packet-rate and connection limits.
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct QoSControls {
+    #[serde(
+        alias = "ingressBandwidth",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "1")]
     pub ingress_bandwidth: i64,
+    #[serde(
+        alias = "egressBandwidth",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "2")]
     pub egress_bandwidth: i64,
+    #[serde(
+        alias = "ingressBurst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "3")]
     pub ingress_burst: i64,
+    #[serde(
+        alias = "egressBurst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "4")]
     pub egress_burst: i64,
+    #[serde(
+        alias = "ingressPacketRate",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "5")]
     pub ingress_packet_rate: i64,
+    #[serde(
+        alias = "egressPacketRate",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "6")]
     pub egress_packet_rate: i64,
+    #[serde(
+        alias = "ingressMaxConnections",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "7")]
     pub ingress_max_connections: i64,
+    #[serde(
+        alias = "egressMaxConnections",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "8")]
     pub egress_max_connections: i64,
+    #[serde(
+        alias = "ingressPeakrate",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "9")]
     pub ingress_peakrate: i64,
+    #[serde(
+        alias = "egressPeakrate",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "10")]
     pub egress_peakrate: i64,
+    #[serde(
+        alias = "ingressMinburst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "11")]
     pub ingress_minburst: i64,
+    #[serde(
+        alias = "egressMinburst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "12")]
     pub egress_minburst: i64,
+    #[serde(
+        alias = "ingressPacketBurst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "13")]
     pub ingress_packet_burst: i64,
+    #[serde(
+        alias = "egressPacketBurst",
+        skip_serializing_if = "crate::proto::json::is_default",
+        with = "crate::proto::json::int64"
+    )]
+    #[schemars(schema_with = "crate::proto::json::int64_schema")]
     #[prost(int64, tag = "14")]
     pub egress_packet_burst: i64,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct QoSPolicy {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub destination: String,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "2")]
     pub dscp: i32,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostMetadataUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
     /// May carry a /prefix.
+    #[serde(alias = "ipv4Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub ipv4_addr: String,
+    #[serde(alias = "ipv6Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub ipv6_addr: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub asnumber: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "5")]
     pub labels: BTreeMap<String, String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostMetadataRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
+    #[serde(alias = "ipv4Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub ipv4_addr: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpamPoolUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "2")]
     pub pool: Option<IpamPool>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpamPoolRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub id: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct IpamPool {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub cidr: String,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "2")]
     pub masquerade: bool,
     /// `Never` / `CrossSubnet` / `Always`.
+    #[serde(alias = "ipipMode", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub ipip_mode: String,
+    #[serde(alias = "vxlanMode", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub vxlan_mode: String,
     /// `Workload`, `Tunnel`, `LoadBalancer`.
+    #[serde(alias = "allowedUses", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "5")]
     pub allowed_uses: Vec<String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct Encapsulation {
+    #[serde(
+        alias = "ipipEnabled",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "1")]
     pub ipip_enabled: bool,
+    #[serde(
+        alias = "vxlanEnabled",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "2")]
     pub vxlan_enabled: bool,
+    #[serde(
+        alias = "vxlanEnabledV6",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "3")]
     pub vxlan_enabled_v6: bool,
     /// Really "a no-encap pool exists".
+    #[serde(
+        alias = "noEncapEnabled",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "4")]
     pub no_encap_enabled: bool,
 }
@@ -725,197 +1183,348 @@ pub enum IpPoolType {
     Ipip = 3,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct TunnelType {
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "1")]
     pub ipip: bool,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "2")]
     pub vxlan: bool,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "3")]
     pub wireguard: bool,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct RouteUpdate {
+    #[serde(
+        alias = "ipPoolType",
+        skip_serializing_if = "crate::proto::json::is_default",
+        serialize_with = "crate::proto::json::ser_enum::<IpPoolType, _>",
+        deserialize_with = "crate::proto::json::de_enum::<IpPoolType, _>"
+    )]
+    #[schemars(schema_with = "crate::proto::json::enum_schema::<IpPoolType>")]
     #[prost(enumeration = "IpPoolType", tag = "2")]
     pub ip_pool_type: i32,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub dst: String,
+    #[serde(alias = "dstNodeName", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub dst_node_name: String,
+    #[serde(alias = "dstNodeIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "5")]
     pub dst_node_ip: String,
+    #[serde(
+        alias = "sameSubnet",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "7")]
     pub same_subnet: bool,
+    #[serde(
+        alias = "natOutgoing",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "8")]
     pub nat_outgoing: bool,
+    #[serde(
+        alias = "localWorkload",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(bool, tag = "9")]
     pub local_workload: bool,
+    #[serde(alias = "tunnelType", skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "10")]
     pub tunnel_type: Option<TunnelType>,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(bool, tag = "11")]
     pub borrowed: bool,
-    /// Bitmap of [`RouteType`] values.
+    /// Bitmap of [`RouteType`] values. On the wire an enum field (`RouteType types = 12`); in
+    /// JSON a single known value is written by name, any other bitmap as a number.
+    #[serde(
+        skip_serializing_if = "crate::proto::json::is_default",
+        serialize_with = "crate::proto::json::ser_enum::<RouteType, _>",
+        deserialize_with = "crate::proto::json::de_enum::<RouteType, _>"
+    )]
+    #[schemars(schema_with = "crate::proto::json::enum_schema::<RouteType>")]
     #[prost(int32, tag = "12")]
     pub types: i32,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct RouteRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub dst: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct VxlanTunnelEndpointUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub node: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub mac: String,
+    #[serde(alias = "ipv4Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub ipv4_addr: String,
+    #[serde(alias = "parentDeviceIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub parent_device_ip: String,
+    #[serde(alias = "macV6", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "5")]
     pub mac_v6: String,
+    #[serde(alias = "ipv6Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "6")]
     pub ipv6_addr: String,
+    #[serde(alias = "parentDeviceIpv6", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "7")]
     pub parent_device_ipv6: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct VxlanTunnelEndpointRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub node: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireguardEndpointUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
+    #[serde(alias = "publicKey", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub public_key: String,
+    #[serde(alias = "interfaceIpv4Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub interface_ipv4_addr: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireguardEndpointRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireguardEndpointV6Update {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
+    #[serde(alias = "publicKeyV6", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub public_key_v6: String,
+    #[serde(alias = "interfaceIpv6Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub interface_ipv6_addr: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireguardEndpointV6Remove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct GlobalBgpConfigUpdate {
+    #[serde(alias = "serviceClusterCidrs", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "1")]
     pub service_cluster_cidrs: Vec<String>,
+    #[serde(alias = "serviceExternalCidrs", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "2")]
     pub service_external_cidrs: Vec<String>,
+    #[serde(
+        alias = "serviceLoadbalancerCidrs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     #[prost(string, repeated, tag = "3")]
     pub service_loadbalancer_cidrs: Vec<String>,
+    #[serde(
+        alias = "localWorkloadPeeringIpV4",
+        skip_serializing_if = "String::is_empty"
+    )]
     #[prost(string, tag = "4")]
     pub local_workload_peering_ip_v4: String,
+    #[serde(
+        alias = "localWorkloadPeeringIpV6",
+        skip_serializing_if = "String::is_empty"
+    )]
     #[prost(string, tag = "5")]
     pub local_workload_peering_ip_v6: String,
 }
 
 /// Used by BPF mode only; the nftables dataplane ignores services. Field numbers past 6 are
 /// not verified against upstream.
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceUpdate {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "3")]
     pub r#type: String,
+    #[serde(alias = "clusterIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "4")]
     pub cluster_ip: String,
+    #[serde(alias = "loadbalancerIp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "5")]
     pub loadbalancer_ip: String,
+    #[serde(alias = "externalIps", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "6")]
     pub external_ips: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[prost(message, repeated, tag = "7")]
     pub ports: Vec<ServicePort>,
+    #[serde(alias = "clusterIps", skip_serializing_if = "Vec::is_empty")]
     #[prost(string, repeated, tag = "8")]
     pub cluster_ips: Vec<String>,
+    #[serde(
+        alias = "loadbalancerIngressIps",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     #[prost(string, repeated, tag = "9")]
     pub loadbalancer_ingress_ips: Vec<String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServicePort {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub protocol: String,
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(int32, tag = "2")]
     pub port: i32,
+    #[serde(
+        alias = "nodePort",
+        skip_serializing_if = "crate::proto::json::is_default"
+    )]
     #[prost(int32, tag = "3")]
     pub node_port: i32,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceRemove {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub namespace: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceAccountId {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub name: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceAccountUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<ServiceAccountId>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "2")]
     pub labels: BTreeMap<String, String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServiceAccountRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<ServiceAccountId>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct NamespaceId {
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub name: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct NamespaceUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<NamespaceId>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     #[prost(btree_map = "string, string", tag = "2")]
     pub labels: BTreeMap<String, String>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct NamespaceRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<NamespaceId>,
 }
@@ -924,61 +1533,103 @@ pub struct NamespaceRemove {
 // FromDataplane payloads
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProcessStatusUpdate {
     /// RFC 3339, UTC.
+    #[serde(alias = "isoTimestamp", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub iso_timestamp: String,
     /// Seconds since process start.
+    #[serde(skip_serializing_if = "crate::proto::json::is_default")]
     #[prost(double, tag = "2")]
     pub uptime: f64,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct EndpointStatus {
     /// `up`, `down` or `error`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub status: String,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpointStatusUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<HostEndpointId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "2")]
     pub status: Option<EndpointStatus>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostEndpointStatusRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<HostEndpointId>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpointStatusUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<WorkloadEndpointId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "2")]
     pub status: Option<EndpointStatus>,
     /// Filled in: Felix's status-file writer uses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "3")]
     pub endpoint: Option<WorkloadEndpoint>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkloadEndpointStatusRemove {
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[prost(message, optional, tag = "1")]
     pub id: Option<WorkloadEndpointId>,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct WireguardStatusUpdate {
+    #[serde(alias = "publicKey", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub public_key: String,
+    #[serde(
+        alias = "ipVersion",
+        skip_serializing_if = "crate::proto::json::is_default",
+        serialize_with = "crate::proto::json::ser_enum::<IpVersion, _>",
+        deserialize_with = "crate::proto::json::de_enum::<IpVersion, _>"
+    )]
+    #[schemars(schema_with = "crate::proto::json::enum_schema::<IpVersion>")]
     #[prost(enumeration = "IpVersion", tag = "2")]
     pub ip_version: i32,
 }
 
-#[derive(Clone, PartialEq, ::prost::Message)]
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
 pub struct DataplaneInSync {}

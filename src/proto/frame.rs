@@ -1,0 +1,253 @@
+//! Felix's external-driver framing (reference §1.2): each message, in either direction, is
+//!
+//! ```text
+//! +--------------------------------+------------------------------------+
+//! | length: u64, little-endian (8) | protobuf envelope (length bytes)   |
+//! +--------------------------------+------------------------------------+
+//! ```
+//!
+//! Felix → driver envelopes are `felix.ToDataplane` (fd 3); driver → Felix are
+//! `felix.FromDataplane` (fd 4). This module only cuts and joins frames over blocking
+//! `Read`/`Write`; decoding the envelope is the caller's (see [`super::decode_to_dataplane`]).
+//!
+//! A length above [`MAX_FRAME_LEN`] is refused before anything is allocated: a corrupt or
+//! misaligned stream must fail clearly, not ask for an exabyte. A stream that ends inside a frame
+//! is an error; one that ends exactly between frames is the clean end.
+
+use std::io::{self, BufReader, ErrorKind, Read, Write};
+
+use prost::Message;
+
+/// The largest frame accepted (64 MiB). Felix's biggest messages are IP set snapshots; a
+/// million IPv6 members is well under this.
+pub const MAX_FRAME_LEN: u64 = 64 << 20;
+
+/// Size of the length prefix.
+pub const HEADER_LEN: usize = 8;
+
+/// Why a frame could not be read. `index` counts frames from 0 on this stream.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("reading frame {index}")]
+    Io {
+        index: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "stream ended inside the length prefix of frame {index} ({got} of {HEADER_LEN} bytes)"
+    )]
+    TruncatedHeader { index: u64, got: usize },
+    #[error("stream ended inside frame {index}: {got} of {len} bytes")]
+    TruncatedBody { index: u64, len: u64, got: usize },
+    #[error("frame {index} claims {len} bytes, more than the limit of {MAX_FRAME_LEN}")]
+    TooLong { index: u64, len: u64 },
+}
+
+/// Reads frames from a byte stream (fd 3). Buffered: many small frames arriving in one pipe read
+/// cost one syscall.
+pub struct FrameReader<R> {
+    inner: BufReader<R>,
+    index: u64,
+    max_len: u64,
+}
+
+impl<R: Read> FrameReader<R> {
+    /// A reader enforcing [`MAX_FRAME_LEN`].
+    pub fn new(inner: R) -> Self {
+        Self::with_max_len(inner, MAX_FRAME_LEN)
+    }
+
+    /// A reader with another size limit (tests).
+    pub fn with_max_len(inner: R, max_len: u64) -> Self {
+        FrameReader {
+            inner: BufReader::with_capacity(64 * 1024, inner),
+            index: 0,
+            max_len,
+        }
+    }
+
+    /// How many whole frames have been read.
+    pub fn frames_read(&self) -> u64 {
+        self.index
+    }
+
+    /// The next frame's body; `Ok(None)` at a clean end of stream (EOF between frames).
+    pub fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let index = self.index;
+        let mut header = [0u8; HEADER_LEN];
+        let got = read_full(&mut self.inner, &mut header)
+            .map_err(|source| FrameError::Io { index, source })?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < HEADER_LEN {
+            return Err(FrameError::TruncatedHeader { index, got });
+        }
+        let len = u64::from_le_bytes(header);
+        if len > self.max_len || len > MAX_FRAME_LEN {
+            return Err(FrameError::TooLong { index, len });
+        }
+        // Bounded above: the cast cannot truncate.
+        let mut body = vec![0u8; len as usize];
+        let got = read_full(&mut self.inner, &mut body)
+            .map_err(|source| FrameError::Io { index, source })?;
+        if got < body.len() {
+            return Err(FrameError::TruncatedBody { index, len, got });
+        }
+        self.index += 1;
+        Ok(Some(body))
+    }
+}
+
+/// Fills `buf` unless the stream ends first; returns how many bytes were read. Unlike
+/// `read_exact`, says how far it got, so a truncation can be reported precisely.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Encodes `msg` as one frame (length prefix + protobuf).
+pub fn encode_frame<M: Message>(msg: &M) -> Vec<u8> {
+    let len = msg.encoded_len();
+    let mut out = Vec::with_capacity(HEADER_LEN + len);
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    // Encoding into a Vec only fails for lack of capacity, which `reserve` rules out.
+    out.reserve(len);
+    if msg.encode(&mut out).is_err() {
+        unreachable!("a Vec with reserved capacity always has room for the encoding");
+    }
+    out
+}
+
+/// Writes `msg` as one frame with a single `write_all`, then flushes.
+pub fn write_frame<W: Write, M: Message>(w: &mut W, msg: &M) -> io::Result<()> {
+    w.write_all(&encode_frame(msg))?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{IpSetRemove, ToDataplane};
+
+    fn msg(seq: u64) -> ToDataplane {
+        ToDataplane {
+            sequence_number: seq,
+            payload: Some(crate::proto::to_dataplane::Payload::IpsetRemove(
+                IpSetRemove {
+                    id: format!("s:{seq}"),
+                },
+            )),
+        }
+    }
+
+    #[test]
+    fn many_frames_in_one_buffer_then_clean_eof() {
+        let mut bytes = Vec::new();
+        for seq in 0..100 {
+            bytes.extend(encode_frame(&msg(seq)));
+        }
+        let mut r = FrameReader::new(&bytes[..]);
+        for seq in 0..100 {
+            let body = r.read_frame().unwrap().unwrap();
+            assert_eq!(crate::proto::decode_to_dataplane(&body).unwrap(), msg(seq));
+        }
+        assert!(r.read_frame().unwrap().is_none());
+        assert_eq!(r.frames_read(), 100);
+    }
+
+    #[test]
+    fn empty_frame_is_an_empty_envelope() {
+        let bytes = 0u64.to_le_bytes();
+        let mut r = FrameReader::new(&bytes[..]);
+        assert_eq!(r.read_frame().unwrap(), Some(vec![]));
+    }
+
+    #[test]
+    fn truncated_header_and_body_are_errors() {
+        let frame = encode_frame(&msg(7));
+        let err = FrameReader::new(&frame[..5]).read_frame().unwrap_err();
+        assert!(
+            matches!(err, FrameError::TruncatedHeader { index: 0, got: 5 }),
+            "{err}"
+        );
+
+        let cut = frame.len() - 3;
+        let err = FrameReader::new(&frame[..cut]).read_frame().unwrap_err();
+        match err {
+            FrameError::TruncatedBody { index: 0, len, got } => {
+                assert_eq!(len as usize, frame.len() - HEADER_LEN);
+                assert_eq!(got, cut - HEADER_LEN);
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn oversize_length_is_refused_before_reading() {
+        let mut bytes = (MAX_FRAME_LEN + 1).to_le_bytes().to_vec();
+        bytes.extend([0u8; 16]);
+        let err = FrameReader::new(&bytes[..]).read_frame().unwrap_err();
+        assert!(matches!(err, FrameError::TooLong { index: 0, len } if len == MAX_FRAME_LEN + 1));
+        assert!(err.to_string().contains("limit"), "{err}");
+
+        let bytes = u64::MAX.to_le_bytes();
+        assert!(matches!(
+            FrameReader::new(&bytes[..]).read_frame(),
+            Err(FrameError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn error_names_the_frame_index() {
+        let mut bytes = encode_frame(&msg(1));
+        bytes.extend(encode_frame(&msg(2)));
+        bytes.extend([1, 2, 3]);
+        let mut r = FrameReader::new(&bytes[..]);
+        r.read_frame().unwrap();
+        r.read_frame().unwrap();
+        let err = r.read_frame().unwrap_err();
+        assert!(
+            matches!(err, FrameError::TruncatedHeader { index: 2, got: 3 }),
+            "{err}"
+        );
+    }
+
+    /// A reader that hands out one byte per call: frames split across reads still decode.
+    struct Trickle<'a>(&'a [u8]);
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() || buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = self.0[0];
+            self.0 = &self.0[1..];
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn frames_split_across_reads() {
+        let mut bytes = encode_frame(&msg(1));
+        bytes.extend(encode_frame(&msg(2)));
+        let mut r = FrameReader::new(Trickle(&bytes));
+        assert_eq!(
+            crate::proto::decode_to_dataplane(&r.read_frame().unwrap().unwrap()).unwrap(),
+            msg(1)
+        );
+        assert_eq!(
+            crate::proto::decode_to_dataplane(&r.read_frame().unwrap().unwrap()).unwrap(),
+            msg(2)
+        );
+        assert!(r.read_frame().unwrap().is_none());
+    }
+}

@@ -1,0 +1,299 @@
+//! JSON stream transport (DESIGN.md §1): one `ToDataplane` in proto3 JSON per line, from standard
+//! input or from the clients of a unix socket, taken one client at a time.
+//!
+//! A line that does not decode is sent down the channel as [`Rejected`] with its line number and
+//! the field path at fault, and reading goes on. Blank lines are skipped (but counted, so line
+//! numbers match an editor's). A line longer than [`MAX_LINE_LEN`] ends the stream: it cannot be
+//! a message we would accept, and buffering it would let one client exhaust memory.
+//!
+//! The unix socket is created with mode 0600 without a window in which it is reachable with
+//! looser permissions: it is bound inside a fresh 0700 directory, chmodded, then renamed into
+//! place (rename keeps the inode and its mode).
+
+use std::fs::{self, DirBuilder};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{Origin, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY};
+use crate::proto::{json, ToDataplane};
+
+/// The longest line accepted (64 MiB, the same bound as an fd 3 frame).
+pub const MAX_LINE_LEN: usize = 64 << 20;
+
+/// What one stream carried.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LineSummary {
+    /// Lines read, blank ones included.
+    pub lines: u64,
+    pub decoded: u64,
+    pub rejected: u64,
+    /// True when the consumer dropped its receiver before the end of the stream.
+    pub consumer_gone: bool,
+}
+
+/// Reads JSON lines from `reader` into `tx` until EOF. `stream` names the source in origins
+/// (`stdin`, `unix:/run/x.sock#3`).
+pub async fn read_lines<R: AsyncRead + Unpin>(
+    reader: R,
+    stream: Arc<str>,
+    tx: &mpsc::Sender<Received>,
+) -> Result<LineSummary, SourceError> {
+    read_lines_max(reader, stream, tx, MAX_LINE_LEN).await
+}
+
+async fn read_lines_max<R: AsyncRead + Unpin>(
+    reader: R,
+    stream: Arc<str>,
+    tx: &mpsc::Sender<Received>,
+    max_len: usize,
+) -> Result<LineSummary, SourceError> {
+    let mut reader = BufReader::new(reader);
+    let mut summary = LineSummary::default();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(max_len as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .await
+            .map_err(|source| SourceError::Read {
+                stream: stream.to_string(),
+                source,
+            })?;
+        if n == 0 {
+            return Ok(summary);
+        }
+        summary.lines += 1;
+        let line = summary.lines;
+        if buf.last() != Some(&b'\n') && buf.len() > max_len {
+            return Err(SourceError::LineTooLong {
+                stream: stream.to_string(),
+                line,
+                max: max_len,
+            });
+        }
+        let Some(item) = decode_line(
+            &buf,
+            Origin::Line {
+                stream: stream.clone(),
+                line,
+            },
+        ) else {
+            continue;
+        };
+        match &item {
+            Ok(_) => summary.decoded += 1,
+            Err(_) => summary.rejected += 1,
+        }
+        if tx.send(item).await.is_err() {
+            summary.consumer_gone = true;
+            return Ok(summary);
+        }
+    }
+}
+
+/// Decodes one line; `None` for a blank line.
+pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
+    let text = match std::str::from_utf8(raw) {
+        Ok(t) => t.trim(),
+        Err(_) => {
+            return Some(Err(Rejected {
+                origin,
+                reason: RejectReason::NotUtf8,
+            }))
+        }
+    };
+    if text.is_empty() {
+        return None;
+    }
+    Some(match json::decode::<ToDataplane>(text) {
+        Ok(message) => Ok(Update { origin, message }),
+        Err(e) => Err(Rejected {
+            origin,
+            reason: RejectReason::Json(e),
+        }),
+    })
+}
+
+/// Reads JSON lines from standard input on a task; the task ends at EOF.
+pub fn spawn_stdin() -> (
+    mpsc::Receiver<Received>,
+    JoinHandle<Result<LineSummary, SourceError>>,
+) {
+    spawn_reader(tokio::io::stdin(), "stdin")
+}
+
+/// Reads JSON lines from any reader on a task; the task ends at EOF.
+pub fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
+    reader: R,
+    name: &str,
+) -> (
+    mpsc::Receiver<Received>,
+    JoinHandle<Result<LineSummary, SourceError>>,
+) {
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let stream: Arc<str> = Arc::from(name);
+    let handle = tokio::spawn(async move { read_lines(reader, stream, &tx).await });
+    (rx, handle)
+}
+
+/// A bound unix socket; the socket file is removed when this is dropped.
+pub struct UnixSource {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl UnixSource {
+    /// Creates the socket at `path` with mode 0600. A stale socket file (nobody listening) is
+    /// replaced; a live one, or any other kind of file, is an error. Needs a tokio runtime.
+    pub fn bind(path: &Path) -> Result<Self, SourceError> {
+        let err = |op: &'static str| {
+            let path = path.to_path_buf();
+            move |source| SourceError::Socket { op, path, source }
+        };
+        if let Ok(meta) = fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(err("refusing to replace a non-socket file with")(
+                    std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+                ));
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(err("another process is listening on")(
+                    std::io::Error::from(std::io::ErrorKind::AddrInUse),
+                ));
+            }
+            fs::remove_file(path).map_err(err("removing the stale"))?;
+        }
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "socket".into());
+        let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&staging)
+            .map_err(err("making a private directory for"))?;
+        let staged = staging.join("s");
+        let result = (|| {
+            let listener =
+                std::os::unix::net::UnixListener::bind(&staged).map_err(err("binding"))?;
+            fs::set_permissions(&staged, fs::Permissions::from_mode(0o600))
+                .map_err(err("setting mode 0600 on"))?;
+            fs::rename(&staged, path).map_err(err("moving into place"))?;
+            listener
+                .set_nonblocking(true)
+                .map_err(err("setting non-blocking"))?;
+            UnixListener::from_std(listener).map_err(err("registering"))
+        })();
+        let _ = fs::remove_file(&staged);
+        let _ = fs::remove_dir(&staging);
+        Ok(UnixSource {
+            listener: result?,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves clients one at a time, each until its EOF, forever — until the receiver is dropped.
+    /// Line numbers restart for each client; origins read `unix:PATH#N` for the N-th client.
+    pub async fn serve(self, tx: mpsc::Sender<Received>) -> Result<(), SourceError> {
+        let mut client = 0u64;
+        loop {
+            let accepted = tokio::select! {
+                a = self.listener.accept() => a,
+                _ = tx.closed() => return Ok(()),
+            };
+            let (conn, _) = accepted.map_err(|source| SourceError::Socket {
+                op: "accepting on",
+                path: self.path.clone(),
+                source,
+            })?;
+            client += 1;
+            let name: Arc<str> = Arc::from(format!("unix:{}#{client}", self.path.display()));
+            match read_lines(conn, name.clone(), &tx).await {
+                Ok(s) if s.consumer_gone => return Ok(()),
+                Ok(s) => tracing::debug!(stream = %name, lines = s.lines, "client done"),
+                // One client's failure (reset, over-long line) does not end the service.
+                Err(e) => tracing::warn!(
+                    stream = %name,
+                    error = %crate::ops::logging::chain(&e),
+                    "client dropped"
+                ),
+            }
+        }
+    }
+
+    /// Starts serving on a task.
+    pub fn spawn(
+        self,
+    ) -> (
+        mpsc::Receiver<Received>,
+        JoinHandle<Result<(), SourceError>>,
+    ) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        (rx, tokio::spawn(self.serve(tx)))
+    }
+}
+
+impl Drop for UnixSource {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn over_long_line_ends_the_stream() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let input = b"{\"in_sync\":{}}\n{\"ipset_remove\":{\"id\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"}}\n";
+        let err = read_lines_max(&input[..], Arc::from("t"), &tx, 20)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SourceError::LineTooLong {
+                    line: 2,
+                    max: 20,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(rx.recv().await.unwrap().is_ok());
+    }
+
+    #[test]
+    fn blank_and_non_utf8_lines() {
+        let o = Origin::Line {
+            stream: Arc::from("t"),
+            line: 1,
+        };
+        assert!(decode_line(b"  \r\n", o.clone()).is_none());
+        assert!(matches!(
+            decode_line(b"\xff\n", o.clone()),
+            Some(Err(Rejected {
+                reason: RejectReason::NotUtf8,
+                ..
+            }))
+        ));
+        assert!(decode_line(b"{\"in_sync\":{}}\r\n", o).unwrap().is_ok());
+    }
+}

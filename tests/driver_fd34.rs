@@ -1,0 +1,267 @@
+//! End to end: the `felix-nft` binary run the way Felix runs its external dataplane driver
+//! (reference §1.1) — no arguments, fd 3 = messages in, fd 4 = messages out, 8-byte
+//! little-endian length + protobuf envelope per frame. We send frames, watch the trace lines on
+//! stderr, close fd 3 and see the driver exit 0; broken framing makes it exit non-zero, promptly.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use felix_nft::proto::frame::encode_frame;
+use felix_nft::proto::{json, ToDataplane};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn pipe() -> (RawFd, RawFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid 2-element array for pipe2 to fill.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    (fds[0], fds[1])
+}
+
+/// The driver as a child, with the parent's ends of its fd 3 and fd 4 pipes.
+struct Driver {
+    child: Child,
+    to_fd3: Option<File>,
+    from_fd4: File,
+    stderr_lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+fn spawn_driver(envs: &[(&str, &str)]) -> Driver {
+    let (r3, w3) = pipe();
+    let (r4, w4) = pipe();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Move both ends above 3/4 first, so neither dup2 below clobbers the other's source.
+            let hi3 = libc::fcntl(r3, libc::F_DUPFD_CLOEXEC, 10);
+            let hi4 = libc::fcntl(w4, libc::F_DUPFD_CLOEXEC, 10);
+            if hi3 < 0 || hi4 < 0 || libc::dup2(hi3, 3) < 0 || libc::dup2(hi4, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawning felix-nft");
+    // SAFETY: we own these descriptors; the child has its own copies.
+    let (to_fd3, from_fd4) = unsafe {
+        libc::close(r3);
+        libc::close(w4);
+        (File::from_raw_fd(w3), File::from_raw_fd(r4))
+    };
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Driver {
+        child,
+        to_fd3: Some(to_fd3),
+        from_fd4,
+        stderr_lines: rx,
+        seen: Vec::new(),
+    }
+}
+
+impl Driver {
+    fn send(&mut self, bytes: &[u8]) {
+        let f = self.to_fd3.as_mut().expect("fd 3 already closed");
+        f.write_all(bytes).unwrap();
+        f.flush().unwrap();
+    }
+
+    fn close_fd3(&mut self) {
+        self.to_fd3 = None;
+    }
+
+    /// Waits for a stderr line containing every one of `parts`.
+    fn expect_line(&mut self, parts: &[&str]) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        if let Some(l) = self
+            .seen
+            .iter()
+            .find(|l| parts.iter().all(|p| l.contains(p)))
+        {
+            return l.clone();
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if parts.iter().all(|p| line.contains(p)) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no stderr line with {parts:?} within {TIMEOUT:?}; saw:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Collect what is left of stderr for the assertions' messages.
+                while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+                    self.seen.push(line);
+                }
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "driver did not exit within {TIMEOUT:?}; stderr:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn msg(text: &str) -> ToDataplane {
+    json::decode(text).unwrap()
+}
+
+#[test]
+fn driver_decodes_frames_and_exits_zero_when_fd3_closes() {
+    let mut d = spawn_driver(&[("FELIX_NFT_TRACE_INPUT", "1")]);
+    d.expect_line(&["dataplane programming is not built yet"]);
+
+    // Two frames in one write, then one more on its own.
+    let mut burst = encode_frame(&msg(
+        r#"{"sequence_number":0,"config_update":{"config":{"LogSeverityScreen":"Info"}}}"#,
+    ));
+    burst.extend(encode_frame(&msg(
+        r#"{"sequence_number":1,"ipset_update":{"id":"s:abc","type":"NET","members":["10.0.0.0/24"]}}"#,
+    )));
+    d.send(&burst);
+    d.expect_line(&["input", "seq=0", "kind=\"config_update\"", "fd 3 frame 0"]);
+    d.expect_line(&["input", "seq=1", "kind=\"ipset_update\"", "fd 3 frame 1"]);
+
+    d.send(&encode_frame(&msg(r#"{"sequence_number":2,"in_sync":{}}"#)));
+    d.expect_line(&["input", "seq=2", "kind=\"in_sync\""]);
+
+    // Still running: it has not seen EOF.
+    assert!(d.child.try_wait().unwrap().is_none());
+    d.close_fd3();
+    let status = d.wait();
+    assert!(
+        status.success(),
+        "exit {status}; stderr:\n{}",
+        d.seen.join("\n")
+    );
+    d.expect_line(&["end of input", "decoded=3", "rejected=0"]);
+
+    // fd 4 was closed cleanly, with no stray bytes.
+    let mut rest = Vec::new();
+    d.from_fd4.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "unexpected bytes on fd 4: {rest:?}");
+}
+
+#[test]
+fn driver_logs_json_when_asked() {
+    let mut d = spawn_driver(&[
+        ("FELIX_NFT_TRACE_INPUT", "1"),
+        ("FELIX_NFT_LOG_FORMAT", "json"),
+    ]);
+    d.send(&encode_frame(&msg(r#"{"sequence_number":7,"in_sync":{}}"#)));
+    let line = d.expect_line(&["\"kind\":\"in_sync\""]);
+    let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object per line");
+    assert_eq!(v["seq"], 7);
+    assert_eq!(v["level"], "INFO");
+    d.close_fd3();
+    assert!(d.wait().success());
+}
+
+#[test]
+fn undecodable_envelope_is_rejected_and_the_stream_goes_on() {
+    let mut d = spawn_driver(&[("FELIX_NFT_TRACE_INPUT", "1")]);
+    let mut bytes = 2u64.to_le_bytes().to_vec();
+    bytes.extend([0x12, 0x7f]); // ipset_update claiming 127 bytes it does not have
+    bytes.extend(encode_frame(&msg(r#"{"sequence_number":1,"in_sync":{}}"#)));
+    d.send(&bytes);
+    d.expect_line(&["input rejected", "fd 3 frame 0", "felix.ToDataplane"]);
+    d.expect_line(&["input", "kind=\"in_sync\"", "fd 3 frame 1"]);
+    d.close_fd3();
+    assert!(d.wait().success());
+    d.expect_line(&["end of input", "decoded=1", "rejected=1"]);
+}
+
+#[test]
+fn truncated_frame_fails_clearly() {
+    let mut d = spawn_driver(&[]);
+    let frame = encode_frame(&msg(r#"{"ipset_remove":{"id":"s:abc"}}"#));
+    d.send(&frame[..frame.len() - 2]);
+    d.close_fd3();
+    let status = d.wait();
+    assert_eq!(status.code(), Some(1), "stderr:\n{}", d.seen.join("\n"));
+    d.expect_line(&["input failed", "stream ended inside frame 0"]);
+}
+
+#[test]
+fn oversize_length_fails_without_waiting_for_the_body() {
+    let mut d = spawn_driver(&[]);
+    // 1 TiB claimed; fd 3 stays open, so a reader that waited for the body would hang.
+    d.send(&(1u64 << 40).to_le_bytes());
+    let status = d.wait();
+    assert_eq!(status.code(), Some(1), "stderr:\n{}", d.seen.join("\n"));
+    d.expect_line(&["input failed", "more than the limit"]);
+}
+
+/// A command with fds 3 and 4 closed in the child, even if the test runner inherited them.
+fn without_fds_3_and_4(args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    cmd.args(args).stdin(Stdio::null());
+    // SAFETY: close is async-signal-safe. The test runner may itself have inherited fds 3/4
+    // (a make jobserver, say); the child must not.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close(3);
+            libc::close(4);
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn no_arguments_without_fds_3_and_4_is_a_usage_error() {
+    let out = without_fds_3_and_4(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not both open"));
+}
+
+#[test]
+fn run_source_felix_without_fds_is_a_usage_error_not_a_crash() {
+    // Regression: taking fd 3 after the async runtime had opened its epoll descriptor as fd 3
+    // closed the runtime's descriptor under it.
+    let out = without_fds_3_and_4(&["run", "--source", "felix"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("file descriptor 3 is not open"), "{err}");
+}

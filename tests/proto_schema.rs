@@ -1,0 +1,63 @@
+//! The checked-in JSON Schemas of the message form and the state document match what the Rust
+//! types generate. To regenerate after changing the types:
+//!
+//! ```text
+//! FELIX_NFT_UPDATE_SCHEMAS=1 cargo test --test proto_schema
+//! ```
+
+use std::path::PathBuf;
+
+use felix_nft::proto::json::{message_schema, state_schema};
+
+const UPDATE_ENV: &str = "FELIX_NFT_UPDATE_SCHEMAS";
+
+fn check(file: &str, schema: schemars::Schema) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(file);
+    let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+    if std::env::var_os(UPDATE_ENV).is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "schemas/{file} is stale (or missing): it no longer matches the Rust types. Regenerate \
+         it with `{UPDATE_ENV}=1 cargo test --test proto_schema` and commit the result."
+    );
+    serde_json::from_str(&generated).unwrap()
+}
+
+#[test]
+fn message_schema_is_current() {
+    let schema = check("message.schema.json", message_schema());
+    // Every payload kind and the sequence number are described; unknown names are refused.
+    let props = schema["properties"].as_object().unwrap();
+    assert_eq!(props.len(), 34, "{:?}", props.keys().collect::<Vec<_>>());
+    for name in ["sequence_number", "ipset_update", "vtep_update", "in_sync"] {
+        assert!(props.contains_key(name), "{name}");
+    }
+    assert_eq!(schema["additionalProperties"], false);
+    let defs = schema["$defs"].as_object().unwrap();
+    // Oneof members appear as fields of their message, as in proto3 JSON.
+    let rule = defs["Rule"]["properties"].as_object().unwrap();
+    for name in [
+        "icmp_type",
+        "icmp_type_code",
+        "not_icmp_type",
+        "not_icmp_type_code",
+    ] {
+        assert!(rule.contains_key(name), "{name}");
+    }
+    // Enums by name or number; 64-bit integers as number or string.
+    let t = serde_json::to_string(&defs["IpSetUpdate"]["properties"]["type"]).unwrap();
+    assert!(t.contains("IP_AND_PORT") && t.contains("integer"), "{t}");
+    let seq = serde_json::to_string(&props["sequence_number"]).unwrap();
+    assert!(seq.contains("string") && seq.contains("integer"), "{seq}");
+}
+
+#[test]
+fn state_schema_is_current() {
+    let schema = check("state.schema.json", state_schema());
+    assert_eq!(schema["type"], "array");
+}

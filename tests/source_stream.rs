@@ -1,0 +1,216 @@
+//! The JSON stream transport: one message per line from stdin or a unix socket. Good lines are
+//! delivered in order; a bad line is reported with its line number and the field path at fault,
+//! and the lines after it are still delivered.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use felix_nft::source::stream::{self, UnixSource};
+use felix_nft::source::{Origin, Received, RejectReason, SourceError};
+use tokio::sync::mpsc;
+
+const GOOD_BAD_GOOD: &str = concat!(
+    r#"{"sequence_number":1,"ipset_update":{"id":"s:a","type":"NET","members":["10.0.0.0/24"]}}"#,
+    "\n\n",
+    r#"{"sequence_number":2,"active_policy_update":{"id":{"name":"p"},"policy":{"inbound_rules":[{"action":"allow","dst_ports":[{"first":"eighty"}]}]}}}"#,
+    "\n",
+    r#"{"sequenceNumber":"3","ipsetRemove":{"id":"s:a"}}"#,
+    "\n",
+    r#"{"sequence_number":4,"in_sync":{}}"#,
+    "\n",
+);
+
+/// Checks what GOOD_BAD_GOOD produces on a channel, with line origins on `stream`.
+async fn check_good_bad_good(rx: &mut mpsc::Receiver<Received>, stream: &str) {
+    let line = |n| Origin::Line {
+        stream: Arc::from(stream),
+        line: n,
+    };
+    let a = rx.recv().await.unwrap().unwrap();
+    assert_eq!((a.origin, a.message.sequence_number), (line(1), 1));
+    let bad = rx.recv().await.unwrap().unwrap_err();
+    assert_eq!(bad.origin, line(3), "blank line 2 is skipped but counted");
+    let RejectReason::Json(e) = &bad.reason else {
+        panic!("{bad:?}")
+    };
+    assert_eq!(
+        e.path,
+        "active_policy_update.policy.inbound_rules[0].dst_ports[0].first"
+    );
+    let c = rx.recv().await.unwrap().unwrap();
+    assert_eq!((c.origin, c.message.kind()), (line(4), "ipset_remove"));
+    assert_eq!(c.message.sequence_number, 3);
+    let d = rx.recv().await.unwrap().unwrap();
+    assert_eq!((d.origin, d.message.kind()), (line(5), "in_sync"));
+}
+
+#[tokio::test]
+async fn reader_delivers_good_lines_around_a_bad_one() {
+    let (mut rx, task) = stream::spawn_reader(GOOD_BAD_GOOD.as_bytes(), "mem");
+    check_good_bad_good(&mut rx, "mem").await;
+    assert!(rx.recv().await.is_none());
+    let s = task.await.unwrap().unwrap();
+    assert_eq!((s.lines, s.decoded, s.rejected), (5, 3, 1));
+}
+
+#[test]
+fn stdin_through_the_binary() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["run", "--source", "stdin", "--trace-input"])
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(GOOD_BAD_GOOD.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let find = |parts: &[&str]| {
+        lines
+            .iter()
+            .position(|l| parts.iter().all(|p| l.contains(p)))
+            .unwrap_or_else(|| panic!("no line with {parts:?} in:\n{err}"))
+    };
+    let first = find(&["input", "seq=1", "stdin line 1", "ipset_update"]);
+    let bad = find(&[
+        "input rejected",
+        "stdin line 3",
+        "active_policy_update.policy.inbound_rules[0].dst_ports[0].first",
+    ]);
+    let third = find(&["input", "seq=3", "stdin line 4", "ipset_remove"]);
+    let fourth = find(&["input", "seq=4", "stdin line 5", "in_sync"]);
+    assert!(first < bad && bad < third && third < fourth, "{err}");
+    find(&["end of input", "decoded=3", "rejected=1"]);
+}
+
+#[tokio::test]
+async fn unix_socket_serves_clients_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.sock");
+    let source = UnixSource::bind(&path).unwrap();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Nothing left over from the private staging directory.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    let (mut rx, server) = source.spawn();
+    let p = path.clone();
+    let clients = tokio::task::spawn_blocking(move || {
+        for text in [GOOD_BAD_GOOD, "{\"in_sync\":{}}\n{\"bogus\":1}\n"] {
+            let mut c = UnixStream::connect(&p).unwrap();
+            c.write_all(text.as_bytes()).unwrap();
+        }
+    });
+    let first = format!("unix:{}#1", path.display());
+    check_good_bad_good(&mut rx, &first).await;
+    let second = format!("unix:{}#2", path.display());
+    let a = rx.recv().await.unwrap().unwrap();
+    assert_eq!(
+        a.origin,
+        Origin::Line {
+            stream: Arc::from(second.as_str()),
+            line: 1
+        }
+    );
+    let b = rx.recv().await.unwrap().unwrap_err();
+    assert!(b.to_string().contains(&format!("{second} line 2")), "{b}");
+    assert!(
+        format!("{:?}", b.reason).contains("unknown field `bogus`"),
+        "{b:?}"
+    );
+    clients.await.unwrap();
+
+    // Dropping the receiver stops the server, which removes the socket file.
+    drop(rx);
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn unix_socket_refuses_live_sockets_and_other_files_and_replaces_stale_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+
+    // A stale socket (bound, then its listener gone) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let live = UnixSource::bind(&path).unwrap();
+
+    // A live one is not.
+    let err = UnixSource::bind(&path).err().unwrap();
+    assert!(matches!(err, SourceError::Socket { .. }), "{err}");
+    assert!(err.to_string().contains("another process"), "{err}");
+    drop(live);
+    assert!(!path.exists());
+
+    // Nor is a regular file.
+    std::fs::write(&path, b"data").unwrap();
+    let err = UnixSource::bind(&path).err().unwrap();
+    assert!(err.to_string().contains("non-socket"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"data");
+}
+
+#[test]
+fn unix_socket_through_the_binary_until_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["run", "--trace-input", "--source"])
+        .arg(format!("unix:{}", path.display()))
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "socket never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = UnixStream::connect(&path).unwrap();
+    c.write_all(b"{\"sequence_number\":9,\"in_sync\":{}}\n{\"in_sync\":{\"x\":1}}\n")
+        .unwrap();
+    drop(c);
+
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while !seen.contains("input rejected") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    assert!(seen.contains("seq=9"), "{seen}");
+    assert!(
+        seen.contains("line 2") && seen.contains("in_sync.x"),
+        "{seen}"
+    );
+
+    // SAFETY: sending SIGTERM to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!path.exists(), "socket file left behind");
+}
