@@ -2,3 +2,4 @@
 //! diff. Knows netlink, not Calico.
 
 pub mod model;
+pub mod build;
