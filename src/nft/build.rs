@@ -436,12 +436,11 @@ impl RuleBuilder {
     /// Calico's `notICMP {type, code}` — written as the raw 16-bit header field
     /// `@th,0,16 != 0xTTCC`, because the keyword form `icmp type != T icmp code != C` reads as
     /// an AND of two inequalities (reference §9.2, §23.9).
-    pub fn icmp(self, icmp_type: u8, code: Option<u8>, neg: bool) -> Self {
-        let kw = if self.family == Family::Ip6 {
-            "icmpv6"
-        } else {
-            "icmp"
-        };
+    ///
+    /// `v6` picks the header (`icmpv6` or `icmp`): it follows the protocol matched before, not
+    /// the table's family.
+    pub fn icmp(self, v6: bool, icmp_type: u8, code: Option<u8>, neg: bool) -> Self {
+        let kw = if v6 { "icmpv6" } else { "icmp" };
         match code {
             None => self.push(
                 [
@@ -1410,7 +1409,7 @@ mod tests {
 
     #[test]
     fn negated_icmp_type_code_is_one_pair_compare() {
-        let r = RuleBuilder::new(Family::Ip).icmp(8, Some(0), true).build();
+        let r = RuleBuilder::new(Family::Ip).icmp(false, 8, Some(0), true).build();
         assert_eq!(r.text, "@th,0,16 != 0x0800");
         assert_eq!(r.exprs[1], cmp(CmpOp::Neq, vec![8, 0]));
     }

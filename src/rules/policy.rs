@@ -153,7 +153,8 @@ enum Clause {
     Port(Dir, u16, u16, bool),
     PortSet(Dir, String, bool),
     NamedPort(Dir, String, bool),
-    Icmp(u8, Option<u8>, bool),
+    /// ICMPv6 header?, type, code, negated.
+    Icmp(bool, u8, Option<u8>, bool),
 }
 
 fn apply(b: RuleBuilder, c: &Clause) -> RuleBuilder {
@@ -164,7 +165,7 @@ fn apply(b: RuleBuilder, c: &Clause) -> RuleBuilder {
         Clause::Port(d, lo, hi, neg) => b.th_port(*d, *lo, *hi, *neg),
         Clause::PortSet(d, s, neg) => b.th_port_in_set(*d, s, *neg),
         Clause::NamedPort(d, s, neg) => b.addr_proto_port_in_set(*d, s, *neg),
-        Clause::Icmp(t, c, neg) => b.icmp(*t, *c, *neg),
+        Clause::Icmp(v6, t, c, neg) => b.icmp(*v6, *t, *c, *neg),
     }
 }
 
@@ -283,6 +284,13 @@ impl Renderer {
             None => None,
         };
 
+        // The ICMP header follows the protocol (ICMPv6 for 58), else the family.
+        let icmp_v6 = match proto {
+            Some(58) => true,
+            Some(1) => false,
+            _ => family == Family::Ip6,
+        };
+
         // Positive clauses in Felix's order; port alternatives that need an OR become blocks.
         let mut clauses: Vec<Clause> = Vec::new();
         let mut blocks: Vec<Vec<Clause>> = Vec::new();
@@ -340,6 +348,7 @@ impl Renderer {
                 ));
             }
             clauses.push(Clause::Icmp(
+                icmp_v6,
                 t.clamp(0, 255) as u8,
                 c.map(|c| c.clamp(0, 255) as u8),
                 false,
@@ -386,6 +395,7 @@ impl Renderer {
                 ));
             }
             clauses.push(Clause::Icmp(
+                icmp_v6,
                 t.clamp(0, 255) as u8,
                 c.map(|c| c.clamp(0, 255) as u8),
                 true,

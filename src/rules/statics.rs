@@ -346,7 +346,7 @@ impl Renderer {
             for t in [130u8, 131, 132, 133, 135, 136] {
                 c.push(
                     r().l4proto(58)
-                        .icmp(t, None, false)
+                        .icmp(true, t, None, false)
                         .counter()
                         .verdict(self.filter_allow())
                         .build(),
