@@ -144,6 +144,15 @@ fn port_ranges(list: &[PortRange]) -> Vec<(u16, u16)> {
         .collect()
 }
 
+/// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
+/// (named ports) of its IDs, so the order carries no meaning and must not change the output.
+fn sorted(ids: &[String]) -> Vec<&String> {
+    let mut v: Vec<&String> = ids.iter().collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// One match clause of a rule.
 #[derive(Clone, Debug)]
 enum Clause {
@@ -243,7 +252,7 @@ impl Renderer {
         if let Some(c) = self.ports_clause(family, dir, ports, false, sets) {
             alts.push(c);
         }
-        for id in named {
+        for id in sorted(named) {
             alts.push(Clause::NamedPort(dir, ipset_name(family, id), false));
         }
         alts
@@ -300,7 +309,7 @@ impl Renderer {
         if let Some(c) = self.nets_clause(family, Dir::Src, &nets.src, false, sets) {
             clauses.push(c);
         }
-        for id in &rule.src_ip_set_ids {
+        for id in sorted(&rule.src_ip_set_ids) {
             clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), false));
         }
         let src_alts = self.port_alternatives(
@@ -318,10 +327,10 @@ impl Renderer {
         if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.dst, false, sets) {
             clauses.push(c);
         }
-        for id in &rule.dst_ip_set_ids {
+        for id in sorted(&rule.dst_ip_set_ids) {
             clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), false));
         }
-        for id in &rule.dst_ip_port_set_ids {
+        for id in sorted(&rule.dst_ip_port_set_ids) {
             clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), false));
         }
         let dst_alts = self.port_alternatives(
@@ -362,25 +371,25 @@ impl Renderer {
         if let Some(c) = self.nets_clause(family, Dir::Src, &nets.not_src, true, sets) {
             clauses.push(c);
         }
-        for id in &rule.not_src_ip_set_ids {
+        for id in sorted(&rule.not_src_ip_set_ids) {
             clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), true));
         }
         if let Some(c) = self.ports_clause(family, Dir::Src, &rule.not_src_ports, true, sets) {
             clauses.push(c);
         }
-        for id in &rule.not_src_named_port_ip_set_ids {
+        for id in sorted(&rule.not_src_named_port_ip_set_ids) {
             clauses.push(Clause::NamedPort(Dir::Src, ipset_name(family, id), true));
         }
         if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.not_dst, true, sets) {
             clauses.push(c);
         }
-        for id in &rule.not_dst_ip_set_ids {
+        for id in sorted(&rule.not_dst_ip_set_ids) {
             clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), true));
         }
         if let Some(c) = self.ports_clause(family, Dir::Dst, &rule.not_dst_ports, true, sets) {
             clauses.push(c);
         }
-        for id in &rule.not_dst_named_port_ip_set_ids {
+        for id in sorted(&rule.not_dst_named_port_ip_set_ids) {
             clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), true));
         }
         if let Some(icmp) = &rule.not_icmp {
