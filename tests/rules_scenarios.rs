@@ -215,7 +215,12 @@ fn host_endpoint() -> Model {
             profile_ids: strings(&["host-profile"]),
             tiers: vec![tier("default", &[gnp("host-ssh")], &[gnp("host-out")], "")],
             pre_dnat_tiers: vec![tier("default", &[gnp("prednat-block")], &[], "")],
-            untracked_tiers: vec![tier("default", &[gnp("untracked-dns")], &[gnp("untracked-dns")], "")],
+            untracked_tiers: vec![tier(
+                "default",
+                &[gnp("untracked-dns")],
+                &[gnp("untracked-dns")],
+                "",
+            )],
             forward_tiers: vec![tier("default", &[gnp("fwd-allow")], &[], "")],
             expected_ipv4_addrs: strings(&["192.0.2.10"]),
             ..Default::default()
@@ -293,7 +298,8 @@ fn host_endpoint() -> Model {
             ..Default::default()
         },
     );
-    m.profiles.insert("host-profile".into(), allow_all_profile());
+    m.profiles
+        .insert("host-profile".into(), allow_all_profile());
     m
 }
 
@@ -319,7 +325,8 @@ fn nat_outgoing() -> Model {
     };
     m.pools.insert("pool-a".into(), pool("10.65.0.0/16", true));
     m.pools.insert("pool-b".into(), pool("10.66.0.0/16", false));
-    m.pools.insert("pool-c".into(), pool("10.65.128.0/17", true));
+    m.pools
+        .insert("pool-c".into(), pool("10.65.128.0/17", true));
     m.pools.insert("pool-v6".into(), pool("fd00:65::/48", true));
     m.hosts.insert(
         "node1".into(),
@@ -365,7 +372,10 @@ fn floating_ips() -> Model {
     a.ipv4_nat = vec![nat("172.16.0.10", "10.65.0.10")];
     a.ipv6_nat = vec![nat("2001:db8:f::10", "fd00:65::10")];
     let mut b = workload("calib", &["10.65.0.11/32"], &[]);
-    b.ipv4_nat = vec![nat("172.16.0.11", "10.65.0.11"), nat("172.16.0.10", "10.65.0.11")];
+    b.ipv4_nat = vec![
+        nat("172.16.0.11", "10.65.0.11"),
+        nat("172.16.0.10", "10.65.0.11"),
+    ];
     m.workloads.insert(wep_id("a"), a);
     m.workloads.insert(wep_id("b"), b);
     m.profiles.insert("kns.default".into(), allow_all_profile());
@@ -389,11 +399,23 @@ fn every_match() -> Model {
     w.allow_spoofed_source_prefixes = strings(&["10.99.0.0/16"]);
     m.workloads.insert(wep_id("every"), w);
     for (id, kind, members) in [
-        ("s:src", IpSetType::Net, vec!["10.1.0.0/16", "10.1.2.0/24", "fd00:1::/64"]),
+        (
+            "s:src",
+            IpSetType::Net,
+            vec!["10.1.0.0/16", "10.1.2.0/24", "fd00:1::/64"],
+        ),
         ("s:dst", IpSetType::Ip, vec!["10.2.0.1", "fd00:2::1"]),
         ("s:notsrc", IpSetType::Net, vec!["10.3.0.0/16"]),
-        ("s:notdst", IpSetType::Net, vec!["10.4.0.0/16", "fd00:4::/64"]),
-        ("n:web", IpSetType::IpAndPort, vec!["10.5.0.1,tcp:8080", "fd00:5::1,tcp:8080"]),
+        (
+            "s:notdst",
+            IpSetType::Net,
+            vec!["10.4.0.0/16", "fd00:4::/64"],
+        ),
+        (
+            "n:web",
+            IpSetType::IpAndPort,
+            vec!["10.5.0.1,tcp:8080", "fd00:5::1,tcp:8080"],
+        ),
         ("n:api", IpSetType::IpAndPort, vec!["10.5.0.2,tcp:9090"]),
         ("n:notsrc", IpSetType::IpAndPort, vec!["10.6.0.1,tcp:1234"]),
         ("svc:abc", IpSetType::IpAndPort, vec!["10.96.0.10,udp:53"]),
@@ -406,7 +428,12 @@ fn every_match() -> Model {
     let every = Rule {
         action: "allow".into(),
         protocol: proto("tcp"),
-        src_net: strings(&["10.10.0.0/16", "10.11.0.0/16", "10.10.5.0/24", "fd00:10::/64"]),
+        src_net: strings(&[
+            "10.10.0.0/16",
+            "10.11.0.0/16",
+            "10.10.5.0/24",
+            "fd00:10::/64",
+        ]),
         src_ports: ports(&[(1024, 65535)]),
         src_ip_set_ids: strings(&["s:src"]),
         dst_net: strings(&["10.20.0.0/16"]),
@@ -436,7 +463,10 @@ fn every_match() -> Model {
     let not_icmp = Rule {
         action: "allow".into(),
         protocol: proto("icmp"),
-        not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode { r#type: 8, code: 0 })),
+        not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
+            r#type: 8,
+            code: 0,
+        })),
         ..Default::default()
     };
     let icmp_type = Rule {
@@ -469,7 +499,14 @@ fn every_match() -> Model {
     m.policies.insert(
         gnp("every"),
         Policy {
-            inbound_rules: vec![every.clone(), icmp, not_icmp, icmp_type, not_proto, numeric_proto],
+            inbound_rules: vec![
+                every.clone(),
+                icmp,
+                not_icmp,
+                icmp_type,
+                not_proto,
+                numeric_proto,
+            ],
             outbound_rules: vec![src_block, every],
             ..Default::default()
         },
@@ -499,7 +536,12 @@ fn ipv6() -> Model {
         ..RulesConfig::default()
     });
     let mut w = workload("cali-six", &["10.65.0.40/32"], &["fd00:65::40/128"]);
-    w.tiers = vec![tier("default", &[gnp("v6-policy")], &[gnp("v6-policy")], "")];
+    w.tiers = vec![tier(
+        "default",
+        &[gnp("v6-policy")],
+        &[gnp("v6-policy")],
+        "",
+    )];
     m.workloads.insert(wep_id("six"), w);
     m.ipsets.insert(
         "s:mixed".into(),
@@ -549,9 +591,7 @@ fn ipv6() -> Model {
     };
     m.apply(&ToDataplane {
         sequence_number: 0,
-        payload: Some(
-            felix_nft::proto::types::to_dataplane::Payload::GlobalBgpConfigUpdate(bgp),
-        ),
+        payload: Some(felix_nft::proto::types::to_dataplane::Payload::GlobalBgpConfigUpdate(bgp)),
     });
     m
 }
@@ -616,7 +656,9 @@ fn kernel_view(json: &serde_json::Value) -> (BTreeMap<String, Vec<String>>, Vec<
     let mut sets = Vec::new();
     for item in json["nftables"].as_array().into_iter().flatten() {
         if let Some(c) = item.get("chain") {
-            chains.entry(c["name"].as_str().unwrap_or_default().to_string()).or_default();
+            chains
+                .entry(c["name"].as_str().unwrap_or_default().to_string())
+                .or_default();
         }
         if let Some(r) = item.get("rule") {
             chains
@@ -641,7 +683,10 @@ fn our_view(t: &Table) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
         .map(|c| {
             (
                 c.name.clone(),
-                c.rules.iter().map(|r| r.comment.clone().unwrap_or_default()).collect(),
+                c.rules
+                    .iter()
+                    .map(|r| r.comment.clone().unwrap_or_default())
+                    .collect(),
             )
         })
         .collect();
@@ -694,7 +739,8 @@ fn kernel_accepts_every_scenario() {
             );
             for (chain, rules) in &ochains {
                 assert_eq!(
-                    &kchains[chain], rules,
+                    &kchains[chain],
+                    rules,
                     "scenario {name} {}: rules of {chain}",
                     t.family.name()
                 );
@@ -758,7 +804,12 @@ fn debug_expr(e: &Expr) -> String {
     let body = match e {
         Expr::Meta { key, dreg } => format!("meta load {} => reg {}", meta(key), dreg.0),
         Expr::MetaSet { key, sreg } => format!("meta set {} with reg {}", meta(key), sreg.0),
-        Expr::Payload { base, offset, len, dreg } => format!(
+        Expr::Payload {
+            base,
+            offset,
+            len,
+            dreg,
+        } => format!(
             "payload load {len}b @ {} header + {offset} => reg {}",
             match base {
                 PayloadBase::LinkLayer => "link",
@@ -769,17 +820,40 @@ fn debug_expr(e: &Expr) -> String {
             dreg.0
         ),
         Expr::Cmp { sreg, op: o, data } => format!("cmp {} reg {} {}", op(*o), sreg.0, words(data)),
-        Expr::Bitwise { sreg, dreg, mask, xor, .. } => format!(
+        Expr::Bitwise {
+            sreg,
+            dreg,
+            mask,
+            xor,
+            ..
+        } => format!(
             "bitwise reg {} = ( reg {} & {} ) ^ {}",
             dreg.0,
             sreg.0,
             words(mask),
             words(xor)
         ),
-        Expr::Range { sreg, op: o, from, to } => {
-            format!("range {} reg {} {} {}", op(*o), sreg.0, words(from), words(to))
+        Expr::Range {
+            sreg,
+            op: o,
+            from,
+            to,
+        } => {
+            format!(
+                "range {} reg {} {} {}",
+                op(*o),
+                sreg.0,
+                words(from),
+                words(to)
+            )
         }
-        Expr::Lookup { set, sreg, dreg, invert, .. } => {
+        Expr::Lookup {
+            set,
+            sreg,
+            dreg,
+            invert,
+            ..
+        } => {
             let mut s = format!("lookup reg {} set {set}", sreg.0);
             if let Some(d) = dreg {
                 s.push_str(&format!(" dreg {}", d.0));
@@ -806,7 +880,13 @@ fn debug_expr(e: &Expr) -> String {
             prefix.clone().unwrap_or_default(),
             level.unwrap_or_default()
         ),
-        Expr::Limit { rate, unit, burst, over, .. } => format!(
+        Expr::Limit {
+            rate,
+            unit,
+            burst,
+            over,
+            ..
+        } => format!(
             "limit rate {rate}/{} burst {burst} type packets flags 0x{}",
             match unit {
                 1 => "second",
@@ -824,9 +904,19 @@ fn debug_expr(e: &Expr) -> String {
                 RejectType::IcmpxUnreach => 2,
             }
         ),
-        Expr::Fib { flags, result, dreg } => {
+        Expr::Fib {
+            flags,
+            result,
+            dreg,
+        } => {
             let mut parts = Vec::new();
-            for (bit, name) in [(1, "saddr"), (2, "daddr"), (4, "mark"), (8, "iif"), (16, "oif")] {
+            for (bit, name) in [
+                (1, "saddr"),
+                (2, "daddr"),
+                (4, "mark"),
+                (8, "iif"),
+                (16, "oif"),
+            ] {
                 if flags & bit != 0 {
                     parts.push(name);
                 }
@@ -840,7 +930,11 @@ fn debug_expr(e: &Expr) -> String {
             format!("fib {} {res}{present} => reg {}", parts.join(" . "), dreg.0)
         }
         Expr::Notrack => "notrack".into(),
-        Expr::Masq { flags, proto_min, proto_max } => {
+        Expr::Masq {
+            flags,
+            proto_min,
+            proto_max,
+        } => {
             let mut s = "masq".to_string();
             if let Some(r) = proto_min {
                 s.push_str(&format!(" proto_min reg {}", r.0));
@@ -853,7 +947,15 @@ fn debug_expr(e: &Expr) -> String {
             }
             s
         }
-        Expr::Nat { kind, family, addr_min, proto_min, proto_max, flags, .. } => {
+        Expr::Nat {
+            kind,
+            family,
+            addr_min,
+            proto_min,
+            proto_max,
+            flags,
+            ..
+        } => {
             let mut s = format!(
                 "nat {} {}",
                 match kind {
@@ -943,10 +1045,17 @@ fn text_and_expressions_are_in_lockstep() {
                 for (i, (o, g)) in ours.iter().zip(got).enumerate() {
                     assert_eq!(o, g, "scenario {name}: {} {} rule {i}", key.0, key.1);
                 }
-                assert_eq!(ours.len(), got.len(), "scenario {name}: rule count of {key:?}");
+                assert_eq!(
+                    ours.len(),
+                    got.len(),
+                    "scenario {name}: rule count of {key:?}"
+                );
                 compared += ours.len();
             }
         }
-        assert!(compared > 100, "scenario {name}: only {compared} rules compared");
+        assert!(
+            compared > 100,
+            "scenario {name}: only {compared} rules compared"
+        );
     }
 }

@@ -42,7 +42,13 @@ fn inbound(family: Family, rules: Vec<Rule>) -> PolicyChains {
         inbound_rules: rules,
         ..Default::default()
     };
-    renderer().policy_chains(family, Layer::Filter, &gnp("p"), &policy, &[Direction::Inbound])
+    renderer().policy_chains(
+        family,
+        Layer::Filter,
+        &gnp("p"),
+        &policy,
+        &[Direction::Inbound],
+    )
 }
 
 fn texts(pc: &PolicyChains) -> Vec<String> {
@@ -75,7 +81,13 @@ fn odd_mark_mask_changes_every_mark_rule() {
     })
     .unwrap();
     assert_eq!(
-        (r.marks.accept, r.marks.pass, r.marks.drop, r.marks.scratch0, r.marks.scratch1),
+        (
+            r.marks.accept,
+            r.marks.pass,
+            r.marks.drop,
+            r.marks.scratch0,
+            r.marks.scratch1
+        ),
         (0x2, 0x10, 0x200, 0x1000, 0x20000)
     );
     let text = render_nft(&Model::new(RulesConfig {
@@ -101,12 +113,18 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
             protocol: Some(Protocol {
                 number_or_name: Some(NumberOrName::Name("icmp".into())),
             }),
-            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode { r#type: 8, code: 0 })),
+            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
+                r#type: 8,
+                code: 0,
+            })),
             ..Default::default()
         }],
     );
     let t = texts(&pc);
-    assert!(t[0].starts_with("meta l4proto icmp @th,0,16 != 0x0800 "), "{t:?}");
+    assert!(
+        t[0].starts_with("meta l4proto icmp @th,0,16 != 0x0800 "),
+        "{t:?}"
+    );
     let exprs = &pc.chains[0].chain.rules[0].exprs;
     assert!(exprs.iter().any(|e| matches!(e,
         Expr::Cmp { op: felix_nft::nft::model::CmpOp::Neq, data, .. } if data == &vec![8, 0])));
@@ -118,7 +136,10 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
             protocol: Some(Protocol {
                 number_or_name: Some(NumberOrName::Name("icmpv6".into())),
             }),
-            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode { r#type: 128, code: 0 })),
+            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
+                r#type: 128,
+                code: 0,
+            })),
             ..Default::default()
         }],
     );
@@ -227,7 +248,13 @@ fn overlapping_cidrs_in_a_rule_become_one_merged_shared_set() {
         Family::Ip,
         vec![Rule {
             action: "allow".into(),
-            src_net: strings(&["10.0.0.0/16", "10.0.1.0/24", "10.0.0.7/32", "10.1.0.0/16", "192.168.0.0/24"]),
+            src_net: strings(&[
+                "10.0.0.0/16",
+                "10.0.1.0/24",
+                "10.0.0.7/32",
+                "10.1.0.0/16",
+                "192.168.0.0/24",
+            ]),
             ..Default::default()
         }],
     );
@@ -240,7 +267,12 @@ fn overlapping_cidrs_in_a_rule_become_one_merged_shared_set() {
     let keys: Vec<Vec<u8>> = s.elements.iter().map(|e| e.key.clone()).collect();
     assert_eq!(
         keys,
-        vec![vec![10, 0, 0, 0], vec![10, 2, 0, 0], vec![192, 168, 0, 0], vec![192, 168, 1, 0]]
+        vec![
+            vec![10, 0, 0, 0],
+            vec![10, 2, 0, 0],
+            vec![192, 168, 0, 0],
+            vec![192, 168, 1, 0]
+        ]
     );
     assert!(texts(&pc)[0].starts_with(&format!("ip saddr @{} ", s.name)));
 }
@@ -269,7 +301,10 @@ fn equal_lists_share_one_set_and_no_set_is_anonymous() {
     model.policies.insert(
         gnp("b"),
         Policy {
-            inbound_rules: vec![r(&[(80, 80), (443, 443), (80, 80)], &["10.2.0.0/16", "10.1.0.0/16"])],
+            inbound_rules: vec![r(
+                &[(80, 80), (443, 443), (80, 80)],
+                &["10.2.0.0/16", "10.1.0.0/16"],
+            )],
             ..Default::default()
         },
     );
@@ -292,7 +327,12 @@ fn equal_lists_share_one_set_and_no_set_is_anonymous() {
             .filter(|s| s.name.starts_with("cali4p-") || s.name.starts_with("cali4n-"))
             .collect();
         if t.family == Family::Ip {
-            assert_eq!(shared.len(), 2, "{:?}", shared.iter().map(|s| &s.name).collect::<Vec<_>>());
+            assert_eq!(
+                shared.len(),
+                2,
+                "{:?}",
+                shared.iter().map(|s| &s.name).collect::<Vec<_>>()
+            );
         }
         assert!(t.sets.values().all(|s| s.flags & set_flags::ANONYMOUS == 0));
         // Every lookup names a set of the table.
@@ -300,7 +340,11 @@ fn equal_lists_share_one_set_and_no_set_is_anonymous() {
             for rule in &c.rules {
                 for e in &rule.exprs {
                     if let Expr::Lookup { set, .. } = e {
-                        assert!(t.sets.contains_key(set), "{} uses missing set {set}", c.name);
+                        assert!(
+                            t.sets.contains_key(set),
+                            "{} uses missing set {set}",
+                            c.name
+                        );
                     }
                 }
             }
@@ -315,7 +359,10 @@ fn ports_or_named_ports_use_a_scratch_block() {
         vec![Rule {
             action: "allow".into(),
             protocol: tcp(),
-            dst_ports: vec![PortRange { first: 80, last: 80 }],
+            dst_ports: vec![PortRange {
+                first: 80,
+                last: 80,
+            }],
             dst_named_port_ip_set_ids: strings(&["n:web"]),
             ..Default::default()
         }],
@@ -338,8 +385,10 @@ fn workload_dispatch_fails_closed_in_both_directions() {
         for name in ["filter-cali-from-wl-dispatch", "filter-cali-to-wl-dispatch"] {
             let c = &t.chains[name];
             assert_eq!(c.rules.len(), 2);
-            assert!(matches!(&c.rules[0].exprs[1], Expr::Lookup { set, dreg: Some(r), .. }
-                if set == name && *r == felix_nft::nft::model::Reg::VERDICT));
+            assert!(
+                matches!(&c.rules[0].exprs[1], Expr::Lookup { set, dreg: Some(r), .. }
+                if set == name && *r == felix_nft::nft::model::Reg::VERDICT)
+            );
             assert_eq!(c.rules[1].exprs.last(), Some(&Expr::Verdict(Verdict::Drop)));
         }
     }
@@ -416,26 +465,28 @@ fn updates(members: Vec<String>, ports: Vec<(i32, i32)>, nets: Vec<String>) -> V
         })),
     ];
     for i in 0..3 {
-        out.push(msg(Payload::WorkloadEndpointUpdate(WorkloadEndpointUpdate {
-            id: Some(WorkloadEndpointId {
-                orchestrator_id: "k8s".into(),
-                workload_id: format!("ns/pod{i}"),
-                endpoint_id: "eth0".into(),
-            }),
-            endpoint: Some(WorkloadEndpoint {
-                state: "active".into(),
-                name: format!("cali{i}"),
-                profile_ids: strings(&["kns.default"]),
-                ipv4_nets: vec![format!("10.65.0.{i}/32")],
-                tiers: vec![TierInfo {
-                    name: "default".into(),
-                    ingress_policies: vec![gnp("p")],
-                    egress_policies: vec![gnp("p")],
-                    default_action: String::new(),
-                }],
-                ..Default::default()
-            }),
-        })));
+        out.push(msg(Payload::WorkloadEndpointUpdate(
+            WorkloadEndpointUpdate {
+                id: Some(WorkloadEndpointId {
+                    orchestrator_id: "k8s".into(),
+                    workload_id: format!("ns/pod{i}"),
+                    endpoint_id: "eth0".into(),
+                }),
+                endpoint: Some(WorkloadEndpoint {
+                    state: "active".into(),
+                    name: format!("cali{i}"),
+                    profile_ids: strings(&["kns.default"]),
+                    ipv4_nets: vec![format!("10.65.0.{i}/32")],
+                    tiers: vec![TierInfo {
+                        name: "default".into(),
+                        ingress_policies: vec![gnp("p")],
+                        egress_policies: vec![gnp("p")],
+                        default_action: String::new(),
+                    }],
+                    ..Default::default()
+                }),
+            },
+        )));
     }
     out
 }
@@ -497,12 +548,20 @@ proptest! {
 
 #[test]
 fn ip_set_deltas_equal_a_full_update() {
-    let full = updates(strings(&["10.0.0.0/24", "10.0.1.0/24"]), vec![(80, 80)], strings(&["10.9.0.0/16"]));
-    let mut partial = updates(strings(&["10.0.0.0/24", "10.5.0.0/24"]), vec![(80, 80)], strings(&["10.9.0.0/16"]));
-    for id in ["s:net"] {
+    let full = updates(
+        strings(&["10.0.0.0/24", "10.0.1.0/24"]),
+        vec![(80, 80)],
+        strings(&["10.9.0.0/16"]),
+    );
+    let mut partial = updates(
+        strings(&["10.0.0.0/24", "10.5.0.0/24"]),
+        vec![(80, 80)],
+        strings(&["10.9.0.0/16"]),
+    );
+    {
         partial.push(msg(Payload::IpsetDeltaUpdate(
             felix_nft::proto::types::IpSetDeltaUpdate {
-                id: id.into(),
+                id: "s:net".into(),
                 added_members: strings(&["10.0.1.0/24"]),
                 removed_members: strings(&["10.5.0.0/24"]),
             },

@@ -26,8 +26,8 @@ use ipnet::IpNet;
 
 use crate::nft::model::{
     ct_state, ct_status, elem_flags, fib_flags, nat_flags, set_flags, BaseChain, Chain, CmpOp,
-    CtKey, DataType, ElemData, Element, Expr, Family, FibResult, Hook, LimitType, MetaKey,
-    NatType, PayloadBase, Reg, RejectType, Rule, Set, Table, Verdict,
+    CtKey, DataType, ElemData, Element, Expr, Family, FibResult, Hook, LimitType, MetaKey, NatType,
+    PayloadBase, Reg, RejectType, Rule, Set, Table, Verdict,
 };
 
 /// Packet direction of an address or port match.
@@ -456,7 +456,10 @@ impl RuleBuilder {
             ),
             Some(code) => {
                 let text = if neg {
-                    format!("@th,0,16 != 0x{:04x}", (u16::from(icmp_type) << 8) | u16::from(code))
+                    format!(
+                        "@th,0,16 != 0x{:04x}",
+                        (u16::from(icmp_type) << 8) | u16::from(code)
+                    )
                 } else {
                     format!("{kw} type {icmp_type} {kw} code {code}")
                 };
@@ -551,7 +554,12 @@ impl RuleBuilder {
 
     /// `ct state S1,S2`: any of the `ct_state` bits.
     pub fn ct_state(self, bits: u32) -> Self {
-        self.ct_bits(CtKey::State, bits, true, format!("ct state {}", ct_state_text(bits)))
+        self.ct_bits(
+            CtKey::State,
+            bits,
+            true,
+            format!("ct state {}", ct_state_text(bits)),
+        )
     }
 
     /// `ct status dnat` (has) or `ct status & dnat == 0` (lacks).
@@ -1012,7 +1020,11 @@ pub fn concat_key(parts: &[&[u8]]) -> Vec<u8> {
 
 /// An `addr . inet_proto . inet_service` element.
 pub fn addr_proto_port_element(addr: IpAddr, proto: u8, port: u16) -> Element {
-    key_element(concat_key(&[&addr_bytes(addr), &[proto], &port.to_be_bytes()]))
+    key_element(concat_key(&[
+        &addr_bytes(addr),
+        &[proto],
+        &port.to_be_bytes(),
+    ]))
 }
 
 /// An `ifname : verdict` element.
@@ -1332,7 +1344,9 @@ mod tests {
     #[test]
     fn cidr_shapes_follow_nft() {
         // Byte-aligned: only the prefix bytes (`payload load 1b @ network header + 12`).
-        let r = RuleBuilder::new(Family::Ip).ip_saddr(net("10.0.0.0/8")).build();
+        let r = RuleBuilder::new(Family::Ip)
+            .ip_saddr(net("10.0.0.0/8"))
+            .build();
         assert_eq!(
             r.exprs[0],
             Expr::Payload {
@@ -1344,15 +1358,30 @@ mod tests {
         );
         assert_eq!(r.exprs[1], cmp(CmpOp::Eq, vec![10]));
         // Not aligned: load, mask, compare.
-        let r = RuleBuilder::new(Family::Ip).ip_daddr(net("10.0.0.0/20")).build();
-        assert!(matches!(&r.exprs[1], Expr::Bitwise { mask, .. } if mask == &vec![255, 255, 240, 0]));
+        let r = RuleBuilder::new(Family::Ip)
+            .ip_daddr(net("10.0.0.0/20"))
+            .build();
+        assert!(
+            matches!(&r.exprs[1], Expr::Bitwise { mask, .. } if mask == &vec![255, 255, 240, 0])
+        );
         // Host: plain compare, printed without /32.
-        let r = RuleBuilder::new(Family::Ip).ip_daddr(net("10.1.2.3/32")).build();
+        let r = RuleBuilder::new(Family::Ip)
+            .ip_daddr(net("10.1.2.3/32"))
+            .build();
         assert_eq!(r.exprs.len(), 2);
         assert_eq!(r.text, "ip daddr 10.1.2.3");
         // IPv6 /64: 8 bytes at offset 8.
-        let r = RuleBuilder::new(Family::Ip6).ip_saddr(net("fd00::/64")).build();
-        assert!(matches!(r.exprs[0], Expr::Payload { offset: 8, len: 8, .. }));
+        let r = RuleBuilder::new(Family::Ip6)
+            .ip_saddr(net("fd00::/64"))
+            .build();
+        assert!(matches!(
+            r.exprs[0],
+            Expr::Payload {
+                offset: 8,
+                len: 8,
+                ..
+            }
+        ));
         assert_eq!(r.text, "ip6 saddr fd00::/64");
     }
 
@@ -1409,7 +1438,9 @@ mod tests {
 
     #[test]
     fn negated_icmp_type_code_is_one_pair_compare() {
-        let r = RuleBuilder::new(Family::Ip).icmp(false, 8, Some(0), true).build();
+        let r = RuleBuilder::new(Family::Ip)
+            .icmp(false, 8, Some(0), true)
+            .build();
         assert_eq!(r.text, "@th,0,16 != 0x0800");
         assert_eq!(r.exprs[1], cmp(CmpOp::Neq, vec![8, 0]));
     }

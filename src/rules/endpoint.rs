@@ -115,7 +115,12 @@ impl Renderer {
                 c.push(
                     self.deny(
                         r().l4proto(17)
-                            .th_port(crate::nft::build::Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
+                            .th_port(
+                                crate::nft::build::Dir::Dst,
+                                self.cfg.vxlan_port,
+                                self.cfg.vxlan_port,
+                                false,
+                            )
                             .counter(),
                         layer,
                     )
@@ -209,7 +214,10 @@ impl Renderer {
         };
         vec![
             self.endpoint_chain(family, &mk(EndpointChain::ToWorkload, Direction::Inbound)),
-            self.endpoint_chain(family, &mk(EndpointChain::FromWorkload, Direction::Outbound)),
+            self.endpoint_chain(
+                family,
+                &mk(EndpointChain::FromWorkload, Direction::Outbound),
+            ),
         ]
     }
 
@@ -370,7 +378,11 @@ impl Renderer {
 
     /// The dispatch-map elements of a host endpoint on a real interface: `(map name, element)`
     /// pairs. The `*` endpoint has none: it is the fallback of [`Renderer::host_dispatch_chains`].
-    pub fn host_dispatch_elements(&self, iface: &str, hep: &HostEndpoint) -> Vec<(String, Element)> {
+    pub fn host_dispatch_elements(
+        &self,
+        iface: &str,
+        hep: &HostEndpoint,
+    ) -> Vec<(String, Element)> {
         if iface == "*" {
             return Vec::new();
         }
@@ -429,10 +441,34 @@ impl Renderer {
     ) -> Vec<TextChain> {
         let r = || RuleBuilder::new(family);
         let entries = [
-            (Layer::Filter, logical::FROM_HOST_ENDPOINT, Iface::In, Some(EndpointChain::FromHost), false),
-            (Layer::Filter, logical::TO_HOST_ENDPOINT, Iface::Out, Some(EndpointChain::ToHost), true),
-            (Layer::Filter, logical::FROM_HEP_FORWARD, Iface::In, Some(EndpointChain::FromHostForward), false),
-            (Layer::Filter, logical::TO_HEP_FORWARD, Iface::Out, Some(EndpointChain::ToHostForward), false),
+            (
+                Layer::Filter,
+                logical::FROM_HOST_ENDPOINT,
+                Iface::In,
+                Some(EndpointChain::FromHost),
+                false,
+            ),
+            (
+                Layer::Filter,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                Some(EndpointChain::ToHost),
+                true,
+            ),
+            (
+                Layer::Filter,
+                logical::FROM_HEP_FORWARD,
+                Iface::In,
+                Some(EndpointChain::FromHostForward),
+                false,
+            ),
+            (
+                Layer::Filter,
+                logical::TO_HEP_FORWARD,
+                Iface::Out,
+                Some(EndpointChain::ToHostForward),
+                false,
+            ),
             (
                 Layer::Mangle,
                 logical::FROM_HOST_ENDPOINT,
@@ -442,9 +478,27 @@ impl Renderer {
                     .map(|_| EndpointChain::FromHost),
                 false,
             ),
-            (Layer::Mangle, logical::TO_HOST_ENDPOINT, Iface::Out, Some(EndpointChain::ToHost), true),
-            (Layer::Raw, logical::FROM_HOST_ENDPOINT, Iface::In, None, false),
-            (Layer::Raw, logical::TO_HOST_ENDPOINT, Iface::Out, None, false),
+            (
+                Layer::Mangle,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                Some(EndpointChain::ToHost),
+                true,
+            ),
+            (
+                Layer::Raw,
+                logical::FROM_HOST_ENDPOINT,
+                Iface::In,
+                None,
+                false,
+            ),
+            (
+                Layer::Raw,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                None,
+                false,
+            ),
         ];
         let mut out = Vec::new();
         for (layer, name, which, fallback, skip_workloads) in entries {

@@ -95,7 +95,14 @@ mod tests {
     fn too_small_mask_is_a_config_error() {
         let err = MarkBits::allocate(0xf000).unwrap_err();
         assert!(
-            matches!(err, RulesError::MarkMaskTooSmall { mask: 0xf000, bits: 4, what: "scratch1" }),
+            matches!(
+                err,
+                RulesError::MarkMaskTooSmall {
+                    mask: 0xf000,
+                    bits: 4,
+                    what: "scratch1"
+                }
+            ),
             "{err}"
         );
         assert!(MarkBits::allocate(0).is_err());

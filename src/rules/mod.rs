@@ -46,9 +46,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::nft::build::TextTable;
 use crate::nft::model::{Family, Set, Table};
 use crate::proto::types::{
-    to_dataplane::Payload, HostEndpoint, HostEndpointId, HostMetadataUpdate, IpSetType,
-    IpamPool, Policy, PolicyId, Profile, ToDataplane, VxlanTunnelEndpointUpdate,
-    WorkloadEndpoint, WorkloadEndpointId,
+    to_dataplane::Payload, HostEndpoint, HostEndpointId, HostMetadataUpdate, IpSetType, IpamPool,
+    Policy, PolicyId, Profile, ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
+    WorkloadEndpointId,
 };
 
 pub use crate::nft::build::TextChain;

@@ -120,10 +120,7 @@ impl EndpointChain {
 
 /// `<layer>-cali-tw-<iface>` and friends.
 pub fn endpoint_chain(layer: Layer, kind: EndpointChain, iface: &str) -> String {
-    limited_name(
-        &layer.chain(kind.logical_prefix()),
-        iface_suffix(iface),
-    )
+    limited_name(&layer.chain(kind.logical_prefix()), iface_suffix(iface))
 }
 
 /// Policy direction: inbound (`pi`/`pri`) or outbound (`po`/`pro`).
@@ -332,7 +329,10 @@ mod tests {
             ipset_name(Family::Ip, "s:AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab"),
             "cali40s-AbCdEfGhIjKlMnOpQrStUvW"
         );
-        assert_eq!(ipset_name(Family::Ip6, "all-hosts-net"), "cali60all-hosts-net");
+        assert_eq!(
+            ipset_name(Family::Ip6, "all-hosts-net"),
+            "cali60all-hosts-net"
+        );
     }
 
     #[test]

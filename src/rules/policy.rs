@@ -21,8 +21,8 @@ use crate::proto::types::{
     Protocol, Rule,
 };
 use crate::rules::names::{
-    is_staged, ipset_name, kind_short, policy_chain, profile_chain, shared_set_name,
-    ChainBuilder, Direction, Layer,
+    ipset_name, is_staged, kind_short, policy_chain, profile_chain, shared_set_name, ChainBuilder,
+    Direction, Layer,
 };
 use crate::rules::{Renderer, SetBag};
 
@@ -229,8 +229,12 @@ impl Renderer {
                     .collect::<Vec<_>>()
                     .join(",");
                 let name = shared_set_name(family, 'p', &canonical);
-                let mut set =
-                    build::new_set(&name, vec![DataType::InetService], set_flags::INTERVAL, None);
+                let mut set = build::new_set(
+                    &name,
+                    vec![DataType::InetService],
+                    set_flags::INTERVAL,
+                    None,
+                );
                 set.elements = build::port_interval_elements(many);
                 sets.insert(name.clone(), set);
                 Some(Clause::PortSet(dir, name, neg))
@@ -532,10 +536,9 @@ impl Renderer {
         &self,
         family: Family,
         layer: Layer,
-        name: &str,
+        (name, chain_comment): (&str, &str),
         rules: &[Rule],
         log: &LogCtx,
-        chain_comment: &str,
         sets: &mut SetBag,
     ) -> TextChain {
         let mut chain = ChainBuilder::new(name);
@@ -587,10 +590,9 @@ impl Renderer {
             chains.push(self.rules_chain(
                 family,
                 layer,
-                &policy_chain(layer, dir, id),
+                (&policy_chain(layer, dir, id), &comment),
                 rules,
                 &log,
-                &comment,
                 &mut sets,
             ));
         }
@@ -626,10 +628,9 @@ impl Renderer {
             chains.push(self.rules_chain(
                 family,
                 layer,
-                &profile_chain(layer, dir, name),
+                (&profile_chain(layer, dir, name), &comment),
                 rules,
                 &log,
-                &comment,
                 &mut sets,
             ));
         }

@@ -152,7 +152,10 @@ mod tests {
         let ipp: Vec<String> = vec!["10.0.0.5,tcp:80".into(), "fd00::5,udp:53".into()];
         let s4 = r().ipset(Family::Ip, "n:x", IpSetType::IpAndPort, &ipp);
         assert_eq!(s4.elements.len(), 1);
-        assert_eq!(s4.elements[0].key, vec![10, 0, 0, 5, 6, 0, 0, 0, 0, 80, 0, 0]);
+        assert_eq!(
+            s4.elements[0].key,
+            vec![10, 0, 0, 5, 6, 0, 0, 0, 0, 80, 0, 0]
+        );
     }
 
     #[test]

@@ -29,11 +29,21 @@ pub mod internal_sets {
 const BASE_CHAINS: &[(&str, ChainType, Hook, i32)] = &[
     ("raw-PREROUTING", ChainType::Filter, Hook::Prerouting, -300),
     ("raw-OUTPUT", ChainType::Filter, Hook::Output, -300),
-    ("mangle-PREROUTING", ChainType::Filter, Hook::Prerouting, -150),
+    (
+        "mangle-PREROUTING",
+        ChainType::Filter,
+        Hook::Prerouting,
+        -150,
+    ),
     ("mangle-INPUT", ChainType::Filter, Hook::Input, -150),
     ("mangle-FORWARD", ChainType::Filter, Hook::Forward, -150),
     ("mangle-OUTPUT", ChainType::Route, Hook::Output, -150),
-    ("mangle-POSTROUTING", ChainType::Filter, Hook::Postrouting, -150),
+    (
+        "mangle-POSTROUTING",
+        ChainType::Filter,
+        Hook::Postrouting,
+        -150,
+    ),
     ("nat-PREROUTING", ChainType::Nat, Hook::Prerouting, -100),
     ("nat-INPUT", ChainType::Nat, Hook::Input, -100),
     ("nat-OUTPUT", ChainType::Nat, Hook::Output, 110),
@@ -83,12 +93,14 @@ impl Renderer {
                     },
                 );
                 let target = match name {
-                    "raw-PREROUTING" | "mangle-PREROUTING" | "nat-PREROUTING" => {
-                        Some(format!("{}-cali-PREROUTING", &name[..name.find('-').unwrap_or(0)]))
-                    }
-                    "raw-OUTPUT" | "nat-OUTPUT" | "filter-OUTPUT" => {
-                        Some(format!("{}-cali-OUTPUT", &name[..name.find('-').unwrap_or(0)]))
-                    }
+                    "raw-PREROUTING" | "mangle-PREROUTING" | "nat-PREROUTING" => Some(format!(
+                        "{}-cali-PREROUTING",
+                        &name[..name.find('-').unwrap_or(0)]
+                    )),
+                    "raw-OUTPUT" | "nat-OUTPUT" | "filter-OUTPUT" => Some(format!(
+                        "{}-cali-OUTPUT",
+                        &name[..name.find('-').unwrap_or(0)]
+                    )),
                     "mangle-POSTROUTING" => Some(Layer::Mangle.chain(logical::POSTROUTING)),
                     "filter-INPUT" => Some(Layer::Filter.chain(logical::INPUT)),
                     "filter-FORWARD" => Some(Layer::Filter.chain(logical::FORWARD)),
@@ -144,7 +156,14 @@ impl Renderer {
             internal_sets::NETWORK_IP_POOLS,
         ]
         .iter()
-        .map(|id| build::new_set(&ipset_name(family, id), vec![key], set_flags::INTERVAL, None))
+        .map(|id| {
+            build::new_set(
+                &ipset_name(family, id),
+                vec![key],
+                set_flags::INTERVAL,
+                None,
+            )
+        })
         .collect()
     }
 
@@ -168,7 +187,13 @@ impl Renderer {
         .collect()
     }
 
-    fn failsafe_rule(&self, family: Family, pp: &ProtoPort, port_dir: Dir, net_dir: Dir) -> Option<RuleBuilder> {
+    fn failsafe_rule(
+        &self,
+        family: Family,
+        pp: &ProtoPort,
+        port_dir: Dir,
+        net_dir: Dir,
+    ) -> Option<RuleBuilder> {
         let mut b = RuleBuilder::new(family)
             .l4proto(pp.proto)
             .th_port(port_dir, pp.port, pp.port, false);
@@ -310,12 +335,19 @@ impl Renderer {
                 .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
                 .fib_addr_type_local(Dir::Dst, false)
                 .counter();
-            let b = if v6 { self.deny(b, Layer::Filter) } else { b.drop_() };
+            let b = if v6 {
+                self.deny(b, Layer::Filter)
+            } else {
+                b.drop_()
+            };
             c.push(b.build(), &["Drop VXLAN packets from non-allowed hosts"]);
         }
         for p in &prefixes {
             c.push(
-                r().iifname(p).counter().goto(&f(logical::WL_TO_HOST)).build(),
+                r().iifname(p)
+                    .counter()
+                    .goto(&f(logical::WL_TO_HOST))
+                    .build(),
                 &[],
             );
         }
@@ -761,7 +793,10 @@ impl Renderer {
                 ServiceLoopPrevention::Reject => b.reject(),
                 _ => b.drop_(),
             };
-            c.push(b.build(), &["Block traffic to service CIDR that would loop"]);
+            c.push(
+                b.build(),
+                &["Block traffic to service CIDR that would loop"],
+            );
         }
         c.finish()
     }
