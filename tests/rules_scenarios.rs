@@ -125,10 +125,16 @@ fn worked_example() -> Model {
 }
 
 /// A workload with two tiers: `security` ends in Pass, `default` ends in the default deny; a
-/// staged policy is never programmed.
+/// staged policy is never programmed. It also has QoS packet-rate and connection limits.
 fn two_tiers() -> Model {
     let mut m = Model::new(v4_only());
     let mut w = workload("cali-two", &["10.65.0.3/32"], &[]);
+    w.qos_controls = Some(felix_nft::proto::types::QoSControls {
+        ingress_packet_rate: 1000,
+        ingress_packet_burst: 20,
+        egress_max_connections: 100,
+        ..Default::default()
+    });
     let staged = PolicyId {
         name: "try-this".into(),
         namespace: String::new(),
@@ -930,6 +936,7 @@ fn debug_expr(e: &Expr) -> String {
             format!("fib {} {res}{present} => reg {}", parts.join(" . "), dreg.0)
         }
         Expr::Notrack => "notrack".into(),
+        Expr::Connlimit { count, flags } => format!("connlimit count {count} flags {flags}"),
         Expr::Masq {
             flags,
             proto_min,

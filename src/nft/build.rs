@@ -860,6 +860,15 @@ impl RuleBuilder {
         self.nat(NatType::Dnat, addr, None)
     }
 
+    /// `ct count over N`: more than `n` connections tracked for this rule's flows
+    /// (`NFT_CONNLIMIT_F_INV`).
+    pub fn ct_count_over(self, n: u32) -> Self {
+        self.push(
+            [Expr::Connlimit { count: n, flags: 1 }],
+            format!("ct count over {n}"),
+        )
+    }
+
     /// `notrack`.
     pub fn notrack(self) -> Self {
         self.push([Expr::Notrack], "notrack".into())

@@ -41,6 +41,10 @@ pub struct EndpointChainSpec<'a> {
     pub allow: AllowAction,
     /// Workload egress: drop VXLAN/IPIP from the workload unless configured otherwise.
     pub workload_egress: bool,
+    /// QoS packet-rate limit (packets per second, burst); excess is dropped.
+    pub packet_rate: Option<(u64, u32)>,
+    /// QoS connection limit; TCP connections beyond it are reset.
+    pub max_connections: Option<u32>,
 }
 
 /// The policies of a tier in one direction, staged ones left out.
@@ -76,6 +80,14 @@ impl Renderer {
             return c.finish();
         }
 
+        // 2. QoS packet-rate limit.
+        if let Some((rate, burst)) = spec.packet_rate {
+            c.push(
+                r().limit(rate, 1, burst, true).counter().drop_().build(),
+                &["Drop packets over the QoS packet rate"],
+            );
+        }
+
         // 3. Conntrack prologue (tracked chains only).
         if spec.kind != EndpointKind::Untracked {
             let est = ct_state::ESTABLISHED | ct_state::RELATED;
@@ -99,6 +111,18 @@ impl Renderer {
                     &[],
                 );
             }
+        }
+
+        // 4. QoS connection limit.
+        if let Some(n) = spec.max_connections {
+            c.push(
+                r().l4proto(6)
+                    .ct_count_over(n)
+                    .counter()
+                    .reject_tcp_reset()
+                    .build(),
+                &["Reject connections over the QoS connection limit"],
+            );
         }
 
         // 5. Failsafes (host endpoints).
@@ -200,6 +224,15 @@ impl Renderer {
     /// and `filter-cali-fw-<if>` (egress policy).
     pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
         let admin_up = wep.state == "active";
+        let qos = wep.qos_controls.clone().unwrap_or_default();
+        // Rate 0–10000 packets/s, burst 1–10000 (Felix's bounds); 0 means "no limit".
+        let rate = |rate: i64, burst: i64| {
+            (rate > 0).then(|| {
+                let burst = if burst > 0 { burst.min(10_000) } else { 5 };
+                (rate.min(10_000) as u64, burst as u32)
+            })
+        };
+        let conns = |n: i64| (n > 0).then(|| n.min(i64::from(u32::MAX)) as u32);
         let mk = |kind: EndpointChain, dir: Direction| EndpointChainSpec {
             name: endpoint_chain(Layer::Filter, kind, &wep.name),
             layer: Layer::Filter,
@@ -211,6 +244,14 @@ impl Renderer {
             admin_up,
             allow: self.cfg.filter_allow_action,
             workload_egress: kind == EndpointChain::FromWorkload,
+            packet_rate: match dir {
+                Direction::Inbound => rate(qos.ingress_packet_rate, qos.ingress_packet_burst),
+                Direction::Outbound => rate(qos.egress_packet_rate, qos.egress_packet_burst),
+            },
+            max_connections: match dir {
+                Direction::Inbound => conns(qos.ingress_max_connections),
+                Direction::Outbound => conns(qos.egress_max_connections),
+            },
         };
         vec![
             self.endpoint_chain(family, &mk(EndpointChain::ToWorkload, Direction::Inbound)),
@@ -273,6 +314,8 @@ impl Renderer {
             admin_up: true,
             allow,
             workload_egress: false,
+            packet_rate: None,
+            max_connections: None,
         };
         let fa = self.cfg.filter_allow_action;
         let specs = [
