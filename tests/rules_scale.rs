@@ -19,20 +19,30 @@ use felix_nft::rules::{render, render_nft, Model, RulesConfig};
 fn model(endpoints: usize) -> Model {
     let policies = (endpoints / 5).max(1);
     let mut m = Model::new(RulesConfig::default());
-    let port_lists: [&[(i32, i32)]; 3] = [&[(80, 80), (443, 443)], &[(53, 53), (8000, 8009)], &[(22, 22)]];
+    let port_lists: [&[(i32, i32)]; 3] = [
+        &[(80, 80), (443, 443)],
+        &[(53, 53), (8000, 8009)],
+        &[(22, 22)],
+    ];
     for s in 0..policies {
         m.ipsets.insert(
             format!("s:sel{s}"),
             (
                 IpSetType::Net,
-                (0..20).map(|i| format!("10.{}.{}.0/24", s % 250, i)).collect(),
+                (0..20)
+                    .map(|i| format!("10.{}.{}.0/24", s % 250, i))
+                    .collect(),
             ),
         );
     }
     for p in 0..policies {
         let rules = (0..5)
             .map(|r| Rule {
-                action: if r == 4 { "deny".into() } else { "allow".into() },
+                action: if r == 4 {
+                    "deny".into()
+                } else {
+                    "allow".into()
+                },
                 protocol: Some(Protocol {
                     number_or_name: Some(NumberOrName::Name("tcp".into())),
                 }),
@@ -115,7 +125,11 @@ fn large_model_has_no_anonymous_sets_and_loads_in_one_transaction() {
         assert!(t.sets.values().all(|s| s.flags & set_flags::ANONYMOUS == 0));
         // Three distinct port lists, two of them multi-valued: exactly two shared port sets,
         // however many rules use them.
-        let port_sets = t.sets.keys().filter(|n| n.starts_with("cali4p-") || n.starts_with("cali6p-")).count();
+        let port_sets = t
+            .sets
+            .keys()
+            .filter(|n| n.starts_with("cali4p-") || n.starts_with("cali6p-"))
+            .count();
         if t.family == Family::Ip {
             assert_eq!(port_sets, 2);
         }

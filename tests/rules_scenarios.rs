@@ -990,6 +990,49 @@ fn debug_expr(e: &Expr) -> String {
     format!("[ {body} ]")
 }
 
+/// One set element in `nft --debug=netlink` notation.
+fn debug_element(e: &felix_nft::nft::model::Element) -> String {
+    let data = match &e.data {
+        Some(felix_nft::nft::model::ElemData::Verdict(v)) => format!("{} ", verdict(v)),
+        Some(felix_nft::nft::model::ElemData::Value(b)) => format!("{} ", words(b)),
+        None => String::new(),
+    };
+    format!(
+        "element {}  : {data}{} [end]",
+        words(&e.key).replace("0x", ""),
+        e.flags
+    )
+}
+
+/// Set elements by set name from `nft --debug=netlink` output (the line after the set's
+/// second header line).
+fn parse_debug_elements(out: &str) -> BTreeMap<String, Vec<String>> {
+    let mut sets = BTreeMap::new();
+    let mut last_header: Option<String> = None;
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix('\t') {
+            if let Some(name) = &last_header {
+                let elems: Vec<String> = rest
+                    .split("\telement ")
+                    .map(|e| {
+                        let e = e.trim_end();
+                        if e.starts_with("element ") {
+                            e.to_string()
+                        } else {
+                            format!("element {e}")
+                        }
+                    })
+                    .collect();
+                sets.insert(name.clone(), elems);
+            }
+            continue;
+        }
+        let parts: Vec<&str> = line.split(' ').collect();
+        last_header = (parts.len() == 3 && parts[1] == "calico").then(|| parts[0].to_string());
+    }
+    sets
+}
+
 /// Rules per chain (each a list of expression lines) from `nft --debug=netlink` output.
 fn parse_debug(out: &str) -> BTreeMap<(String, String), Vec<Vec<String>>> {
     let mut chains: BTreeMap<(String, String), Vec<Vec<String>>> = BTreeMap::new();
@@ -1037,8 +1080,25 @@ fn text_and_expressions_are_in_lockstep() {
             "scenario {name}: nft -c refused:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let theirs = parse_debug(&String::from_utf8_lossy(&out.stdout));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let theirs = parse_debug(&stdout);
         let mut compared = 0;
+        // Set elements: one table per family, so compare the ip table's sets (set names are
+        // unique per family through the cali4/cali6 prefix; maps share names, so skip the ip6
+        // table's maps, which nft prints under the same name).
+        let their_sets = parse_debug_elements(&stdout);
+        for t in render(&model)
+            .unwrap()
+            .iter()
+            .filter(|t| t.family.name() == "ip")
+        {
+            for set in t.sets.values() {
+                let ours: Vec<String> = set.elements.iter().map(debug_element).collect();
+                let empty = Vec::new();
+                let got = their_sets.get(&set.name).unwrap_or(&empty);
+                assert_eq!(&ours, got, "scenario {name}: elements of {}", set.name);
+            }
+        }
         for t in render(&model).unwrap() {
             for c in t.chains.values() {
                 let ours: Vec<Vec<String>> = c

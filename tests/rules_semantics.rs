@@ -263,11 +263,13 @@ fn overlapping_cidrs_in_a_rule_become_one_merged_shared_set() {
     let s = sets[0];
     assert!(s.name.starts_with("cali4n-"));
     assert_eq!(s.flags, set_flags::INTERVAL);
-    // 10.0/16 covers the /24 and the /32 and touches 10.1/16: two ranges, four elements.
+    // 10.0/16 covers the /24 and the /32 and touches 10.1/16: two ranges, four elements after
+    // nft's leading end element at 0.0.0.0.
     let keys: Vec<Vec<u8>> = s.elements.iter().map(|e| e.key.clone()).collect();
     assert_eq!(
         keys,
         vec![
+            vec![0, 0, 0, 0],
             vec![10, 0, 0, 0],
             vec![10, 2, 0, 0],
             vec![192, 168, 0, 0],

@@ -970,7 +970,8 @@ pub fn cidr_range(net: &IpNet) -> (u128, u128) {
 
 /// Interval-set elements for merged inclusive ranges of a key `len` bytes wide (big-endian):
 /// a start element per range and an `INTERVAL_END` element at the value after it, unless the
-/// range reaches the top of the key space (what nft sends, checked with `--debug=netlink`).
+/// range reaches the top of the key space, plus a leading `INTERVAL_END` at zero when the first
+/// range starts above zero (what nft sends, checked with `--debug=netlink`).
 pub fn interval_elements(ranges: &[(u128, u128)], len: usize) -> Vec<Element> {
     let max = if len >= 16 {
         u128::MAX
@@ -979,6 +980,17 @@ pub fn interval_elements(ranges: &[(u128, u128)], len: usize) -> Vec<Element> {
     };
     let be = |v: u128| v.to_be_bytes()[16 - len..].to_vec();
     let mut out = Vec::new();
+    // nft opens with an end element at zero when the first range does not start there: it
+    // marks the gap below the first range as "not in the set". Sent the same way here so
+    // that a set we commit and one `nft -f` loads are element-for-element equal.
+    if ranges.first().is_some_and(|&(lo, _)| lo != 0) {
+        out.push(Element {
+            key: be(0),
+            key_end: None,
+            flags: elem_flags::INTERVAL_END,
+            data: None,
+        });
+    }
     for &(lo, hi) in ranges {
         out.push(key_element(be(lo)));
         if hi < max {
@@ -1424,6 +1436,7 @@ mod tests {
         assert_eq!(
             keys,
             vec![
+                (vec![0, 0, 0, 0], elem_flags::INTERVAL_END),
                 (vec![10, 0, 0, 0], 0),
                 (vec![10, 0, 2, 0], elem_flags::INTERVAL_END),
                 (vec![192, 168, 0, 0], 0),
@@ -1438,8 +1451,11 @@ mod tests {
     #[test]
     fn top_of_range_has_no_end_element() {
         let e = port_interval_elements(&[(8000, 65535), (80, 80)]);
-        assert_eq!(e.len(), 3);
-        assert_eq!(e[2].key, 8000u16.to_be_bytes().to_vec());
+        assert_eq!(e.len(), 4);
+        assert_eq!(e[3].key, 8000u16.to_be_bytes().to_vec());
+        assert_eq!(e[3].flags, 0);
+        // A range from zero needs no leading end element.
+        assert_eq!(port_interval_elements(&[(0, 10)]).len(), 2);
         let mut set = new_set("p", vec![DataType::InetService], set_flags::INTERVAL, None);
         set.elements = e;
         assert_eq!(elements_text(&set), vec!["80", "8000-65535"]);

@@ -193,8 +193,14 @@ impl Renderer {
             [one] => Some(Clause::Net(dir, *one, neg)),
             many => {
                 let v6 = family == Family::Ip6;
-                let elements = build::cidr_interval_elements(many, v6);
-                let canonical = format!("{:?}", elements);
+                // The set is named after its content: the merged ranges it covers.
+                let ranges = build::merge_ranges(many.iter().map(build::cidr_range).collect());
+                let canonical = ranges
+                    .iter()
+                    .map(|(a, b)| format!("{a:x}-{b:x}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let elements = build::interval_elements(&ranges, if v6 { 16 } else { 4 });
                 let name = shared_set_name(family, 'n', &canonical);
                 let key = if v6 {
                     DataType::Ipv6Addr
