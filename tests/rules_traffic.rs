@@ -1,7 +1,8 @@
 //! Real packets through a rendered ruleset: the §18 worked example, loaded with `nft -f` into a
 //! private "host" namespace with workload namespaces joined by `cali…` veths the way a CNI plugin
 //! makes them. TCP to the allowed port passes, to another port it is dropped at the end of the
-//! tier, and a `cali…` interface with no endpoint passes nothing (fail-closed dispatch).
+//! tier, a `cali…` interface with no endpoint passes nothing (fail-closed dispatch), an
+//! admin-down endpoint passes nothing, and the profiles let the reverse direction through.
 //!
 //! Every namespace is made by the test: the host one by `common::in_private_netns`, the
 //! workload ones by `unshare -n sleep` children that the test kills when done.
@@ -157,7 +158,8 @@ fn tcp() -> Option<Protocol> {
 }
 
 /// §18: workload `cali-a` (10.65.0.2) admits only TCP 80 through policy `allow-tcp-80`; workload
-/// `cali-b` (10.65.0.3) only has the allow-all profile. `cali-c` is not an endpoint.
+/// `cali-b` (10.65.0.3) only has the allow-all profile. `cali-c` is not an endpoint; `cali-d`
+/// is an admin-down endpoint.
 fn model() -> Model {
     let mut m = Model::new(RulesConfig {
         ipv6_enabled: false,
@@ -201,6 +203,7 @@ fn model() -> Model {
             }],
         ),
         ("cali-b", "10.65.0.3/32", vec![]),
+        ("cali-d", "10.65.0.5/32", vec![]),
     ] {
         m.workloads.insert(
             WorkloadEndpointId {
@@ -209,7 +212,8 @@ fn model() -> Model {
                 endpoint_id: "eth0".into(),
             },
             WorkloadEndpoint {
-                state: "active".into(),
+                // cali-d is administratively down: its chains are a single deny.
+                state: if name == "cali-d" { "down" } else { "active" }.into(),
                 name: name.into(),
                 profile_ids: vec!["kns.default".into()],
                 ipv4_nets: vec![ip.into()],
@@ -245,6 +249,21 @@ fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
         a.wire("cali-a", "10.65.0.2", "02:00:00:00:00:0a");
         b.wire("cali-b", "10.65.0.3", "02:00:00:00:00:0b");
         c.wire("cali-c", "10.65.0.4", "02:00:00:00:00:0c");
+        let d = Pod::new();
+        d.wire("cali-d", "10.65.0.5", "02:00:00:00:00:0d");
+
+        // A listener in workload B, for the reverse direction.
+        let b_server = {
+            let ns = b.ns();
+            std::thread::spawn(move || {
+                let _in = ns.enter().expect("entering B netns");
+                let l = TcpListener::bind(("10.65.0.3", 8080)).expect("bind");
+                l.set_nonblocking(true).expect("nonblocking");
+                l
+            })
+            .join()
+            .expect("B listener")
+        };
 
         // Listeners on 80 and 81 in workload A.
         let stop = Arc::new(AtomicBool::new(false));
