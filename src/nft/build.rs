@@ -42,7 +42,9 @@ pub enum Dir {
 /// Interface direction for `iifname` / `oifname`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Iface {
+    /// `iifname`: the input interface.
     In,
+    /// `oifname`: the output interface.
     Out,
 }
 
@@ -57,7 +59,9 @@ pub struct RuleBuilder {
 /// A finished rule: its expressions and its `nft` text (without the comment).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuiltRule {
+    /// The kernel expressions, in order.
     pub exprs: Vec<Expr>,
+    /// The same rule in nft syntax, statements separated by spaces, without a comment.
     pub text: String,
 }
 
@@ -662,22 +666,27 @@ impl RuleBuilder {
         self.push([Expr::Verdict(v)], text)
     }
 
+    /// `accept`.
     pub fn accept(self) -> Self {
         self.verdict(Verdict::Accept)
     }
 
+    /// `drop` (named with a trailing `_` so it does not read as `Drop::drop`).
     pub fn drop_(self) -> Self {
         self.verdict(Verdict::Drop)
     }
 
+    /// `return`.
     pub fn ret(self) -> Self {
         self.verdict(Verdict::Return)
     }
 
+    /// `jump CHAIN`.
     pub fn jump(self, chain: &str) -> Self {
         self.verdict(Verdict::Jump(chain.to_string()))
     }
 
+    /// `goto CHAIN`.
     pub fn goto(self, chain: &str) -> Self {
         self.verdict(Verdict::Goto(chain.to_string()))
     }
@@ -1066,7 +1075,9 @@ pub fn ifname_verdict_element(ifname: &str, verdict: Verdict) -> Element {
 /// comment included): the renderer's output before it is reduced to the object model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextChain {
+    /// The chain as the codec commits it.
     pub chain: Chain,
+    /// The nft text of each rule, comment included.
     pub texts: Vec<String>,
 }
 
@@ -1097,12 +1108,14 @@ impl TextChain {
 /// A table with the text of its rules: convertible to the object model and to `nft -f` text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextTable {
+    /// The table as the codec commits it.
     pub table: Table,
     /// Rule texts by chain name.
     pub texts: BTreeMap<String, Vec<String>>,
 }
 
 impl TextTable {
+    /// An empty table.
     pub fn new(family: Family, name: &str) -> TextTable {
         TextTable {
             table: Table::new(family, name),

@@ -52,12 +52,14 @@ pub enum NatOutgoingExclusions {
 pub struct ProtoPort {
     /// IP protocol number (6 tcp, 17 udp).
     pub proto: u8,
+    /// Destination port (source port for return traffic in the raw copies).
     pub port: u16,
     /// Optional peer CIDR (`proto:cidr:port`); skipped in the other family's table.
     pub net: Option<IpNet>,
 }
 
 impl ProtoPort {
+    /// `tcp:<port>`.
     pub const fn tcp(port: u16) -> ProtoPort {
         ProtoPort {
             proto: 6,
@@ -66,6 +68,7 @@ impl ProtoPort {
         }
     }
 
+    /// `udp:<port>`.
     pub const fn udp(port: u16) -> ProtoPort {
         ProtoPort {
             proto: 17,
@@ -78,9 +81,11 @@ impl ProtoPort {
 /// A log rate limit (`LogActionRateLimit` + `LogActionRateLimitBurst`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RateLimit {
+    /// Packets per unit.
     pub rate: u64,
     /// Seconds per unit: 1, 60, 3600 or 86400.
     pub unit_secs: u64,
+    /// Burst in packets.
     pub burst: u32,
 }
 
@@ -89,38 +94,54 @@ pub struct RateLimit {
 pub struct RulesConfig {
     /// `NftablesMarkMask` (default 0xffff0000); see [`crate::rules::MarkBits::allocate`].
     pub mark_mask: u32,
+    /// `NftablesFilterAllowAction` (ACCEPT).
     pub filter_allow_action: AllowAction,
+    /// `NftablesMangleAllowAction` (ACCEPT).
     pub mangle_allow_action: AllowAction,
+    /// `NftablesFilterDenyAction` (DROP).
     pub filter_deny_action: DenyAction,
+    /// `DefaultEndpointToHostAction` (DROP).
     pub endpoint_to_host_action: EndpointToHostAction,
     /// `InterfacePrefix` (default `cali`), each matched as `<prefix>*`.
     pub workload_iface_prefixes: Vec<String>,
+    /// `FailsafeInboundHostPorts`.
     pub failsafe_inbound: Vec<ProtoPort>,
+    /// `FailsafeOutboundHostPorts`.
     pub failsafe_outbound: Vec<ProtoPort>,
     /// `NATPortRange`.
     pub nat_port_range: Option<(u16, u16)>,
     /// `NATOutgoingAddress` (IPv4 only): SNAT to it instead of masquerading.
     pub nat_outgoing_address: Option<Ipv4Addr>,
+    /// `NATOutgoingExclusions`.
     pub nat_outgoing_exclusions: NatOutgoingExclusions,
     /// `IptablesNATOutgoingInterfaceFilter` (`+` wildcards become `*`).
     pub nat_outgoing_iface_filter: Option<String>,
     /// Add `fully-random` to masquerade (Felix's feature detection says the kernel supports it).
     pub masq_fully_random: bool,
+    /// IPIP in use (IPv4 only): allow IPIP between Calico hosts.
     pub ipip_enabled: bool,
+    /// VXLAN (IPv4) in use: allow VXLAN from known VTEPs, untrack it in raw.
     pub vxlan_enabled: bool,
+    /// VXLAN over IPv6 in use.
     pub vxlan_enabled_v6: bool,
     /// `VXLANPort` (4789).
     pub vxlan_port: u16,
+    /// `AllowVXLANPacketsFromWorkloads`.
     pub allow_vxlan_from_workloads: bool,
+    /// `AllowIPIPPacketsFromWorkloads`.
     pub allow_ipip_from_workloads: bool,
     /// Tunnel devices present with a tunnel address (`tunl0`, `vxlan.calico`, ...): host traffic
     /// leaving them with a non-tunnel local source is masqueraded (§7.11).
     pub tunnel_ifaces_v4: Vec<String>,
+    /// The IPv6 tunnel devices (`vxlan-v6.calico`, ...).
     pub tunnel_ifaces_v6: Vec<String>,
     /// `LogPrefix` (`calico-packet`; `%k` kind, `%n` name, `%p` namespace/name, `%t` tier).
     pub log_prefix: String,
+    /// `LogActionRateLimit` / `LogActionRateLimitBurst`.
     pub log_rate_limit: Option<RateLimit>,
+    /// `DisableConntrackInvalidCheck`.
     pub disable_conntrack_invalid_check: bool,
+    /// `ServiceLoopPrevention` (Drop).
     pub service_loop_prevention: ServiceLoopPrevention,
     /// `Ipv6Support`: render the `ip6` table too.
     pub ipv6_enabled: bool,
