@@ -28,14 +28,21 @@ pub enum EndpointKind {
 /// Everything the endpoint chain template needs.
 #[derive(Clone, Debug)]
 pub struct EndpointChainSpec<'a> {
+    /// Full chain name (`filter-cali-tw-cali123`).
     pub name: String,
+    /// The layer the chain and the policy/profile chains it jumps to live in.
     pub layer: Layer,
+    /// How the chain is used.
     pub kind: EndpointKind,
+    /// Which policies of each tier apply, and which profile chain (`pri`/`pro`).
     pub dir: Direction,
+    /// The endpoint's tiers, in order.
     pub tiers: &'a [TierInfo],
+    /// The endpoint's profiles, in order (normal chains only).
     pub profiles: &'a [String],
     /// The failsafe chain to jump to first (host endpoints only).
     pub failsafe: Option<String>,
+    /// Admin state; a down endpoint's chain is one deny.
     pub admin_up: bool,
     /// What the conntrack prologue does with established traffic.
     pub allow: AllowAction,

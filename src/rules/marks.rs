@@ -15,6 +15,7 @@ pub struct MarkBits {
     pub drop: u32,
     /// Short-lived: OR blocks (§9.3) and "came from a workload" in raw PREROUTING.
     pub scratch0: u32,
+    /// Short-lived: the second OR block.
     pub scratch1: u32,
     /// The remaining bits of the mask.
     pub endpoint: u32,

@@ -69,9 +69,13 @@ pub enum RulesError {
         "mark mask {mask:#010x} has {bits} bits, too few to allocate the {what} mark bit \
          (Calico needs 5: accept, pass, drop, scratch0, scratch1)"
     )]
+    /// The mark mask cannot hold Calico's five mark bits.
     MarkMaskTooSmall {
+        /// The configured mask.
         mask: u32,
+        /// How many bits it has.
         bits: u32,
+        /// The first mark bit that did not fit.
         what: &'static str,
     },
 }
@@ -82,7 +86,9 @@ pub(crate) type SetBag = BTreeMap<String, Set>;
 /// The renderer: the configuration and the mark bits allocated from it.
 #[derive(Clone, Debug)]
 pub struct Renderer {
+    /// The configuration rendered against.
     pub cfg: RulesConfig,
+    /// The mark bits allocated from `cfg.mark_mask`.
     pub marks: MarkBits,
 }
 
@@ -107,17 +113,24 @@ impl Renderer {
 /// rendering does not depend on the order updates arrived in.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Model {
+    /// The renderer's configuration.
     pub config: RulesConfig,
+    /// Workload endpoints by ID (the smaller ID wins an interface name).
     pub workloads: BTreeMap<WorkloadEndpointId, WorkloadEndpoint>,
     /// Host endpoints by ID; resolved to interfaces by name (`*` = all interfaces). Endpoints
     /// without a name (matched by expected IPs) need the interface monitor and are skipped.
     pub host_endpoints: BTreeMap<HostEndpointId, HostEndpoint>,
+    /// Active policies.
     pub policies: BTreeMap<PolicyId, Policy>,
+    /// Active profiles by name.
     pub profiles: BTreeMap<String, Profile>,
     /// IP sets by ID: type and members (member order does not matter).
     pub ipsets: BTreeMap<String, (IpSetType, BTreeSet<String>)>,
+    /// IPAM pools by ID (fill `masq-ipam-pools`, `network-ip-pools`, NAT outgoing).
     pub pools: BTreeMap<String, IpamPool>,
+    /// Calico hosts by name (fill `all-hosts-net`).
     pub hosts: BTreeMap<String, HostMetadataUpdate>,
+    /// VXLAN tunnel endpoints by node (fill `all-vxlan-net`).
     pub vteps: BTreeMap<String, VxlanTunnelEndpointUpdate>,
     /// Service cluster/external/load-balancer CIDRs (`GlobalBGPConfigUpdate`).
     pub service_cidrs: Vec<String>,

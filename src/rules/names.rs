@@ -25,6 +25,7 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// `raw`, `mangle`, `filter`, `nat`.
     pub const fn prefix(self) -> &'static str {
         match self {
             Layer::Raw => "raw",
@@ -126,11 +127,14 @@ pub fn endpoint_chain(layer: Layer, kind: EndpointChain, iface: &str) -> String 
 /// Policy direction: inbound (`pi`/`pri`) or outbound (`po`/`pro`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
+    /// Towards the endpoint (ingress policy).
     Inbound,
+    /// From the endpoint (egress policy).
     Outbound,
 }
 
 impl Direction {
+    /// `ingress` / `egress`, as chain comments say it.
     pub const fn word(self) -> &'static str {
         match self {
             Direction::Inbound => "ingress",
@@ -263,14 +267,17 @@ impl ChainBuilder {
         self.hash = Sha224::digest(name.as_bytes()).to_vec();
     }
 
+    /// The chain's name.
     pub fn name(&self) -> &str {
         &self.out.chain.name
     }
 
+    /// Rules so far.
     pub fn len(&self) -> usize {
         self.out.chain.rules.len()
     }
 
+    /// No rule yet.
     pub fn is_empty(&self) -> bool {
         self.out.chain.rules.is_empty()
     }
@@ -313,6 +320,7 @@ impl ChainBuilder {
         is_return
     }
 
+    /// The finished chain.
     pub fn finish(self) -> TextChain {
         self.out
     }

@@ -31,6 +31,7 @@ use crate::nft::build::TextChain;
 /// The chains of one policy or profile in one layer, and the shared sets their rules use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicyChains {
+    /// One chain per requested direction.
     pub chains: Vec<TextChain>,
     /// Content-addressed sets (`cali4n-…`, `cali4p-…`) the rules reference. Felix IP sets
     /// (`cali40…`) are not included: they come from [`Renderer::ipset`].
