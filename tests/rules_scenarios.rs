@@ -309,8 +309,8 @@ fn host_endpoint() -> Model {
     m
 }
 
-/// NAT outgoing with a port range, IPIP and VXLAN tunnels, exclusions of host IPs and an
-/// outgoing interface filter, both families.
+/// NAT outgoing with a port range, IPIP, VXLAN and Wireguard tunnels, exclusions of host IPs
+/// and an outgoing interface filter, both families.
 fn nat_outgoing() -> Model {
     let mut m = Model::new(RulesConfig {
         nat_port_range: Some((32768, 60999)),
@@ -319,7 +319,10 @@ fn nat_outgoing() -> Model {
         nat_outgoing_iface_filter: Some("eth+".into()),
         ipip_enabled: true,
         vxlan_enabled: true,
-        tunnel_ifaces_v4: strings(&["tunl0", "vxlan.calico"]),
+        tunnel_ifaces_v4: strings(&["tunl0", "vxlan.calico", "wireguard.cali"]),
+        wireguard_port: Some(51820),
+        wireguard_port_v6: Some(51821),
+        tunnel_ifaces_v6: strings(&["wg-v6.cali"]),
         ..RulesConfig::default()
     });
     let pool = |cidr: &str, masq: bool| IpamPool {

@@ -126,6 +126,11 @@ pub struct RulesConfig {
     pub vxlan_enabled_v6: bool,
     /// `VXLANPort` (4789).
     pub vxlan_port: u16,
+    /// `WireguardEnabled` with `WireguardListeningPort` (51820): allow the tunnel's UDP to and
+    /// from this host.
+    pub wireguard_port: Option<u16>,
+    /// `WireguardEnabledV6` with `WireguardListeningPortV6` (51821).
+    pub wireguard_port_v6: Option<u16>,
     /// `AllowVXLANPacketsFromWorkloads`.
     pub allow_vxlan_from_workloads: bool,
     /// `AllowIPIPPacketsFromWorkloads`.
@@ -189,6 +194,8 @@ impl Default for RulesConfig {
             vxlan_enabled: false,
             vxlan_enabled_v6: false,
             vxlan_port: 4789,
+            wireguard_port: None,
+            wireguard_port_v6: None,
             allow_vxlan_from_workloads: false,
             allow_ipip_from_workloads: false,
             tunnel_ifaces_v4: Vec::new(),

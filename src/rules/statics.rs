@@ -342,6 +342,22 @@ impl Renderer {
             };
             c.push(b.build(), &["Drop VXLAN packets from non-allowed hosts"]);
         }
+        let wg_port = if v6 {
+            cfg.wireguard_port_v6
+        } else {
+            cfg.wireguard_port
+        };
+        if let Some(port) = wg_port {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, port, port, false)
+                    .fib_addr_type_local(Dir::Dst, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow incoming Wireguard packets"],
+            );
+        }
         for p in &prefixes {
             c.push(
                 r().iifname(p)
@@ -432,6 +448,17 @@ impl Renderer {
                     .verdict(self.filter_allow())
                     .build(),
                 &["Allow VXLAN packets to other Calico hosts"],
+            );
+        }
+        if let Some(port) = wg_port {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, port, port, false)
+                    .fib_addr_type_local(Dir::Src, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow outgoing Wireguard packets"],
             );
         }
         c.push(r().counter().mark_clear(m.all()).build(), &[]);
