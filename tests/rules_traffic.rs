@@ -305,6 +305,10 @@ fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
             connects(&c, p80),
             "topology: C cannot reach A:80 with no ruleset"
         );
+        assert!(
+            connects(&d, p80),
+            "topology: D cannot reach A:80 with no ruleset"
+        );
 
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ruleset.nft");
@@ -317,6 +321,13 @@ fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
             !connects(&c, p80),
             "cali-c has no endpoint: dispatch must drop"
         );
+        assert!(
+            !connects(&d, p80),
+            "cali-d is admin down: its egress chain drops"
+        );
+        let b8080: SocketAddr = "10.65.0.3:8080".parse().unwrap();
+        assert!(connects(&a, b8080), "profiles allow A to B in both chains");
+        drop(b_server);
 
         stop.store(true, Ordering::Relaxed);
         server.join().expect("server thread");

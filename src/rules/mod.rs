@@ -30,8 +30,9 @@
 //!   [`crate::nft::build::RuleBuilder::icmp`]);
 //! - in raw and mangle the deny action is always `drop`; `reject` applies in filter.
 //!
-//! Not rendered (yet): flow-log NFLOG rules, Wireguard host encryption (`cali-wireguard-incoming-mark`), OpenStack special cases,
-//! DSCP, Istio, flowtables, IPVS endpoint marks, the ARP table.
+//! Not rendered (yet): flow-log NFLOG rules, Wireguard host encryption
+//! (`cali-wireguard-incoming-mark`), OpenStack special cases, DSCP, Istio, flowtables, IPVS
+//! endpoint marks, policy groups, the ARP table.
 
 pub mod config;
 pub mod endpoint;
