@@ -1,2 +1,495 @@
 //! Calico's rule semantics (reference §4–9, §17–18) rendered as nftables objects: mark bits,
-//! names, static chains, endpoint/policy/profile chains, dispatch maps, NAT. Pure: no I/O.
+//! names, base and static chains, endpoint/policy/profile chains, dispatch maps, NAT and IP
+//! sets. Pure: model in, [`crate::nft::model`] objects out; no I/O, no netlink.
+//!
+//! Everything goes into one table per family (`ip calico`, `ip6 calico`; [`crate::OWNER`]),
+//! with Felix's iptables tables folded in as chain-name prefixes (`filter-cali-FORWARD`, §6.1).
+//! The API is granular so the dataplane managers can re-render only what changed:
+//!
+//! | what | function |
+//! |---|---|
+//! | base chains + hooks | [`Renderer::base_chains`] |
+//! | static chains (§7) | [`Renderer::static_chains`], [`Renderer::rpf_skip_chain`], [`Renderer::nat_outgoing_chain`], [`Renderer::floating_ip_chains`], [`Renderer::cidr_block_chain`], [`Renderer::host_dispatch_chains`] |
+//! | sets and maps | [`Renderer::internal_sets`], [`Renderer::dispatch_maps`], [`Renderer::ipset`], [`Renderer::net_set_elements`] |
+//! | workload | [`Renderer::workload_chains`], [`Renderer::workload_dispatch_elements`] |
+//! | host endpoint | [`Renderer::host_endpoint_chains`], [`Renderer::host_dispatch_elements`] |
+//! | policy / profile | [`Renderer::policy_chains`], [`Renderer::profile_chains`] (with their shared sets) |
+//! | everything | [`render`], [`render_text`], [`render_nft`] over a [`Model`] |
+//!
+//! Chains come as [`TextChain`]s: the object-model chain plus the `nft` text of each rule,
+//! built in lockstep by [`crate::nft::build`]. [`TextChain::chain`] is what the codec commits.
+//!
+//! Deliberate differences from Felix, all with the same packet semantics:
+//! - policy groups (§8.3) are not formed: endpoint chains jump straight to each policy chain
+//!   (Felix inlines single-policy groups the same way);
+//! - multi-value CIDR and port fields use shared content-addressed named sets instead of
+//!   scratch-mark blocks (see [`policy`]);
+//! - host-endpoint dispatch uses `ifname : verdict` maps like workload dispatch, with the `*`
+//!   endpoint as the fallback;
+//! - a negated ICMP type+code matches "not (type T and code C)" (see
+//!   [`crate::nft::build::RuleBuilder::icmp`]);
+//! - in raw and mangle the deny action is always `drop`; `reject` applies in filter.
+//!
+//! Not rendered (yet): flow-log NFLOG rules, Wireguard host encryption
+//! (`cali-wireguard-incoming-mark`), OpenStack special cases, DSCP, Istio, flowtables, IPVS
+//! endpoint marks, policy groups, the ARP table.
+
+pub mod config;
+pub mod endpoint;
+pub mod marks;
+pub mod names;
+pub mod policy;
+pub mod sets;
+pub mod statics;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::nft::build::TextTable;
+use crate::nft::model::{Family, Set, Table};
+use crate::proto::types::{
+    to_dataplane::Payload, HostEndpoint, HostEndpointId, HostMetadataUpdate, IpSetType, IpamPool,
+    Policy, PolicyId, Profile, ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
+    WorkloadEndpointId,
+};
+
+pub use crate::nft::build::TextChain;
+pub use config::{
+    AllowAction, DenyAction, EndpointToHostAction, NatOutgoingExclusions, ProtoPort, RateLimit,
+    RulesConfig, ServiceLoopPrevention,
+};
+pub use endpoint::{EndpointChainSpec, EndpointKind};
+pub use marks::MarkBits;
+pub use names::{Direction, Layer};
+pub use policy::PolicyChains;
+use statics::internal_sets;
+
+/// Errors of the renderer: only configuration can be wrong; a model is always renderable.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error(
+        "mark mask {mask:#010x} has {bits} bits, too few to allocate the {what} mark bit \
+         (Calico needs 5: accept, pass, drop, scratch0, scratch1)"
+    )]
+    /// The mark mask cannot hold Calico's five mark bits.
+    MarkMaskTooSmall {
+        /// The configured mask.
+        mask: u32,
+        /// How many bits it has.
+        bits: u32,
+        /// The first mark bit that did not fit.
+        what: &'static str,
+    },
+}
+
+/// Sets collected while rendering, by name (deduplicates shared sets).
+pub(crate) type SetBag = BTreeMap<String, Set>;
+
+/// The renderer: the configuration and the mark bits allocated from it.
+#[derive(Clone, Debug)]
+pub struct Renderer {
+    /// The configuration rendered against.
+    pub cfg: RulesConfig,
+    /// The mark bits allocated from `cfg.mark_mask`.
+    pub marks: MarkBits,
+}
+
+impl Renderer {
+    /// Allocates the mark bits; fails when the mark mask is too small.
+    pub fn new(cfg: RulesConfig) -> Result<Renderer, RulesError> {
+        let marks = MarkBits::allocate(cfg.mark_mask)?;
+        Ok(Renderer { cfg, marks })
+    }
+
+    /// The families rendered: `ip`, and `ip6` when IPv6 is on.
+    pub fn families(&self) -> Vec<Family> {
+        if self.cfg.ipv6_enabled {
+            vec![Family::Ip, Family::Ip6]
+        } else {
+            vec![Family::Ip]
+        }
+    }
+}
+
+/// A whole node's desired state, in the Felix API's own types, kept in ordered maps so that
+/// rendering does not depend on the order updates arrived in.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Model {
+    /// The renderer's configuration.
+    pub config: RulesConfig,
+    /// Workload endpoints by ID (the smaller ID wins an interface name).
+    pub workloads: BTreeMap<WorkloadEndpointId, WorkloadEndpoint>,
+    /// Host endpoints by ID; resolved to interfaces by name (`*` = all interfaces). Endpoints
+    /// without a name (matched by expected IPs) need the interface monitor and are skipped.
+    pub host_endpoints: BTreeMap<HostEndpointId, HostEndpoint>,
+    /// Active policies.
+    pub policies: BTreeMap<PolicyId, Policy>,
+    /// Active profiles by name.
+    pub profiles: BTreeMap<String, Profile>,
+    /// IP sets by ID: type and members (member order does not matter).
+    pub ipsets: BTreeMap<String, (IpSetType, BTreeSet<String>)>,
+    /// IPAM pools by ID (fill `masq-ipam-pools`, `network-ip-pools`, NAT outgoing).
+    pub pools: BTreeMap<String, IpamPool>,
+    /// Calico hosts by name (fill `all-hosts-net`).
+    pub hosts: BTreeMap<String, HostMetadataUpdate>,
+    /// VXLAN tunnel endpoints by node (fill `all-vxlan-net`).
+    pub vteps: BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    /// Service cluster/external/load-balancer CIDRs (`GlobalBGPConfigUpdate`).
+    pub service_cidrs: Vec<String>,
+}
+
+impl Model {
+    /// An empty model with this configuration.
+    pub fn new(config: RulesConfig) -> Model {
+        Model {
+            config,
+            ..Model::default()
+        }
+    }
+
+    /// Records one Felix update. Messages the renderer does not use are ignored.
+    pub fn apply(&mut self, msg: &ToDataplane) {
+        let Some(p) = &msg.payload else { return };
+        match p {
+            Payload::IpsetUpdate(u) => {
+                let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
+                self.ipsets
+                    .insert(u.id.clone(), (kind, u.members.iter().cloned().collect()));
+            }
+            Payload::IpsetDeltaUpdate(d) => {
+                if let Some((_, members)) = self.ipsets.get_mut(&d.id) {
+                    for m in &d.removed_members {
+                        members.remove(m);
+                    }
+                    members.extend(d.added_members.iter().cloned());
+                }
+            }
+            Payload::IpsetRemove(r) => {
+                self.ipsets.remove(&r.id);
+            }
+            Payload::ActivePolicyUpdate(u) => {
+                if let (Some(id), Some(p)) = (&u.id, &u.policy) {
+                    self.policies.insert(id.clone(), p.clone());
+                }
+            }
+            Payload::ActivePolicyRemove(r) => {
+                if let Some(id) = &r.id {
+                    self.policies.remove(id);
+                }
+            }
+            Payload::ActiveProfileUpdate(u) => {
+                if let (Some(id), Some(p)) = (&u.id, &u.profile) {
+                    self.profiles.insert(id.name.clone(), p.clone());
+                }
+            }
+            Payload::ActiveProfileRemove(r) => {
+                if let Some(id) = &r.id {
+                    self.profiles.remove(&id.name);
+                }
+            }
+            Payload::WorkloadEndpointUpdate(u) => {
+                if let (Some(id), Some(e)) = (&u.id, &u.endpoint) {
+                    self.workloads.insert(id.clone(), e.clone());
+                }
+            }
+            Payload::WorkloadEndpointRemove(r) => {
+                if let Some(id) = &r.id {
+                    self.workloads.remove(id);
+                }
+            }
+            Payload::HostEndpointUpdate(u) => {
+                if let (Some(id), Some(e)) = (&u.id, &u.endpoint) {
+                    self.host_endpoints.insert(id.clone(), e.clone());
+                }
+            }
+            Payload::HostEndpointRemove(r) => {
+                if let Some(id) = &r.id {
+                    self.host_endpoints.remove(id);
+                }
+            }
+            Payload::HostMetadataUpdate(u) => {
+                self.hosts.insert(u.hostname.clone(), u.clone());
+            }
+            Payload::HostMetadataRemove(r) => {
+                self.hosts.remove(&r.hostname);
+            }
+            Payload::IpamPoolUpdate(u) => {
+                if let Some(p) = &u.pool {
+                    self.pools.insert(u.id.clone(), p.clone());
+                }
+            }
+            Payload::IpamPoolRemove(r) => {
+                self.pools.remove(&r.id);
+            }
+            Payload::VtepUpdate(u) => {
+                self.vteps.insert(u.node.clone(), u.clone());
+            }
+            Payload::VtepRemove(r) => {
+                self.vteps.remove(&r.node);
+            }
+            Payload::GlobalBgpConfigUpdate(u) => {
+                let mut cidrs: Vec<String> = u
+                    .service_cluster_cidrs
+                    .iter()
+                    .chain(&u.service_external_cidrs)
+                    .chain(&u.service_loadbalancer_cidrs)
+                    .cloned()
+                    .collect();
+                cidrs.sort();
+                cidrs.dedup();
+                self.service_cidrs = cidrs;
+            }
+            _ => {}
+        }
+    }
+
+    /// Workloads by interface name; when two claim one interface the smaller ID wins (§14.1).
+    pub fn workloads_by_iface(&self) -> BTreeMap<&str, &WorkloadEndpoint> {
+        let mut out = BTreeMap::new();
+        for wep in self.workloads.values() {
+            out.entry(wep.name.as_str()).or_insert(wep);
+        }
+        out
+    }
+
+    /// Host endpoints by interface name (`*` for all interfaces); the smaller ID wins (§14.4).
+    pub fn host_endpoints_by_iface(&self) -> BTreeMap<&str, &HostEndpoint> {
+        let mut out = BTreeMap::new();
+        for hep in self.host_endpoints.values() {
+            if !hep.name.is_empty() {
+                out.entry(hep.name.as_str()).or_insert(hep);
+            }
+        }
+        out
+    }
+}
+
+fn host_addr(s: &str) -> Option<String> {
+    let addr = s.split('/').next()?.trim();
+    (!addr.is_empty()).then(|| addr.to_string())
+}
+
+/// Collects which policy/profile chains endpoints reference, per layer and direction.
+#[derive(Default)]
+struct Refs {
+    policies: BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>,
+    profiles: BTreeMap<(Layer, String), BTreeSet<Direction>>,
+}
+
+impl Refs {
+    fn tiers(&mut self, layer: Layer, tiers: &[crate::proto::types::TierInfo], dirs: &[Direction]) {
+        for t in tiers {
+            for &d in dirs {
+                for id in endpoint::tier_policies(t, d) {
+                    self.policies
+                        .entry((layer, id.clone()))
+                        .or_default()
+                        .insert(d);
+                }
+            }
+        }
+    }
+
+    fn profiles(&mut self, layer: Layer, names: &[String], dirs: &[Direction]) {
+        for n in names {
+            for &d in dirs {
+                self.profiles
+                    .entry((layer, n.clone()))
+                    .or_default()
+                    .insert(d);
+            }
+        }
+    }
+}
+
+const BOTH: [Direction; 2] = [Direction::Inbound, Direction::Outbound];
+
+/// Renders the whole model: one [`TextTable`] per family (`ip`, then `ip6` when enabled).
+pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
+    let r = Renderer::new(model.config.clone())?;
+    let weps = model.workloads_by_iface();
+    let heps = model.host_endpoints_by_iface();
+    let mut tables = Vec::new();
+    for family in r.families() {
+        let mut t = TextTable::new(family, crate::OWNER);
+        for c in r.base_chains(family) {
+            t.add_chain(c);
+        }
+        for c in r.static_chains(family) {
+            t.add_chain(c);
+        }
+
+        // Internal sets, filled from pools, hosts and VTEPs.
+        let v6 = family == Family::Ip6;
+        let of_family = |s: &str| s.contains(':') == v6;
+        let mut internal: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for pool in model.pools.values() {
+            if !of_family(&pool.cidr) {
+                continue;
+            }
+            if pool.masquerade {
+                internal
+                    .entry(internal_sets::MASQ_IPAM_POOLS)
+                    .or_default()
+                    .push(pool.cidr.clone());
+            }
+            let lb_only = !pool.allowed_uses.is_empty()
+                && pool.allowed_uses.iter().all(|u| u == "LoadBalancer");
+            if !lb_only {
+                internal
+                    .entry(internal_sets::NETWORK_IP_POOLS)
+                    .or_default()
+                    .push(pool.cidr.clone());
+            }
+        }
+        for h in model.hosts.values() {
+            let a = if v6 { &h.ipv6_addr } else { &h.ipv4_addr };
+            if let Some(a) = host_addr(a) {
+                internal
+                    .entry(internal_sets::ALL_HOSTS_NET)
+                    .or_default()
+                    .push(a);
+            }
+        }
+        for v in model.vteps.values() {
+            let a = if v6 {
+                &v.parent_device_ipv6
+            } else {
+                &v.parent_device_ip
+            };
+            if let Some(a) = host_addr(a) {
+                internal
+                    .entry(internal_sets::ALL_VXLAN_NET)
+                    .or_default()
+                    .push(a);
+            }
+        }
+        for mut set in r.internal_sets(family) {
+            let id = set.name[6..].to_string();
+            if let Some(members) = internal.get(id.as_str()) {
+                set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
+            }
+            t.add_set(set);
+        }
+
+        // Felix IP sets.
+        for (id, (kind, members)) in &model.ipsets {
+            let members: Vec<String> = members.iter().cloned().collect();
+            t.add_set(r.ipset(family, id, *kind, &members));
+        }
+
+        // Endpoints and their dispatch elements.
+        let mut maps: BTreeMap<String, Set> = r
+            .dispatch_maps()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        let mut refs = Refs::default();
+        for (iface, wep) in &weps {
+            for c in r.workload_chains(family, wep) {
+                t.add_chain(c);
+            }
+            let (from, to) = r.workload_dispatch_elements(iface);
+            if let Some(m) = maps.get_mut(&Layer::Filter.chain(names::logical::FROM_WL_DISPATCH)) {
+                m.elements.push(from);
+            }
+            if let Some(m) = maps.get_mut(&Layer::Filter.chain(names::logical::TO_WL_DISPATCH)) {
+                m.elements.push(to);
+            }
+            if wep.state == "active" {
+                refs.tiers(Layer::Filter, &wep.tiers, &BOTH);
+                refs.profiles(Layer::Filter, &wep.profile_ids, &BOTH);
+            }
+        }
+        for (iface, hep) in &heps {
+            for c in r.host_endpoint_chains(family, iface, hep) {
+                t.add_chain(c);
+            }
+            for (map, el) in r.host_dispatch_elements(iface, hep) {
+                if let Some(m) = maps.get_mut(&map) {
+                    m.elements.push(el);
+                }
+            }
+            refs.tiers(Layer::Filter, &hep.tiers, &BOTH);
+            refs.tiers(Layer::Filter, &hep.forward_tiers, &BOTH);
+            refs.profiles(Layer::Filter, &hep.profile_ids, &BOTH);
+            refs.tiers(Layer::Mangle, &hep.tiers, &[Direction::Outbound]);
+            refs.profiles(Layer::Mangle, &hep.profile_ids, &[Direction::Outbound]);
+            refs.tiers(Layer::Mangle, &hep.pre_dnat_tiers, &[Direction::Inbound]);
+            if *iface != "*" {
+                refs.tiers(Layer::Raw, &hep.untracked_tiers, &BOTH);
+            }
+        }
+        for (_, mut m) in maps {
+            m.elements.sort();
+            t.add_set(m);
+        }
+        for c in r.host_dispatch_chains(family, heps.get("*").copied()) {
+            t.add_chain(c);
+        }
+
+        // Chains built from the rest of the model.
+        t.add_chain(r.rpf_skip_chain(family, weps.values().copied()));
+        t.add_chain(r.nat_outgoing_chain(family, model.pools.values()));
+        let mut nats = Vec::new();
+        for (id, wep) in &model.workloads {
+            if r.cfg.floating_ips_enabled || id.orchestrator_id == "openstack" {
+                nats.extend(wep.ipv4_nat.iter().cloned());
+                nats.extend(wep.ipv6_nat.iter().cloned());
+            }
+        }
+        for c in r.floating_ip_chains(family, &nats) {
+            t.add_chain(c);
+        }
+        t.add_chain(r.cidr_block_chain(family, &model.service_cidrs));
+
+        // Referenced policies and profiles, in the layers and directions they are used.
+        for ((layer, id), dirs) in &refs.policies {
+            let dirs: Vec<Direction> = dirs.iter().copied().collect();
+            match model.policies.get(id) {
+                Some(p) => {
+                    let pc = r.policy_chains(family, *layer, id, p, &dirs);
+                    pc.chains.into_iter().for_each(|c| t.add_chain(c));
+                    pc.sets.into_iter().for_each(|s| t.add_set(s));
+                }
+                None => {
+                    for d in dirs {
+                        let name = names::policy_chain(*layer, d, id);
+                        t.add_chain(r.missing_chain(family, *layer, &name));
+                    }
+                }
+            }
+        }
+        for ((layer, name), dirs) in &refs.profiles {
+            let dirs: Vec<Direction> = dirs.iter().copied().collect();
+            match model.profiles.get(name) {
+                Some(p) => {
+                    let pc = r.profile_chains(family, *layer, name, p, &dirs);
+                    pc.chains.into_iter().for_each(|c| t.add_chain(c));
+                    pc.sets.into_iter().for_each(|s| t.add_set(s));
+                }
+                None => {
+                    for d in dirs {
+                        let chain = names::profile_chain(*layer, d, name);
+                        t.add_chain(r.missing_chain(family, *layer, &chain));
+                    }
+                }
+            }
+        }
+        tables.push(t);
+    }
+    Ok(tables)
+}
+
+/// Renders the whole model as object-model tables (`ip`, then `ip6` when enabled).
+pub fn render(model: &Model) -> Result<Vec<Table>, RulesError> {
+    Ok(render_text(model)?.into_iter().map(|t| t.table).collect())
+}
+
+/// Renders the whole model as `nft -f` text.
+pub fn render_nft(model: &Model) -> Result<String, RulesError> {
+    Ok(render_text(model)?
+        .iter()
+        .map(TextTable::to_nft)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}

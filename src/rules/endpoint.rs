@@ -1,0 +1,578 @@
+//! Endpoint chains (reference §8.1–8.2) and their dispatch (§6.5): workload `tw`/`fw`, host
+//! endpoint `th`/`fh` in filter, mangle (pre-DNAT and DNAT'ed egress) and raw (untracked),
+//! apply-on-forward `thfw`/`fhfw`; the `ifname : verdict` map elements that reach them.
+
+use crate::nft::build::{ifname_verdict_element, Iface, RuleBuilder, TextChain};
+use crate::nft::model::{ct_state, Element, Family, Verdict};
+use crate::proto::types::{HostEndpoint, PolicyId, TierInfo, WorkloadEndpoint};
+use crate::rules::config::AllowAction;
+use crate::rules::names::{
+    endpoint_chain, is_staged, logical, policy_chain, profile_chain, ChainBuilder, Direction,
+    EndpointChain, Layer,
+};
+use crate::rules::Renderer;
+
+/// How an endpoint chain is used (Felix's chain types, §8.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EndpointKind {
+    /// filter (and mangle egress): conntrack prologue, end-of-tier deny, profiles, final deny.
+    Normal,
+    /// raw: no conntrack; accepted packets are also `notrack`ed; no end-of-tier deny.
+    Untracked,
+    /// mangle PREROUTING: no end-of-tier deny, no profiles.
+    PreDnat,
+    /// apply-on-forward: end-of-tier deny, no profiles, allow when there are no tiers.
+    Forward,
+}
+
+/// Everything the endpoint chain template needs.
+#[derive(Clone, Debug)]
+pub struct EndpointChainSpec<'a> {
+    /// Full chain name (`filter-cali-tw-cali123`).
+    pub name: String,
+    /// The layer the chain and the policy/profile chains it jumps to live in.
+    pub layer: Layer,
+    /// How the chain is used.
+    pub kind: EndpointKind,
+    /// Which policies of each tier apply, and which profile chain (`pri`/`pro`).
+    pub dir: Direction,
+    /// The endpoint's tiers, in order.
+    pub tiers: &'a [TierInfo],
+    /// The endpoint's profiles, in order (normal chains only).
+    pub profiles: &'a [String],
+    /// The failsafe chain to jump to first (host endpoints only).
+    pub failsafe: Option<String>,
+    /// Admin state; a down endpoint's chain is one deny.
+    pub admin_up: bool,
+    /// What the conntrack prologue does with established traffic.
+    pub allow: AllowAction,
+    /// Workload egress: drop VXLAN/IPIP from the workload unless configured otherwise.
+    pub workload_egress: bool,
+    /// QoS packet-rate limit (packets per second, burst); excess is dropped.
+    pub packet_rate: Option<(u64, u32)>,
+    /// QoS connection limit; TCP connections beyond it are reset.
+    pub max_connections: Option<u32>,
+}
+
+/// The policies of a tier in one direction, staged ones left out.
+pub fn tier_policies(tier: &TierInfo, dir: Direction) -> impl Iterator<Item = &PolicyId> {
+    let list = match dir {
+        Direction::Inbound => &tier.ingress_policies,
+        Direction::Outbound => &tier.egress_policies,
+    };
+    list.iter().filter(|p| !is_staged(p))
+}
+
+pub(crate) fn allow_verdict(a: AllowAction) -> Verdict {
+    match a {
+        AllowAction::Accept => Verdict::Accept,
+        AllowAction::Return => Verdict::Return,
+    }
+}
+
+impl Renderer {
+    /// Felix's one endpoint-chain template (§8.1).
+    pub fn endpoint_chain(&self, family: Family, spec: &EndpointChainSpec) -> TextChain {
+        let m = self.marks;
+        let layer = spec.layer;
+        let r = || RuleBuilder::new(family);
+        let mut c = ChainBuilder::new(&spec.name);
+
+        // 1. Admin down: the chain is a single deny.
+        if !spec.admin_up {
+            c.push(
+                self.deny(r().counter(), layer).build(),
+                &["Endpoint admin disabled"],
+            );
+            return c.finish();
+        }
+
+        // 2. QoS packet-rate limit.
+        if let Some((rate, burst)) = spec.packet_rate {
+            c.push(
+                r().limit(rate, 1, burst, true).counter().drop_().build(),
+                &["Drop packets over the QoS packet rate"],
+            );
+        }
+
+        // 3. Conntrack prologue (tracked chains only).
+        if spec.kind != EndpointKind::Untracked {
+            let est = ct_state::ESTABLISHED | ct_state::RELATED;
+            if spec.allow != AllowAction::Accept {
+                c.push(
+                    r().ct_state(est).counter().mark_set_or(m.accept).build(),
+                    &[],
+                );
+            }
+            c.push(
+                r().ct_state(est)
+                    .counter()
+                    .verdict(allow_verdict(spec.allow))
+                    .build(),
+                &[],
+            );
+            if !self.cfg.disable_conntrack_invalid_check {
+                c.push(
+                    self.deny(r().ct_state(ct_state::INVALID).counter(), layer)
+                        .build(),
+                    &[],
+                );
+            }
+        }
+
+        // 4. QoS connection limit.
+        if let Some(n) = spec.max_connections {
+            c.push(
+                r().l4proto(6)
+                    .ct_count_over(n)
+                    .counter()
+                    .reject_tcp_reset()
+                    .build(),
+                &["Reject connections over the QoS connection limit"],
+            );
+        }
+
+        // 5. Failsafes (host endpoints).
+        if let Some(fs) = &spec.failsafe {
+            c.push(r().counter().jump(fs).build(), &[]);
+        }
+
+        // 6. Start from a clean verdict.
+        c.push(r().counter().mark_clear(m.accept | m.pass).build(), &[]);
+
+        // 7. Encapsulated traffic from workloads.
+        if spec.workload_egress {
+            if !self.cfg.allow_vxlan_from_workloads {
+                c.push(
+                    self.deny(
+                        r().l4proto(17)
+                            .th_port(
+                                crate::nft::build::Dir::Dst,
+                                self.cfg.vxlan_port,
+                                self.cfg.vxlan_port,
+                                false,
+                            )
+                            .counter(),
+                        layer,
+                    )
+                    .build(),
+                    &["Drop VXLAN encapped packets originating in workloads"],
+                );
+            }
+            if !self.cfg.allow_ipip_from_workloads {
+                c.push(
+                    self.deny(r().l4proto(4).counter(), layer).build(),
+                    &["Drop IPinIP encapped packets originating in workloads"],
+                );
+            }
+        }
+
+        // 8. Tiers.
+        let mut any_tier = false;
+        for tier in spec.tiers {
+            let policies: Vec<&PolicyId> = tier_policies(tier, spec.dir).collect();
+            if policies.is_empty() {
+                continue;
+            }
+            any_tier = true;
+            let start = format!("Start of tier {}", tier.name);
+            c.push(r().counter().mark_clear(m.pass).build(), &[&start]);
+            for id in policies {
+                let target = policy_chain(layer, spec.dir, id);
+                c.push(r().mark_lacks(m.pass).counter().jump(&target).build(), &[]);
+                if spec.kind == EndpointKind::Untracked {
+                    c.push(r().mark_has(m.accept).counter().notrack().build(), &[]);
+                }
+                c.push(
+                    r().mark_has(m.accept).counter().ret().build(),
+                    &["Return if policy accepted"],
+                );
+            }
+            let pass_default = tier.default_action.eq_ignore_ascii_case("pass");
+            if matches!(spec.kind, EndpointKind::Normal | EndpointKind::Forward) && !pass_default {
+                let end = format!(
+                    "End of tier {}. Drop if no policies passed packet",
+                    tier.name
+                );
+                c.push(
+                    self.deny(r().mark_lacks(m.pass).counter(), layer).build(),
+                    &[&end],
+                );
+            }
+        }
+
+        // 9. Apply-on-forward chains with no tiers allow by default.
+        if spec.kind == EndpointKind::Forward && !any_tier {
+            c.push(
+                r().counter().mark_set_or(m.accept).ret().build(),
+                &["Allow forwarded traffic by default"],
+            );
+        }
+
+        // 10. Profiles, then the final deny.
+        if spec.kind == EndpointKind::Normal {
+            for p in spec.profiles {
+                let target = profile_chain(layer, spec.dir, p);
+                c.push(r().counter().jump(&target).build(), &[]);
+                c.push(
+                    r().mark_has(m.accept).counter().ret().build(),
+                    &["Return if profile accepted"],
+                );
+            }
+            c.push(
+                self.deny(r().counter(), layer).build(),
+                &["Drop if no profiles matched"],
+            );
+        }
+        c.finish()
+    }
+
+    /// The two filter chains of a workload endpoint: `filter-cali-tw-<if>` (ingress policy)
+    /// and `filter-cali-fw-<if>` (egress policy).
+    pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
+        let admin_up = wep.state == "active";
+        let qos = wep.qos_controls.clone().unwrap_or_default();
+        // Rate 0–10000 packets/s, burst 1–10000 (Felix's bounds); 0 means "no limit".
+        let rate = |rate: i64, burst: i64| {
+            (rate > 0).then(|| {
+                let burst = if burst > 0 { burst.min(10_000) } else { 5 };
+                (rate.min(10_000) as u64, burst as u32)
+            })
+        };
+        let conns = |n: i64| (n > 0).then(|| n.min(i64::from(u32::MAX)) as u32);
+        let mk = |kind: EndpointChain, dir: Direction| EndpointChainSpec {
+            name: endpoint_chain(Layer::Filter, kind, &wep.name),
+            layer: Layer::Filter,
+            kind: EndpointKind::Normal,
+            dir,
+            tiers: &wep.tiers,
+            profiles: &wep.profile_ids,
+            failsafe: None,
+            admin_up,
+            allow: self.cfg.filter_allow_action,
+            workload_egress: kind == EndpointChain::FromWorkload,
+            packet_rate: match dir {
+                Direction::Inbound => rate(qos.ingress_packet_rate, qos.ingress_packet_burst),
+                Direction::Outbound => rate(qos.egress_packet_rate, qos.egress_packet_burst),
+            },
+            max_connections: match dir {
+                Direction::Inbound => conns(qos.ingress_max_connections),
+                Direction::Outbound => conns(qos.egress_max_connections),
+            },
+        };
+        vec![
+            self.endpoint_chain(family, &mk(EndpointChain::ToWorkload, Direction::Inbound)),
+            self.endpoint_chain(
+                family,
+                &mk(EndpointChain::FromWorkload, Direction::Outbound),
+            ),
+        ]
+    }
+
+    /// The dispatch-map elements of a workload interface: (`filter-cali-from-wl-dispatch`
+    /// element, `filter-cali-to-wl-dispatch` element).
+    pub fn workload_dispatch_elements(&self, iface: &str) -> (Element, Element) {
+        (
+            ifname_verdict_element(
+                iface,
+                Verdict::Goto(endpoint_chain(
+                    Layer::Filter,
+                    EndpointChain::FromWorkload,
+                    iface,
+                )),
+            ),
+            ifname_verdict_element(
+                iface,
+                Verdict::Goto(endpoint_chain(
+                    Layer::Filter,
+                    EndpointChain::ToWorkload,
+                    iface,
+                )),
+            ),
+        )
+    }
+
+    /// All chains of a host endpoint resolved to `iface` (`*` for the all-interfaces one):
+    /// filter `th`/`fh`/`thfw`/`fhfw`, mangle `th` (and `fh` with pre-DNAT tiers), raw
+    /// `th`/`fh` with untracked tiers (never for `*`).
+    pub fn host_endpoint_chains(
+        &self,
+        family: Family,
+        iface: &str,
+        hep: &HostEndpoint,
+    ) -> Vec<TextChain> {
+        let none: &[String] = &[];
+        let mut out = Vec::new();
+        let spec = |layer: Layer,
+                    kind: EndpointKind,
+                    which: EndpointChain,
+                    dir: Direction,
+                    tiers,
+                    profiles,
+                    failsafe: Option<&str>,
+                    allow| EndpointChainSpec {
+            name: endpoint_chain(layer, which, iface),
+            layer,
+            kind,
+            dir,
+            tiers,
+            profiles,
+            failsafe: failsafe.map(|f| layer.chain(f)),
+            admin_up: true,
+            allow,
+            workload_egress: false,
+            packet_rate: None,
+            max_connections: None,
+        };
+        let fa = self.cfg.filter_allow_action;
+        let specs = [
+            spec(
+                Layer::Filter,
+                EndpointKind::Normal,
+                EndpointChain::ToHost,
+                Direction::Outbound,
+                &hep.tiers[..],
+                &hep.profile_ids[..],
+                Some(logical::FAILSAFE_OUT),
+                fa,
+            ),
+            spec(
+                Layer::Filter,
+                EndpointKind::Normal,
+                EndpointChain::FromHost,
+                Direction::Inbound,
+                &hep.tiers[..],
+                &hep.profile_ids[..],
+                Some(logical::FAILSAFE_IN),
+                fa,
+            ),
+            spec(
+                Layer::Filter,
+                EndpointKind::Forward,
+                EndpointChain::ToHostForward,
+                Direction::Outbound,
+                &hep.forward_tiers[..],
+                none,
+                None,
+                fa,
+            ),
+            spec(
+                Layer::Filter,
+                EndpointKind::Forward,
+                EndpointChain::FromHostForward,
+                Direction::Inbound,
+                &hep.forward_tiers[..],
+                none,
+                None,
+                fa,
+            ),
+            spec(
+                Layer::Mangle,
+                EndpointKind::Normal,
+                EndpointChain::ToHost,
+                Direction::Outbound,
+                &hep.tiers[..],
+                &hep.profile_ids[..],
+                Some(logical::FAILSAFE_OUT),
+                AllowAction::Return,
+            ),
+        ];
+        for s in &specs {
+            out.push(self.endpoint_chain(family, s));
+        }
+        if !hep.pre_dnat_tiers.is_empty() {
+            out.push(self.endpoint_chain(
+                family,
+                &spec(
+                    Layer::Mangle,
+                    EndpointKind::PreDnat,
+                    EndpointChain::FromHost,
+                    Direction::Inbound,
+                    &hep.pre_dnat_tiers[..],
+                    none,
+                    Some(logical::FAILSAFE_IN),
+                    self.cfg.mangle_allow_action,
+                ),
+            ));
+        }
+        if !hep.untracked_tiers.is_empty() && iface != "*" {
+            for (which, dir, fs) in [
+                (
+                    EndpointChain::ToHost,
+                    Direction::Outbound,
+                    logical::FAILSAFE_OUT,
+                ),
+                (
+                    EndpointChain::FromHost,
+                    Direction::Inbound,
+                    logical::FAILSAFE_IN,
+                ),
+            ] {
+                out.push(self.endpoint_chain(
+                    family,
+                    &spec(
+                        Layer::Raw,
+                        EndpointKind::Untracked,
+                        which,
+                        dir,
+                        &hep.untracked_tiers[..],
+                        none,
+                        Some(fs),
+                        AllowAction::Accept,
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The dispatch-map elements of a host endpoint on a real interface: `(map name, element)`
+    /// pairs. The `*` endpoint has none: it is the fallback of [`Renderer::host_dispatch_chains`].
+    pub fn host_dispatch_elements(
+        &self,
+        iface: &str,
+        hep: &HostEndpoint,
+    ) -> Vec<(String, Element)> {
+        if iface == "*" {
+            return Vec::new();
+        }
+        let el = |layer: Layer, kind| {
+            ifname_verdict_element(iface, Verdict::Goto(endpoint_chain(layer, kind, iface)))
+        };
+        let mut out = vec![
+            (
+                Layer::Filter.chain(logical::FROM_HOST_ENDPOINT),
+                el(Layer::Filter, EndpointChain::FromHost),
+            ),
+            (
+                Layer::Filter.chain(logical::TO_HOST_ENDPOINT),
+                el(Layer::Filter, EndpointChain::ToHost),
+            ),
+            (
+                Layer::Filter.chain(logical::FROM_HEP_FORWARD),
+                el(Layer::Filter, EndpointChain::FromHostForward),
+            ),
+            (
+                Layer::Filter.chain(logical::TO_HEP_FORWARD),
+                el(Layer::Filter, EndpointChain::ToHostForward),
+            ),
+            (
+                Layer::Mangle.chain(logical::TO_HOST_ENDPOINT),
+                el(Layer::Mangle, EndpointChain::ToHost),
+            ),
+        ];
+        if !hep.pre_dnat_tiers.is_empty() {
+            out.push((
+                Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT),
+                el(Layer::Mangle, EndpointChain::FromHost),
+            ));
+        }
+        if !hep.untracked_tiers.is_empty() {
+            out.push((
+                Layer::Raw.chain(logical::FROM_HOST_ENDPOINT),
+                el(Layer::Raw, EndpointChain::FromHost),
+            ));
+            out.push((
+                Layer::Raw.chain(logical::TO_HOST_ENDPOINT),
+                el(Layer::Raw, EndpointChain::ToHost),
+            ));
+        }
+        out
+    }
+
+    /// The host-endpoint dispatch chains: one `iifname|oifname vmap @<same name>` lookup each,
+    /// then, when an all-interfaces (`*`) endpoint exists, a `goto` to its chain as the
+    /// fallback (egress first skipping traffic to local workloads). Without `*`, unmatched
+    /// traffic returns: it is not a host endpoint's.
+    pub fn host_dispatch_chains(
+        &self,
+        family: Family,
+        all_interfaces: Option<&HostEndpoint>,
+    ) -> Vec<TextChain> {
+        let r = || RuleBuilder::new(family);
+        let entries = [
+            (
+                Layer::Filter,
+                logical::FROM_HOST_ENDPOINT,
+                Iface::In,
+                Some(EndpointChain::FromHost),
+                false,
+            ),
+            (
+                Layer::Filter,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                Some(EndpointChain::ToHost),
+                true,
+            ),
+            (
+                Layer::Filter,
+                logical::FROM_HEP_FORWARD,
+                Iface::In,
+                Some(EndpointChain::FromHostForward),
+                false,
+            ),
+            (
+                Layer::Filter,
+                logical::TO_HEP_FORWARD,
+                Iface::Out,
+                Some(EndpointChain::ToHostForward),
+                false,
+            ),
+            (
+                Layer::Mangle,
+                logical::FROM_HOST_ENDPOINT,
+                Iface::In,
+                all_interfaces
+                    .filter(|h| !h.pre_dnat_tiers.is_empty())
+                    .map(|_| EndpointChain::FromHost),
+                false,
+            ),
+            (
+                Layer::Mangle,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                Some(EndpointChain::ToHost),
+                true,
+            ),
+            (
+                Layer::Raw,
+                logical::FROM_HOST_ENDPOINT,
+                Iface::In,
+                None,
+                false,
+            ),
+            (
+                Layer::Raw,
+                logical::TO_HOST_ENDPOINT,
+                Iface::Out,
+                None,
+                false,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (layer, name, which, fallback, skip_workloads) in entries {
+            let full = layer.chain(name);
+            let mut c = ChainBuilder::new(&full);
+            c.push(r().ifname_vmap(which, &full).build(), &[]);
+            if let (Some(_), Some(kind)) = (all_interfaces, fallback) {
+                if skip_workloads {
+                    for p in &self.cfg.workload_iface_prefixes {
+                        c.push(
+                            r().oifname(&format!("{p}*")).counter().ret().build(),
+                            &["Skip egress WHEP policy for traffic to local workload"],
+                        );
+                    }
+                }
+                c.push(
+                    r().counter()
+                        .goto(&endpoint_chain(layer, kind, "*"))
+                        .build(),
+                    &["Default host endpoint"],
+                );
+            }
+            out.push(c.finish());
+        }
+        out
+    }
+}

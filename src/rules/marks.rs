@@ -1,0 +1,111 @@
+//! Mark bits (reference §4): allocated from the configured mask, lowest free bit first, in the
+//! order accept, pass, drop, scratch0, scratch1; the bits left over form the endpoint-mark field
+//! (used by Felix only in kube-proxy IPVS mode, which nftables mode does not support).
+
+use crate::rules::RulesError;
+
+/// The mark bits every rule uses; each is a single bit inside the configured mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MarkBits {
+    /// "A policy or profile allowed this packet"; also the cross-hook verdict.
+    pub accept: u32,
+    /// "Pass to the next tier".
+    pub pass: u32,
+    /// Set by deny rules just before dropping.
+    pub drop: u32,
+    /// Short-lived: OR blocks (§9.3) and "came from a workload" in raw PREROUTING.
+    pub scratch0: u32,
+    /// Short-lived: the second OR block.
+    pub scratch1: u32,
+    /// The remaining bits of the mask.
+    pub endpoint: u32,
+}
+
+impl MarkBits {
+    /// Allocates the bits from `mask`, lowest first. A mask with fewer than five bits is a
+    /// configuration error (Felix refuses to start in that case).
+    pub fn allocate(mask: u32) -> Result<MarkBits, RulesError> {
+        let mut free = mask;
+        let mut take = || {
+            if free == 0 {
+                return None;
+            }
+            let bit = free & free.wrapping_neg();
+            free &= !bit;
+            Some(bit)
+        };
+        let mut next = |what: &'static str| {
+            take().ok_or(RulesError::MarkMaskTooSmall {
+                mask,
+                bits: mask.count_ones(),
+                what,
+            })
+        };
+        let accept = next("accept")?;
+        let pass = next("pass")?;
+        let drop = next("drop")?;
+        let scratch0 = next("scratch0")?;
+        let scratch1 = next("scratch1")?;
+        Ok(MarkBits {
+            accept,
+            pass,
+            drop,
+            scratch0,
+            scratch1,
+            endpoint: free,
+        })
+    }
+
+    /// The bits cleared at Calico's entry points: accept|pass|scratch0|scratch1 (§4).
+    pub fn all(&self) -> u32 {
+        self.accept | self.pass | self.scratch0 | self.scratch1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_mask_matches_felix() {
+        let m = MarkBits::allocate(0xffff_0000).unwrap();
+        assert_eq!(
+            (m.accept, m.pass, m.drop, m.scratch0, m.scratch1, m.endpoint),
+            (0x10000, 0x20000, 0x40000, 0x80000, 0x100000, 0xffe0_0000)
+        );
+    }
+
+    #[test]
+    fn odd_masks_take_lowest_free_bits_in_order() {
+        // Scattered bits: 0b1010_1010_1 → bits 0,2,4,6,8 then the rest.
+        let m = MarkBits::allocate(0b1_0101_0101 | 0x8000_0000).unwrap();
+        assert_eq!(
+            (m.accept, m.pass, m.drop, m.scratch0, m.scratch1),
+            (0x1, 0x4, 0x10, 0x40, 0x100)
+        );
+        assert_eq!(m.endpoint, 0x8000_0000);
+        // Exactly five bits: nothing left for the endpoint field.
+        let m = MarkBits::allocate(0x1f0).unwrap();
+        assert_eq!((m.accept, m.scratch1, m.endpoint), (0x10, 0x100, 0));
+        // The top bit is usable.
+        let m = MarkBits::allocate(0xf800_0000).unwrap();
+        assert_eq!((m.accept, m.scratch1), (0x0800_0000, 0x8000_0000));
+    }
+
+    #[test]
+    fn too_small_mask_is_a_config_error() {
+        let err = MarkBits::allocate(0xf000).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RulesError::MarkMaskTooSmall {
+                    mask: 0xf000,
+                    bits: 4,
+                    what: "scratch1"
+                }
+            ),
+            "{err}"
+        );
+        assert!(MarkBits::allocate(0).is_err());
+    }
+}

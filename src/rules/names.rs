@@ -1,0 +1,381 @@
+//! Names (reference §5): the layer prefix that folds raw/mangle/filter/nat into one table,
+//! endpoint/policy/profile chain names, IP-set names, and the `cali:<hash>;` rule identity
+//! comments of §5.4.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sha2::{Digest, Sha224, Sha256};
+
+use crate::nft::build::{BuiltRule, TextChain};
+use crate::nft::model::{BaseChain, Family};
+use crate::proto::types::PolicyId;
+
+/// nftables' practical chain-name limit (knftables `NameLengthMax`, §5.2).
+pub const MAX_NAME_LEN: usize = 256;
+/// nft's comment limit (§5.4, §12).
+pub const MAX_COMMENT_LEN: usize = 128;
+
+/// The iptables table a chain belongs to in Felix, kept as a name prefix (§6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Layer {
+    Raw,
+    Mangle,
+    Filter,
+    Nat,
+}
+
+impl Layer {
+    /// `raw`, `mangle`, `filter`, `nat`.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            Layer::Raw => "raw",
+            Layer::Mangle => "mangle",
+            Layer::Filter => "filter",
+            Layer::Nat => "nat",
+        }
+    }
+
+    /// `<layer>-<logical>`: `filter-cali-FORWARD`.
+    pub fn chain(self, logical: &str) -> String {
+        format!("{}-{logical}", self.prefix())
+    }
+}
+
+/// Logical (un-prefixed) names of the static chains (§5.1).
+pub mod logical {
+    pub const INPUT: &str = "cali-INPUT";
+    pub const FORWARD: &str = "cali-FORWARD";
+    pub const OUTPUT: &str = "cali-OUTPUT";
+    pub const PREROUTING: &str = "cali-PREROUTING";
+    pub const POSTROUTING: &str = "cali-POSTROUTING";
+    pub const FAILSAFE_IN: &str = "cali-failsafe-in";
+    pub const FAILSAFE_OUT: &str = "cali-failsafe-out";
+    pub const WL_TO_HOST: &str = "cali-wl-to-host";
+    pub const FROM_WL_DISPATCH: &str = "cali-from-wl-dispatch";
+    pub const TO_WL_DISPATCH: &str = "cali-to-wl-dispatch";
+    pub const FROM_HOST_ENDPOINT: &str = "cali-from-host-endpoint";
+    pub const TO_HOST_ENDPOINT: &str = "cali-to-host-endpoint";
+    pub const FROM_HEP_FORWARD: &str = "cali-from-hep-forward";
+    pub const TO_HEP_FORWARD: &str = "cali-to-hep-forward";
+    pub const RPF_SKIP: &str = "cali-rpf-skip";
+    pub const NAT_OUTGOING: &str = "cali-nat-outgoing";
+    pub const FIP_DNAT: &str = "cali-fip-dnat";
+    pub const FIP_SNAT: &str = "cali-fip-snat";
+    pub const CIDR_BLOCK: &str = "cali-cidr-block";
+}
+
+/// Stand-in for `*` (the all-interfaces host endpoint) in chain names: nft cannot parse `*`
+/// in a jump target, and a name longer than IFNAMSIZ cannot collide with a real interface.
+pub const ALL_INTERFACES: &str = "all-host-interfaces";
+
+/// Applies Felix's length-limited ID rule (§5.2): `prefix + suffix` when it fits, otherwise
+/// `prefix + "_" + base64url(SHA-256(suffix))` cut to the limit.
+pub fn limited_name(prefix: &str, suffix: &str) -> String {
+    if prefix.len() + suffix.len() < MAX_NAME_LEN
+        || (prefix.len() + suffix.len() == MAX_NAME_LEN && !suffix.starts_with('_'))
+    {
+        return format!("{prefix}{suffix}");
+    }
+    let hash = URL_SAFE_NO_PAD.encode(Sha256::digest(suffix.as_bytes()));
+    let room = MAX_NAME_LEN - 1 - prefix.len();
+    format!("{prefix}_{}", &hash[..room.min(hash.len())])
+}
+
+fn iface_suffix(iface: &str) -> &str {
+    if iface == "*" {
+        ALL_INTERFACES
+    } else {
+        iface
+    }
+}
+
+/// Per-endpoint chain kinds (§5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EndpointChain {
+    /// `cali-tw-`: to workload (ingress policy).
+    ToWorkload,
+    /// `cali-fw-`: from workload (egress policy).
+    FromWorkload,
+    /// `cali-th-`: to host endpoint (egress policy).
+    ToHost,
+    /// `cali-fh-`: from host endpoint (ingress policy).
+    FromHost,
+    /// `cali-thfw-`: apply-on-forward egress.
+    ToHostForward,
+    /// `cali-fhfw-`: apply-on-forward ingress.
+    FromHostForward,
+}
+
+impl EndpointChain {
+    const fn logical_prefix(self) -> &'static str {
+        match self {
+            EndpointChain::ToWorkload => "cali-tw-",
+            EndpointChain::FromWorkload => "cali-fw-",
+            EndpointChain::ToHost => "cali-th-",
+            EndpointChain::FromHost => "cali-fh-",
+            EndpointChain::ToHostForward => "cali-thfw-",
+            EndpointChain::FromHostForward => "cali-fhfw-",
+        }
+    }
+}
+
+/// `<layer>-cali-tw-<iface>` and friends.
+pub fn endpoint_chain(layer: Layer, kind: EndpointChain, iface: &str) -> String {
+    limited_name(&layer.chain(kind.logical_prefix()), iface_suffix(iface))
+}
+
+/// Policy direction: inbound (`pi`/`pri`) or outbound (`po`/`pro`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    /// Towards the endpoint (ingress policy).
+    Inbound,
+    /// From the endpoint (egress policy).
+    Outbound,
+}
+
+impl Direction {
+    /// `ingress` / `egress`, as chain comments say it.
+    pub const fn word(self) -> &'static str {
+        match self {
+            Direction::Inbound => "ingress",
+            Direction::Outbound => "egress",
+        }
+    }
+}
+
+/// Felix's short policy kind (§5.2): `gnp`, `np`, `knp`, `kcnp`, `snp`, `sgnp`, `sknp`.
+pub fn kind_short(id: &PolicyId) -> String {
+    match id.kind.as_str() {
+        "GlobalNetworkPolicy" => "gnp".into(),
+        "NetworkPolicy" => "np".into(),
+        "KubernetesNetworkPolicy" => "knp".into(),
+        "KubernetesClusterNetworkPolicy" | "ClusterNetworkPolicy" => "kcnp".into(),
+        "StagedNetworkPolicy" => "snp".into(),
+        "StagedGlobalNetworkPolicy" => "sgnp".into(),
+        "StagedKubernetesNetworkPolicy" => "sknp".into(),
+        "" if id.namespace.is_empty() => "gnp".into(),
+        "" => "np".into(),
+        other => other.to_ascii_lowercase(),
+    }
+}
+
+/// Staged policies are never programmed (§8.1).
+pub fn is_staged(id: &PolicyId) -> bool {
+    id.kind.starts_with("Staged") || id.name.starts_with("staged:")
+}
+
+/// `<kindShort>/<name>` or `<kindShort>/<namespace>/<name>`.
+pub fn policy_suffix(id: &PolicyId) -> String {
+    if id.namespace.is_empty() {
+        format!("{}/{}", kind_short(id), id.name)
+    } else {
+        format!("{}/{}/{}", kind_short(id), id.namespace, id.name)
+    }
+}
+
+/// `<layer>-cali-pi-<suffix>` / `<layer>-cali-po-<suffix>`.
+pub fn policy_chain(layer: Layer, dir: Direction, id: &PolicyId) -> String {
+    let p = match dir {
+        Direction::Inbound => "cali-pi-",
+        Direction::Outbound => "cali-po-",
+    };
+    limited_name(&layer.chain(p), &policy_suffix(id))
+}
+
+/// `<layer>-cali-pri-<name>` / `<layer>-cali-pro-<name>`.
+pub fn profile_chain(layer: Layer, dir: Direction, name: &str) -> String {
+    let p = match dir {
+        Direction::Inbound => "cali-pri-",
+        Direction::Outbound => "cali-pro-",
+    };
+    limited_name(&layer.chain(p), name)
+}
+
+/// nftables-legal form of a Felix name: `:` becomes `-` (§5.3).
+pub fn legalise(name: &str) -> String {
+    name.replace(':', "-")
+}
+
+fn family_digit(family: Family) -> char {
+    if family == Family::Ip6 {
+        '6'
+    } else {
+        '4'
+    }
+}
+
+/// The set name of a Felix IP set ID in a family's table: `cali40<id>` cut to 31 chars, then
+/// legalised (`cali40s-AbCd…`, `cali60all-hosts-net`).
+pub fn ipset_name(family: Family, id: &str) -> String {
+    let full: String = format!("cali{}0{id}", family_digit(family))
+        .chars()
+        .take(31)
+        .collect();
+    legalise(&full)
+}
+
+/// Name of a content-addressed set of ours (CIDR or port lists shared by every rule that uses
+/// the same list): `cali4n-<hash>` (nets), `cali4p-<hash>` (ports). The `n`/`p` in the place
+/// of Felix's `0`/`t` keeps them apart from Felix-named sets.
+pub fn shared_set_name(family: Family, kind: char, canonical: &str) -> String {
+    let hash = URL_SAFE_NO_PAD.encode(Sha224::digest(canonical.as_bytes()));
+    format!("cali{}{kind}-{}", family_digit(family), &hash[..20])
+}
+
+/// Escapes a human comment: any char outside `[A-Za-z0-9_ @%+=:,./-]` becomes `_` (§5.4).
+pub fn escape_comment(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || " _@%+=:,./-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Builds one chain while computing Felix's rule identity hashes (§5.4):
+/// h0 = SHA-224(chain name), hᵢ = SHA-224(hᵢ₋₁ ‖ rule text), id = base64url(hᵢ)[..16]; the
+/// rule's userdata comment is `cali:<id>;` followed by the escaped human comments.
+#[derive(Clone, Debug)]
+pub struct ChainBuilder {
+    hash: Vec<u8>,
+    out: TextChain,
+}
+
+impl ChainBuilder {
+    /// A regular chain.
+    pub fn new(name: &str) -> ChainBuilder {
+        ChainBuilder {
+            hash: Sha224::digest(name.as_bytes()).to_vec(),
+            out: TextChain::new(name),
+        }
+    }
+
+    /// A base chain.
+    pub fn base(name: &str, base: BaseChain) -> ChainBuilder {
+        let mut b = ChainBuilder::new(name);
+        b.out.chain.base = Some(base);
+        b
+    }
+
+    /// From here on, rules are hashed as Felix hashes rules *appended* to a base chain: a
+    /// fresh hash chain under `<name>*appends*`.
+    pub fn start_appends(&mut self) {
+        let name = format!("{}*appends*", self.out.chain.name);
+        self.hash = Sha224::digest(name.as_bytes()).to_vec();
+    }
+
+    /// The chain's name.
+    pub fn name(&self) -> &str {
+        &self.out.chain.name
+    }
+
+    /// Rules so far.
+    pub fn len(&self) -> usize {
+        self.out.chain.rules.len()
+    }
+
+    /// No rule yet.
+    pub fn is_empty(&self) -> bool {
+        self.out.chain.rules.is_empty()
+    }
+
+    /// Appends a rule with its human comments.
+    pub fn push(&mut self, rule: BuiltRule, comments: &[&str]) {
+        let mut h = Sha224::new();
+        h.update(&self.hash);
+        h.update(rule.text.as_bytes());
+        self.hash = h.finalize().to_vec();
+        let id = URL_SAFE_NO_PAD.encode(&self.hash);
+        let mut comment = format!("cali:{};", &id[..16]);
+        for c in comments {
+            let c = escape_comment(c);
+            if !c.is_empty() {
+                comment.push(' ');
+                comment.push_str(&c);
+            }
+        }
+        comment.truncate(MAX_COMMENT_LEN);
+        self.out.push(rule, Some(comment));
+    }
+
+    /// Drops the last rule when its final statement is a plain `return` (a trailing return is
+    /// redundant at the end of a chain, §9.4). Returns whether a rule was dropped.
+    pub fn elide_trailing_return(&mut self) -> bool {
+        let is_return = self
+            .out
+            .chain
+            .rules
+            .last()
+            .and_then(|r| r.exprs.last())
+            .is_some_and(|e| {
+                *e == crate::nft::model::Expr::Verdict(crate::nft::model::Verdict::Return)
+            });
+        if is_return {
+            self.out.chain.rules.pop();
+            self.out.texts.pop();
+        }
+        is_return
+    }
+
+    /// The finished chain.
+    pub fn finish(self) -> TextChain {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::build::RuleBuilder;
+
+    #[test]
+    fn set_names_follow_felix() {
+        assert_eq!(
+            ipset_name(Family::Ip, "s:AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab"),
+            "cali40s-AbCdEfGhIjKlMnOpQrStUvW"
+        );
+        assert_eq!(
+            ipset_name(Family::Ip6, "all-hosts-net"),
+            "cali60all-hosts-net"
+        );
+    }
+
+    #[test]
+    fn policy_names() {
+        let id = PolicyId {
+            name: "allow-web".into(),
+            namespace: "default".into(),
+            kind: "KubernetesNetworkPolicy".into(),
+        };
+        assert_eq!(
+            policy_chain(Layer::Filter, Direction::Inbound, &id),
+            "filter-cali-pi-knp/default/allow-web"
+        );
+        let long = "x".repeat(300);
+        let n = limited_name("filter-cali-tw-", &long);
+        assert!(n.len() <= MAX_NAME_LEN);
+        assert!(n.starts_with("filter-cali-tw-_"));
+    }
+
+    #[test]
+    fn hashes_depend_on_chain_position_and_predecessors() {
+        let rule = || RuleBuilder::new(Family::Ip).accept().build();
+        let mut a = ChainBuilder::new("a");
+        a.push(rule(), &[]);
+        a.push(rule(), &["hello world!"]);
+        let mut b = ChainBuilder::new("b");
+        b.push(rule(), &[]);
+        let a = a.finish();
+        let b = b.finish();
+        let ca = a.chain.rules[0].comment.clone().unwrap();
+        let ca2 = a.chain.rules[1].comment.clone().unwrap();
+        let cb = b.chain.rules[0].comment.clone().unwrap();
+        assert_ne!(ca, cb);
+        assert_ne!(ca[..22], ca2[..22]);
+        assert!(ca2.ends_with("; hello world_"), "{ca2}");
+        assert_eq!(ca.len(), "cali:".len() + 16 + 1);
+    }
+}

@@ -1,0 +1,661 @@
+//! Policy and profile chains (reference §9): per-family filtering, match clauses in Felix's order,
+//! actions with the mark protocol, and the multi-value fields.
+//!
+//! Multi-value fields never use anonymous sets: they make a large commit superlinear in the
+//! kernel (reference/kernel-cost.md §1). A CIDR list or a port list of more than one entry
+//! becomes a **shared, content-addressed named set** (`cali4n-…` / `cali4p-…`): the name is a
+//! hash of the canonical (sorted, merged) content, so every rule with the same list uses the same
+//! set. Felix's scratch-mark blocks (§9.3) remain only where a field is an OR across different
+//! kinds of alternatives — ports *or* named-port sets, or several named-port sets — which no
+//! single nftables match can express.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use tracing::warn;
+
+use crate::nft::build::{self, Dir, RuleBuilder};
+use crate::nft::model::{set_flags, DataType, Family, Set, Verdict};
+use crate::proto::types::{
+    protocol::NumberOrName, rule::Icmp, rule::NotIcmp, Policy, PolicyId, PortRange, Profile,
+    Protocol, Rule,
+};
+use crate::rules::names::{
+    ipset_name, is_staged, kind_short, policy_chain, profile_chain, shared_set_name, ChainBuilder,
+    Direction, Layer,
+};
+use crate::rules::{Renderer, SetBag};
+
+use crate::nft::build::TextChain;
+
+/// The chains of one policy or profile in one layer, and the shared sets their rules use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyChains {
+    /// One chain per requested direction.
+    pub chains: Vec<TextChain>,
+    /// Content-addressed sets (`cali4n-…`, `cali4p-…`) the rules reference. Felix IP sets
+    /// (`cali40…`) are not included: they come from [`Renderer::ipset`].
+    pub sets: Vec<Set>,
+}
+
+/// What a `%k/%n/%p/%t` log prefix refers to.
+#[derive(Clone, Debug)]
+pub(crate) struct LogCtx {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub tier: String,
+}
+
+/// IP protocol number of a Calico protocol (name or number). In the IPv6 table the name
+/// `icmp` means ICMPv6, as Calico's ICMP fields are per family.
+pub fn protocol_number(p: &Protocol, family: Family) -> Option<u8> {
+    match p.number_or_name.as_ref()? {
+        NumberOrName::Number(n) => u8::try_from(*n).ok(),
+        NumberOrName::Name(name) => match name.to_ascii_lowercase().as_str() {
+            "tcp" => Some(6),
+            "udp" => Some(17),
+            "sctp" => Some(132),
+            "udplite" => Some(136),
+            "icmp" if family == Family::Ip6 => Some(58),
+            "icmp" => Some(1),
+            "icmpv6" | "ipv6-icmp" => Some(58),
+            other => other.parse().ok(),
+        },
+    }
+}
+
+fn is_v6(n: &IpNet) -> bool {
+    matches!(n, IpNet::V6(_))
+}
+
+fn parse_net(s: &str) -> Option<IpNet> {
+    if let Ok(n) = s.parse::<IpNet>() {
+        return Some(n.trunc());
+    }
+    s.parse::<IpAddr>().ok().map(IpNet::from)
+}
+
+/// The nets of a rule that apply to one family, or `None` when the rule is skipped for this
+/// family (§9.1).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FamilyNets {
+    pub src: Vec<IpNet>,
+    pub dst: Vec<IpNet>,
+    pub not_src: Vec<IpNet>,
+    pub not_dst: Vec<IpNet>,
+}
+
+pub(crate) fn family_nets(rule: &Rule, family: Family) -> Option<FamilyNets> {
+    let v6 = family == Family::Ip6;
+    match rule.ip_version {
+        4 if v6 => return None,
+        6 if !v6 => return None,
+        _ => {}
+    }
+    let mut out = FamilyNets::default();
+    for (list, dest, negated) in [
+        (&rule.src_net, &mut out.src, false),
+        (&rule.dst_net, &mut out.dst, false),
+        (&rule.not_src_net, &mut out.not_src, true),
+        (&rule.not_dst_net, &mut out.not_dst, true),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        let mut kept: Vec<IpNet> = list
+            .iter()
+            .filter_map(|s| {
+                let n = parse_net(s);
+                if n.is_none() {
+                    warn!(net = %s, "ignoring unparsable CIDR in policy rule");
+                }
+                n
+            })
+            .filter(|n| is_v6(n) == v6)
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        // A negated catch-all can never match: drop the rule rather than render a
+        // contradiction.
+        if negated && kept.iter().any(|n| n.prefix_len() == 0) {
+            return None;
+        }
+        kept.sort();
+        kept.dedup();
+        *dest = kept;
+    }
+    Some(out)
+}
+
+fn port_ranges(list: &[PortRange]) -> Vec<(u16, u16)> {
+    let clamp = |v: i32| u16::try_from(v.clamp(0, 65535)).unwrap_or(0);
+    let ranges: Vec<(u128, u128)> = list
+        .iter()
+        .map(|p| {
+            let first = clamp(p.first);
+            let last = if p.last == 0 { first } else { clamp(p.last) };
+            (u128::from(first.min(last)), u128::from(first.max(last)))
+        })
+        .collect();
+    build::merge_ranges(ranges)
+        .into_iter()
+        .map(|(a, b)| (a as u16, b as u16))
+        .collect()
+}
+
+/// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
+/// (named ports) of its IDs, so the order carries no meaning and must not change the output.
+fn sorted(ids: &[String]) -> Vec<&String> {
+    let mut v: Vec<&String> = ids.iter().collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// One match clause of a rule.
+#[derive(Clone, Debug)]
+enum Clause {
+    Proto(u8, bool),
+    Net(Dir, IpNet, bool),
+    InSet(Dir, String, bool),
+    Port(Dir, u16, u16, bool),
+    PortSet(Dir, String, bool),
+    NamedPort(Dir, String, bool),
+    /// ICMPv6 header?, type, code, negated.
+    Icmp(bool, u8, Option<u8>, bool),
+}
+
+fn apply(b: RuleBuilder, c: &Clause) -> RuleBuilder {
+    match c {
+        Clause::Proto(p, neg) => b.l4proto_cmp(*p, *neg),
+        Clause::Net(d, n, neg) => b.addr(*d, *n, *neg),
+        Clause::InSet(d, s, neg) => b.addr_in_set(*d, s, *neg),
+        Clause::Port(d, lo, hi, neg) => b.th_port(*d, *lo, *hi, *neg),
+        Clause::PortSet(d, s, neg) => b.th_port_in_set(*d, s, *neg),
+        Clause::NamedPort(d, s, neg) => b.addr_proto_port_in_set(*d, s, *neg),
+        Clause::Icmp(v6, t, c, neg) => b.icmp(*v6, *t, *c, *neg),
+    }
+}
+
+impl Renderer {
+    /// The clause for a CIDR list: one inline match, or a lookup in a shared interval set.
+    fn nets_clause(
+        &self,
+        family: Family,
+        dir: Dir,
+        nets: &[IpNet],
+        neg: bool,
+        sets: &mut SetBag,
+    ) -> Option<Clause> {
+        match nets {
+            [] => None,
+            [one] => Some(Clause::Net(dir, *one, neg)),
+            many => {
+                let v6 = family == Family::Ip6;
+                // The set is named after its content: the merged ranges it covers.
+                let ranges = build::merge_ranges(many.iter().map(build::cidr_range).collect());
+                let canonical = ranges
+                    .iter()
+                    .map(|(a, b)| format!("{a:x}-{b:x}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let elements = build::interval_elements(&ranges, if v6 { 16 } else { 4 });
+                let name = shared_set_name(family, 'n', &canonical);
+                let key = if v6 {
+                    DataType::Ipv6Addr
+                } else {
+                    DataType::Ipv4Addr
+                };
+                let mut set = build::new_set(&name, vec![key], set_flags::INTERVAL, None);
+                set.elements = elements;
+                sets.insert(name.clone(), set);
+                Some(Clause::InSet(dir, name, neg))
+            }
+        }
+    }
+
+    /// The clause for a port list: one inline match, or a lookup in a shared port set.
+    fn ports_clause(
+        &self,
+        family: Family,
+        dir: Dir,
+        ports: &[PortRange],
+        neg: bool,
+        sets: &mut SetBag,
+    ) -> Option<Clause> {
+        let ranges = port_ranges(ports);
+        match ranges.as_slice() {
+            [] => None,
+            [(lo, hi)] => Some(Clause::Port(dir, *lo, *hi, neg)),
+            many => {
+                let canonical = many
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let name = shared_set_name(family, 'p', &canonical);
+                let mut set = build::new_set(
+                    &name,
+                    vec![DataType::InetService],
+                    set_flags::INTERVAL,
+                    None,
+                );
+                set.elements = build::port_interval_elements(many);
+                sets.insert(name.clone(), set);
+                Some(Clause::PortSet(dir, name, neg))
+            }
+        }
+    }
+
+    /// The positive port alternatives of one direction: ports (as one alternative) and each
+    /// named-port set. Several alternatives are an OR.
+    fn port_alternatives(
+        &self,
+        family: Family,
+        dir: Dir,
+        ports: &[PortRange],
+        named: &[String],
+        sets: &mut SetBag,
+    ) -> Vec<Clause> {
+        let mut alts = Vec::new();
+        if let Some(c) = self.ports_clause(family, dir, ports, false, sets) {
+            alts.push(c);
+        }
+        for id in sorted(named) {
+            alts.push(Clause::NamedPort(dir, ipset_name(family, id), false));
+        }
+        alts
+    }
+
+    /// Renders one policy/profile rule into `chain` (§9.2–9.4). Returns false when the rule
+    /// does not apply to this family or cannot be rendered.
+    pub(crate) fn render_rule(
+        &self,
+        family: Family,
+        layer: Layer,
+        rule: &Rule,
+        log: &LogCtx,
+        chain: &mut ChainBuilder,
+        sets: &mut SetBag,
+    ) -> bool {
+        let Some(nets) = family_nets(rule, family) else {
+            return false;
+        };
+        let proto = match &rule.protocol {
+            Some(p) => match protocol_number(p, family) {
+                Some(n) => Some(n),
+                None => {
+                    warn!(?p, "skipping rule with unknown protocol");
+                    return false;
+                }
+            },
+            None => None,
+        };
+        let not_proto = match &rule.not_protocol {
+            Some(p) => match protocol_number(p, family) {
+                Some(n) => Some(n),
+                None => {
+                    warn!(?p, "skipping rule with unknown negated protocol");
+                    return false;
+                }
+            },
+            None => None,
+        };
+
+        // The ICMP header follows the protocol (ICMPv6 for 58), else the family.
+        let icmp_v6 = match proto {
+            Some(58) => true,
+            Some(1) => false,
+            _ => family == Family::Ip6,
+        };
+
+        // Positive clauses in Felix's order; port alternatives that need an OR become blocks.
+        let mut clauses: Vec<Clause> = Vec::new();
+        let mut blocks: Vec<Vec<Clause>> = Vec::new();
+        if let Some(p) = proto {
+            clauses.push(Clause::Proto(p, false));
+        }
+        if let Some(c) = self.nets_clause(family, Dir::Src, &nets.src, false, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.src_ip_set_ids) {
+            clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), false));
+        }
+        let src_alts = self.port_alternatives(
+            family,
+            Dir::Src,
+            &rule.src_ports,
+            &rule.src_named_port_ip_set_ids,
+            sets,
+        );
+        if src_alts.len() == 1 {
+            clauses.extend(src_alts);
+        } else if src_alts.len() > 1 {
+            blocks.push(src_alts);
+        }
+        if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.dst, false, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.dst_ip_set_ids) {
+            clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), false));
+        }
+        for id in sorted(&rule.dst_ip_port_set_ids) {
+            clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), false));
+        }
+        let dst_alts = self.port_alternatives(
+            family,
+            Dir::Dst,
+            &rule.dst_ports,
+            &rule.dst_named_port_ip_set_ids,
+            sets,
+        );
+        if dst_alts.len() == 1 {
+            clauses.extend(dst_alts);
+        } else if dst_alts.len() > 1 {
+            blocks.push(dst_alts);
+        }
+        if let Some(icmp) = &rule.icmp {
+            let (t, c) = match icmp {
+                Icmp::IcmpType(t) => (*t, None),
+                Icmp::IcmpTypeCode(tc) => (tc.r#type, Some(tc.code)),
+            };
+            if proto.is_none() {
+                clauses.push(Clause::Proto(
+                    if family == Family::Ip6 { 58 } else { 1 },
+                    false,
+                ));
+            }
+            clauses.push(Clause::Icmp(
+                icmp_v6,
+                t.clamp(0, 255) as u8,
+                c.map(|c| c.clamp(0, 255) as u8),
+                false,
+            ));
+        }
+
+        // Negated clauses, same order.
+        if let Some(p) = not_proto {
+            clauses.push(Clause::Proto(p, true));
+        }
+        if let Some(c) = self.nets_clause(family, Dir::Src, &nets.not_src, true, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.not_src_ip_set_ids) {
+            clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), true));
+        }
+        if let Some(c) = self.ports_clause(family, Dir::Src, &rule.not_src_ports, true, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.not_src_named_port_ip_set_ids) {
+            clauses.push(Clause::NamedPort(Dir::Src, ipset_name(family, id), true));
+        }
+        if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.not_dst, true, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.not_dst_ip_set_ids) {
+            clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), true));
+        }
+        if let Some(c) = self.ports_clause(family, Dir::Dst, &rule.not_dst_ports, true, sets) {
+            clauses.push(c);
+        }
+        for id in sorted(&rule.not_dst_named_port_ip_set_ids) {
+            clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), true));
+        }
+        if let Some(icmp) = &rule.not_icmp {
+            let (t, c) = match icmp {
+                NotIcmp::NotIcmpType(t) => (*t, None),
+                NotIcmp::NotIcmpTypeCode(tc) => (tc.r#type, Some(tc.code)),
+            };
+            if proto.is_none() && rule.icmp.is_none() {
+                clauses.push(Clause::Proto(
+                    if family == Family::Ip6 { 58 } else { 1 },
+                    false,
+                ));
+            }
+            clauses.push(Clause::Icmp(
+                icmp_v6,
+                t.clamp(0, 255) as u8,
+                c.map(|c| c.clamp(0, 255) as u8),
+                true,
+            ));
+        }
+
+        let comments: Vec<String> = rule
+            .metadata
+            .as_ref()
+            .map(|m| {
+                m.annotations
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let comment_refs: Vec<&str> = comments.iter().map(String::as_str).collect();
+
+        let action = rule.action.to_ascii_lowercase();
+        if !matches!(
+            action.as_str(),
+            "" | "allow" | "deny" | "pass" | "next-tier" | "log"
+        ) {
+            warn!(action = %rule.action, "skipping rule with unknown action");
+            return false;
+        }
+
+        // OR blocks (§9.3): scratch0 holds "first block matched"; a second block ANDs via
+        // scratch1.
+        let m = self.marks;
+        let proto_clause = proto.map(|p| Clause::Proto(p, false));
+        if !blocks.is_empty() {
+            chain.push(
+                RuleBuilder::new(family)
+                    .counter()
+                    .mark_clear(m.scratch0 | m.scratch1)
+                    .build(),
+                &[],
+            );
+            for (i, block) in blocks.iter().enumerate() {
+                let bit = if i == 0 { m.scratch0 } else { m.scratch1 };
+                for alt in block {
+                    let mut b = RuleBuilder::new(family);
+                    if let Some(pc) = &proto_clause {
+                        b = apply(b, pc);
+                    }
+                    b = apply(b, alt);
+                    chain.push(b.counter().mark_set_or(bit).build(), &[]);
+                }
+                if i > 0 {
+                    chain.push(
+                        RuleBuilder::new(family)
+                            .mark_lacks(m.scratch1)
+                            .counter()
+                            .mark_clear(m.scratch0)
+                            .build(),
+                        &[],
+                    );
+                }
+            }
+        }
+        let mut b = RuleBuilder::new(family);
+        for c in &clauses {
+            b = apply(b, c);
+        }
+        if !blocks.is_empty() {
+            b = b.mark_has(m.scratch0);
+        }
+        match action.as_str() {
+            "" | "allow" => {
+                chain.push(b.counter().mark_set_or(m.accept).build(), &comment_refs);
+                chain.push(
+                    RuleBuilder::new(family)
+                        .mark_has(m.accept)
+                        .counter()
+                        .ret()
+                        .build(),
+                    &["Return if policy accepted"],
+                );
+            }
+            "pass" | "next-tier" => {
+                chain.push(b.counter().mark_set_or(m.pass).build(), &comment_refs);
+                chain.push(
+                    RuleBuilder::new(family)
+                        .mark_has(m.pass)
+                        .counter()
+                        .ret()
+                        .build(),
+                    &["Return if policy passed"],
+                );
+            }
+            "deny" => {
+                chain.push(b.counter().mark_set_or(m.drop).build(), &comment_refs);
+                let d = RuleBuilder::new(family).mark_has(m.drop).counter();
+                chain.push(self.deny(d, layer).build(), &["Drop if policy denied"]);
+            }
+            _ => {
+                if let Some(l) = self.cfg.log_rate_limit {
+                    b = b.limit(l.rate, l.unit_secs, l.burst, false);
+                }
+                let prefix = format!("{}: ", self.log_prefix(log));
+                chain.push(b.counter().log(&prefix).build(), &comment_refs);
+            }
+        }
+        true
+    }
+
+    fn log_prefix(&self, log: &LogCtx) -> String {
+        let ns_name = if log.namespace.is_empty() {
+            log.name.clone()
+        } else {
+            format!("{}/{}", log.namespace, log.name)
+        };
+        self.cfg
+            .log_prefix
+            .replace("%k", &log.kind)
+            .replace("%n", &log.name)
+            .replace("%p", &ns_name)
+            .replace("%t", &log.tier)
+    }
+
+    /// One policy/profile chain from a rule list. An empty chain keeps one no-op rule with the
+    /// chain's comment; a trailing `return` is elided.
+    fn rules_chain(
+        &self,
+        family: Family,
+        layer: Layer,
+        (name, chain_comment): (&str, &str),
+        rules: &[Rule],
+        log: &LogCtx,
+        sets: &mut SetBag,
+    ) -> TextChain {
+        let mut chain = ChainBuilder::new(name);
+        for rule in rules {
+            self.render_rule(family, layer, rule, log, &mut chain, sets);
+        }
+        chain.elide_trailing_return();
+        if chain.is_empty() {
+            chain.push(
+                RuleBuilder::new(family).verdict(Verdict::Continue).build(),
+                &[chain_comment],
+            );
+        }
+        chain.finish()
+    }
+
+    /// The chains of a policy in one layer (`<layer>-cali-pi-…` / `-po-…`) for the given
+    /// directions, plus the shared sets they use. Staged policies render nothing.
+    pub fn policy_chains(
+        &self,
+        family: Family,
+        layer: Layer,
+        id: &PolicyId,
+        policy: &Policy,
+        dirs: &[Direction],
+    ) -> PolicyChains {
+        let mut sets = SetBag::new();
+        let mut chains = Vec::new();
+        if is_staged(id) {
+            return PolicyChains::default();
+        }
+        let log = LogCtx {
+            kind: kind_short(id),
+            name: id.name.clone(),
+            namespace: id.namespace.clone(),
+            tier: policy.tier.clone(),
+        };
+        for &dir in dirs {
+            let rules = match dir {
+                Direction::Inbound => &policy.inbound_rules,
+                Direction::Outbound => &policy.outbound_rules,
+            };
+            let ns_name = if id.namespace.is_empty() {
+                id.name.clone()
+            } else {
+                format!("{}/{}", id.namespace, id.name)
+            };
+            let comment = format!("{} {} {}", kind_short(id), ns_name, dir.word());
+            chains.push(self.rules_chain(
+                family,
+                layer,
+                (&policy_chain(layer, dir, id), &comment),
+                rules,
+                &log,
+                &mut sets,
+            ));
+        }
+        PolicyChains {
+            chains,
+            sets: sets.into_values().collect(),
+        }
+    }
+
+    /// The chains of a profile in one layer (`<layer>-cali-pri-…` / `-pro-…`).
+    pub fn profile_chains(
+        &self,
+        family: Family,
+        layer: Layer,
+        name: &str,
+        profile: &Profile,
+        dirs: &[Direction],
+    ) -> PolicyChains {
+        let mut sets = SetBag::new();
+        let mut chains = Vec::new();
+        let log = LogCtx {
+            kind: "profile".into(),
+            name: name.to_string(),
+            namespace: String::new(),
+            tier: String::new(),
+        };
+        for &dir in dirs {
+            let rules = match dir {
+                Direction::Inbound => &profile.inbound_rules,
+                Direction::Outbound => &profile.outbound_rules,
+            };
+            let comment = format!("Profile {name} {}", dir.word());
+            chains.push(self.rules_chain(
+                family,
+                layer,
+                (&profile_chain(layer, dir, name), &comment),
+                rules,
+                &log,
+                &mut sets,
+            ));
+        }
+        PolicyChains {
+            chains,
+            sets: sets.into_values().collect(),
+        }
+    }
+
+    /// A stand-in for a policy or profile that an endpoint references but that has not been
+    /// received: it denies, so a missing policy fails closed instead of open.
+    pub fn missing_chain(&self, family: Family, layer: Layer, name: &str) -> TextChain {
+        let mut chain = ChainBuilder::new(name);
+        let b = RuleBuilder::new(family).counter();
+        chain.push(
+            self.deny(b, layer).build(),
+            &["Policy or profile not received yet: deny"],
+        );
+        chain.finish()
+    }
+}

@@ -1,0 +1,830 @@
+//! Base chains (reference §6.2–6.3) and the static chains of §7 for one family, plus the
+//! chains built from pools, floating IPs, service CIDRs and spoofing allow-lists (§7.8, §7.11).
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::nft::build::{self, Dir, Iface, RuleBuilder, TextChain};
+use crate::nft::model::{
+    ct_state, set_flags, BaseChain, ChainType, DataType, Family, Hook, Set, Verdict,
+};
+use crate::proto::types::{IpamPool, NatInfo, WorkloadEndpoint};
+use crate::rules::config::{
+    DenyAction, EndpointToHostAction, NatOutgoingExclusions, ProtoPort, ServiceLoopPrevention,
+};
+use crate::rules::endpoint::allow_verdict;
+use crate::rules::names::{ipset_name, logical, ChainBuilder, Layer};
+use crate::rules::Renderer;
+
+/// Felix-internal IP set IDs the static chains reference (§2.4).
+pub mod internal_sets {
+    pub const ALL_HOSTS_NET: &str = "all-hosts-net";
+    pub const ALL_VXLAN_NET: &str = "all-vxlan-net";
+    pub const MASQ_IPAM_POOLS: &str = "masq-ipam-pools";
+    pub const NETWORK_IP_POOLS: &str = "network-ip-pools";
+}
+
+/// The base chains of §6.2 with their hook rules (§6.3), in a fixed order.
+const BASE_CHAINS: &[(&str, ChainType, Hook, i32)] = &[
+    ("raw-PREROUTING", ChainType::Filter, Hook::Prerouting, -300),
+    ("raw-OUTPUT", ChainType::Filter, Hook::Output, -300),
+    (
+        "mangle-PREROUTING",
+        ChainType::Filter,
+        Hook::Prerouting,
+        -150,
+    ),
+    ("mangle-INPUT", ChainType::Filter, Hook::Input, -150),
+    ("mangle-FORWARD", ChainType::Filter, Hook::Forward, -150),
+    ("mangle-OUTPUT", ChainType::Route, Hook::Output, -150),
+    (
+        "mangle-POSTROUTING",
+        ChainType::Filter,
+        Hook::Postrouting,
+        -150,
+    ),
+    ("nat-PREROUTING", ChainType::Nat, Hook::Prerouting, -100),
+    ("nat-INPUT", ChainType::Nat, Hook::Input, -100),
+    ("nat-OUTPUT", ChainType::Nat, Hook::Output, 110),
+    ("nat-POSTROUTING", ChainType::Nat, Hook::Postrouting, 110),
+    ("filter-INPUT", ChainType::Filter, Hook::Input, 0),
+    ("filter-FORWARD", ChainType::Filter, Hook::Forward, 0),
+    ("filter-OUTPUT", ChainType::Filter, Hook::Output, 0),
+];
+
+fn fam_v6(family: Family) -> bool {
+    family == Family::Ip6
+}
+
+impl Renderer {
+    /// The configured filter deny (drop or reject) in the filter layer; drop elsewhere (raw
+    /// and mangle run before the hooks where `reject` is meaningful).
+    pub(crate) fn deny(&self, b: RuleBuilder, layer: Layer) -> RuleBuilder {
+        match (layer, self.cfg.filter_deny_action) {
+            (Layer::Filter, DenyAction::Reject) => b.reject(),
+            _ => b.drop_(),
+        }
+    }
+
+    fn filter_allow(&self) -> Verdict {
+        allow_verdict(self.cfg.filter_allow_action)
+    }
+
+    fn mangle_allow(&self) -> Verdict {
+        allow_verdict(self.cfg.mangle_allow_action)
+    }
+
+    /// The 14 base chains with their hook rules (§6.2–6.3). Every base chain exists, even
+    /// when empty, with policy accept.
+    pub fn base_chains(&self, family: Family) -> Vec<TextChain> {
+        let m = self.marks;
+        let r = || RuleBuilder::new(family);
+        BASE_CHAINS
+            .iter()
+            .map(|&(name, chain_type, hook, priority)| {
+                let mut c = ChainBuilder::base(
+                    name,
+                    BaseChain {
+                        chain_type,
+                        hook,
+                        priority,
+                        policy: Verdict::Accept,
+                    },
+                );
+                let target = match name {
+                    "raw-PREROUTING" | "mangle-PREROUTING" | "nat-PREROUTING" => Some(format!(
+                        "{}-cali-PREROUTING",
+                        &name[..name.find('-').unwrap_or(0)]
+                    )),
+                    "raw-OUTPUT" | "nat-OUTPUT" | "filter-OUTPUT" => Some(format!(
+                        "{}-cali-OUTPUT",
+                        &name[..name.find('-').unwrap_or(0)]
+                    )),
+                    "mangle-POSTROUTING" => Some(Layer::Mangle.chain(logical::POSTROUTING)),
+                    "filter-INPUT" => Some(Layer::Filter.chain(logical::INPUT)),
+                    "filter-FORWARD" => Some(Layer::Filter.chain(logical::FORWARD)),
+                    _ => None,
+                };
+                if let Some(t) = target {
+                    c.push(r().counter().jump(&t).build(), &[]);
+                }
+                match name {
+                    "filter-FORWARD" => {
+                        c.start_appends();
+                        c.push(
+                            r().mark_has(m.accept)
+                                .counter()
+                                .verdict(self.filter_allow())
+                                .build(),
+                            &["Policy explicitly accepted packet."],
+                        );
+                        c.push(
+                            r().counter().mark_set_or(m.accept).build(),
+                            &["Mark packet as forwarded for mangle POSTROUTING"],
+                        );
+                    }
+                    "nat-POSTROUTING" => {
+                        c.start_appends();
+                        c.push(
+                            r().counter()
+                                .jump(&Layer::Nat.chain(logical::POSTROUTING))
+                                .build(),
+                            &[],
+                        );
+                    }
+                    _ => {}
+                }
+                c.finish()
+            })
+            .collect()
+    }
+
+    /// The Felix-internal sets the static chains reference, empty (fill them with
+    /// [`Renderer::net_set_elements`]): `all-hosts-net`, `all-vxlan-net`, `masq-ipam-pools`,
+    /// `network-ip-pools`, all `NET` (interval) sets.
+    pub fn internal_sets(&self, family: Family) -> Vec<Set> {
+        let key = if fam_v6(family) {
+            DataType::Ipv6Addr
+        } else {
+            DataType::Ipv4Addr
+        };
+        [
+            internal_sets::ALL_HOSTS_NET,
+            internal_sets::ALL_VXLAN_NET,
+            internal_sets::MASQ_IPAM_POOLS,
+            internal_sets::NETWORK_IP_POOLS,
+        ]
+        .iter()
+        .map(|id| {
+            build::new_set(
+                &ipset_name(family, id),
+                vec![key],
+                set_flags::INTERVAL,
+                None,
+            )
+        })
+        .collect()
+    }
+
+    /// The workload dispatch maps (`ifname : verdict`, empty; elements come from
+    /// [`Renderer::workload_dispatch_elements`]) and the host-endpoint dispatch maps.
+    pub fn dispatch_maps(&self) -> Vec<Set> {
+        [
+            Layer::Filter.chain(logical::FROM_WL_DISPATCH),
+            Layer::Filter.chain(logical::TO_WL_DISPATCH),
+            Layer::Filter.chain(logical::FROM_HOST_ENDPOINT),
+            Layer::Filter.chain(logical::TO_HOST_ENDPOINT),
+            Layer::Filter.chain(logical::FROM_HEP_FORWARD),
+            Layer::Filter.chain(logical::TO_HEP_FORWARD),
+            Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT),
+            Layer::Mangle.chain(logical::TO_HOST_ENDPOINT),
+            Layer::Raw.chain(logical::FROM_HOST_ENDPOINT),
+            Layer::Raw.chain(logical::TO_HOST_ENDPOINT),
+        ]
+        .iter()
+        .map(|n| build::new_set(n, vec![DataType::IfName], 0, Some(DataType::Verdict)))
+        .collect()
+    }
+
+    fn failsafe_rule(
+        &self,
+        family: Family,
+        pp: &ProtoPort,
+        port_dir: Dir,
+        net_dir: Dir,
+    ) -> Option<RuleBuilder> {
+        let mut b = RuleBuilder::new(family)
+            .l4proto(pp.proto)
+            .th_port(port_dir, pp.port, pp.port, false);
+        if let Some(net) = pp.net {
+            if matches!(net, IpNet::V6(_)) != fam_v6(family) {
+                return None;
+            }
+            b = b.addr(net_dir, net, false);
+        }
+        Some(b.counter().accept())
+    }
+
+    /// `cali-failsafe-in` / `cali-failsafe-out` in one layer (§7.5); the raw copies also let
+    /// the return traffic of the other direction through (before conntrack exists).
+    fn failsafe_chains(&self, family: Family, layer: Layer) -> Vec<TextChain> {
+        let mut fin = ChainBuilder::new(&layer.chain(logical::FAILSAFE_IN));
+        for pp in &self.cfg.failsafe_inbound {
+            if let Some(b) = self.failsafe_rule(family, pp, Dir::Dst, Dir::Src) {
+                fin.push(b.build(), &["Failsafe host port"]);
+            }
+        }
+        if layer == Layer::Raw {
+            for pp in &self.cfg.failsafe_outbound {
+                if let Some(b) = self.failsafe_rule(family, pp, Dir::Src, Dir::Src) {
+                    fin.push(b.build(), &["Failsafe return traffic"]);
+                }
+            }
+        }
+        let mut fout = ChainBuilder::new(&layer.chain(logical::FAILSAFE_OUT));
+        for pp in &self.cfg.failsafe_outbound {
+            if let Some(b) = self.failsafe_rule(family, pp, Dir::Dst, Dir::Dst) {
+                fout.push(b.build(), &["Failsafe host port"]);
+            }
+        }
+        if layer == Layer::Raw {
+            for pp in &self.cfg.failsafe_inbound {
+                if let Some(b) = self.failsafe_rule(family, pp, Dir::Src, Dir::Dst) {
+                    fout.push(b.build(), &["Failsafe return traffic"]);
+                }
+            }
+        }
+        vec![fin.finish(), fout.finish()]
+    }
+
+    fn vxlan_on(&self, family: Family) -> bool {
+        if fam_v6(family) {
+            self.cfg.vxlan_enabled_v6
+        } else {
+            self.cfg.vxlan_enabled
+        }
+    }
+
+    /// Every static chain of §7 for one family (and the workload dispatch chains of §6.5).
+    /// Chains whose content comes from the model — `raw-cali-rpf-skip`, `nat-cali-nat-outgoing`,
+    /// `nat-cali-fip-dnat`/`-snat`, `filter-cali-cidr-block` and the host-endpoint dispatch
+    /// chains — have their own functions.
+    pub fn static_chains(&self, family: Family) -> Vec<TextChain> {
+        let m = self.marks;
+        let cfg = &self.cfg;
+        let v6 = fam_v6(family);
+        let r = || RuleBuilder::new(family);
+        let f = |n: &str| Layer::Filter.chain(n);
+        let prefixes: Vec<String> = cfg
+            .workload_iface_prefixes
+            .iter()
+            .map(|p| format!("{p}*"))
+            .collect();
+        let hosts_set = ipset_name(family, internal_sets::ALL_HOSTS_NET);
+        let vxlan_set = ipset_name(family, internal_sets::ALL_VXLAN_NET);
+        let vxlan = self.vxlan_on(family);
+        let ipip = cfg.ipip_enabled && !v6;
+        let mut out = Vec::new();
+
+        // filter cali-FORWARD (§7.1)
+        let mut c = ChainBuilder::new(&f(logical::FORWARD));
+        c.push(
+            r().counter()
+                .mark_clear(m.pass | m.scratch0 | m.scratch1)
+                .build(),
+            &[],
+        );
+        c.push(
+            r().mark_lacks(m.accept)
+                .counter()
+                .jump(&f(logical::FROM_HEP_FORWARD))
+                .build(),
+            &[],
+        );
+        for p in &prefixes {
+            c.push(
+                r().iifname(p)
+                    .counter()
+                    .jump(&f(logical::FROM_WL_DISPATCH))
+                    .build(),
+                &[],
+            );
+            c.push(
+                r().oifname(p)
+                    .counter()
+                    .jump(&f(logical::TO_WL_DISPATCH))
+                    .build(),
+                &[],
+            );
+        }
+        c.push(r().counter().jump(&f(logical::TO_HEP_FORWARD)).build(), &[]);
+        c.push(r().counter().jump(&f(logical::CIDR_BLOCK)).build(), &[]);
+        out.push(c.finish());
+
+        // filter cali-INPUT (§7.2)
+        let mut c = ChainBuilder::new(&f(logical::INPUT));
+        if ipip {
+            c.push(
+                r().l4proto(4)
+                    .saddr_in_set(&hosts_set)
+                    .fib_addr_type_local(Dir::Dst, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow IPIP packets from Calico hosts"],
+            );
+            c.push(
+                self.deny(r().l4proto(4).counter(), Layer::Filter).build(),
+                &["Drop IPIP packets from non-Calico hosts"],
+            );
+        }
+        if vxlan {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                    .saddr_in_set(&vxlan_set)
+                    .fib_addr_type_local(Dir::Dst, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow VXLAN packets from allowed hosts"],
+            );
+            let b = r()
+                .l4proto(17)
+                .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                .fib_addr_type_local(Dir::Dst, false)
+                .counter();
+            let b = if v6 {
+                self.deny(b, Layer::Filter)
+            } else {
+                b.drop_()
+            };
+            c.push(b.build(), &["Drop VXLAN packets from non-allowed hosts"]);
+        }
+        let wg_port = if v6 {
+            cfg.wireguard_port_v6
+        } else {
+            cfg.wireguard_port
+        };
+        if let Some(port) = wg_port {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, port, port, false)
+                    .fib_addr_type_local(Dir::Dst, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow incoming Wireguard packets"],
+            );
+        }
+        for p in &prefixes {
+            c.push(
+                r().iifname(p)
+                    .counter()
+                    .goto(&f(logical::WL_TO_HOST))
+                    .build(),
+                &[],
+            );
+        }
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.filter_allow())
+                .build(),
+            &[],
+        );
+        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(
+            r().counter().jump(&f(logical::FROM_HOST_ENDPOINT)).build(),
+            &[],
+        );
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.filter_allow())
+                .build(),
+            &["Host endpoint policy accepted packet."],
+        );
+        out.push(c.finish());
+
+        // filter cali-wl-to-host (§7.3)
+        let mut c = ChainBuilder::new(&f(logical::WL_TO_HOST));
+        if v6 {
+            for t in [130u8, 131, 132, 133, 135, 136] {
+                c.push(
+                    r().l4proto(58)
+                        .icmp(true, t, None, false)
+                        .counter()
+                        .verdict(self.filter_allow())
+                        .build(),
+                    &[],
+                );
+            }
+        }
+        c.push(
+            r().counter().jump(&f(logical::FROM_WL_DISPATCH)).build(),
+            &[],
+        );
+        let b = r().counter();
+        let b = match cfg.endpoint_to_host_action {
+            EndpointToHostAction::Drop => self.deny(b, Layer::Filter),
+            EndpointToHostAction::Accept => b.accept(),
+            EndpointToHostAction::Return => b.ret(),
+        };
+        c.push(b.build(), &["Configured DefaultEndpointToHostAction"]);
+        out.push(c.finish());
+
+        // filter cali-OUTPUT (§7.4)
+        let mut c = ChainBuilder::new(&f(logical::OUTPUT));
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.filter_allow())
+                .build(),
+            &[],
+        );
+        for p in &prefixes {
+            c.push(r().oifname(p).counter().ret().build(), &[]);
+        }
+        if ipip {
+            c.push(
+                r().l4proto(4)
+                    .daddr_in_set(&hosts_set)
+                    .fib_addr_type_local(Dir::Src, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow IPIP packets to other Calico hosts"],
+            );
+        }
+        if vxlan {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                    .daddr_in_set(&vxlan_set)
+                    .fib_addr_type_local(Dir::Src, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow VXLAN packets to other Calico hosts"],
+            );
+        }
+        if let Some(port) = wg_port {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, port, port, false)
+                    .fib_addr_type_local(Dir::Src, false)
+                    .counter()
+                    .verdict(self.filter_allow())
+                    .build(),
+                &["Allow outgoing Wireguard packets"],
+            );
+        }
+        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(
+            r().ct_status_dnat(false)
+                .counter()
+                .jump(&f(logical::TO_HOST_ENDPOINT))
+                .build(),
+            &[],
+        );
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.filter_allow())
+                .build(),
+            &["Host endpoint policy accepted packet."],
+        );
+        out.push(c.finish());
+
+        // failsafes (§7.5)
+        for layer in [Layer::Filter, Layer::Mangle, Layer::Raw] {
+            out.extend(self.failsafe_chains(family, layer));
+        }
+
+        // workload dispatch (§6.5): one vmap lookup, then fail closed.
+        for (name, which) in [
+            (f(logical::FROM_WL_DISPATCH), Iface::In),
+            (f(logical::TO_WL_DISPATCH), Iface::Out),
+        ] {
+            let mut c = ChainBuilder::new(&name);
+            c.push(r().ifname_vmap(which, &name).build(), &[]);
+            c.push(
+                self.deny(r().counter(), Layer::Filter).build(),
+                &["Unknown interface"],
+            );
+            out.push(c.finish());
+        }
+
+        // mangle cali-PREROUTING (§7.6)
+        let mg = |n: &str| Layer::Mangle.chain(n);
+        let mut c = ChainBuilder::new(&mg(logical::PREROUTING));
+        c.push(
+            r().ct_state(ct_state::ESTABLISHED | ct_state::RELATED)
+                .counter()
+                .verdict(self.mangle_allow())
+                .build(),
+            &[],
+        );
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.mangle_allow())
+                .build(),
+            &[],
+        );
+        c.push(
+            r().counter().jump(&mg(logical::FROM_HOST_ENDPOINT)).build(),
+            &[],
+        );
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.mangle_allow())
+                .build(),
+            &["Host endpoint policy accepted packet."],
+        );
+        out.push(c.finish());
+
+        // mangle cali-POSTROUTING (§7.7)
+        let mut c = ChainBuilder::new(&mg(logical::POSTROUTING));
+        c.push(r().mark_has(m.accept).counter().ret().build(), &[]);
+        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(
+            r().ct_status_dnat(true)
+                .counter()
+                .jump(&mg(logical::TO_HOST_ENDPOINT))
+                .build(),
+            &[],
+        );
+        c.push(
+            r().mark_has(m.accept).counter().ret().build(),
+            &["Host endpoint policy accepted packet."],
+        );
+        out.push(c.finish());
+
+        // raw cali-PREROUTING (§7.8)
+        let rw = |n: &str| Layer::Raw.chain(n);
+        let mut c = ChainBuilder::new(&rw(logical::PREROUTING));
+        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        if vxlan {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                    .counter()
+                    .notrack()
+                    .build(),
+                &[],
+            );
+        }
+        for p in &prefixes {
+            c.push(
+                r().iifname(p).counter().mark_set_or(m.scratch0).build(),
+                &[],
+            );
+        }
+        c.push(
+            r().mark_has(m.scratch0)
+                .counter()
+                .jump(&rw(logical::RPF_SKIP))
+                .build(),
+            &[],
+        );
+        c.push(
+            self.deny(
+                r().mark_has(m.scratch0).fib_rpf_missing().counter(),
+                Layer::Raw,
+            )
+            .build(),
+            &["Strict reverse-path check for workloads"],
+        );
+        c.push(
+            r().mark_lacks(m.scratch0)
+                .counter()
+                .jump(&rw(logical::FROM_HOST_ENDPOINT))
+                .build(),
+            &[],
+        );
+        c.push(r().mark_has(m.accept).counter().accept().build(), &[]);
+        out.push(c.finish());
+
+        // raw cali-OUTPUT (§7.9)
+        let mut c = ChainBuilder::new(&rw(logical::OUTPUT));
+        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(
+            r().counter().jump(&rw(logical::TO_HOST_ENDPOINT)).build(),
+            &[],
+        );
+        if vxlan {
+            c.push(
+                r().l4proto(17)
+                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                    .counter()
+                    .notrack()
+                    .build(),
+                &[],
+            );
+        }
+        c.push(r().mark_has(m.accept).counter().accept().build(), &[]);
+        out.push(c.finish());
+
+        // nat cali-PREROUTING / cali-OUTPUT / cali-POSTROUTING (§7.11)
+        let nt = |n: &str| Layer::Nat.chain(n);
+        for name in [logical::PREROUTING, logical::OUTPUT] {
+            let mut c = ChainBuilder::new(&nt(name));
+            c.push(r().counter().jump(&nt(logical::FIP_DNAT)).build(), &[]);
+            out.push(c.finish());
+        }
+        let mut c = ChainBuilder::new(&nt(logical::POSTROUTING));
+        c.push(r().counter().jump(&nt(logical::FIP_SNAT)).build(), &[]);
+        c.push(r().counter().jump(&nt(logical::NAT_OUTGOING)).build(), &[]);
+        let tunnels = if v6 {
+            &cfg.tunnel_ifaces_v6
+        } else {
+            &cfg.tunnel_ifaces_v4
+        };
+        for t in tunnels {
+            let src_local = |b: RuleBuilder| {
+                b.fib_saddr_oif_type_local(true)
+                    .fib_addr_type_local(Dir::Src, false)
+            };
+            if t.starts_with("vxlan") {
+                // Keep the source port off the VXLAN port (calico#12244): the wider side of
+                // [1024, 65535] around it.
+                let p = cfg.vxlan_port;
+                let range = if u32::from(p).saturating_sub(1024) > 65535 - u32::from(p) {
+                    (1024, p.saturating_sub(1))
+                } else {
+                    (p.saturating_add(1), 65535)
+                };
+                c.push(
+                    src_local(r().oifname(t).l4proto(17))
+                        .counter()
+                        .masquerade(Some(range), cfg.masq_fully_random)
+                        .build(),
+                    &["Masquerade non-tunnel sources leaving the tunnel"],
+                );
+            }
+            c.push(
+                src_local(r().oifname(t))
+                    .counter()
+                    .masquerade(None, cfg.masq_fully_random)
+                    .build(),
+                &["Masquerade non-tunnel sources leaving the tunnel"],
+            );
+        }
+        out.push(c.finish());
+
+        out
+    }
+
+    /// `raw-cali-rpf-skip`: per workload, the source prefixes it may spoof (§7.8, §14.1).
+    pub fn rpf_skip_chain<'a>(
+        &self,
+        family: Family,
+        workloads: impl IntoIterator<Item = &'a WorkloadEndpoint>,
+    ) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::RPF_SKIP));
+        let v6 = fam_v6(family);
+        for wep in workloads {
+            let mut nets: Vec<IpNet> = wep
+                .allow_spoofed_source_prefixes
+                .iter()
+                .filter_map(|s| s.parse::<IpNet>().ok().map(|n| n.trunc()))
+                .filter(|n| matches!(n, IpNet::V6(_)) == v6)
+                .collect();
+            nets.sort();
+            nets.dedup();
+            for n in nets {
+                c.push(
+                    RuleBuilder::new(family)
+                        .iifname(&wep.name)
+                        .addr(Dir::Src, n, false)
+                        .counter()
+                        .accept()
+                        .build(),
+                    &[],
+                );
+            }
+        }
+        c.finish()
+    }
+
+    /// `nat-cali-nat-outgoing` (§7.11): empty unless a pool of this family masquerades.
+    pub fn nat_outgoing_chain<'a>(
+        &self,
+        family: Family,
+        pools: impl IntoIterator<Item = &'a IpamPool>,
+    ) -> TextChain {
+        let cfg = &self.cfg;
+        let v6 = fam_v6(family);
+        let mut c = ChainBuilder::new(&Layer::Nat.chain(logical::NAT_OUTGOING));
+        let any_masq = pools.into_iter().any(|p| {
+            p.masquerade
+                && p.cidr
+                    .parse::<IpNet>()
+                    .is_ok_and(|n| matches!(n, IpNet::V6(_)) == v6)
+        });
+        if !any_masq {
+            return c.finish();
+        }
+        let base = || {
+            let mut b = RuleBuilder::new(family)
+                .saddr_in_set(&ipset_name(family, internal_sets::MASQ_IPAM_POOLS))
+                .addr_in_set(
+                    Dir::Dst,
+                    &ipset_name(family, internal_sets::NETWORK_IP_POOLS),
+                    true,
+                );
+            if cfg.nat_outgoing_exclusions == NatOutgoingExclusions::IpPoolsAndHostIps {
+                b = b.addr_in_set(
+                    Dir::Dst,
+                    &ipset_name(family, internal_sets::ALL_HOSTS_NET),
+                    true,
+                );
+            }
+            if let Some(i) = &cfg.nat_outgoing_iface_filter {
+                b = b.oifname(&i.replace('+', "*"));
+            }
+            b
+        };
+        let snat_addr = if v6 {
+            None
+        } else {
+            cfg.nat_outgoing_address.map(IpAddr::V4)
+        };
+        let nat = |b: RuleBuilder, ports: Option<(u16, u16)>| match snat_addr {
+            Some(a) => b.snat(a, ports),
+            None => b.masquerade(ports, cfg.masq_fully_random),
+        };
+        let comment = ["Masquerade traffic leaving the IP pools"];
+        match cfg.nat_port_range {
+            Some(range) => {
+                for proto in [6u8, 17] {
+                    c.push(
+                        nat(base().l4proto(proto).counter(), Some(range)).build(),
+                        &comment,
+                    );
+                    c.push(base().l4proto(proto).counter().ret().build(), &[]);
+                }
+                c.push(nat(base().counter(), None).build(), &comment);
+            }
+            None => c.push(nat(base().counter(), None).build(), &comment),
+        }
+        c.finish()
+    }
+
+    /// `nat-cali-fip-dnat` and `nat-cali-fip-snat` from the endpoints' NAT infos (§7.11):
+    /// per external IP (sorted) DNAT to the lowest internal IP claiming it; per internal IP a
+    /// hairpin SNAT back to its external IP.
+    pub fn floating_ip_chains(&self, family: Family, nats: &[NatInfo]) -> Vec<TextChain> {
+        let v6 = fam_v6(family);
+        let mut pairs: Vec<(IpAddr, IpAddr)> = nats
+            .iter()
+            .filter_map(|n| {
+                let ext = n.ext_ip.parse::<IpAddr>().ok()?;
+                let int = n.int_ip.parse::<IpAddr>().ok()?;
+                (ext.is_ipv6() == v6 && int.is_ipv6() == v6).then_some((ext, int))
+            })
+            .collect();
+        pairs.sort();
+        pairs.dedup_by(|b, a| a.0 == b.0); // lowest internal IP wins for each external IP
+        let mut dnat = ChainBuilder::new(&Layer::Nat.chain(logical::FIP_DNAT));
+        for (ext, int) in &pairs {
+            dnat.push(
+                RuleBuilder::new(family)
+                    .addr(Dir::Dst, IpNet::from(*ext), false)
+                    .counter()
+                    .dnat(*int)
+                    .build(),
+                &[],
+            );
+        }
+        let mut by_int: Vec<(IpAddr, IpAddr)> = pairs.iter().map(|(e, i)| (*i, *e)).collect();
+        by_int.sort();
+        by_int.dedup_by(|b, a| a.0 == b.0);
+        let mut snat = ChainBuilder::new(&Layer::Nat.chain(logical::FIP_SNAT));
+        for (int, ext) in &by_int {
+            snat.push(
+                RuleBuilder::new(family)
+                    .addr(Dir::Src, IpNet::from(*int), false)
+                    .addr(Dir::Dst, IpNet::from(*int), false)
+                    .counter()
+                    .snat(*ext, None)
+                    .build(),
+                &[],
+            );
+        }
+        vec![dnat.finish(), snat.finish()]
+    }
+
+    /// `filter-cali-cidr-block` (§7.11): traffic to service CIDRs of this family is dropped
+    /// or rejected per `ServiceLoopPrevention`; empty when disabled.
+    pub fn cidr_block_chain(&self, family: Family, service_cidrs: &[String]) -> TextChain {
+        let v6 = fam_v6(family);
+        let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::CIDR_BLOCK));
+        if self.cfg.service_loop_prevention == ServiceLoopPrevention::Disabled {
+            return c.finish();
+        }
+        let mut nets: Vec<IpNet> = service_cidrs
+            .iter()
+            .filter_map(|s| s.parse::<IpNet>().ok().map(|n| n.trunc()))
+            .filter(|n| matches!(n, IpNet::V6(_)) == v6)
+            .collect();
+        nets.sort();
+        nets.dedup();
+        for n in nets {
+            let b = RuleBuilder::new(family).addr(Dir::Dst, n, false).counter();
+            let b = match self.cfg.service_loop_prevention {
+                ServiceLoopPrevention::Reject => b.reject(),
+                _ => b.drop_(),
+            };
+            c.push(
+                b.build(),
+                &["Block traffic to service CIDR that would loop"],
+            );
+        }
+        c.finish()
+    }
+}
