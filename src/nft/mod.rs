@@ -1,4 +1,14 @@
 //! The nf_tables engine: object model, pure-Rust netlink codec, atomic transactions, read-back and
 //! diff. Knows netlink, not Calico.
+//!
+//! - [`model`]: tables, chains, rules, sets as the kernel holds them (the renderer's contract).
+//! - [`consts`]: uapi constants. [`codec`]: encode/decode of every object and expression.
+//! - [`batch`]: one transaction's messages (BEGIN … END), with a seq → object map for errors.
+//! - [`socket`]: the blocking `NETLINK_NETFILTER` socket and the [`socket::Kernel`] seam.
+//! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
+//! - [`diff`]: desired vs actual → ordered operations. [`print`]: `nft --debug=netlink` text.
 
+pub mod codec;
+pub mod consts;
 pub mod model;
+pub mod print;
