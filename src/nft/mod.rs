@@ -12,3 +12,12 @@ pub mod codec;
 pub mod consts;
 pub mod model;
 pub mod print;
+pub mod batch;
+pub mod error;
+pub mod socket;
+
+pub use error::NftError;
+pub mod dump;
+pub mod txn;
+pub mod diff;
+pub mod reconcile;

@@ -188,7 +188,7 @@ pub fn put_set_ref(w: &mut MsgWriter, table: &str, set: &str) {
 }
 
 /// One element's encoded size, for splitting element lists under 64 KiB.
-pub(crate) fn elem_size_hint(e: &Element) -> usize {
+pub fn elem_size_hint(e: &Element) -> usize {
     4 + 12 + e.key.len().div_ceil(4) * 4
         + 12
         + e.key_end.as_ref().map_or(0, |k| 12 + k.len().div_ceil(4) * 4)
