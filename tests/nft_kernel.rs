@@ -205,3 +205,513 @@ fn fixtures_commit_and_read_back_like_nft_loads_them() {
         assert_eq!(strip(&ours_json), strip(&nft_json), "{name}: nft -j differs");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Random desired states.
+
+/// A tiny deterministic PRNG (xorshift), so failures reproduce from the printed seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+}
+
+fn ifname(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.resize(16, 0);
+    v
+}
+
+/// CIDR → `[start, end)` for interval elements.
+fn cidr(a: [u8; 4], len: u32) -> (Vec<u8>, Option<Vec<u8>>) {
+    let base = u32::from_be_bytes(a) & if len == 0 { 0 } else { u32::MAX << (32 - len) };
+    let size = 1u64 << (32 - len);
+    let end = base as u64 + size;
+    (
+        base.to_be_bytes().to_vec(),
+        (end <= u32::MAX as u64).then(|| (end as u32).to_be_bytes().to_vec()),
+    )
+}
+
+fn random_table(rng: &mut Rng) -> Table {
+    let mut t = Table::new(Family::Ip, "calico");
+    // Interval set with overlapping/adjacent CIDRs (merged by the diff).
+    let mut ranges = Vec::new();
+    for _ in 0..rng.below(12) {
+        let a = [10, rng.below(4) as u8, rng.below(256) as u8, 0];
+        ranges.push(cidr(a, [16, 20, 24, 24, 23][rng.below(5) as usize]));
+    }
+    t.sets.insert(
+        "nets".into(),
+        Set {
+            name: "nets".into(),
+            key: vec![DataType::Ipv4Addr],
+            flags: set_flags::INTERVAL,
+            data: None,
+            size: None,
+            elements: diff::interval_elements(ranges),
+        },
+    );
+    let mut ips: Vec<Element> = (0..rng.below(20))
+        .map(|_| Element {
+            key: vec![192, 168, rng.below(3) as u8, rng.below(20) as u8],
+            key_end: None,
+            flags: 0,
+            data: None,
+        })
+        .collect();
+    ips.dedup();
+    t.sets.insert(
+        "ips".into(),
+        Set {
+            name: "ips".into(),
+            key: vec![DataType::Ipv4Addr],
+            flags: 0,
+            data: None,
+            size: Some(1024),
+            elements: ips,
+        },
+    );
+    let n_eps = rng.below(6);
+    let mut dispatch = Vec::new();
+    for i in 0..6 {
+        if !rng.chance(60) && i >= n_eps {
+            continue;
+        }
+        let name = format!("filter-cali-tw-cali{i}");
+        let mut c = Chain::regular(name.clone());
+        for r in 0..rng.below(4) {
+            c.rules.push(Rule {
+                exprs: vec![
+                    Expr::Payload {
+                        base: PayloadBase::Network,
+                        offset: 12,
+                        len: 4,
+                        dreg: Reg::R1,
+                    },
+                    Expr::Lookup {
+                        set: if rng.chance(50) { "ips" } else { "nets" }.into(),
+                        set_id: None,
+                        sreg: Reg::R1,
+                        dreg: None,
+                        invert: rng.chance(30),
+                    },
+                    Expr::Counter {
+                        packets: 0,
+                        bytes: 0,
+                    },
+                    Expr::Verdict(if rng.chance(50) {
+                        Verdict::Accept
+                    } else {
+                        Verdict::Drop
+                    }),
+                ],
+                comment: Some(format!("cali:{}-{r}", rng.below(3))),
+                handle: None,
+            });
+        }
+        if rng.chance(50) {
+            dispatch.push(Element {
+                key: ifname(&format!("cali{i}")),
+                key_end: None,
+                flags: 0,
+                data: Some(ElemData::Verdict(if rng.chance(50) {
+                    Verdict::Goto(name.clone())
+                } else {
+                    Verdict::Jump(name.clone())
+                })),
+            });
+        }
+        t.chains.insert(name, c);
+    }
+    t.sets.insert(
+        "filter-cali-to-wl-dispatch".into(),
+        Set {
+            name: "filter-cali-to-wl-dispatch".into(),
+            key: vec![DataType::IfName],
+            flags: 0,
+            data: Some(DataType::Verdict),
+            size: None,
+            elements: dispatch,
+        },
+    );
+    let mut fwd = Chain {
+        name: "filter-FORWARD".into(),
+        base: Some(BaseChain {
+            chain_type: ChainType::Filter,
+            hook: Hook::Forward,
+            priority: 0,
+            policy: if rng.chance(20) {
+                Verdict::Drop
+            } else {
+                Verdict::Accept
+            },
+        }),
+        rules: vec![],
+    };
+    fwd.rules.push(Rule {
+        exprs: vec![
+            Expr::Meta {
+                key: MetaKey::OifName,
+                dreg: Reg::R1,
+            },
+            Expr::Lookup {
+                set: "filter-cali-to-wl-dispatch".into(),
+                set_id: None,
+                sreg: Reg::R1,
+                dreg: Some(Reg::VERDICT),
+                invert: false,
+            },
+        ],
+        comment: Some("cali:dispatch".into()),
+        handle: None,
+    });
+    if rng.chance(50) {
+        fwd.rules.push(Rule {
+            exprs: vec![
+                Expr::Meta {
+                    key: MetaKey::Mark,
+                    dreg: Reg::R1,
+                },
+                Expr::Bitwise {
+                    sreg: Reg::R1,
+                    dreg: Reg::R1,
+                    len: 4,
+                    mask: 0x10000u32.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                },
+                Expr::Cmp {
+                    sreg: Reg::R1,
+                    op: CmpOp::Neq,
+                    data: vec![0; 4],
+                },
+                Expr::Verdict(Verdict::Accept),
+            ],
+            comment: Some("cali:accept-mark".into()),
+            handle: None,
+        });
+    }
+    t.chains.insert(fwd.name.clone(), fwd);
+    t
+}
+
+#[test]
+fn random_desired_states_converge_and_read_back_equal() {
+    in_private_netns(|| {
+        let mut k = Nft::open().unwrap();
+        let seed = 0x5eed_f00d_u64;
+        let mut rng = Rng(seed);
+        let mut last_ops = Vec::new();
+        for step in 0..25 {
+            let desired = random_table(&mut rng);
+            let rep = reconcile::sync(&mut k, std::slice::from_ref(&desired), &plain())
+                .unwrap_or_else(|e| panic!("seed {seed:#x} step {step}: {e:#}\n{:?}", e));
+            last_ops.push(rep.ops);
+            if std::env::var("DEBUG_STEP").is_ok_and(|v| v == step.to_string()) {
+                for p in &rep.plans { eprintln!("{p}"); }
+                eprintln!("{}", nft(&["list", "ruleset"]));
+            }
+            let got = read(&mut k, &desired);
+            assert_eq!(
+                canonical_table(&got.table),
+                canonical_table(&desired),
+                "seed {seed:#x} step {step}"
+            );
+            let again = reconcile::sync(&mut k, std::slice::from_ref(&desired), &plain()).unwrap();
+            assert_eq!(again.ops, 0, "step {step}: {}", again.plans[0]);
+        }
+        // Incremental, not rebuilds: most steps touched far fewer operations than a full load.
+        assert!(last_ops.iter().skip(1).any(|&n| n < last_ops[0]), "{last_ops:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Atomicity, error attribution, dry-run.
+
+fn small_table() -> Table {
+    let mut t = Table::new(Family::Ip, "calico");
+    let mut c = Chain::regular("filter-cali-tw-cali12");
+    c.rules.push(Rule {
+        exprs: vec![Expr::Verdict(Verdict::Accept)],
+        comment: Some("cali:ok".into()),
+        handle: None,
+    });
+    t.chains.insert(c.name.clone(), c);
+    t
+}
+
+fn bad_plan() -> Plan {
+    // A valid chain and set, then a rule jumping to a chain that does not exist.
+    let mut set = Set {
+        name: "s:new".into(),
+        key: vec![DataType::Ipv4Addr],
+        flags: 0,
+        data: None,
+        size: None,
+        elements: vec![],
+    };
+    set.elements.push(Element {
+        key: vec![1, 2, 3, 4],
+        key_end: None,
+        flags: 0,
+        data: None,
+    });
+    Plan {
+        family: Family::Ip,
+        table: "calico".into(),
+        ops: vec![
+            Op::AddSet(set.clone()),
+            Op::AddElements {
+                set: set.name.clone(),
+                elements: set.elements.clone(),
+            },
+            Op::AddChain(Chain::regular("filter-cali-fw-cali12")),
+            Op::FlushChain("filter-cali-tw-cali12".into()),
+            Op::AddRule {
+                chain: "filter-cali-tw-cali12".into(),
+                index: 3,
+                rule: Rule {
+                    exprs: vec![Expr::Verdict(Verdict::Jump("no-such-chain".into()))],
+                    comment: Some("cali:bad".into()),
+                    handle: None,
+                },
+            },
+        ],
+    }
+}
+
+#[test]
+fn a_batch_with_one_bad_object_changes_nothing_and_names_the_object() {
+    in_private_netns(|| {
+        let mut k = Nft::open().unwrap();
+        reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
+        let before = read(&mut k, &small_table());
+        let before_text = nft(&["list", "ruleset"]);
+        let err = k.commit(&[bad_plan()], None, false).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("adding rule 3 of chain filter-cali-tw-cali12 in table ip calico"),
+            "{msg}"
+        );
+        assert_eq!(err.errno(), Some(libc::ENOENT), "{err:?}");
+        assert_eq!(read(&mut k, &small_table()), before);
+        assert_eq!(nft(&["list", "ruleset"]), before_text);
+    });
+}
+
+#[test]
+fn dry_run_reports_the_error_and_keeps_nothing() {
+    in_private_netns(|| {
+        let mut k = Nft::open().unwrap();
+        reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
+        let before = nft(&["list", "ruleset"]);
+        let gen = k.generation().unwrap();
+        let err = k.commit(&[bad_plan()], Some(gen), true).unwrap_err();
+        assert!(err.to_string().contains("adding rule 3"), "{err}");
+        assert_eq!(nft(&["list", "ruleset"]), before);
+        // A valid dry-run succeeds and still keeps nothing.
+        let mut good = bad_plan();
+        good.ops.pop();
+        k.commit(&[good], Some(gen), true).unwrap();
+        assert_eq!(nft(&["list", "ruleset"]), before);
+        assert_eq!(k.generation().unwrap(), gen);
+        // The reconciler's dry-run mode: reports a would-be change, applies none.
+        let mut desired = small_table();
+        desired.chains.insert("x".into(), Chain::regular("x"));
+        let rep = reconcile::sync(
+            &mut k,
+            &[desired],
+            &SyncOptions {
+                dry_run: true,
+                ..plain()
+            },
+        )
+        .unwrap();
+        assert_eq!(rep.ops, 1);
+        assert_eq!(nft(&["list", "ruleset"]), before);
+    });
+}
+
+/// A kernel wrapper that lets another writer (`nft`) commit between our read and our commit.
+struct Interfering {
+    inner: Nft,
+    interfere: u32,
+    restarts_seen: u32,
+}
+
+impl NftKernel for Interfering {
+    fn generation(&mut self) -> Result<u32, NftError> {
+        self.inner.generation()
+    }
+    fn read_table(&mut self, f: Family, n: &str) -> Result<Option<TableState>, NftError> {
+        self.inner.read_table(f, n)
+    }
+    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry: bool) -> Result<(), NftError> {
+        if self.interfere > 0 {
+            self.interfere -= 1;
+            nft(&["add", "table", "ip", &format!("other{}", self.interfere)]);
+        }
+        let r = self.inner.commit(plans, genid, dry);
+        if matches!(&r, Err(e) if e.is_restart()) {
+            self.restarts_seen += 1;
+        }
+        r
+    }
+    fn owner_id(&self) -> Option<u32> {
+        self.inner.owner_id()
+    }
+    fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
+        self.inner.supports_owner_persist()
+    }
+}
+
+#[test]
+fn a_concurrent_writer_triggers_erestart_and_the_retry_converges() {
+    in_private_netns(|| {
+        let mut k = Interfering {
+            inner: Nft::open().unwrap(),
+            interfere: 2,
+            restarts_seen: 0,
+        };
+        // A stale generation id is refused as a whole.
+        let gen = k.inner.generation().unwrap();
+        nft(&["add", "table", "ip", "someone-else"]);
+        let err = k
+            .inner
+            .commit(&[diff::diff(&small_table(), None, false)], Some(gen), false)
+            .unwrap_err();
+        assert!(err.is_restart(), "{err:?}");
+        assert!(k.inner.read_table(Family::Ip, "calico").unwrap().is_none());
+        // The reconciler re-reads and retries until it wins.
+        let rep = reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
+        assert_eq!(k.restarts_seen, 2);
+        assert_eq!(rep.attempts, 3);
+        let got = read(&mut k.inner, &small_table());
+        assert_eq!(canonical_table(&got.table), canonical_table(&small_table()));
+        // The other writers' tables were never read or touched.
+        let text = nft(&["list", "tables"]);
+        assert!(text.contains("other0") && text.contains("other1") && text.contains("someone-else"));
+    });
+}
+
+#[test]
+fn read_of_an_absent_table_is_none_and_other_tables_are_not_read() {
+    in_private_netns(|| {
+        nft(&["add", "table", "ip", "foreign"]);
+        nft(&["add", "chain", "ip", "foreign", "c"]);
+        nft(&["add", "rule", "ip", "foreign", "c", "counter"]);
+        let mut k = Nft::open().unwrap();
+        assert!(k.read_table(Family::Ip, "calico").unwrap().is_none());
+        reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
+        let got = read(&mut k, &small_table());
+        assert_eq!(got.table.chains.len(), 1);
+        // The same name in another family is another table.
+        assert!(k.read_table(Family::Ip6, "calico").unwrap().is_none());
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale and ownership.
+
+#[test]
+fn hundred_thousand_elements_go_in_one_transaction() {
+    in_private_netns(|| {
+        let mut k = Nft::open().unwrap();
+        let mut t = Table::new(Family::Ip, "calico");
+        let elements: Vec<Element> = (0..100_000u32)
+            .map(|i| Element {
+                key: (0x0a00_0000 + i).to_be_bytes().to_vec(),
+                key_end: None,
+                flags: 0,
+                data: None,
+            })
+            .collect();
+        t.sets.insert(
+            "big".into(),
+            Set {
+                name: "big".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: 0,
+                data: None,
+                size: Some(131_072),
+                elements,
+            },
+        );
+        let gen = k.generation().unwrap();
+        let start = std::time::Instant::now();
+        let rep = reconcile::sync(&mut k, std::slice::from_ref(&t), &plain()).unwrap();
+        let took = start.elapsed();
+        assert_eq!(rep.attempts, 1);
+        // One commit: the generation moved by exactly one.
+        assert_eq!(k.generation().unwrap(), gen + 1);
+        let got = read(&mut k, &t);
+        assert_eq!(got.table.sets["big"].elements.len(), 100_000);
+        assert_eq!(canonical_table(&got.table), canonical_table(&t));
+        eprintln!("100k elements: sync (read + diff + encode + commit) {took:?}");
+        // Deleting 1% is a small delta.
+        let mut t2 = t.clone();
+        t2.sets.get_mut("big").unwrap().elements.truncate(99_000);
+        let rep = reconcile::sync(&mut k, std::slice::from_ref(&t2), &plain()).unwrap();
+        assert_eq!(rep.ops, 1);
+        assert_eq!(read(&mut k, &t2).table.sets["big"].elements.len(), 99_000);
+    });
+}
+
+#[test]
+fn owned_tables_refuse_other_writers_and_are_readopted_after_restart() {
+    in_private_netns(|| {
+        let opts = SyncOptions::default(); // OwnerPersist
+        let mut k = Nft::open().unwrap();
+        assert!(k.supports_owner_persist().unwrap(), "kernel 6.18 supports OWNER|PERSIST");
+        reconcile::sync(&mut k, &[small_table()], &opts).unwrap();
+        let st = read(&mut k, &small_table());
+        assert_eq!(
+            st.table.flags,
+            table_flags::OWNER | table_flags::PERSIST
+        );
+        assert_eq!(st.owner, k.owner_id());
+        // Another process may read but not write.
+        let (ok, stderr) = nft_status(&[
+            "add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter",
+        ]);
+        assert!(!ok, "nft wrote into our owned table");
+        assert!(stderr.contains("Operation not permitted"), "{stderr}");
+        assert!(nft(&["list", "table", "ip", "calico"]).contains("filter-cali-tw-cali12"));
+        // Our process "restarts": the table outlives the socket, orphaned.
+        drop(k);
+        let mut k = Nft::open().unwrap();
+        let orphan = read(&mut k, &small_table());
+        assert_eq!(orphan.owner, None);
+        // The kernel clears OWNER on an orphan and keeps PERSIST.
+        assert_eq!(orphan.table.flags, table_flags::PERSIST);
+        let mut orphan_t = orphan.table.clone();
+        orphan_t.flags = st.table.flags;
+        assert_eq!(
+            canonical_table(&orphan_t),
+            canonical_table(&st.table),
+            "policy survived the restart"
+        );
+        // Re-adoption: NEWTABLE with the flags again, nothing else.
+        let rep = reconcile::sync(&mut k, &[small_table()], &opts).unwrap();
+        assert_eq!(rep.plans[0].ops, vec![Op::AddTable { flags: 6 }]);
+        assert_eq!(read(&mut k, &small_table()).owner, k.owner_id());
+        let (ok, _) = nft_status(&[
+            "add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter",
+        ]);
+        assert!(!ok, "re-adopted table is owned again");
+        // Ownership off: plain tables; changing it is an atomic rebuild.
+        let rep = reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
+        assert_eq!(rep.plans[0].ops[0], Op::DelTable);
+        nft(&["add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter"]);
+    });
+}

@@ -188,7 +188,7 @@ impl Batch {
             family,
             || format!("flushing chain {chain} in table {} {table}", family.name()),
             |w| {
-                codec::put_chain_ref(w, table, chain);
+                codec::put_rule_chain_ref(w, table, chain);
                 Ok(())
             },
         );

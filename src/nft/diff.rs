@@ -355,7 +355,11 @@ fn range_elems(rs: Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)>) -> Vec<Ele
 const FIXED_TABLE_FLAGS: u32 = table_flags::OWNER | table_flags::PERSIST;
 
 fn needs_rebuild(desired: &Table, actual: &Table) -> Option<String> {
-    if (desired.flags ^ actual.flags) & FIXED_TABLE_FLAGS != 0 {
+    // An orphaned persistent table reads back as PERSIST without OWNER; NEWTABLE with
+    // OWNER|PERSIST re-adopts it (netlink.md §4), so that is no rebuild.
+    let adoptable = actual.flags & FIXED_TABLE_FLAGS == table_flags::PERSIST
+        && desired.flags & FIXED_TABLE_FLAGS == FIXED_TABLE_FLAGS;
+    if !adoptable && (desired.flags ^ actual.flags) & FIXED_TABLE_FLAGS != 0 {
         return Some("owner/persist flags changed".into());
     }
     for (name, ds) in &desired.sets {

@@ -36,7 +36,14 @@ pub fn put_chain(w: &mut MsgWriter, table: &str, c: &Chain) {
     }
 }
 
-/// Table + chain name (DELCHAIN, and DELRULE without handle = flush).
+/// Table + chain as rule attributes: DELRULE without a handle flushes that chain. (Without
+/// `NFTA_RULE_CHAIN` the kernel would flush every chain of the table.)
+pub fn put_rule_chain_ref(w: &mut MsgWriter, table: &str, chain: &str) {
+    w.put_str(NFTA_RULE_TABLE, table);
+    w.put_str(NFTA_RULE_CHAIN, chain);
+}
+
+/// Table + chain name (DELCHAIN).
 pub fn put_chain_ref(w: &mut MsgWriter, table: &str, chain: &str) {
     w.put_str(NFTA_CHAIN_TABLE, table);
     w.put_str(NFTA_CHAIN_NAME, chain);
