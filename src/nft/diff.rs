@@ -215,16 +215,27 @@ fn ranges(elems: &[Element]) -> Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)
             be.cmp(&ae)
         })
     });
+    // The elements are read as start/end pairs whose union is the set: count nesting depth, so
+    // overlapping pairs (10.0.0.0/8 with 10.1.0.0/16 inside) give their union.
     let mut out = Vec::new();
     let mut open: Option<(Vec<u8>, Option<ElemData>)> = None;
+    let mut depth = 0usize;
     for e in sorted {
         if e.flags & elem_flags::INTERVAL_END != 0 {
-            if let Some((s, d)) = open.take() {
-                out.push((s, Some(e.key.clone()), d));
-            }
             // An END with nothing open (nft's leading 0.0.0.0 END) bounds nothing.
-        } else if open.is_none() {
-            open = Some((e.key.clone(), e.data.clone()));
+            if depth > 0 {
+                depth -= 1;
+                if depth == 0 {
+                    if let Some((s, d)) = open.take() {
+                        out.push((s, Some(e.key.clone()), d));
+                    }
+                }
+            }
+        } else {
+            if depth == 0 {
+                open = Some((e.key.clone(), e.data.clone()));
+            }
+            depth += 1;
         }
     }
     if let Some((s, d)) = open {
