@@ -224,13 +224,29 @@ fn hand_built_objects_encode_to_nft_bytes() {
         elements: vec![],
     };
     let cases = [
-        (set("s4", vec![DataType::Ipv4Addr], set_flags::INTERVAL, None, None), 1),
-        (set("h4", vec![DataType::Ipv4Addr], 0, None, Some(131072)), 2),
+        (
+            set(
+                "s4",
+                vec![DataType::Ipv4Addr],
+                set_flags::INTERVAL,
+                None,
+                None,
+            ),
+            1,
+        ),
+        (
+            set("h4", vec![DataType::Ipv4Addr], 0, None, Some(131072)),
+            2,
+        ),
         (set("ifs", vec![DataType::IfName], 0, None, None), 4),
         (
             set(
                 "ipp",
-                vec![DataType::Ipv4Addr, DataType::InetProto, DataType::InetService],
+                vec![
+                    DataType::Ipv4Addr,
+                    DataType::InetProto,
+                    DataType::InetService,
+                ],
                 0,
                 None,
                 None,
@@ -248,10 +264,25 @@ fn hand_built_objects_encode_to_nft_bytes() {
             7,
         ),
         (
-            set("dispatch", vec![DataType::IfName], 0, Some(DataType::Verdict), None),
+            set(
+                "dispatch",
+                vec![DataType::IfName],
+                0,
+                Some(DataType::Verdict),
+                None,
+            ),
             9,
         ),
-        (set("mm", vec![DataType::Ipv4Addr], 0, Some(DataType::Mark), None), 10),
+        (
+            set(
+                "mm",
+                vec![DataType::Ipv4Addr],
+                0,
+                Some(DataType::Mark),
+                None,
+            ),
+            10,
+        ),
     ];
     for (s, id) in cases {
         let mut needle = s.name.as_bytes().to_vec();
@@ -331,7 +362,10 @@ fn hand_built_objects_encode_to_nft_bytes() {
             ..el(ifname("eth1"), 0)
         },
     ];
-    assert_eq!(elems("dispatch", 9, vmap), find(NFT_MSG_NEWSETELEM, b"dispatch\0"));
+    assert_eq!(
+        elems("dispatch", 9, vmap),
+        find(NFT_MSG_NEWSETELEM, b"dispatch\0")
+    );
     let mm = vec![
         Element {
             data: Some(ElemData::Value(1u32.to_ne_bytes().to_vec())),
@@ -537,17 +571,28 @@ mod prop {
                     dreg,
                 }
             }),
-            (base(), 0u32..64, 1u32..17, reg(), 0u32..3, 0u32..32, 0u32..2).prop_map(
-                |(base, offset, len, sreg, csum_type, csum_offset, csum_flags)| Expr::PayloadSet {
-                    base,
-                    offset,
-                    len,
-                    sreg,
-                    csum_type,
-                    csum_offset,
-                    csum_flags
-                }
-            ),
+            (
+                base(),
+                0u32..64,
+                1u32..17,
+                reg(),
+                0u32..3,
+                0u32..32,
+                0u32..2
+            )
+                .prop_map(
+                    |(base, offset, len, sreg, csum_type, csum_offset, csum_flags)| {
+                        Expr::PayloadSet {
+                            base,
+                            offset,
+                            len,
+                            sreg,
+                            csum_type,
+                            csum_offset,
+                            csum_flags,
+                        }
+                    }
+                ),
             (reg(), op(), bytes(1..17)).prop_map(|(sreg, op, data)| Expr::Cmp { sreg, op, data }),
             (reg(), reg(), bytes(1..17)).prop_map(|(sreg, dreg, m)| Expr::Bitwise {
                 sreg,
@@ -578,9 +623,15 @@ mod prop {
                 }),
             (reg(), bytes(1..17)).prop_map(|(dreg, data)| Expr::ImmediateData { dreg, data }),
             verdict().prop_map(Expr::Verdict),
-            (any::<u64>(), any::<u64>()).prop_map(|(packets, bytes)| Expr::Counter { packets, bytes }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(packets, bytes)| Expr::Counter { packets, bytes }),
             (
-                prop_oneof![Just(CtKey::State), Just(CtKey::Status), Just(CtKey::Mark), Just(CtKey::Other(8))],
+                prop_oneof![
+                    Just(CtKey::State),
+                    Just(CtKey::Status),
+                    Just(CtKey::Mark),
+                    Just(CtKey::Other(8))
+                ],
                 reg(),
                 proptest::option::of(0u8..2)
             )
@@ -589,7 +640,11 @@ mod prop {
                     dreg,
                     direction
                 }),
-            (proptest::option::of("[a-z: ]{1,20}"), proptest::option::of(0u32..8), proptest::option::of(0u32..4))
+            (
+                proptest::option::of("[a-z: ]{1,20}"),
+                proptest::option::of(0u32..8),
+                proptest::option::of(0u32..4)
+            )
                 .prop_map(|(prefix, level, flags)| Expr::Log {
                     prefix,
                     level,
@@ -597,7 +652,11 @@ mod prop {
                     snaplen: None,
                     flags,
                 }),
-            (proptest::option::of("[a-z]{1,8}"), any::<u16>(), proptest::option::of(any::<u32>()))
+            (
+                proptest::option::of("[a-z]{1,8}"),
+                any::<u16>(),
+                proptest::option::of(any::<u32>())
+            )
                 .prop_map(|(prefix, g, snaplen)| Expr::Log {
                     prefix,
                     level: None,
@@ -605,15 +664,32 @@ mod prop {
                     snaplen,
                     flags: None,
                 }),
-            (1u64..1_000_000, prop_oneof![Just(1u64), Just(60), Just(3600)], any::<u32>(), any::<bool>(), any::<bool>())
+            (
+                1u64..1_000_000,
+                prop_oneof![Just(1u64), Just(60), Just(3600)],
+                any::<u32>(),
+                any::<bool>(),
+                any::<bool>()
+            )
                 .prop_map(|(rate, unit, burst, bytes, over)| Expr::Limit {
                     rate,
                     unit,
                     burst,
-                    kind: if bytes { LimitType::Bytes } else { LimitType::Packets },
+                    kind: if bytes {
+                        LimitType::Bytes
+                    } else {
+                        LimitType::Packets
+                    },
                     over
                 }),
-            (prop_oneof![Just(RejectType::IcmpUnreach), Just(RejectType::TcpRst), Just(RejectType::IcmpxUnreach)], any::<u8>())
+            (
+                prop_oneof![
+                    Just(RejectType::IcmpUnreach),
+                    Just(RejectType::TcpRst),
+                    Just(RejectType::IcmpxUnreach)
+                ],
+                any::<u8>()
+            )
                 .prop_map(|(kind, code)| Expr::Reject { kind, code }),
             (
                 any::<bool>(),
@@ -624,26 +700,65 @@ mod prop {
                 proptest::option::of(reg()),
                 0u32..32
             )
-                .prop_map(|(s, family, addr_min, addr_max, proto_min, proto_max, flags)| Expr::Nat {
-                    kind: if s { NatType::Snat } else { NatType::Dnat },
-                    family,
-                    addr_min,
-                    addr_max,
+                .prop_map(
+                    |(s, family, addr_min, addr_max, proto_min, proto_max, flags)| Expr::Nat {
+                        kind: if s { NatType::Snat } else { NatType::Dnat },
+                        family,
+                        addr_min,
+                        addr_max,
+                        proto_min,
+                        proto_max,
+                        flags
+                    }
+                ),
+            (
+                0u32..32,
+                proptest::option::of(reg()),
+                proptest::option::of(reg())
+            )
+                .prop_map(|(flags, proto_min, proto_max)| Expr::Masq {
+                    flags,
                     proto_min,
-                    proto_max,
-                    flags
+                    proto_max
                 }),
-            (0u32..32, proptest::option::of(reg()), proptest::option::of(reg()))
-                .prop_map(|(flags, proto_min, proto_max)| Expr::Masq { flags, proto_min, proto_max }),
             Just(Expr::Notrack),
-            (1u32..64, prop_oneof![Just(FibResult::Oif), Just(FibResult::OifName), Just(FibResult::AddrType)], reg())
-                .prop_map(|(flags, result, dreg)| Expr::Fib { flags, result, dreg }),
+            (
+                1u32..64,
+                prop_oneof![
+                    Just(FibResult::Oif),
+                    Just(FibResult::OifName),
+                    Just(FibResult::AddrType)
+                ],
+                reg()
+            )
+                .prop_map(|(flags, result, dreg)| Expr::Fib {
+                    flags,
+                    result,
+                    dreg
+                }),
             (any::<u32>(), 0u32..2).prop_map(|(count, flags)| Expr::Connlimit { count, flags }),
             (
-                "[a-z]{3,10}".prop_filter("modelled names", |n| codec::expr_name(&Expr::Notrack) != n && ![
-                    "meta", "payload", "cmp", "bitwise", "range", "lookup", "immediate", "counter",
-                    "ct", "log", "limit", "reject", "nat", "masq", "fib", "connlimit"
-                ].contains(&n.as_str())),
+                "[a-z]{3,10}".prop_filter("modelled names", |n| codec::expr_name(&Expr::Notrack)
+                    != n
+                    && ![
+                        "meta",
+                        "payload",
+                        "cmp",
+                        "bitwise",
+                        "range",
+                        "lookup",
+                        "immediate",
+                        "counter",
+                        "ct",
+                        "log",
+                        "limit",
+                        "reject",
+                        "nat",
+                        "masq",
+                        "fib",
+                        "connlimit"
+                    ]
+                    .contains(&n.as_str())),
                 bytes(0..4).prop_map(|b| {
                     // A well-formed attribute list: one u32 attribute of type 1.
                     let mut v = vec![8, 0, 1, 0];

@@ -71,10 +71,21 @@ fn overlapping_and_adjacent_intervals_are_merged() {
         ]
     );
     // A range to the top of the space has no END element.
-    let top = interval_set("t", vec![start(v4(200, 0, 0, 0)), start(v4(0, 0, 0, 0)), end(v4(1, 0, 0, 0))]);
+    let top = interval_set(
+        "t",
+        vec![
+            start(v4(200, 0, 0, 0)),
+            start(v4(0, 0, 0, 0)),
+            end(v4(1, 0, 0, 0)),
+        ],
+    );
     assert_eq!(
         diff::normalize_elements(&top),
-        vec![start(v4(0, 0, 0, 0)), end(v4(1, 0, 0, 0)), start(v4(200, 0, 0, 0))]
+        vec![
+            start(v4(0, 0, 0, 0)),
+            end(v4(1, 0, 0, 0)),
+            start(v4(200, 0, 0, 0))
+        ]
     );
 }
 
@@ -84,7 +95,13 @@ fn removing_a_contained_cidr_while_its_cover_stays_is_a_no_op() {
     let mut t = Table::new(Family::Ip, "calico");
     t.sets.insert(
         "s".into(),
-        interval_set("s", diff::interval_elements([(v4(10, 0, 0, 0), Some(v4(11, 0, 0, 0))), (v4(10, 1, 0, 0), Some(v4(10, 2, 0, 0)))])),
+        interval_set(
+            "s",
+            diff::interval_elements([
+                (v4(10, 0, 0, 0), Some(v4(11, 0, 0, 0))),
+                (v4(10, 1, 0, 0), Some(v4(10, 2, 0, 0))),
+            ]),
+        ),
     );
     let mut desired = t.clone();
     desired.sets.get_mut("s").unwrap().elements =
@@ -95,7 +112,10 @@ fn removing_a_contained_cidr_while_its_cover_stays_is_a_no_op() {
 #[test]
 fn a_changed_interval_is_removed_and_readded_whole() {
     let mut a = Table::new(Family::Ip, "calico");
-    a.sets.insert("s".into(), interval_set("s", vec![start(v4(10, 0, 0, 0)), end(v4(11, 0, 0, 0))]));
+    a.sets.insert(
+        "s".into(),
+        interval_set("s", vec![start(v4(10, 0, 0, 0)), end(v4(11, 0, 0, 0))]),
+    );
     let mut d = a.clone();
     d.sets.get_mut("s").unwrap().elements = vec![start(v4(10, 0, 0, 0)), end(v4(10, 128, 0, 0))];
     let p = diff::diff(&d, Some(&a), false);
@@ -117,7 +137,10 @@ fn a_changed_interval_is_removed_and_readded_whole() {
 fn rule(v: Verdict, comment: &str, packets: u64) -> Rule {
     Rule {
         exprs: vec![
-            Expr::Counter { packets, bytes: packets * 60 },
+            Expr::Counter {
+                packets,
+                bytes: packets * 60,
+            },
             Expr::Verdict(v),
         ],
         comment: Some(comment.into()),
@@ -136,7 +159,15 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
     assert!(diff::diff(&d, Some(&a), false).is_empty());
     let mut k = FakeKernel::default();
     k.tables.insert((Family::Ip, "calico".into()), a);
-    let rep = reconcile::sync(&mut k, &[d], &SyncOptions { ownership: Ownership::Off, ..Default::default() }).unwrap();
+    let rep = reconcile::sync(
+        &mut k,
+        &[d],
+        &SyncOptions {
+            ownership: Ownership::Off,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(rep.ops, 0);
     assert_eq!(k.commits, 0);
 }
@@ -145,23 +176,33 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
 fn a_chain_whose_rules_differ_is_flushed_and_rewritten_and_order_is_references_first() {
     let mut a = Table::new(Family::Ip, "calico");
     let mut old = Chain::regular("old");
-    old.rules.push(rule(Verdict::Jump("gone".into()), "cali:j", 0));
+    old.rules
+        .push(rule(Verdict::Jump("gone".into()), "cali:j", 0));
     a.chains.insert("old".into(), old);
     let mut gone = Chain::regular("gone");
     gone.rules.push(rule(Verdict::Drop, "cali:d", 0));
     a.chains.insert("gone".into(), gone);
     let mut keep = Chain::regular("keep");
-    keep.rules.push(rule(Verdict::Jump("gone".into()), "cali:k", 0));
+    keep.rules
+        .push(rule(Verdict::Jump("gone".into()), "cali:k", 0));
     a.chains.insert("keep".into(), keep);
-    a.sets.insert("unused".into(), interval_set("unused", vec![]));
+    a.sets
+        .insert("unused".into(), interval_set("unused", vec![]));
 
     let mut d = Table::new(Family::Ip, "calico");
     let mut keep = Chain::regular("keep");
     keep.rules.push(rule(Verdict::Accept, "cali:k2", 0));
     d.chains.insert("keep".into(), keep);
     let p = diff::diff(&d, Some(&a), false);
-    let ops: Vec<String> = p.ops.iter().map(|o| format!("{o:?}").chars().take(40).collect()).collect();
-    assert!(matches!(p.ops[0], Op::FlushChain(ref c) if c == "keep"), "{ops:?}");
+    let ops: Vec<String> = p
+        .ops
+        .iter()
+        .map(|o| format!("{o:?}").chars().take(40).collect())
+        .collect();
+    assert!(
+        matches!(p.ops[0], Op::FlushChain(ref c) if c == "keep"),
+        "{ops:?}"
+    );
     assert!(matches!(p.ops[1], Op::AddRule { ref chain, .. } if chain == "keep"));
     assert_eq!(
         p.ops[2..],
@@ -175,7 +216,10 @@ fn a_chain_whose_rules_differ_is_flushed_and_rewritten_and_order_is_references_f
     );
     let mut tables = BTreeMap::from([((Family::Ip, "calico".to_owned()), a)]);
     diff::apply(&mut tables, &[p]).unwrap();
-    assert_eq!(canonical_table(&tables[&(Family::Ip, "calico".to_owned())]), canonical_table(&d));
+    assert_eq!(
+        canonical_table(&tables[&(Family::Ip, "calico".to_owned())]),
+        canonical_table(&d)
+    );
 }
 
 #[test]
@@ -203,20 +247,36 @@ fn erestart_is_retried_from_a_fresh_read() {
     // Give up after max_attempts, surfacing the restart.
     k.restarts_to_inject = 5;
     d.chains.insert("c2".into(), Chain::regular("c2"));
-    let err = reconcile::sync(&mut k, &[d], &SyncOptions { max_attempts: 2, ..Default::default() }).unwrap_err();
+    let err = reconcile::sync(
+        &mut k,
+        &[d],
+        &SyncOptions {
+            max_attempts: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert!(err.is_restart());
 }
 
 #[test]
 fn ownership_flags_follow_kernel_support() {
     let d = Table::new(Family::Ip, "calico");
-    let mut k = FakeKernel { persist: true, ..Default::default() };
-    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist).unwrap();
+    let mut k = FakeKernel {
+        persist: true,
+        ..Default::default()
+    };
+    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
+        .unwrap();
     assert_eq!(t[0].flags, table_flags::OWNER | table_flags::PERSIST);
     let mut k = FakeKernel::default();
-    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist).unwrap();
+    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
+        .unwrap();
     assert_eq!(t[0].flags, 0);
-    let mut k = FakeKernel { persist: true, ..Default::default() };
+    let mut k = FakeKernel {
+        persist: true,
+        ..Default::default()
+    };
     let t = reconcile::with_ownership(&mut k, &[d], Ownership::Off).unwrap();
     assert_eq!(t[0].flags, 0);
     assert!(k.supports_owner_persist().unwrap());
@@ -249,7 +309,10 @@ fn batch_framing_genid_ack_on_end_only_and_dry_run_without_end() {
     // res_id = NFNL_SUBSYS_NFTABLES, big-endian; NFNL_BATCH_GENID = 42.
     assert_eq!(&m[0].3[2..4], &10u16.to_be_bytes());
     assert_eq!(&m[0].3[4..12], &[8, 0, 1, 0, 0, 0, 0, 42]);
-    assert_eq!(m.iter().map(|x| x.2).collect::<Vec<_>>(), vec![100, 101, 102, 103]);
+    assert_eq!(
+        m.iter().map(|x| x.2).collect::<Vec<_>>(),
+        vec![100, 101, 102, 103]
+    );
     assert!(m[..3].iter().all(|x| x.1 & NLM_F_ACK == 0));
     assert_eq!(m[3].0, NFNL_MSG_BATCH_END);
     assert_ne!(m[3].1 & NLM_F_ACK, 0);
@@ -258,7 +321,10 @@ fn batch_framing_genid_ack_on_end_only_and_dry_run_without_end() {
         Object::Rule(r) => assert_eq!(r.chain, "filter-cali-tw-cali12"),
         o => panic!("{o:?}"),
     }
-    assert_eq!(enc.describe(102), "flushing chain filter-cali-tw-cali12 in table ip calico");
+    assert_eq!(
+        enc.describe(102),
+        "flushing chain filter-cali-tw-cali12 in table ip calico"
+    );
     assert!(enc.describe(100).contains("generation"));
 
     let mut b = Batch::new(1, None);
@@ -272,7 +338,9 @@ fn batch_framing_genid_ack_on_end_only_and_dry_run_without_end() {
 
 #[test]
 fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
-    let elements: Vec<Element> = (0..100_000u32).map(|i| start(i.to_be_bytes().to_vec())).collect();
+    let elements: Vec<Element> = (0..100_000u32)
+        .map(|i| start(i.to_be_bytes().to_vec()))
+        .collect();
     let set = Set {
         name: "big".into(),
         key: vec![DataType::Ipv4Addr],
@@ -283,7 +351,8 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
     };
     let mut b = Batch::new(1, None);
     b.add_set(Family::Ip, "calico", &set);
-    b.add_elements(Family::Ip, "calico", "big", &elements).unwrap();
+    b.add_elements(Family::Ip, "calico", "big", &elements)
+        .unwrap();
     let enc = b.finish(true);
     let m = messages(&enc.bytes);
     let mut total = 0;
@@ -305,9 +374,17 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
 // ---------------------------------------------------------------------------------------------
 
 fn arb_table() -> impl Strategy<Value = Table> {
-    let chains = proptest::collection::btree_map(0u8..6, (proptest::collection::vec((0u8..4, 0u8..3), 0..4), any::<bool>()), 0..6);
+    let chains = proptest::collection::btree_map(
+        0u8..6,
+        (
+            proptest::collection::vec((0u8..4, 0u8..3), 0..4),
+            any::<bool>(),
+        ),
+        0..6,
+    );
     let ips = proptest::collection::btree_set((0u8..4, 0u8..30), 0..20);
-    let nets = proptest::collection::vec((0u8..8, prop_oneof![Just(16u32), Just(20), Just(24)]), 0..8);
+    let nets =
+        proptest::collection::vec((0u8..8, prop_oneof![Just(16u32), Just(20), Just(24)]), 0..8);
     let vmap = proptest::collection::btree_map(0u8..6, any::<bool>(), 0..6);
     (chains, ips, nets, vmap, any::<bool>()).prop_map(|(chains, ips, nets, vmap, with_sets)| {
         let mut t = Table::new(Family::Ip, "calico");
@@ -326,28 +403,58 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 };
                 let mut exprs = vec![];
                 if with_sets && *r % 2 == 0 {
-                    exprs.push(Expr::Payload { base: PayloadBase::Network, offset: 12, len: 4, dreg: Reg::R1 });
-                    exprs.push(Expr::Lookup { set: if *r == 0 { "ips" } else { "nets" }.into(), set_id: None, sreg: Reg::R1, dreg: None, invert: false });
+                    exprs.push(Expr::Payload {
+                        base: PayloadBase::Network,
+                        offset: 12,
+                        len: 4,
+                        dreg: Reg::R1,
+                    });
+                    exprs.push(Expr::Lookup {
+                        set: if *r == 0 { "ips" } else { "nets" }.into(),
+                        set_id: None,
+                        sreg: Reg::R1,
+                        dreg: None,
+                        invert: false,
+                    });
                 }
-                exprs.push(Expr::Counter { packets: 0, bytes: 0 });
+                exprs.push(Expr::Counter {
+                    packets: 0,
+                    bytes: 0,
+                });
                 exprs.push(Expr::Verdict(verdict));
-                c.rules.push(Rule { exprs, comment: Some(format!("cali:{r}")), handle: None });
+                c.rules.push(Rule {
+                    exprs,
+                    comment: Some(format!("cali:{r}")),
+                    handle: None,
+                });
             }
             t.chains.insert(c.name.clone(), c);
         }
         if with_sets {
-            t.sets.insert("ips".into(), Set {
-                name: "ips".into(),
-                key: vec![DataType::Ipv4Addr],
-                flags: 0,
-                data: None,
-                size: None,
-                elements: ips.iter().map(|(c, d)| start(v4(10, 0, *c, *d))).collect(),
-            });
-            t.sets.insert("nets".into(), interval_set("nets", diff::interval_elements(nets.iter().map(|(b, len)| {
-                let base = u32::from_be_bytes([10, *b, 0, 0]);
-                (base.to_be_bytes().to_vec(), Some((base + (1 << (32 - len))).to_be_bytes().to_vec()))
-            }))));
+            t.sets.insert(
+                "ips".into(),
+                Set {
+                    name: "ips".into(),
+                    key: vec![DataType::Ipv4Addr],
+                    flags: 0,
+                    data: None,
+                    size: None,
+                    elements: ips.iter().map(|(c, d)| start(v4(10, 0, *c, *d))).collect(),
+                },
+            );
+            t.sets.insert(
+                "nets".into(),
+                interval_set(
+                    "nets",
+                    diff::interval_elements(nets.iter().map(|(b, len)| {
+                        let base = u32::from_be_bytes([10, *b, 0, 0]);
+                        (
+                            base.to_be_bytes().to_vec(),
+                            Some((base + (1 << (32 - len))).to_be_bytes().to_vec()),
+                        )
+                    })),
+                ),
+            );
         }
         let mut disp = Set {
             name: "dispatch".into(),
@@ -368,7 +475,11 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 key,
                 key_end: None,
                 flags: 0,
-                data: Some(ElemData::Verdict(if goto { Verdict::Goto(target) } else { Verdict::Jump(target) })),
+                data: Some(ElemData::Verdict(if goto {
+                    Verdict::Goto(target)
+                } else {
+                    Verdict::Jump(target)
+                })),
             });
         }
         t.sets.insert("dispatch".into(), disp);

@@ -19,7 +19,10 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nft");
 
 /// Runs nft (test oracle) in the calling thread's network namespace.
 fn nft(args: &[&str]) -> String {
-    let out = Command::new("nft").args(args).output().expect("running nft");
+    let out = Command::new("nft")
+        .args(args)
+        .output()
+        .expect("running nft");
     assert!(
         out.status.success(),
         "nft {args:?}: {}",
@@ -29,7 +32,10 @@ fn nft(args: &[&str]) -> String {
 }
 
 fn nft_status(args: &[&str]) -> (bool, String) {
-    let out = Command::new("nft").args(args).output().expect("running nft");
+    let out = Command::new("nft")
+        .args(args)
+        .output()
+        .expect("running nft");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -138,7 +144,9 @@ fn plain() -> SyncOptions {
 }
 
 fn read(k: &mut Nft, t: &Table) -> TableState {
-    k.read_table(t.family, &t.name).unwrap().expect("table present")
+    k.read_table(t.family, &t.name)
+        .unwrap()
+        .expect("table present")
 }
 
 /// Every expression, set type and map of the fixtures: committed by us, read back by our
@@ -156,7 +164,12 @@ fn fixtures_commit_and_read_back_like_nft_loads_them() {
                 assert!(rep.ops > 0);
                 for t in &tables {
                     let got = read(&mut k, t);
-                    assert_eq!(canonical_table(&got.table), canonical_table(t), "{name}: table {}", t.name);
+                    assert_eq!(
+                        canonical_table(&got.table),
+                        canonical_table(t),
+                        "{name}: table {}",
+                        t.name
+                    );
                 }
                 // Nothing left to do: an empty diff sends nothing.
                 let again = reconcile::sync(&mut k, &tables, &plain()).unwrap();
@@ -173,7 +186,11 @@ fn fixtures_commit_and_read_back_like_nft_loads_them() {
         });
         // nft lists objects in creation order; we create them in name order. Compare the
         // blocks (each set, map and chain with its table), order aside.
-        assert_eq!(blocks(&ours_text), blocks(&nft_text), "{name}: nft list ruleset differs");
+        assert_eq!(
+            blocks(&ours_text),
+            blocks(&nft_text),
+            "{name}: nft list ruleset differs"
+        );
         let strip1 = |j: &str| {
             let mut v: serde_json::Value = serde_json::from_str(j).unwrap();
             fn walk(v: &mut serde_json::Value) {
@@ -202,7 +219,11 @@ fn fixtures_commit_and_read_back_like_nft_loads_them() {
             v
         };
         assert!(!ours_json.is_empty());
-        assert_eq!(strip(&ours_json), strip(&nft_json), "{name}: nft -j differs");
+        assert_eq!(
+            strip(&ours_json),
+            strip(&nft_json),
+            "{name}: nft -j differs"
+        );
     }
 }
 
@@ -418,7 +439,9 @@ fn random_desired_states_converge_and_read_back_equal() {
                 .unwrap_or_else(|e| panic!("seed {seed:#x} step {step}: {e:#}\n{:?}", e));
             last_ops.push(rep.ops);
             if std::env::var("DEBUG_STEP").is_ok_and(|v| v == step.to_string()) {
-                for p in &rep.plans { eprintln!("{p}"); }
+                for p in &rep.plans {
+                    eprintln!("{p}");
+                }
                 eprintln!("{}", nft(&["list", "ruleset"]));
             }
             let got = read(&mut k, &desired);
@@ -431,7 +454,10 @@ fn random_desired_states_converge_and_read_back_equal() {
             assert_eq!(again.ops, 0, "step {step}: {}", again.plans[0]);
         }
         // Incremental, not rebuilds: most steps touched far fewer operations than a full load.
-        assert!(last_ops.iter().skip(1).any(|&n| n < last_ops[0]), "{last_ops:?}");
+        assert!(
+            last_ops.iter().skip(1).any(|&n| n < last_ops[0]),
+            "{last_ops:?}"
+        );
     });
 }
 
@@ -600,7 +626,9 @@ fn a_concurrent_writer_triggers_erestart_and_the_retry_converges() {
         assert_eq!(canonical_table(&got.table), canonical_table(&small_table()));
         // The other writers' tables were never read or touched.
         let text = nft(&["list", "tables"]);
-        assert!(text.contains("other0") && text.contains("other1") && text.contains("someone-else"));
+        assert!(
+            text.contains("other0") && text.contains("other1") && text.contains("someone-else")
+        );
     });
 }
 
@@ -672,17 +700,22 @@ fn owned_tables_refuse_other_writers_and_are_readopted_after_restart() {
     in_private_netns(|| {
         let opts = SyncOptions::default(); // OwnerPersist
         let mut k = Nft::open().unwrap();
-        assert!(k.supports_owner_persist().unwrap(), "kernel 6.18 supports OWNER|PERSIST");
+        assert!(
+            k.supports_owner_persist().unwrap(),
+            "kernel 6.18 supports OWNER|PERSIST"
+        );
         reconcile::sync(&mut k, &[small_table()], &opts).unwrap();
         let st = read(&mut k, &small_table());
-        assert_eq!(
-            st.table.flags,
-            table_flags::OWNER | table_flags::PERSIST
-        );
+        assert_eq!(st.table.flags, table_flags::OWNER | table_flags::PERSIST);
         assert_eq!(st.owner, k.owner_id());
         // Another process may read but not write.
         let (ok, stderr) = nft_status(&[
-            "add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter",
+            "add",
+            "rule",
+            "ip",
+            "calico",
+            "filter-cali-tw-cali12",
+            "counter",
         ]);
         assert!(!ok, "nft wrote into our owned table");
         assert!(stderr.contains("Operation not permitted"), "{stderr}");
@@ -706,12 +739,24 @@ fn owned_tables_refuse_other_writers_and_are_readopted_after_restart() {
         assert_eq!(rep.plans[0].ops, vec![Op::AddTable { flags: 6 }]);
         assert_eq!(read(&mut k, &small_table()).owner, k.owner_id());
         let (ok, _) = nft_status(&[
-            "add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter",
+            "add",
+            "rule",
+            "ip",
+            "calico",
+            "filter-cali-tw-cali12",
+            "counter",
         ]);
         assert!(!ok, "re-adopted table is owned again");
         // Ownership off: plain tables; changing it is an atomic rebuild.
         let rep = reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
         assert_eq!(rep.plans[0].ops[0], Op::DelTable);
-        nft(&["add", "rule", "ip", "calico", "filter-cali-tw-cali12", "counter"]);
+        nft(&[
+            "add",
+            "rule",
+            "ip",
+            "calico",
+            "filter-cali-tw-cali12",
+            "counter",
+        ]);
     });
 }

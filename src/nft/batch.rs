@@ -26,8 +26,8 @@ pub struct Batch {
     /// What message `first_seq + i` does.
     descs: Vec<String>,
     next_set_id: u32,
-    /// Sets created in this batch → their `NFTA_SET_ID`.
-    set_ids: HashMap<(Family, String, String), u32>,
+    /// Sets created in this batch, per table → their `NFTA_SET_ID`.
+    set_ids: HashMap<(Family, String), HashMap<String, u32>>,
 }
 
 /// A finished batch.
@@ -118,9 +118,13 @@ impl Batch {
     ) -> Result<(), CodecError> {
         let seq = self.next_seq;
         let start = self.w.buf.len();
-        let m = self
-            .w
-            .begin_msg(msg_type(ty), NLM_F_REQUEST | flags, seq, family.nfproto(), 0);
+        let m = self.w.begin_msg(
+            msg_type(ty),
+            NLM_F_REQUEST | flags,
+            seq,
+            family.nfproto(),
+            0,
+        );
         let res = body(&mut self.w).and_then(|()| self.w.end_msg(m));
         if let Err(e) = res {
             self.w.buf.truncate(start);
@@ -218,25 +222,37 @@ impl Batch {
         rule: &Rule,
     ) -> Result<(), CodecError> {
         // Lookups of sets created in this batch carry their id, as nft does.
-        let mut owned;
+        let owned;
         let mut rule = rule;
-        if rule.exprs.iter().any(|e| matches!(e, Expr::Lookup { set_id: None, set, .. } if self.set_ids.contains_key(&(family, table.to_owned(), set.clone())))) {
-            owned = rule.clone();
-            for e in &mut owned.exprs {
-                if let Expr::Lookup { set, set_id, .. } = e {
-                    if set_id.is_none() {
-                        *set_id = self.set_ids.get(&(family, table.to_owned(), set.clone())).copied();
+        let ids = if self.set_ids.is_empty() {
+            None
+        } else {
+            self.set_ids.get(&(family, table.to_owned()))
+        };
+        if let Some(ids) = ids {
+            let new_set = |e: &Expr| matches!(e, Expr::Lookup { set_id: None, set, .. } if ids.contains_key(set.as_str()));
+            if rule.exprs.iter().any(new_set) {
+                let mut r = rule.clone();
+                for e in &mut r.exprs {
+                    if let Expr::Lookup { set, set_id, .. } = e {
+                        if set_id.is_none() {
+                            *set_id = ids.get(set.as_str()).copied();
+                        }
                     }
                 }
+                owned = r;
+                rule = &owned;
             }
-            rule = &owned;
         }
         self.msg(
             NFT_MSG_NEWRULE,
             NLM_F_CREATE | NLM_F_APPEND,
             family,
             || {
-                let mut d = format!("adding rule {index} of chain {chain} in table {} {table}", family.name());
+                let mut d = format!(
+                    "adding rule {index} of chain {chain} in table {} {table}",
+                    family.name()
+                );
                 if let Some(c) = &rule.comment {
                     d.push_str(&format!(" ({c})"));
                 }
@@ -252,7 +268,12 @@ impl Batch {
             NFT_MSG_DELRULE,
             0,
             family,
-            || format!("deleting rule handle {handle} of chain {chain} in table {} {table}", family.name()),
+            || {
+                format!(
+                    "deleting rule handle {handle} of chain {chain} in table {} {table}",
+                    family.name()
+                )
+            },
             |w| {
                 codec::put_rule_ref(w, table, chain, handle);
                 Ok(())
@@ -265,12 +286,21 @@ impl Batch {
         let id = self.next_set_id;
         self.next_set_id += 1;
         self.set_ids
-            .insert((family, table.to_owned(), set.name.clone()), id);
+            .entry((family, table.to_owned()))
+            .or_default()
+            .insert(set.name.clone(), id);
         let _ = self.msg(
             NFT_MSG_NEWSET,
             NLM_F_CREATE,
             family,
-            || format!("adding {} {} in table {} {table}", if set.data.is_some() { "map" } else { "set" }, set.name, family.name()),
+            || {
+                format!(
+                    "adding {} {} in table {} {table}",
+                    if set.data.is_some() { "map" } else { "set" },
+                    set.name,
+                    family.name()
+                )
+            },
             |w| {
                 codec::put_set(w, table, set, Some(id));
                 Ok(())
@@ -302,9 +332,14 @@ impl Batch {
     ) -> Result<(), CodecError> {
         let set_id = self
             .set_ids
-            .get(&(family, table.to_owned(), set.to_owned()))
+            .get(&(family, table.to_owned()))
+            .and_then(|ids| ids.get(set))
             .copied();
-        let verb = if ty == NFT_MSG_NEWSETELEM { "adding" } else { "deleting" };
+        let verb = if ty == NFT_MSG_NEWSETELEM {
+            "adding"
+        } else {
+            "deleting"
+        };
         let mut start = 0;
         while start < elems.len() {
             let mut size = 0;
@@ -321,7 +356,11 @@ impl Batch {
             let (from, n) = (start, chunk.len());
             self.msg(
                 ty,
-                if ty == NFT_MSG_NEWSETELEM { NLM_F_CREATE } else { 0 },
+                if ty == NFT_MSG_NEWSETELEM {
+                    NLM_F_CREATE
+                } else {
+                    0
+                },
                 family,
                 || {
                     format!(

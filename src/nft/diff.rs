@@ -19,7 +19,7 @@
 //! Anonymous sets are encoded and decoded but the diff treats them as named sets; renderers
 //! should use named sets (kernel-cost.md §1).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 
 use super::batch::Batch;
@@ -31,19 +31,31 @@ use super::print;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// NEWTABLE: create, update flags, or re-adopt.
-    AddTable { flags: u32 },
+    AddTable {
+        flags: u32,
+    },
     DelTable,
     /// NEWSET without elements.
     AddSet(Set),
     DelSet(String),
-    AddElements { set: String, elements: Vec<Element> },
-    DelElements { set: String, elements: Vec<Element> },
+    AddElements {
+        set: String,
+        elements: Vec<Element>,
+    },
+    DelElements {
+        set: String,
+        elements: Vec<Element>,
+    },
     /// NEWCHAIN without rules (also updates a base chain's policy).
     AddChain(Chain),
     FlushChain(String),
     DelChain(String),
     /// NEWRULE appended to `chain`; `index` is its position, for messages.
-    AddRule { chain: String, index: usize, rule: Rule },
+    AddRule {
+        chain: String,
+        index: usize,
+        rule: Rule,
+    },
 }
 
 /// The operations for one table, in batch order.
@@ -184,7 +196,11 @@ pub fn canonical_rule(r: &Rule) -> Rule {
             } => Expr::Log {
                 prefix,
                 // nft_log_dump always reports the level of a non-group log (default 4, warn).
-                level: if group.is_none() { level.or(Some(4)) } else { level },
+                level: if group.is_none() {
+                    level.or(Some(4))
+                } else {
+                    level
+                },
                 group,
                 snaplen,
                 flags: flags.filter(|f| *f != 0),
@@ -199,13 +215,53 @@ pub fn canonical_rule(r: &Rule) -> Rule {
     }
 }
 
+/// Rule identity: equal after [`canonical_rule`], without cloning in the common case.
+pub fn rule_eq(a: &Rule, b: &Rule) -> bool {
+    if a.comment != b.comment || a.exprs.len() != b.exprs.len() {
+        return false;
+    }
+    a.exprs.iter().zip(&b.exprs).all(|(x, y)| match (x, y) {
+        (Expr::Counter { .. }, Expr::Counter { .. }) => true,
+        (
+            Expr::Lookup {
+                set,
+                sreg,
+                dreg,
+                invert,
+                ..
+            },
+            Expr::Lookup {
+                set: s2,
+                sreg: r2,
+                dreg: d2,
+                invert: i2,
+                ..
+            },
+        ) => set == s2 && sreg == r2 && dreg == d2 && invert == i2,
+        (Expr::Nat { .. } | Expr::Masq { .. } | Expr::Log { .. }, _) => {
+            let one = |e: &Expr| {
+                canonical_rule(&Rule {
+                    exprs: vec![e.clone()],
+                    comment: None,
+                    handle: None,
+                })
+            };
+            one(x) == one(y)
+        }
+        _ => x == y,
+    })
+}
+
+/// `[start, end)` of an interval set, with the value of an interval map's range.
+type KeyRange = (Vec<u8>, Option<Vec<u8>>, Option<ElemData>);
+
 fn is_interval(s: &Set) -> bool {
     s.flags & set_flags::INTERVAL != 0 && s.key.len() == 1
 }
 
 /// `[start, end)` ranges of an interval set's kernel-form elements (start element, then an
 /// `INTERVAL_END` element at the first key after the range). `end == None`: to the top.
-fn ranges(elems: &[Element]) -> Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)> {
+fn ranges(elems: &[Element]) -> Vec<KeyRange> {
     let mut sorted: Vec<&Element> = elems.iter().collect();
     // At equal keys an END sorts first: it closes the previous range before a new one opens.
     sorted.sort_by(|a, b| {
@@ -245,9 +301,9 @@ fn ranges(elems: &[Element]) -> Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)
 }
 
 /// Sorted, merged ranges back to kernel-form elements.
-fn merge_ranges(mut rs: Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)>) -> Vec<Element> {
+fn merge_ranges(mut rs: Vec<KeyRange>) -> Vec<Element> {
     rs.sort();
-    let mut merged: Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)> = Vec::new();
+    let mut merged: Vec<KeyRange> = Vec::new();
     for (s, e, d) in rs {
         if let Some(last) = merged.last_mut() {
             let touches = match &last.1 {
@@ -296,16 +352,27 @@ pub fn normalize_elements(s: &Set) -> Vec<Element> {
 
 /// Interval helper for renderers: CIDR-style `[start, end)` key ranges (network order, `end`
 /// `None` for "to the top") → kernel-form elements, merged.
-pub fn interval_elements(ranges_: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> Vec<Element> {
+pub fn interval_elements(
+    ranges_: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+) -> Vec<Element> {
     merge_ranges(ranges_.into_iter().map(|(s, e)| (s, e, None)).collect())
 }
 
 /// The set's definition, without elements.
 fn def(s: &Set) -> Set {
     Set {
+        name: s.name.clone(),
+        key: s.key.clone(),
+        flags: s.flags,
+        data: s.data,
+        size: s.size,
         elements: Vec::new(),
-        ..s.clone()
     }
+}
+
+/// Same definition (everything but the elements), without copying.
+fn same_def(a: &Set, b: &Set) -> bool {
+    a.name == b.name && a.key == b.key && a.flags == b.flags && a.data == b.data && a.size == b.size
 }
 
 /// A table in canonical form: rules canonical, elements normalised. Two tables are the same
@@ -323,25 +390,34 @@ pub fn canonical_table(t: &Table) -> Table {
 
 /// Element delta of one set: (to delete, to add).
 fn element_delta(desired: &Set, actual: &Set) -> (Vec<Element>, Vec<Element>) {
-    let d = normalize_elements(desired);
-    let a = normalize_elements(actual);
-    if is_interval(desired) {
-        // Compare whole ranges: a range that changed is removed and re-added.
-        let dr: BTreeSet<_> = ranges(&d).into_iter().collect();
-        let ar: BTreeSet<_> = ranges(&a).into_iter().collect();
-        let del: Vec<_> = ar.difference(&dr).cloned().collect();
-        let add: Vec<_> = dr.difference(&ar).cloned().collect();
-        return (range_elems(del), range_elems(add));
+    if !is_interval(desired) {
+        // Identity is the whole element (key, key_end, flags, value): a changed map value is
+        // delete + add. Hash sets of references: no copy of unchanged elements.
+        let ds: HashSet<&Element> = desired.elements.iter().collect();
+        let as_: HashSet<&Element> = actual.elements.iter().collect();
+        let mut del: Vec<Element> = as_
+            .iter()
+            .filter(|e| !ds.contains(*e))
+            .map(|e| (*e).clone())
+            .collect();
+        let mut add: Vec<Element> = ds
+            .iter()
+            .filter(|e| !as_.contains(*e))
+            .map(|e| (*e).clone())
+            .collect();
+        del.sort();
+        add.sort();
+        return (del, add);
     }
-    // Non-interval: identity is the key (+ key_end); a changed map value is delete + add.
-    let ds: BTreeSet<&Element> = d.iter().collect();
-    let as_: BTreeSet<&Element> = a.iter().collect();
-    let del = as_.difference(&ds).map(|e| (*e).clone()).collect();
-    let add = ds.difference(&as_).map(|e| (*e).clone()).collect();
-    (del, add)
+    // Interval sets: compare whole merged ranges; a range that changed is removed and re-added.
+    let dr: BTreeSet<_> = ranges(&normalize_elements(desired)).into_iter().collect();
+    let ar: BTreeSet<_> = ranges(&normalize_elements(actual)).into_iter().collect();
+    let del: Vec<_> = ar.difference(&dr).cloned().collect();
+    let add: Vec<_> = dr.difference(&ar).cloned().collect();
+    (range_elems(del), range_elems(add))
 }
 
-fn range_elems(rs: Vec<(Vec<u8>, Option<Vec<u8>>, Option<ElemData>)>) -> Vec<Element> {
+fn range_elems(rs: Vec<KeyRange>) -> Vec<Element> {
     let mut out = Vec::new();
     for (s, e, d) in rs {
         out.push(Element {
@@ -375,7 +451,7 @@ fn needs_rebuild(desired: &Table, actual: &Table) -> Option<String> {
     }
     for (name, ds) in &desired.sets {
         if let Some(as_) = actual.sets.get(name) {
-            if def(ds) != def(as_) {
+            if !same_def(ds, as_) {
                 return Some(format!("definition of set {name} changed"));
             }
         }
@@ -487,11 +563,7 @@ pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
     for (name, dc) in &desired.chains {
         let actual_rules = actual.chains.get(name).map(|c| &c.rules);
         let same = actual_rules.is_some_and(|ar| {
-            ar.len() == dc.rules.len()
-                && ar
-                    .iter()
-                    .zip(&dc.rules)
-                    .all(|(a, d)| canonical_rule(a) == canonical_rule(d))
+            ar.len() == dc.rules.len() && ar.iter().zip(&dc.rules).all(|(a, d)| rule_eq(a, d))
         });
         if same {
             continue;
@@ -652,8 +724,11 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
     match op {
         Op::AddTable { .. } | Op::DelTable => {}
         Op::AddSet(s) => match t.sets.get(&s.name) {
-            Some(old) if def(old) != def(s) => {
-                return Err(err("EEXIST", format!("set {} with another definition", s.name)))
+            Some(old) if !same_def(old, s) => {
+                return Err(err(
+                    "EEXIST",
+                    format!("set {} with another definition", s.name),
+                ))
             }
             Some(_) => {}
             None => {
@@ -674,12 +749,26 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
                 .get_mut(set)
                 .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
             for e in elements {
-                if s.flags & set_flags::INTERVAL != 0 && s.elements.iter().any(|x| x.key == e.key && x.flags == e.flags) {
-                    return Err(err("EEXIST", format!("element {} of set {set}", print::element(e))));
+                if s.flags & set_flags::INTERVAL != 0
+                    && s.elements
+                        .iter()
+                        .any(|x| x.key == e.key && x.flags == e.flags)
+                {
+                    return Err(err(
+                        "EEXIST",
+                        format!("element {} of set {set}", print::element(e)),
+                    ));
                 }
                 if !s.elements.contains(e) {
-                    if s.flags & set_flags::INTERVAL == 0 && s.elements.iter().any(|x| x.key == e.key && x.key_end == e.key_end) {
-                        return Err(err("EEXIST", format!("element {} of set {set} with other data", print::element(e))));
+                    if s.flags & set_flags::INTERVAL == 0
+                        && s.elements
+                            .iter()
+                            .any(|x| x.key == e.key && x.key_end == e.key_end)
+                    {
+                        return Err(err(
+                            "EEXIST",
+                            format!("element {} of set {set} with other data", print::element(e)),
+                        ));
                     }
                     s.elements.push(e.clone());
                 }
@@ -695,7 +784,12 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
                     .elements
                     .iter()
                     .position(|x| x.key == e.key && x.flags == e.flags && x.key_end == e.key_end)
-                    .ok_or_else(|| err("ENOENT", format!("element {} of set {set}", print::element(e))))?;
+                    .ok_or_else(|| {
+                        err(
+                            "ENOENT",
+                            format!("element {} of set {set}", print::element(e)),
+                        )
+                    })?;
                 s.elements.remove(i);
             }
         }

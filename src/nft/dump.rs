@@ -33,7 +33,13 @@ fn msg_type(m: u16) -> u16 {
 pub fn generation(sock: &mut NfSocket) -> Result<u32, NftError> {
     let seq = sock.take_seq(1);
     let mut w = MsgWriter::new();
-    let m = w.begin_msg(msg_type(NFT_MSG_GETGEN), NLM_F_REQUEST, seq, libc::AF_UNSPEC as u8, 0);
+    let m = w.begin_msg(
+        msg_type(NFT_MSG_GETGEN),
+        NLM_F_REQUEST,
+        seq,
+        libc::AF_UNSPEC as u8,
+        0,
+    );
     let _ = w.end_msg(m);
     let replies = sock.request(&w.buf, seq, false)?;
     for r in &replies {
@@ -57,7 +63,9 @@ pub fn generation(sock: &mut NfSocket) -> Result<u32, NftError> {
             }
         }
     }
-    Err(NftError::Protocol("GETGEN answered without NFTA_GEN_ID".into()))
+    Err(NftError::Protocol(
+        "GETGEN answered without NFTA_GEN_ID".into(),
+    ))
 }
 
 fn rejected(what: &str, e: super::socket::ErrorReply) -> NftError {
@@ -127,12 +135,11 @@ fn get(
         if r.ty >> 8 != NFNL_SUBSYS_NFTABLES {
             continue;
         }
-        let obj = codec::decode_message(r.ty & 0xff, &r.payload).map_err(|source| {
-            NftError::Codec {
+        let obj =
+            codec::decode_message(r.ty & 0xff, &r.payload).map_err(|source| NftError::Codec {
                 op: format!("decoding {what}"),
                 source,
-            }
-        })?;
+            })?;
         out.push(obj);
     }
     Ok(Got::Objects(out, intr))
@@ -161,7 +168,12 @@ pub fn read_table(
                 }
             }
             Attempt::Retry(why) => {
-                tracing::debug!(table = name, family = family.name(), why, "re-reading table");
+                tracing::debug!(
+                    table = name,
+                    family = family.name(),
+                    why,
+                    "re-reading table"
+                );
             }
         }
     }
@@ -187,7 +199,9 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
         }),
     };
     let Some(tmsg) = tmsg else {
-        return Err(NftError::Protocol(format!("GETTABLE {name} returned no table")));
+        return Err(NftError::Protocol(format!(
+            "GETTABLE {name} returned no table"
+        )));
     };
     let mut table = Table::new(family, name);
     table.flags = tmsg.flags;

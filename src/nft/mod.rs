@@ -8,16 +8,16 @@
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
 //! - [`diff`]: desired vs actual → ordered operations. [`print`]: `nft --debug=netlink` text.
 
+pub mod batch;
 pub mod codec;
 pub mod consts;
+pub mod error;
 pub mod model;
 pub mod print;
-pub mod batch;
-pub mod error;
 pub mod socket;
 
 pub use error::NftError;
-pub mod dump;
-pub mod txn;
 pub mod diff;
+pub mod dump;
 pub mod reconcile;
+pub mod txn;

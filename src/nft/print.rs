@@ -22,9 +22,26 @@ pub fn data(bytes: &[u8]) -> String {
 
 fn meta_key(k: MetaKey) -> String {
     const NAMES: [&str; 20] = [
-        "len", "protocol", "priority", "mark", "iif", "oif", "iifname", "oifname", "iiftype",
-        "oiftype", "skuid", "skgid", "nftrace", "rtclassid", "secmark", "nfproto", "l4proto",
-        "bri_iifname", "bri_oifname", "pkttype",
+        "len",
+        "protocol",
+        "priority",
+        "mark",
+        "iif",
+        "oif",
+        "iifname",
+        "oifname",
+        "iiftype",
+        "oiftype",
+        "skuid",
+        "skgid",
+        "nftrace",
+        "rtclassid",
+        "secmark",
+        "nfproto",
+        "l4proto",
+        "bri_iifname",
+        "bri_oifname",
+        "pkttype",
     ];
     let n = crate::nft::codec::meta_key_num_pub(k);
     NAMES
@@ -34,9 +51,30 @@ fn meta_key(k: MetaKey) -> String {
 
 fn ct_key(k: CtKey) -> String {
     const NAMES: [&str; 24] = [
-        "state", "direction", "status", "mark", "secmark", "expiration", "helper", "l3protocol",
-        "src", "dst", "protocol", "proto_src", "proto_dst", "label", "packets", "bytes",
-        "avgpkt", "zone", "event", "src_ip", "dst_ip", "src_ip6", "dst_ip6", "ct_id",
+        "state",
+        "direction",
+        "status",
+        "mark",
+        "secmark",
+        "expiration",
+        "helper",
+        "l3protocol",
+        "src",
+        "dst",
+        "protocol",
+        "proto_src",
+        "proto_dst",
+        "label",
+        "packets",
+        "bytes",
+        "avgpkt",
+        "zone",
+        "event",
+        "src_ip",
+        "dst_ip",
+        "src_ip6",
+        "dst_ip6",
+        "ct_id",
     ];
     let n = match k {
         CtKey::State => 0,
@@ -124,7 +162,11 @@ pub fn expr(e: &Expr) -> String {
             sreg.0,
             base(*b)
         ),
-        Expr::Cmp { sreg, op: o, data: d } => format!("cmp {} reg {} {} ", op(*o), sreg.0, data(d)),
+        Expr::Cmp {
+            sreg,
+            op: o,
+            data: d,
+        } => format!("cmp {} reg {} {} ", op(*o), sreg.0, data(d)),
         Expr::Bitwise {
             sreg,
             dreg,
@@ -143,7 +185,13 @@ pub fn expr(e: &Expr) -> String {
             op: o,
             from,
             to,
-        } => format!("range {} reg {} {} {} ", op(*o), sreg.0, data(from), data(to)),
+        } => format!(
+            "range {} reg {} {} {} ",
+            op(*o),
+            sreg.0,
+            data(from),
+            data(to)
+        ),
         Expr::Lookup {
             set,
             sreg,
@@ -186,7 +234,11 @@ pub fn expr(e: &Expr) -> String {
                 let _ = write!(s, "prefix {p} ");
             }
             if let Some(g) = group {
-                let _ = write!(s, "group {g} snaplen {} qthreshold 0 ", snaplen.unwrap_or(0));
+                let _ = write!(
+                    s,
+                    "group {g} snaplen {} qthreshold 0 ",
+                    snaplen.unwrap_or(0)
+                );
             } else if let Some(l) = level {
                 let _ = write!(s, "level {l} ");
                 if let Some(f) = flags {

@@ -26,7 +26,8 @@ pub trait NftKernel {
     fn read_table(&mut self, family: Family, name: &str) -> Result<Option<TableState>, NftError>;
     /// Commits the plans as ONE batch (or validates them only, `dry_run`). With `genid` the
     /// kernel refuses a stale batch with [`NftError::Restart`].
-    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool) -> Result<(), NftError>;
+    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool)
+        -> Result<(), NftError>;
     /// Our owner id (netlink port) as the kernel reports it in `NFTA_TABLE_OWNER`.
     fn owner_id(&self) -> Option<u32>;
     /// Whether tables may carry `OWNER|PERSIST` (kernel ≥ 6.9).
@@ -54,12 +55,21 @@ impl Nft {
     }
 
     /// Encodes plans into one batch and sends it.
-    fn send(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool) -> Result<usize, NftError> {
+    fn send(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<usize, NftError> {
         let seq = self.sock.take_seq(0);
         let mut b = Batch::new(seq, genid);
         for p in plans {
             p.encode(&mut b).map_err(|source| NftError::Codec {
-                op: format!("encoding the batch for table {} {}", p.family.name(), p.table),
+                op: format!(
+                    "encoding the batch for table {} {}",
+                    p.family.name(),
+                    p.table
+                ),
                 source,
             })?;
         }
@@ -80,7 +90,12 @@ impl NftKernel for Nft {
         dump::read_table(&mut self.sock, family, name)
     }
 
-    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool) -> Result<(), NftError> {
+    fn commit(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<(), NftError> {
         self.send(plans, genid, dry_run).map(|_| ())
     }
 
@@ -180,7 +195,11 @@ pub fn with_ownership(
 
 /// Reads the tables and computes the plans (what `plan` prints). Returns the generation the
 /// plans were computed against.
-pub fn plan(kernel: &mut dyn NftKernel, desired: &[Table], rebuild: bool) -> Result<(u32, Vec<Plan>), NftError> {
+pub fn plan(
+    kernel: &mut dyn NftKernel,
+    desired: &[Table],
+    rebuild: bool,
+) -> Result<(u32, Vec<Plan>), NftError> {
     let genid = kernel.generation()?;
     let me = kernel.owner_id();
     let mut plans = Vec::new();
@@ -203,7 +222,11 @@ pub fn plan(kernel: &mut dyn NftKernel, desired: &[Table], rebuild: bool) -> Res
 
 /// Converges the kernel to `desired` in one atomic batch, retrying from a fresh read on
 /// ERESTART. An empty diff sends nothing.
-pub fn sync(kernel: &mut dyn NftKernel, desired: &[Table], opts: &SyncOptions) -> Result<SyncReport, NftError> {
+pub fn sync(
+    kernel: &mut dyn NftKernel,
+    desired: &[Table],
+    opts: &SyncOptions,
+) -> Result<SyncReport, NftError> {
     let desired = with_ownership(kernel, desired, opts.ownership)?;
     let mut attempt = 0;
     loop {
@@ -236,7 +259,10 @@ pub fn sync(kernel: &mut dyn NftKernel, desired: &[Table], opts: &SyncOptions) -
 }
 
 /// Deletes our tables (cleanup), each only if it exists, in one batch.
-pub fn remove_tables(kernel: &mut dyn NftKernel, tables: &[(Family, &str)]) -> Result<usize, NftError> {
+pub fn remove_tables(
+    kernel: &mut dyn NftKernel,
+    tables: &[(Family, &str)],
+) -> Result<usize, NftError> {
     let genid = kernel.generation()?;
     let mut plans = Vec::new();
     for (f, name) in tables {
@@ -279,7 +305,12 @@ impl NftKernel for FakeKernel {
             }))
     }
 
-    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool) -> Result<(), NftError> {
+    fn commit(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<(), NftError> {
         if self.restarts_to_inject > 0 {
             self.restarts_to_inject -= 1;
             self.generation += 1;

@@ -63,8 +63,7 @@ impl Reply {
                     match a.ty {
                         NLMSGERR_ATTR_MSG => out.ext_ack = a.str("extack").ok(),
                         NLMSGERR_ATTR_OFFS => {
-                            out.attr_offset =
-                                a.data.try_into().ok().map(u32::from_ne_bytes);
+                            out.attr_offset = a.data.try_into().ok().map(u32::from_ne_bytes);
                         }
                         _ => {}
                     }
@@ -236,7 +235,9 @@ impl NfSocket {
                 if r.seq != seq {
                     continue;
                 }
-                if r.ty == NLMSG_DONE || r.ty == NLMSG_ERROR || (!dump && r.flags & NLM_F_MULTI == 0)
+                if r.ty == NLMSG_DONE
+                    || r.ty == NLMSG_ERROR
+                    || (!dump && r.flags & NLM_F_MULTI == 0)
                 {
                     done = true;
                 }

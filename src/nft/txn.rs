@@ -19,7 +19,9 @@ pub fn send_batch(sock: &mut NfSocket, enc: &Encoded) -> Result<(), NftError> {
     let mut errors: Vec<_> = replies
         .iter()
         .filter_map(|r| r.as_error())
-        .filter(|e| e.errno != 0 && e.seq.wrapping_sub(enc.first_seq) <= last.wrapping_sub(enc.first_seq))
+        .filter(|e| {
+            e.errno != 0 && e.seq.wrapping_sub(enc.first_seq) <= last.wrapping_sub(enc.first_seq)
+        })
         .collect();
     if errors.is_empty() {
         return Ok(());

@@ -108,7 +108,8 @@ impl MsgWriter {
     pub fn begin_nest(&mut self, ty: u16) -> Mark {
         let start = self.buf.len();
         self.buf.extend_from_slice(&0u16.to_ne_bytes());
-        self.buf.extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+        self.buf
+            .extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
         Mark(start)
     }
 

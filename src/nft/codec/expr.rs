@@ -632,8 +632,10 @@ fn decode_known(name: &str, data: &[u8]) -> Result<Option<Expr>, CodecError> {
             })
         }
         "immediate" => {
-            let (Some(dreg), Some(d)) = (t.reg(NFTA_IMMEDIATE_DREG, what)?, t.get(NFTA_IMMEDIATE_DATA))
-            else {
+            let (Some(dreg), Some(d)) = (
+                t.reg(NFTA_IMMEDIATE_DREG, what)?,
+                t.get(NFTA_IMMEDIATE_DATA),
+            ) else {
                 return Ok(None);
             };
             let mut out = None;
@@ -682,7 +684,10 @@ fn decode_known(name: &str, data: &[u8]) -> Result<Option<Expr>, CodecError> {
         }
         "log" => {
             // A non-zero queue threshold is not modelled: keep the expression raw.
-            let qt = t.get(NFTA_LOG_QTHRESHOLD).map(|a| a.be16(what)).transpose()?;
+            let qt = t
+                .get(NFTA_LOG_QTHRESHOLD)
+                .map(|a| a.be16(what))
+                .transpose()?;
             if qt.unwrap_or(0) != 0 {
                 return Ok(None);
             }

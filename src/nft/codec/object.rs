@@ -196,19 +196,30 @@ pub fn put_set_ref(w: &mut MsgWriter, table: &str, set: &str) {
 
 /// One element's encoded size, for splitting element lists under 64 KiB.
 pub fn elem_size_hint(e: &Element) -> usize {
-    4 + 12 + e.key.len().div_ceil(4) * 4
+    4 + 12
+        + e.key.len().div_ceil(4) * 4
         + 12
-        + e.key_end.as_ref().map_or(0, |k| 12 + k.len().div_ceil(4) * 4)
+        + e.key_end
+            .as_ref()
+            .map_or(0, |k| 12 + k.len().div_ceil(4) * 4)
         + match &e.data {
             None => 0,
             Some(ElemData::Value(v)) => 12 + v.len().div_ceil(4) * 4,
-            Some(ElemData::Verdict(Verdict::Jump(c) | Verdict::Goto(c))) => 28 + c.len().div_ceil(4) * 4,
+            Some(ElemData::Verdict(Verdict::Jump(c) | Verdict::Goto(c))) => {
+                28 + c.len().div_ceil(4) * 4
+            }
             Some(ElemData::Verdict(_)) => 20,
         }
 }
 
 /// A list of elements (NEWSETELEM / DELSETELEM). The caller keeps it under 64 KiB.
-pub fn put_elems(w: &mut MsgWriter, table: &str, set: &str, set_id: Option<u32>, elems: &[Element]) {
+pub fn put_elems(
+    w: &mut MsgWriter,
+    table: &str,
+    set: &str,
+    set_id: Option<u32>,
+    elems: &[Element],
+) {
     w.put_str(NFTA_SET_ELEM_LIST_TABLE, table);
     w.put_str(NFTA_SET_ELEM_LIST_SET, set);
     if let Some(id) = set_id {
@@ -473,10 +484,9 @@ fn decode_rule(family: Family, attrs: &[u8]) -> Result<RuleMsg, CodecError> {
 
 fn known_len(id: u32) -> Option<u32> {
     match datatype_from(id, u32::MAX) {
-        DataType::Other { .. } if id != 0 => {
-            let probe = [0u32, 1, 2, 4, 6, 16].into_iter().find(|&l| !matches!(datatype_from(id, l), DataType::Other { .. }));
-            probe
-        }
+        DataType::Other { .. } if id != 0 => [0u32, 1, 2, 4, 6, 16]
+            .into_iter()
+            .find(|&l| !matches!(datatype_from(id, l), DataType::Other { .. })),
         _ => None,
     }
 }
