@@ -7,6 +7,11 @@
 //! - [`socket`]: the blocking `NETLINK_NETFILTER` socket and the [`socket::Kernel`] seam.
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
 //! - [`diff`]: desired vs actual → ordered operations. [`print`]: `nft --debug=netlink` text.
+//! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
+//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
+//!
+//! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
+//! from one dedicated thread that owns the socket (reference/netlink.md §8).
 
 pub mod batch;
 pub mod codec;
