@@ -4,9 +4,9 @@
 //! - [`model`]: tables, chains, rules, sets as the kernel holds them (the renderer's contract).
 //! - [`consts`]: uapi constants. [`codec`]: encode/decode of every object and expression.
 //! - [`batch`]: one transaction's messages (BEGIN … END), with a seq → object map for errors.
-//! - [`socket`]: the blocking `NETLINK_NETFILTER` socket and the [`socket::Kernel`] seam.
+//! - [`socket`]: the blocking `NETLINK_NETFILTER` socket (on `netlink-sys`) and reply parsing.
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
-//! - [`diff`]: desired vs actual → ordered operations. [`print`]: `nft --debug=netlink` text.
+//! - [`diff`]: desired vs actual → ordered operations. [`print`](mod@print): `nft --debug=netlink` text.
 //! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
 //!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
 //!
