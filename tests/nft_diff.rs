@@ -504,3 +504,42 @@ proptest! {
         prop_assert_eq!(canonical_table(&empty[&key]), canonical_table(&d));
     }
 }
+
+#[test]
+fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
+    use felix_nft::nft::reconcile::Reconciler;
+    let mut r = Reconciler::new(
+        FakeKernel::default(),
+        SyncOptions {
+            ownership: Ownership::Off,
+            ..Default::default()
+        },
+    );
+    let mut d = Table::new(Family::Ip, "calico");
+    d.chains.insert("a".into(), Chain::regular("a"));
+    r.apply(std::slice::from_ref(&d)).unwrap();
+    assert_eq!(r.kernel.reads, 1);
+    d.chains.insert("b".into(), Chain::regular("b"));
+    let rep = r.apply(std::slice::from_ref(&d)).unwrap();
+    assert_eq!(rep.ops, 1);
+    assert_eq!(r.kernel.reads, 1, "steady state: no dump");
+    // Another writer moved the generation: read again.
+    r.kernel.generation += 1;
+    r.kernel
+        .tables
+        .get_mut(&(Family::Ip, "calico".into()))
+        .unwrap()
+        .chains
+        .remove("a");
+    let rep = r.apply(std::slice::from_ref(&d)).unwrap();
+    assert_eq!(r.kernel.reads, 2);
+    assert_eq!(rep.plans[0].ops, vec![Op::AddChain(Chain::regular("a"))]);
+    // Refresh timer.
+    r.mark_stale();
+    assert_eq!(r.apply(std::slice::from_ref(&d)).unwrap().ops, 0);
+    assert_eq!(r.kernel.reads, 3);
+    assert_eq!(
+        canonical_table(&r.kernel.tables[&(Family::Ip, "calico".to_owned())]),
+        canonical_table(&d)
+    );
+}

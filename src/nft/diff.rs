@@ -346,8 +346,10 @@ pub fn normalize_elements(s: &Set) -> Vec<Element> {
     if is_interval(s) {
         return merge_ranges(ranges(&s.elements));
     }
-    let set: BTreeSet<Element> = s.elements.iter().cloned().collect();
-    set.into_iter().collect()
+    let mut v = s.elements.clone();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Interval helper for renderers: CIDR-style `[start, end)` key ranges (network order, `end`

@@ -258,6 +258,101 @@ pub fn sync(
     }
 }
 
+/// A reconciler that remembers what it last committed, so the steady state costs a GETGEN,
+/// a diff and the batch — no dump (felix-dataplane.md §11 step 3: no post-write read-back).
+///
+/// The believed state is trusted only while the ruleset generation is exactly the one our own
+/// last commit produced (each commit bumps it by one); any other writer, a failure, or
+/// [`Reconciler::mark_stale`] (the refresh timer) makes the next apply read the kernel again.
+pub struct Reconciler<K: NftKernel> {
+    pub kernel: K,
+    pub opts: SyncOptions,
+    believed: Option<(u32, Vec<Option<TableState>>)>,
+}
+
+impl<K: NftKernel> Reconciler<K> {
+    pub fn new(kernel: K, opts: SyncOptions) -> Reconciler<K> {
+        Reconciler {
+            kernel,
+            opts,
+            believed: None,
+        }
+    }
+
+    /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
+    pub fn mark_stale(&mut self) {
+        self.believed = None;
+    }
+
+    /// Converges the kernel to `desired` (the same list of tables every time).
+    pub fn apply(&mut self, desired: &[Table]) -> Result<SyncReport, NftError> {
+        let desired = with_ownership(&mut self.kernel, desired, self.opts.ownership)?;
+        let me = self.kernel.owner_id();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let genid = self.kernel.generation()?;
+            let actual = match self.believed.take() {
+                Some((g, states)) if g == genid && states.len() == desired.len() => states,
+                _ => desired
+                    .iter()
+                    .map(|t| self.kernel.read_table(t.family, &t.name))
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            let plans: Vec<Plan> = desired
+                .iter()
+                .zip(&actual)
+                .map(|(t, a)| {
+                    let readopt = t.flags & table_flags::OWNER != 0
+                        && a.as_ref().is_some_and(|a| a.owner != me);
+                    diff::diff(t, a.as_ref().map(|a| &a.table), readopt)
+                })
+                .filter(|p| !p.is_empty())
+                .collect();
+            let ops = plans.iter().map(|p| p.ops.len()).sum();
+            if plans.is_empty() {
+                self.believed = Some((genid, actual));
+                return Ok(SyncReport {
+                    plans,
+                    ops,
+                    attempts: attempt,
+                });
+            }
+            match self.kernel.commit(&plans, Some(genid), self.opts.dry_run) {
+                Ok(()) if self.opts.dry_run => {
+                    self.believed = Some((genid, actual));
+                    return Ok(SyncReport {
+                        plans,
+                        ops,
+                        attempts: attempt,
+                    });
+                }
+                Ok(()) => {
+                    let states = desired
+                        .iter()
+                        .map(|t| {
+                            Some(TableState {
+                                table: t.clone(),
+                                owner: me.filter(|_| t.flags & table_flags::OWNER != 0),
+                            })
+                        })
+                        .collect();
+                    self.believed = Some((genid.wrapping_add(1), states));
+                    return Ok(SyncReport {
+                        plans,
+                        ops,
+                        attempts: attempt,
+                    });
+                }
+                Err(e) if e.is_restart() && attempt < self.opts.max_attempts => {
+                    std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// Deletes our tables (cleanup), each only if it exists, in one batch.
 pub fn remove_tables(
     kernel: &mut dyn NftKernel,
@@ -288,6 +383,8 @@ pub struct FakeKernel {
     pub restarts_to_inject: u32,
     /// Answer of [`NftKernel::supports_owner_persist`].
     pub persist: bool,
+    /// Table reads served.
+    pub reads: usize,
 }
 
 impl NftKernel for FakeKernel {
@@ -296,6 +393,7 @@ impl NftKernel for FakeKernel {
     }
 
     fn read_table(&mut self, family: Family, name: &str) -> Result<Option<TableState>, NftError> {
+        self.reads += 1;
         Ok(self
             .tables
             .get(&(family, name.to_owned()))
