@@ -76,7 +76,16 @@ impl Nft {
         self.sock.take_seq(b.seq_count());
         let enc = b.finish(!dry_run);
         let n = enc.messages();
+        tracing::trace!(bytes = enc.bytes.len(), messages = n, "nf_tables batch");
+        let start = std::time::Instant::now();
         txn::send_batch(&mut self.sock, &enc)?;
+        tracing::info!(
+            messages = n,
+            bytes = enc.bytes.len(),
+            dry_run,
+            duration_ms = start.elapsed().as_secs_f64() * 1e3,
+            "nf_tables transaction committed"
+        );
         Ok(n)
     }
 }
