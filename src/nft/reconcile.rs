@@ -84,7 +84,7 @@ impl Nft {
             bytes = enc.bytes.len(),
             dry_run,
             duration_ms = start.elapsed().as_secs_f64() * 1e3,
-            "nf_tables transaction committed"
+            "nf_tables transaction done"
         );
         Ok(n)
     }
