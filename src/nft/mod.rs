@@ -1,5 +1,31 @@
 //! The nf_tables engine: object model, pure-Rust netlink codec, atomic transactions, read-back and
 //! diff. Knows netlink, not Calico.
+//!
+//! - [`model`]: tables, chains, rules, sets as the kernel holds them (the renderer's contract).
+//! - [`build`]: nftables idioms (`iifname cali*`, `ip saddr CIDR`, ...) as kernel expressions and
+//!   `nft` text in lockstep; element constructors.
+//! - [`consts`]: uapi constants. [`codec`]: encode/decode of every object and expression.
+//! - [`batch`]: one transaction's messages (BEGIN … END), with a seq → object map for errors.
+//! - [`socket`]: the blocking `NETLINK_NETFILTER` socket (on `netlink-sys`) and reply parsing.
+//! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
+//! - [`diff`]: desired vs actual → ordered operations. [`print`](mod@print): `nft --debug=netlink` text.
+//! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
+//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
+//!
+//! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
+//! from one dedicated thread that owns the socket (reference/netlink.md §8).
 
+pub mod batch;
 pub mod build;
+pub mod codec;
+pub mod consts;
+pub mod diff;
+pub mod dump;
+pub mod error;
 pub mod model;
+pub mod print;
+pub mod reconcile;
+pub mod socket;
+pub mod txn;
+
+pub use error::NftError;

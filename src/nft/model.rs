@@ -515,6 +515,7 @@ impl DataType {
     }
 
     /// Size of a value of this type in bytes, before register padding.
+    #[allow(clippy::len_without_is_empty)]
     pub const fn len(self) -> u32 {
         match self {
             DataType::Verdict => 0,

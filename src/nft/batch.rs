@@ -1,0 +1,429 @@
+//! One nf_tables transaction as bytes: `BATCH_BEGIN` (with the generation id) … `BATCH_END`,
+//! ready for one `sendmsg` (reference/netlink.md §4, gotchas 1–4).
+//!
+//! Every object message gets its own sequence number, and the batch remembers what each one
+//! does, so a kernel error (which names only a seq) can be reported as "adding rule 3 of chain
+//! filter-cali-tw-cali12 in table ip calico". Only END asks for an ACK: per-message ACKs flood
+//! the receive buffer on big batches (gotcha 3). Element lists are split so no attribute passes
+//! 64 KiB (gotcha 2). Without END the batch is a dry-run: the kernel validates every message and
+//! keeps nothing.
+
+use std::collections::HashMap;
+
+use super::codec::{self, CodecError, MsgWriter};
+use super::consts::*;
+use super::model::*;
+
+/// Budget for one element list, under the 64 KiB attribute limit with room for headers.
+const ELEM_LIST_BUDGET: usize = 60 * 1024;
+
+/// A transaction being built.
+#[derive(Debug)]
+pub struct Batch {
+    w: MsgWriter,
+    first_seq: u32,
+    next_seq: u32,
+    /// What message `first_seq + i` does.
+    descs: Vec<String>,
+    next_set_id: u32,
+    /// Sets created in this batch, per table → their `NFTA_SET_ID`.
+    set_ids: HashMap<(Family, String), HashMap<String, u32>>,
+}
+
+/// A finished batch.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub bytes: Vec<u8>,
+    /// Seq of BATCH_BEGIN; object messages follow at +1, +2, ...
+    pub first_seq: u32,
+    /// Seq of BATCH_END when committing, `None` for a dry-run.
+    pub end_seq: Option<u32>,
+    descs: Vec<String>,
+}
+
+impl Encoded {
+    /// What the message with sequence number `seq` did.
+    pub fn describe(&self, seq: u32) -> String {
+        if seq == self.first_seq {
+            return "the batch (generation check at BATCH_BEGIN)".into();
+        }
+        if Some(seq) == self.end_seq {
+            return "the batch commit (BATCH_END)".into();
+        }
+        seq.checked_sub(self.first_seq + 1)
+            .and_then(|i| self.descs.get(i as usize))
+            .cloned()
+            .unwrap_or_else(|| format!("message seq {seq} (not in this batch)"))
+    }
+
+    /// Number of object messages (without BEGIN/END).
+    pub fn messages(&self) -> usize {
+        self.descs.len()
+    }
+
+    /// True when the batch holds no object message: nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.descs.is_empty()
+    }
+}
+
+fn msg_type(m: u16) -> u16 {
+    (NFNL_SUBSYS_NFTABLES << 8) | m
+}
+
+impl Batch {
+    /// Starts a batch at sequence number `seq`, carrying `genid` (from `NFT_MSG_GETGEN`) when
+    /// given, so a concurrent writer makes the kernel refuse it with ERESTART.
+    pub fn new(seq: u32, genid: Option<u32>) -> Batch {
+        let mut w = MsgWriter::with_capacity(4096);
+        let m = w.begin_msg(
+            NFNL_MSG_BATCH_BEGIN,
+            NLM_F_REQUEST,
+            seq,
+            libc::AF_UNSPEC as u8,
+            NFNL_SUBSYS_NFTABLES,
+        );
+        if let Some(g) = genid {
+            w.put_be32(NFNL_BATCH_GENID, g);
+        }
+        // Cannot overflow: one 8-byte attribute.
+        let _ = w.end_msg(m);
+        Batch {
+            w,
+            first_seq: seq,
+            next_seq: seq.wrapping_add(1),
+            descs: Vec::new(),
+            next_set_id: 1,
+            set_ids: HashMap::new(),
+        }
+    }
+
+    /// Bytes so far (for capacity planning and benches).
+    pub fn len(&self) -> usize {
+        self.w.buf.len()
+    }
+
+    /// True when no object message was added.
+    pub fn is_empty(&self) -> bool {
+        self.descs.is_empty()
+    }
+
+    fn msg(
+        &mut self,
+        ty: u16,
+        flags: u16,
+        family: Family,
+        desc: impl FnOnce() -> String,
+        body: impl FnOnce(&mut MsgWriter) -> Result<(), CodecError>,
+    ) -> Result<(), CodecError> {
+        let seq = self.next_seq;
+        let start = self.w.buf.len();
+        let m = self.w.begin_msg(
+            msg_type(ty),
+            NLM_F_REQUEST | flags,
+            seq,
+            family.nfproto(),
+            0,
+        );
+        let res = body(&mut self.w).and_then(|()| self.w.end_msg(m));
+        if let Err(e) = res {
+            self.w.buf.truncate(start);
+            return Err(e);
+        }
+        self.next_seq = seq.wrapping_add(1);
+        self.descs.push(desc());
+        Ok(())
+    }
+
+    /// NEWTABLE (create, or update flags / re-adopt an orphaned persistent table).
+    pub fn add_table(&mut self, family: Family, name: &str, flags: u32) {
+        let _ = self.msg(
+            NFT_MSG_NEWTABLE,
+            NLM_F_CREATE,
+            family,
+            || format!("adding table {} {name} (flags 0x{flags:x})", family.name()),
+            |w| {
+                codec::put_table(w, name, flags);
+                Ok(())
+            },
+        );
+    }
+
+    /// DELTABLE: the table and everything in it.
+    pub fn del_table(&mut self, family: Family, name: &str) {
+        let _ = self.msg(
+            NFT_MSG_DELTABLE,
+            0,
+            family,
+            || format!("deleting table {} {name}", family.name()),
+            |w| {
+                codec::put_table_ref(w, name);
+                Ok(())
+            },
+        );
+    }
+
+    /// NEWCHAIN (without its rules).
+    pub fn add_chain(&mut self, family: Family, table: &str, chain: &Chain) {
+        let _ = self.msg(
+            NFT_MSG_NEWCHAIN,
+            NLM_F_CREATE,
+            family,
+            || {
+                format!(
+                    "adding {}chain {} in table {} {table}",
+                    if chain.base.is_some() { "base " } else { "" },
+                    chain.name,
+                    family.name()
+                )
+            },
+            |w| {
+                codec::put_chain(w, table, chain);
+                Ok(())
+            },
+        );
+    }
+
+    /// DELRULE with only table and chain: removes every rule of the chain.
+    pub fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
+        let _ = self.msg(
+            NFT_MSG_DELRULE,
+            0,
+            family,
+            || format!("flushing chain {chain} in table {} {table}", family.name()),
+            |w| {
+                codec::put_rule_chain_ref(w, table, chain);
+                Ok(())
+            },
+        );
+    }
+
+    /// DELCHAIN.
+    pub fn del_chain(&mut self, family: Family, table: &str, chain: &str) {
+        let _ = self.msg(
+            NFT_MSG_DELCHAIN,
+            0,
+            family,
+            || format!("deleting chain {chain} in table {} {table}", family.name()),
+            |w| {
+                codec::put_chain_ref(w, table, chain);
+                Ok(())
+            },
+        );
+    }
+
+    /// NEWRULE, appended. `index` is only for the error text.
+    pub fn add_rule(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        index: usize,
+        rule: &Rule,
+    ) -> Result<(), CodecError> {
+        // Lookups of sets created in this batch carry their id, as nft does.
+        let owned;
+        let mut rule = rule;
+        let ids = if self.set_ids.is_empty() {
+            None
+        } else {
+            self.set_ids.get(&(family, table.to_owned()))
+        };
+        if let Some(ids) = ids {
+            let new_set = |e: &Expr| matches!(e, Expr::Lookup { set_id: None, set, .. } if ids.contains_key(set.as_str()));
+            if rule.exprs.iter().any(new_set) {
+                let mut r = rule.clone();
+                for e in &mut r.exprs {
+                    if let Expr::Lookup { set, set_id, .. } = e {
+                        if set_id.is_none() {
+                            *set_id = ids.get(set.as_str()).copied();
+                        }
+                    }
+                }
+                owned = r;
+                rule = &owned;
+            }
+        }
+        self.msg(
+            NFT_MSG_NEWRULE,
+            NLM_F_CREATE | NLM_F_APPEND,
+            family,
+            || {
+                let mut d = format!(
+                    "adding rule {index} of chain {chain} in table {} {table}",
+                    family.name()
+                );
+                if let Some(c) = &rule.comment {
+                    d.push_str(&format!(" ({c})"));
+                }
+                d
+            },
+            |w| codec::put_rule(w, table, chain, rule),
+        )
+    }
+
+    /// DELRULE of one rule by handle.
+    pub fn del_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
+        let _ = self.msg(
+            NFT_MSG_DELRULE,
+            0,
+            family,
+            || {
+                format!(
+                    "deleting rule handle {handle} of chain {chain} in table {} {table}",
+                    family.name()
+                )
+            },
+            |w| {
+                codec::put_rule_ref(w, table, chain, handle);
+                Ok(())
+            },
+        );
+    }
+
+    /// NEWSET (without elements; add them with [`Batch::add_elements`]).
+    pub fn add_set(&mut self, family: Family, table: &str, set: &Set) {
+        let id = self.next_set_id;
+        self.next_set_id += 1;
+        self.set_ids
+            .entry((family, table.to_owned()))
+            .or_default()
+            .insert(set.name.clone(), id);
+        let _ = self.msg(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE,
+            family,
+            || {
+                format!(
+                    "adding {} {} in table {} {table}",
+                    if set.data.is_some() { "map" } else { "set" },
+                    set.name,
+                    family.name()
+                )
+            },
+            |w| {
+                codec::put_set(w, table, set, Some(id));
+                Ok(())
+            },
+        );
+    }
+
+    /// DELSET.
+    pub fn del_set(&mut self, family: Family, table: &str, set: &str) {
+        let _ = self.msg(
+            NFT_MSG_DELSET,
+            0,
+            family,
+            || format!("deleting set {set} in table {} {table}", family.name()),
+            |w| {
+                codec::put_set_ref(w, table, set);
+                Ok(())
+            },
+        );
+    }
+
+    fn elements(
+        &mut self,
+        ty: u16,
+        family: Family,
+        table: &str,
+        set: &str,
+        elems: &[Element],
+    ) -> Result<(), CodecError> {
+        let set_id = self
+            .set_ids
+            .get(&(family, table.to_owned()))
+            .and_then(|ids| ids.get(set))
+            .copied();
+        let verb = if ty == NFT_MSG_NEWSETELEM {
+            "adding"
+        } else {
+            "deleting"
+        };
+        let mut start = 0;
+        while start < elems.len() {
+            let mut size = 0;
+            let mut end = start;
+            while end < elems.len() {
+                let s = codec::elem_size_hint(&elems[end]);
+                if end > start && size + s > ELEM_LIST_BUDGET {
+                    break;
+                }
+                size += s;
+                end += 1;
+            }
+            let chunk = &elems[start..end];
+            let (from, n) = (start, chunk.len());
+            self.msg(
+                ty,
+                if ty == NFT_MSG_NEWSETELEM {
+                    NLM_F_CREATE
+                } else {
+                    0
+                },
+                family,
+                || {
+                    format!(
+                        "{verb} elements {from}..{} of set {set} in table {} {table}",
+                        from + n,
+                        family.name()
+                    )
+                },
+                |w| {
+                    codec::put_elems(w, table, set, set_id, chunk);
+                    Ok(())
+                },
+            )?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// NEWSETELEM, split into messages under 64 KiB.
+    pub fn add_elements(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+        elems: &[Element],
+    ) -> Result<(), CodecError> {
+        self.elements(NFT_MSG_NEWSETELEM, family, table, set, elems)
+    }
+
+    /// DELSETELEM, split into messages under 64 KiB.
+    pub fn del_elements(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+        elems: &[Element],
+    ) -> Result<(), CodecError> {
+        self.elements(NFT_MSG_DELSETELEM, family, table, set, elems)
+    }
+
+    /// Closes the batch: with END (and an ACK asked on it) to commit, without END for a dry-run.
+    pub fn finish(mut self, commit: bool) -> Encoded {
+        let end_seq = commit.then_some(self.next_seq);
+        if commit {
+            let m = self.w.begin_msg(
+                NFNL_MSG_BATCH_END,
+                NLM_F_REQUEST | NLM_F_ACK,
+                self.next_seq,
+                libc::AF_UNSPEC as u8,
+                NFNL_SUBSYS_NFTABLES,
+            );
+            let _ = self.w.end_msg(m);
+        }
+        Encoded {
+            bytes: self.w.buf,
+            first_seq: self.first_seq,
+            end_seq,
+            descs: self.descs,
+        }
+    }
+
+    /// Sequence numbers this batch uses, END included: the socket reserves them.
+    pub fn seq_count(&self) -> u32 {
+        self.descs.len() as u32 + 2
+    }
+}

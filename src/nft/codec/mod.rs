@@ -1,0 +1,68 @@
+//! The nf_tables netlink codec: our own, pure Rust (DESIGN.md §2). Encodes the object model of
+//! [`crate::nft::model`] into nfnetlink messages and decodes the kernel's messages (dumps, echoes)
+//! back into the same model, so that `decode(encode(x)) == x`.
+//!
+//! Wire layout of one message (linux/netlink.h, linux/netfilter/nfnetlink.h):
+//!
+//! ```text
+//! +----------+----------+----------+----------+----------------------------+
+//! | nlmsghdr (16 bytes: len, type = SUBSYS<<8|MSG, flags, seq, pid)        |
+//! +----------+----------+----------+----------+----------------------------+
+//! | nfgenmsg: family u8 | version u8 | res_id be16                          |
+//! +-----------------------------------------------------------------------+
+//! | attributes: len u16 | type u16 (NESTED 0x8000) | value, padded to 4     |
+//! +-----------------------------------------------------------------------+
+//! ```
+//!
+//! Integer attributes are big-endian; register data is kept exactly as the kernel holds it
+//! (reference/netlink.md gotcha 5). This module knows netlink, not Calico, and does no I/O.
+
+pub mod attr;
+mod expr;
+mod object;
+
+pub use attr::{Attr, Attrs, MsgWriter};
+pub use expr::{decode_expr, expr_name, put_expr};
+
+/// `NFT_META_*` number of a meta key (for printers).
+pub fn meta_key_num_pub(k: crate::nft::model::MetaKey) -> u32 {
+    expr::meta_key_num(k)
+}
+pub use object::{
+    decode_message, elem_size_hint, encode_object, key_type_of, put_chain, put_chain_ref,
+    put_elems, put_rule, put_rule_chain_ref, put_rule_ref, put_set, put_set_ref, put_table,
+    put_table_ref, set_udata, ChainMsg, ElemsMsg, Object, RuleMsg, SetMsg, TableMsg,
+};
+
+/// Errors of encoding or decoding nf_tables messages.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// A message or attribute ended before its declared length.
+    #[error("truncated {what}")]
+    Truncated { what: &'static str },
+    /// A required attribute is absent.
+    #[error("{what}: missing attribute {attr}")]
+    Missing { what: &'static str, attr: u16 },
+    /// An attribute has a length its type does not allow.
+    #[error("{what}: attribute {attr} has bad length {len}")]
+    BadLength {
+        what: &'static str,
+        attr: u16,
+        len: usize,
+    },
+    /// A string attribute is not UTF-8.
+    #[error("{what}: attribute {attr} is not UTF-8")]
+    Utf8 { what: &'static str, attr: u16 },
+    /// `nfgenmsg.nfgen_family` is not a family we model.
+    #[error("unknown nfproto family {0}")]
+    UnknownFamily(u8),
+    /// A message type this decoder does not handle.
+    #[error("unexpected nf_tables message type {0}")]
+    UnexpectedType(u16),
+    /// An attribute would exceed 64 KiB (`nla_len` is a u16; netlink.md gotcha 2).
+    #[error("{what} is {len} bytes, over the 64 KiB netlink attribute limit")]
+    TooLarge { what: String, len: usize },
+    /// A value the kernel would refuse (e.g. a rule comment over 255 bytes).
+    #[error("{0}")]
+    Invalid(String),
+}

@@ -1,0 +1,457 @@
+//! The reconciler API: read our tables, diff against the desired ones, commit one atomic batch
+//! carrying the generation id, and retry from a fresh read when another writer got in first
+//! (ERESTART). Calico's table reconciler (felix-dataplane.md §11) minus the `nft` exec.
+//!
+//! [`NftKernel`] is the seam: [`Nft`] is the real kernel over one long-lived socket;
+//! [`FakeKernel`] holds tables in memory with the kernel's referential checks, so the dataplane
+//! loop can be tested without privilege. Everything here is blocking: call it from a dedicated
+//! thread, never from an async worker.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::batch::Batch;
+use super::diff::{self, Plan};
+use super::dump::{self, TableState};
+use super::error::NftError;
+use super::model::*;
+use super::socket::NfSocket;
+use super::txn;
+
+/// What the reconciler needs from nf_tables.
+pub trait NftKernel {
+    /// The ruleset generation id (`NFT_MSG_GETGEN`).
+    fn generation(&mut self) -> Result<u32, NftError>;
+    /// One of our tables, `None` if the kernel says it does not exist.
+    fn read_table(&mut self, family: Family, name: &str) -> Result<Option<TableState>, NftError>;
+    /// Commits the plans as ONE batch (or validates them only, `dry_run`). With `genid` the
+    /// kernel refuses a stale batch with [`NftError::Restart`].
+    fn commit(&mut self, plans: &[Plan], genid: Option<u32>, dry_run: bool)
+        -> Result<(), NftError>;
+    /// Our owner id (netlink port) as the kernel reports it in `NFTA_TABLE_OWNER`.
+    fn owner_id(&self) -> Option<u32>;
+    /// Whether tables may carry `OWNER|PERSIST` (kernel ≥ 6.9).
+    fn supports_owner_persist(&mut self) -> Result<bool, NftError>;
+}
+
+/// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace.
+pub struct Nft {
+    sock: NfSocket,
+    persist: Option<bool>,
+}
+
+impl Nft {
+    /// Opens the socket in the calling thread's network namespace.
+    pub fn open() -> Result<Nft, NftError> {
+        Ok(Nft {
+            sock: NfSocket::open()?,
+            persist: None,
+        })
+    }
+
+    /// The underlying socket (for tests and tools).
+    pub fn socket(&mut self) -> &mut NfSocket {
+        &mut self.sock
+    }
+
+    /// Encodes plans into one batch and sends it.
+    fn send(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<usize, NftError> {
+        let seq = self.sock.take_seq(0);
+        let mut b = Batch::new(seq, genid);
+        for p in plans {
+            p.encode(&mut b).map_err(|source| NftError::Codec {
+                op: format!(
+                    "encoding the batch for table {} {}",
+                    p.family.name(),
+                    p.table
+                ),
+                source,
+            })?;
+        }
+        self.sock.take_seq(b.seq_count());
+        let enc = b.finish(!dry_run);
+        let n = enc.messages();
+        tracing::trace!(bytes = enc.bytes.len(), messages = n, "nf_tables batch");
+        let start = std::time::Instant::now();
+        txn::send_batch(&mut self.sock, &enc)?;
+        tracing::info!(
+            messages = n,
+            bytes = enc.bytes.len(),
+            dry_run,
+            duration_ms = start.elapsed().as_secs_f64() * 1e3,
+            "nf_tables transaction done"
+        );
+        Ok(n)
+    }
+}
+
+impl NftKernel for Nft {
+    fn generation(&mut self) -> Result<u32, NftError> {
+        dump::generation(&mut self.sock)
+    }
+
+    fn read_table(&mut self, family: Family, name: &str) -> Result<Option<TableState>, NftError> {
+        dump::read_table(&mut self.sock, family, name)
+    }
+
+    fn commit(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<(), NftError> {
+        self.send(plans, genid, dry_run).map(|_| ())
+    }
+
+    fn owner_id(&self) -> Option<u32> {
+        Some(self.sock.port())
+    }
+
+    /// Probes with a dry-run NEWTABLE carrying `OWNER|PERSIST`: the kernel validates the flags
+    /// and keeps nothing. EOPNOTSUPP/EINVAL = not supported (kernel < 6.9).
+    fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
+        if let Some(p) = self.persist {
+            return Ok(p);
+        }
+        let probe = Plan {
+            family: Family::Inet,
+            table: "felix-nft-probe".into(),
+            ops: vec![diff::Op::AddTable {
+                flags: table_flags::OWNER | table_flags::PERSIST,
+            }],
+        };
+        let ok = match self.send(&[probe], None, true) {
+            Ok(_) => true,
+            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => false,
+            Err(e) => return Err(e),
+        };
+        self.persist = Some(ok);
+        Ok(ok)
+    }
+}
+
+/// Whether our tables carry the owner flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ownership {
+    /// `OWNER|PERSIST` where the kernel supports it, plain tables elsewhere.
+    #[default]
+    OwnerPersist,
+    /// Plain tables (anyone with CAP_NET_ADMIN may write them).
+    Off,
+}
+
+/// How to sync.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// Validate the batch in the kernel and keep nothing.
+    pub dry_run: bool,
+    /// Attempts when the generation moves under us (ERESTART).
+    pub max_attempts: u32,
+    pub ownership: Ownership,
+    /// Rebuild every table (delete + add in one batch) instead of diffing.
+    pub rebuild: bool,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions {
+            dry_run: false,
+            max_attempts: 10,
+            ownership: Ownership::OwnerPersist,
+            rebuild: false,
+        }
+    }
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default)]
+pub struct SyncReport {
+    /// The plans committed (or validated); empty when nothing differed.
+    pub plans: Vec<Plan>,
+    /// Operations in them.
+    pub ops: usize,
+    /// Attempts used (1 = no ERESTART).
+    pub attempts: u32,
+}
+
+/// The desired tables with the owner flags the kernel and the options allow.
+pub fn with_ownership(
+    kernel: &mut dyn NftKernel,
+    desired: &[Table],
+    ownership: Ownership,
+) -> Result<Vec<Table>, NftError> {
+    let flags = match ownership {
+        Ownership::Off => 0,
+        Ownership::OwnerPersist if kernel.supports_owner_persist()? => {
+            table_flags::OWNER | table_flags::PERSIST
+        }
+        Ownership::OwnerPersist => 0,
+    };
+    Ok(desired
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            t.flags = (t.flags & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
+            t
+        })
+        .collect())
+}
+
+/// Reads the tables and computes the plans (what `plan` prints). Returns the generation the
+/// plans were computed against.
+pub fn plan(
+    kernel: &mut dyn NftKernel,
+    desired: &[Table],
+    rebuild: bool,
+) -> Result<(u32, Vec<Plan>), NftError> {
+    let genid = kernel.generation()?;
+    let me = kernel.owner_id();
+    let mut plans = Vec::new();
+    for t in desired {
+        let actual = kernel.read_table(t.family, &t.name)?;
+        let p = match (&actual, rebuild) {
+            (Some(_), true) => diff::rebuild(t),
+            _ => {
+                let readopt = t.flags & table_flags::OWNER != 0
+                    && actual.as_ref().is_some_and(|a| a.owner != me);
+                diff::diff(t, actual.as_ref().map(|a| &a.table), readopt)
+            }
+        };
+        if !p.is_empty() {
+            plans.push(p);
+        }
+    }
+    Ok((genid, plans))
+}
+
+/// Converges the kernel to `desired` in one atomic batch, retrying from a fresh read on
+/// ERESTART. An empty diff sends nothing.
+pub fn sync(
+    kernel: &mut dyn NftKernel,
+    desired: &[Table],
+    opts: &SyncOptions,
+) -> Result<SyncReport, NftError> {
+    let desired = with_ownership(kernel, desired, opts.ownership)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (genid, plans) = plan(kernel, &desired, opts.rebuild)?;
+        let ops = plans.iter().map(|p| p.ops.len()).sum();
+        if plans.is_empty() {
+            return Ok(SyncReport {
+                plans,
+                ops,
+                attempts: attempt,
+            });
+        }
+        match kernel.commit(&plans, Some(genid), opts.dry_run) {
+            Ok(()) => {
+                return Ok(SyncReport {
+                    plans,
+                    ops,
+                    attempts: attempt,
+                })
+            }
+            Err(e) if e.is_restart() && attempt < opts.max_attempts => {
+                tracing::debug!(attempt, "nf_tables generation moved; re-reading");
+                // Felix backs off from 1 ms, doubling (felix-dataplane.md §11).
+                std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A reconciler that remembers what it last committed, so the steady state costs a GETGEN,
+/// a diff and the batch — no dump (felix-dataplane.md §11 step 3: no post-write read-back).
+///
+/// The believed state is trusted only while the ruleset generation is exactly the one our own
+/// last commit produced (each commit bumps it by one); any other writer, a failure, or
+/// [`Reconciler::mark_stale`] (the refresh timer) makes the next apply read the kernel again.
+pub struct Reconciler<K: NftKernel> {
+    pub kernel: K,
+    pub opts: SyncOptions,
+    believed: Option<(u32, Vec<Option<TableState>>)>,
+}
+
+impl<K: NftKernel> Reconciler<K> {
+    pub fn new(kernel: K, opts: SyncOptions) -> Reconciler<K> {
+        Reconciler {
+            kernel,
+            opts,
+            believed: None,
+        }
+    }
+
+    /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
+    pub fn mark_stale(&mut self) {
+        self.believed = None;
+    }
+
+    /// Converges the kernel to `desired` (the same list of tables every time).
+    pub fn apply(&mut self, desired: &[Table]) -> Result<SyncReport, NftError> {
+        let desired = with_ownership(&mut self.kernel, desired, self.opts.ownership)?;
+        let me = self.kernel.owner_id();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let genid = self.kernel.generation()?;
+            let actual = match self.believed.take() {
+                Some((g, states)) if g == genid && states.len() == desired.len() => states,
+                _ => desired
+                    .iter()
+                    .map(|t| self.kernel.read_table(t.family, &t.name))
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            let plans: Vec<Plan> = desired
+                .iter()
+                .zip(&actual)
+                .map(|(t, a)| {
+                    let readopt = t.flags & table_flags::OWNER != 0
+                        && a.as_ref().is_some_and(|a| a.owner != me);
+                    diff::diff(t, a.as_ref().map(|a| &a.table), readopt)
+                })
+                .filter(|p| !p.is_empty())
+                .collect();
+            let ops = plans.iter().map(|p| p.ops.len()).sum();
+            if plans.is_empty() {
+                self.believed = Some((genid, actual));
+                return Ok(SyncReport {
+                    plans,
+                    ops,
+                    attempts: attempt,
+                });
+            }
+            match self.kernel.commit(&plans, Some(genid), self.opts.dry_run) {
+                Ok(()) if self.opts.dry_run => {
+                    self.believed = Some((genid, actual));
+                    return Ok(SyncReport {
+                        plans,
+                        ops,
+                        attempts: attempt,
+                    });
+                }
+                Ok(()) => {
+                    let states = desired
+                        .iter()
+                        .map(|t| {
+                            Some(TableState {
+                                table: t.clone(),
+                                owner: me.filter(|_| t.flags & table_flags::OWNER != 0),
+                            })
+                        })
+                        .collect();
+                    self.believed = Some((genid.wrapping_add(1), states));
+                    return Ok(SyncReport {
+                        plans,
+                        ops,
+                        attempts: attempt,
+                    });
+                }
+                Err(e) if e.is_restart() && attempt < self.opts.max_attempts => {
+                    std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Deletes our tables (cleanup), each only if it exists, in one batch.
+pub fn remove_tables(
+    kernel: &mut dyn NftKernel,
+    tables: &[(Family, &str)],
+) -> Result<usize, NftError> {
+    let genid = kernel.generation()?;
+    let mut plans = Vec::new();
+    for (f, name) in tables {
+        if kernel.read_table(*f, name)?.is_some() {
+            plans.push(diff::delete(*f, name));
+        }
+    }
+    if plans.is_empty() {
+        return Ok(0);
+    }
+    kernel.commit(&plans, Some(genid), false)?;
+    Ok(plans.len())
+}
+
+/// An in-memory kernel for tests of code above the reconciler.
+#[derive(Debug, Default)]
+pub struct FakeKernel {
+    pub tables: BTreeMap<(Family, String), Table>,
+    pub generation: u32,
+    /// Committed batches (dry-runs excluded).
+    pub commits: usize,
+    /// Makes the next N commits fail as if another writer moved the generation first.
+    pub restarts_to_inject: u32,
+    /// Answer of [`NftKernel::supports_owner_persist`].
+    pub persist: bool,
+    /// Table reads served.
+    pub reads: usize,
+}
+
+impl NftKernel for FakeKernel {
+    fn generation(&mut self) -> Result<u32, NftError> {
+        Ok(self.generation)
+    }
+
+    fn read_table(&mut self, family: Family, name: &str) -> Result<Option<TableState>, NftError> {
+        self.reads += 1;
+        Ok(self
+            .tables
+            .get(&(family, name.to_owned()))
+            .map(|t| TableState {
+                table: t.clone(),
+                owner: (t.flags & table_flags::OWNER != 0).then_some(1),
+            }))
+    }
+
+    fn commit(
+        &mut self,
+        plans: &[Plan],
+        genid: Option<u32>,
+        dry_run: bool,
+    ) -> Result<(), NftError> {
+        if self.restarts_to_inject > 0 {
+            self.restarts_to_inject -= 1;
+            self.generation += 1;
+        }
+        if genid.is_some_and(|g| g != self.generation) {
+            return Err(NftError::Restart);
+        }
+        let mut tables = self.tables.clone();
+        diff::apply(&mut tables, plans).map_err(|e| NftError::Rejected {
+            object: e.what.clone(),
+            errno: match e.errno {
+                "ENOENT" => libc::ENOENT,
+                "EEXIST" => libc::EEXIST,
+                "EBUSY" => libc::EBUSY,
+                _ => libc::EINVAL,
+            },
+            ext_ack: None,
+            attr_offset: None,
+            more: 0,
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        })?;
+        if !dry_run {
+            self.tables = tables;
+            self.generation += 1;
+            self.commits += 1;
+        }
+        Ok(())
+    }
+
+    fn owner_id(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
+        Ok(self.persist)
+    }
+}
