@@ -82,7 +82,10 @@ fn json_is_one_object_per_line_with_stable_keys() {
     assert_eq!(rec["span"]["name"], "apply");
     assert_eq!(rec["span"]["apply_id"], 7);
     let ts = rec["timestamp"].as_str().unwrap();
-    assert!(ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T', "{ts}");
+    assert!(
+        ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+        "{ts}"
+    );
 
     // A newline inside a field stays inside the record.
     assert_eq!(lines[1]["level"], "WARN");
@@ -97,14 +100,19 @@ fn text_is_one_line_per_record() {
     let text = buf.text();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(text.contains("INFO") && text.contains("hello") && text.contains("ifname=\"cali1\""));
-    assert!(!text.contains('\u{1b}'), "no colour when not a terminal: {text:?}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no colour when not a terminal: {text:?}"
+    );
 }
 
 #[test]
 fn screen_severity_filters() {
-    let mut c = Config::default();
-    c.log_severity_screen = LogLevel::Warning;
-    c.log_file_path = None;
+    let c = Config {
+        log_severity_screen: LogLevel::Warning,
+        log_file_path: None,
+        ..Config::default()
+    };
     let mut s = LogSettings::from_config(&c, Some("json")).unwrap();
     s.ansi = false;
     let buf = capture(&s, || {
@@ -112,7 +120,11 @@ fn screen_severity_filters() {
         tracing::warn!("shown");
         tracing::error!("shown too");
     });
-    let msgs: Vec<Value> = buf.json_lines().iter().map(|r| r["message"].clone()).collect();
+    let msgs: Vec<Value> = buf
+        .json_lines()
+        .iter()
+        .map(|r| r["message"].clone())
+        .collect();
     assert_eq!(msgs, ["shown", "shown too"]);
 }
 
@@ -123,7 +135,11 @@ fn dependencies_stay_at_info_when_we_debug() {
         tracing::info!(target: "netlink_proto::connection", "dependency info");
         tracing::debug!(target: "felix_nft::dataplane", "our detail");
     });
-    let msgs: Vec<Value> = buf.json_lines().iter().map(|r| r["message"].clone()).collect();
+    let msgs: Vec<Value> = buf
+        .json_lines()
+        .iter()
+        .map(|r| r["message"].clone())
+        .collect();
     assert_eq!(msgs, ["dependency info", "our detail"]);
 }
 
@@ -131,17 +147,23 @@ fn dependencies_stay_at_info_when_we_debug() {
 fn file_gets_its_own_severity() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/felix.log");
-    let mut c = Config::default();
-    c.log_severity_screen = LogLevel::Info;
-    c.log_severity_file = LogLevel::Debug;
-    c.log_file_path = Some(path.display().to_string());
+    let c = Config {
+        log_severity_screen: LogLevel::Info,
+        log_severity_file: LogLevel::Debug,
+        log_file_path: Some(path.display().to_string()),
+        ..Config::default()
+    };
     let mut s = LogSettings::from_config(&c, Some("json")).unwrap();
     s.ansi = false;
     let screen = capture(&s, || {
         tracing::debug!(target: "felix_nft::ops", "debug detail");
         tracing::info!(target: "felix_nft::ops", "summary");
     });
-    let on_screen: Vec<Value> = screen.json_lines().iter().map(|r| r["message"].clone()).collect();
+    let on_screen: Vec<Value> = screen
+        .json_lines()
+        .iter()
+        .map(|r| r["message"].clone())
+        .collect();
     assert_eq!(on_screen, ["summary"]);
     let file = std::fs::read_to_string(&path).unwrap();
     let in_file: Vec<Value> = file
@@ -161,7 +183,10 @@ fn unopenable_file_falls_back_to_the_screen() {
     let w = buf.clone();
     let (dispatch, err) = logfmt::build(&s, move || w.clone());
     let err = err.expect("the file cannot be opened");
-    assert!(err.to_string().contains("/proc/felix-nft-no/such.log"), "{err}");
+    assert!(
+        err.to_string().contains("/proc/felix-nft-no/such.log"),
+        "{err}"
+    );
     tracing::dispatcher::with_default(&dispatch, || tracing::info!("still here"));
     assert!(buf.text().contains("still here"));
 }
@@ -174,9 +199,32 @@ fn bad_format_is_refused() {
 
 #[test]
 fn init_logging_works_once() {
-    let mut c = Config::default();
-    c.log_file_path = None;
+    let c = Config {
+        log_file_path: None,
+        ..Config::default()
+    };
     logfmt::init_logging(&c).expect("first call sets up logging");
     let again = logfmt::init_logging(&c).unwrap_err();
-    assert!(matches!(again, logfmt::LogError::AlreadyInitialised(_)), "{again:?}");
+    assert!(
+        matches!(again, logfmt::LogError::AlreadyInitialised(_)),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn the_format_variable_is_not_a_config_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("felix.cfg");
+    std::fs::write(&cfg, "").unwrap();
+    let resolved = felix_nft::config::load(&felix_nft::config::LoadInputs {
+        config_file: Some(cfg),
+        env: vec![
+            (logfmt::LOG_FORMAT_ENV.into(), "json".into()),
+            ("FELIX_LOGSEVERITYSCREEN".into(), "DEBUG".into()),
+        ],
+    })
+    .unwrap();
+    assert!(resolved.unknown.is_empty(), "{:?}", resolved.unknown);
+    assert!(resolved.warnings().is_empty(), "{:?}", resolved.warnings());
+    assert_eq!(resolved.config.log_severity_screen, LogLevel::Debug);
 }

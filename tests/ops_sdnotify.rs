@@ -64,11 +64,13 @@ async fn notifications_reach_the_notify_socket() {
     std::env::set_var("WATCHDOG_USEC", "200000"); // 200 ms → ping every 100 ms
     std::env::set_var("WATCHDOG_PID", std::process::id().to_string());
 
-    let mut config = Config::default();
-    config.health_timeout_overrides = vec![KeyDuration {
-        name: DATAPLANE_REPORTER.into(),
-        timeout: Duration::from_millis(500),
-    }];
+    let config = Config {
+        health_timeout_overrides: vec![KeyDuration {
+            name: DATAPLANE_REPORTER.into(),
+            timeout: Duration::from_millis(500),
+        }],
+        ..Config::default()
+    };
     let ops = Ops::new(&config).expect("ops from the environment");
     assert!(ops.notifier.is_enabled());
     assert_eq!(
@@ -101,7 +103,11 @@ async fn notifications_reach_the_notify_socket() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     drain(&rx);
     let msgs = tokio::task::block_in_place(|| collect(&rx, Duration::from_millis(400)));
-    assert_eq!(count(&msgs, "WATCHDOG=1"), 0, "pings while not live: {msgs:?}");
+    assert_eq!(
+        count(&msgs, "WATCHDOG=1"),
+        0,
+        "pings while not live: {msgs:?}"
+    );
 
     // It recovers: pings resume.
     dp.heartbeat();

@@ -271,7 +271,9 @@ impl HealthSummary {
                         .map_or("-", |q| q.describe("reporting live", "reporting non-live"))
                         .to_string(),
                     c.ready
-                        .map_or("-", |q| q.describe("reporting ready", "reporting non-ready"))
+                        .map_or("-", |q| {
+                            q.describe("reporting ready", "reporting non-ready")
+                        })
                         .to_string(),
                     c.detail.clone(),
                 ]
@@ -350,7 +352,11 @@ impl DataplaneHealth {
         if !self.iface_in_sync {
             reasons.push("interface monitor not in sync".to_string());
         }
-        if let Some(err) = self.last_error.as_ref().filter(|_| self.consecutive_failures > 0) {
+        if let Some(err) = self
+            .last_error
+            .as_ref()
+            .filter(|_| self.consecutive_failures > 0)
+        {
             reasons.push(format!(
                 "last {} apply(s) failed: {err}",
                 self.consecutive_failures
@@ -487,10 +493,14 @@ mod tests {
 
     #[test]
     fn watchdog_timeout_has_a_floor() {
-        let mut c = Config::default();
-        c.dataplane_watchdog_timeout = Duration::from_secs(5);
-        assert_eq!(dataplane_watchdog_timeout(&c), MIN_WATCHDOG_TIMEOUT);
-        c.dataplane_watchdog_timeout = Duration::from_secs(90);
-        assert_eq!(dataplane_watchdog_timeout(&c), Duration::from_secs(90));
+        let with = |secs| Config {
+            dataplane_watchdog_timeout: Duration::from_secs(secs),
+            ..Config::default()
+        };
+        assert_eq!(dataplane_watchdog_timeout(&with(5)), MIN_WATCHDOG_TIMEOUT);
+        assert_eq!(
+            dataplane_watchdog_timeout(&with(90)),
+            Duration::from_secs(90)
+        );
     }
 }

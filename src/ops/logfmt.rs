@@ -101,7 +101,10 @@ impl LogSettings {
     /// From the config and the value of [`LOG_FORMAT_ENV`] (if set).
     pub fn from_config(config: &Config, format: Option<&str>) -> Result<Self, LogError> {
         Ok(LogSettings {
-            format: format.map(LogFormat::from_str).transpose()?.unwrap_or_default(),
+            format: format
+                .map(LogFormat::from_str)
+                .transpose()?
+                .unwrap_or_default(),
             screen: level_filter(config.log_severity_screen),
             ansi: std::io::stderr().is_terminal(),
             file: config
@@ -214,8 +217,10 @@ mod tests {
 
     #[test]
     fn none_disables_the_file() {
-        let mut c = Config::default();
-        c.log_file_path = Some("none".into());
+        let mut c = Config {
+            log_file_path: Some("none".into()),
+            ..Config::default()
+        };
         assert_eq!(LogSettings::from_config(&c, None).unwrap().file, None);
         c.log_file_path = None;
         assert_eq!(LogSettings::from_config(&c, None).unwrap().file, None);

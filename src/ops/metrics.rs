@@ -320,7 +320,9 @@ impl Metrics {
     /// A refresh found `count` objects of kind `object` (`chain`, `set`, `table`, `route`,
     /// `neighbour`, …) changed from outside and repaired them.
     pub fn record_drift_repairs(&self, object: &str, count: u64) {
-        self.drift_repairs.with_label_values(&[object]).inc_by(count);
+        self.drift_repairs
+            .with_label_values(&[object])
+            .inc_by(count);
     }
 
     /// One nf_tables batch of `bytes` bytes and `messages` netlink messages was sent.
@@ -424,7 +426,7 @@ impl ProcessGauges {
                 p.virtual_bytes.set(v as i64);
             }
             if let Some(rss) = field(24) {
-                p.resident_bytes.set(rss as i64 * page.max(0) as i64);
+                p.resident_bytes.set(rss as i64 * page.max(0));
             }
             if let (Some(start), Some(boot)) = (field(22), boot_time()) {
                 if ticks > 0 {

@@ -28,7 +28,7 @@ pub use health::{DataplaneHealth, HealthAggregator, HealthReport, HealthReporter
 pub use logfmt::{init_logging, LogError, LogFormat, LOG_FORMAT_ENV};
 pub use metrics::{Metrics, MetricsError, NftObjectCounts};
 pub use server::{Server, ServerConfig};
-pub use systemd::{NotifyError, Notifier};
+pub use systemd::{Notifier, NotifyError};
 
 use crate::config::Config;
 

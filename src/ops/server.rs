@@ -263,11 +263,7 @@ fn metrics_response(reg: &Metrics, req: &Request<Incoming>) -> Response<Body> {
         Ok(body) => text(StatusCode::OK, TEXT_CONTENT_TYPE, body),
         Err(e) => {
             tracing::error!(error = %e, "encoding metrics failed");
-            text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                PLAIN,
-                format!("{e}\n"),
-            )
+            text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e}\n"))
         }
     }
 }

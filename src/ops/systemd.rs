@@ -216,7 +216,11 @@ mod tests {
         let n = Notifier::from_vars(Some(s), Some("10000000"), Some(&me)).unwrap();
         assert_eq!(n.watchdog_interval(), Some(Duration::from_secs(5)));
         let n = Notifier::from_vars(Some(s), Some("10000000"), Some("1")).unwrap();
-        assert_eq!(n.watchdog_interval(), None, "WATCHDOG_PID names another process");
+        assert_eq!(
+            n.watchdog_interval(),
+            None,
+            "WATCHDOG_PID names another process"
+        );
         let n = Notifier::from_vars(Some(s), None, None).unwrap();
         assert_eq!(n.watchdog_interval(), None);
     }
@@ -234,6 +238,9 @@ mod tests {
         let k = rx.recv(&mut buf).unwrap();
         assert!(buf[..k].starts_with(b"READY=1\n"));
         let k = rx.recv(&mut buf).unwrap();
-        assert!(buf[..k].starts_with(b"STOPPING=1\n"), "READY=1 went only once");
+        assert!(
+            buf[..k].starts_with(b"STOPPING=1\n"),
+            "READY=1 went only once"
+        );
     }
 }
