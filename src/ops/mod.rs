@@ -11,6 +11,7 @@
 //! - [`systemd`]: `READY=1`, `WATCHDOG=1`, `STOPPING=1`.
 //! - [`logfmt`]: Felix's severity parameters on `tracing`, text or one-line JSON.
 //! - [`server`]: the HTTP endpoints and the watchdog task, run until a shutdown future.
+//! - [`signal`]: SIGTERM/SIGINT as a future, the daemon's usual shutdown trigger.
 //!
 //! [`Ops`] bundles the handles the daemon needs.
 
@@ -18,6 +19,7 @@ pub mod health;
 pub mod logfmt;
 pub mod metrics;
 pub mod server;
+pub mod signal;
 pub mod systemd;
 
 use std::fmt::Display;
@@ -28,6 +30,7 @@ pub use health::{DataplaneHealth, HealthAggregator, HealthReport, HealthReporter
 pub use logfmt::{init_logging, LogError, LogFormat, LOG_FORMAT_ENV};
 pub use metrics::{Metrics, MetricsError, NftObjectCounts};
 pub use server::{Server, ServerConfig};
+pub use signal::Termination;
 pub use systemd::{Notifier, NotifyError};
 
 use crate::config::Config;
