@@ -90,7 +90,10 @@ pub struct ComponentHealth {
     pub live: Option<Quality>,
     /// `None` when the component does not report readiness.
     pub ready: Option<Quality>,
+    /// The component's detail, plus the age of its last success when it has one.
     pub detail: String,
+    /// When the component last did its job successfully (the dataplane: its last good apply).
+    pub last_success: Option<SystemTime>,
     /// Time since the component last reported.
     pub since_report: Duration,
 }
@@ -223,6 +226,7 @@ impl HealthAggregator {
                 live,
                 ready,
                 detail,
+                last_success: report.last_success,
                 since_report,
             });
         }
@@ -438,6 +442,8 @@ mod tests {
         let s = agg.summary();
         assert!(s.ready && s.live);
         assert!(s.components[0].detail.starts_with("last success"));
+        assert_eq!(s.components[0].last_success, dp.last_success());
+        assert!(dp.last_success().is_some());
         assert!(!dp.applied(Ok(())), "only the first success is first");
         dp.applied(Err(&"EPERM"));
         assert!(agg.summary().ready, "a later failure keeps readiness");
