@@ -171,7 +171,7 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, then sends systemd `STOPPING=1`, stops accepting,
-    /// and gives open requests [`DRAIN_TIMEOUT`] to finish. Also runs the systemd watchdog.
+    /// and gives open requests 5 s to finish. Also runs the systemd watchdog.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         // One signal, many listeners: each task holds a receiver and stops when it flips.
         let (stop_tx, stop_rx) = watch::channel(false);
