@@ -16,6 +16,9 @@ use super::ConfigError;
 
 /// Prefix of environment variables that set parameters (matched case-insensitively).
 pub const ENV_PREFIX: &str = "FELIX_";
+/// Prefix of felix-nft's own process settings (`FELIX_NFT_LOG_FORMAT`): not parameters, so not
+/// read as `FELIX_*` config. Felix parameter names have no `_`, so none is shadowed.
+pub const OWN_ENV_PREFIX: &str = "FELIX_NFT_";
 /// The config file used when neither `--config` nor `FELIX_CONFIGFILE` names one.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/calico/felix.cfg";
 /// The environment variable naming the config file.
@@ -105,10 +108,16 @@ pub fn config_file_path(explicit: Option<&Path>, env: &[(String, String)]) -> Pa
     }
 }
 
-/// Every `FELIX_<NAME>` variable as a raw value named `<NAME>` (prefix matched in any case).
+/// Every `FELIX_<NAME>` variable as a raw value named `<NAME>` (prefix matched in any case),
+/// except felix-nft's own `FELIX_NFT_*` settings.
 pub fn env_values(env: &[(String, String)]) -> Vec<RawValue> {
     env.iter()
         .filter_map(|(k, v)| {
+            if k.get(..OWN_ENV_PREFIX.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(OWN_ENV_PREFIX))
+            {
+                return None;
+            }
             let prefix = k.get(..ENV_PREFIX.len())?;
             let name = k.get(ENV_PREFIX.len()..)?;
             (prefix.eq_ignore_ascii_case(ENV_PREFIX) && !name.is_empty()).then(|| RawValue {
