@@ -1,2 +1,748 @@
-//! The dataplane driver (reference §10–14): managers that record desired state, the apply loop
-//! that programs it in a fixed order, and endpoint status. Never encodes netlink itself.
+//! The dataplane driver (reference §10–14): what the node should look like, kept up to date from
+//! Felix's updates and the interface monitor, and turned into kernel objects in a fixed order.
+//!
+//! Layer: uses `rules` (Calico semantics → nft objects), `nft`/`rtnl` only through the
+//! [`kernel::Kernel`] seam, `proto`, `config`. It never encodes netlink itself.
+//!
+//! - [`Dataplane`] (this file): the desired state. `on_update` validates and records — no kernel
+//!   I/O — and marks what became dirty; [`Dataplane::desired`] renders the whole desired kernel
+//!   state (tables, routes, neighbours, per-interface config) from it.
+//! - [`validate`]: rejects updates that would make the desired state wrong.
+//! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
+//! - [`driver`]: the event loop — batching, InSync gating, throttling, the apply order, retries,
+//!   refresh timers, rebuild and fail-closed exit, status back to Felix.
+//! - [`status`]: endpoint status reporting.
+//! - [`oneshot`]: `apply`, `plan`, `dump`, `cleanup` for the CLI.
+//!
+//! Invariants: nothing touches the kernel before the datastore's `InSync` and the interface
+//! monitor's first sync; a rejected update changes nothing; stopping never removes policy.
+
+pub mod driver;
+pub mod kernel;
+pub mod oneshot;
+pub mod status;
+pub mod validate;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::config::Config;
+use crate::nft::model::Table;
+use crate::nft::reconcile::Ownership;
+use crate::proto::to_dataplane::Payload;
+use crate::proto::{
+    HostEndpoint, HostEndpointId, LiveMigrationRole, RouteType, RouteUpdate, ToDataplane,
+    WorkloadEndpoint, WorkloadEndpointId,
+};
+use crate::rtnl::neigh::Mac;
+use crate::rtnl::routes::RouteSpec;
+use crate::rules::{self, Model, RulesConfig, RulesError};
+
+pub use status::Status;
+pub use validate::InputError;
+
+/// Route protocol Felix uses for its non-device routes when `DeviceRouteProtocol` is boot (3).
+pub const RTPROT_FELIX: u8 = 80;
+/// `RTPROT_BOOT`.
+pub const RTPROT_BOOT: u8 = 3;
+
+/// Everything the dataplane needs from the configuration, in its own terms.
+#[derive(Debug, Clone)]
+pub struct DataplaneConfig {
+    pub rules: RulesConfig,
+    /// Owner+persist flags on our tables (`NftablesTableOwner`).
+    pub ownership: Ownership,
+    /// `DeviceRouteProtocol` (3).
+    pub route_protocol: u8,
+    /// `IPv4NormalRoutePriority` / `IPv6NormalRoutePriority` (1024).
+    pub route_metric_v4: u32,
+    pub route_metric_v6: u32,
+    /// `DeviceRouteSourceAddress(IPv6)`.
+    pub route_src_v4: Option<IpAddr>,
+    pub route_src_v6: Option<IpAddr>,
+    /// `RouteSyncDisabled`: no route or neighbour work at all.
+    pub route_sync_disabled: bool,
+    /// `RemoveExternalRoutes`: any route on a workload interface is ours.
+    pub remove_external_routes: bool,
+    /// `InterfacePrefix`.
+    pub workload_prefixes: Vec<String>,
+    /// `InterfaceExclude`, as the monitor takes it (names and `/regex/`).
+    pub iface_exclude: Vec<String>,
+    /// `IPForwarding` = Enabled.
+    pub ip_forwarding: bool,
+    /// `Ipv6Support`.
+    pub ipv6: bool,
+    /// `NftablesRefreshInterval` (180 s): re-read the tables and repair drift.
+    pub nft_refresh: Duration,
+    /// `RouteRefreshInterval` (90 s).
+    pub route_refresh: Duration,
+    /// `InterfaceRefreshInterval` (90 s).
+    pub iface_refresh: Duration,
+    /// `ReportingIntervalSecs` (30 s; zero disables the heartbeat).
+    pub reporting_interval: Duration,
+    /// `EndpointReportingEnabled`: send per-endpoint status to Felix.
+    pub endpoint_reporting: bool,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            rules: RulesConfig::default(),
+            ownership: Ownership::OwnerPersist,
+            route_protocol: RTPROT_BOOT,
+            route_metric_v4: 1024,
+            route_metric_v6: 1024,
+            route_src_v4: None,
+            route_src_v6: None,
+            route_sync_disabled: false,
+            remove_external_routes: true,
+            workload_prefixes: vec!["cali".into()],
+            iface_exclude: vec!["kube-ipvs0".into()],
+            ip_forwarding: true,
+            ipv6: true,
+            nft_refresh: Duration::from_secs(180),
+            route_refresh: Duration::from_secs(90),
+            iface_refresh: Duration::from_secs(90),
+            reporting_interval: Duration::from_secs(30),
+            endpoint_reporting: true,
+        }
+    }
+}
+
+impl DataplaneConfig {
+    /// Maps Felix's parameters (reference §3.2) onto the dataplane's.
+    pub fn from_config(c: &Config) -> DataplaneConfig {
+        use crate::config as cfg;
+        let rules = RulesConfig {
+            mark_mask: c.nftables_mark_mask,
+            filter_allow_action: match c.nftables_filter_allow_action {
+                cfg::AllowAction::Accept => rules::AllowAction::Accept,
+                cfg::AllowAction::Return => rules::AllowAction::Return,
+            },
+            mangle_allow_action: match c.nftables_mangle_allow_action {
+                cfg::AllowAction::Accept => rules::AllowAction::Accept,
+                cfg::AllowAction::Return => rules::AllowAction::Return,
+            },
+            filter_deny_action: match c.nftables_filter_deny_action {
+                cfg::DenyAction::Drop => rules::DenyAction::Drop,
+                cfg::DenyAction::Reject => rules::DenyAction::Reject,
+            },
+            endpoint_to_host_action: match c.default_endpoint_to_host_action {
+                cfg::EndpointToHostAction::Drop => rules::EndpointToHostAction::Drop,
+                cfg::EndpointToHostAction::Return => rules::EndpointToHostAction::Return,
+                cfg::EndpointToHostAction::Accept => rules::EndpointToHostAction::Accept,
+            },
+            workload_iface_prefixes: c.interface_prefix.clone(),
+            failsafe_inbound: c
+                .failsafe_inbound_host_ports
+                .iter()
+                .map(proto_port)
+                .collect(),
+            failsafe_outbound: c
+                .failsafe_outbound_host_ports
+                .iter()
+                .map(proto_port)
+                .collect(),
+            nat_port_range: c.nat_port_range.map(|r| (r.first, r.last)),
+            nat_outgoing_address: c.nat_outgoing_address,
+            nat_outgoing_exclusions: match c.nat_outgoing_exclusions {
+                cfg::NatOutgoingExclusions::IpPoolsOnly => {
+                    rules::NatOutgoingExclusions::IpPoolsOnly
+                }
+                cfg::NatOutgoingExclusions::IpPoolsAndHostIps => {
+                    rules::NatOutgoingExclusions::IpPoolsAndHostIps
+                }
+            },
+            nat_outgoing_iface_filter: c.iptables_nat_outgoing_interface_filter.clone(),
+            masq_fully_random: true,
+            ipip_enabled: c.ipip_enabled.unwrap_or(false),
+            vxlan_enabled: c.vxlan_enabled.unwrap_or(false),
+            vxlan_enabled_v6: false,
+            vxlan_port: c.vxlan_port,
+            wireguard_port: c.wireguard_enabled.then_some(c.wireguard_listening_port),
+            wireguard_port_v6: c
+                .wireguard_enabled_v6
+                .then_some(c.wireguard_listening_port_v6),
+            allow_vxlan_from_workloads: c.allow_vxlan_packets_from_workloads,
+            allow_ipip_from_workloads: c.allow_ipip_packets_from_workloads,
+            tunnel_ifaces_v4: Vec::new(),
+            tunnel_ifaces_v6: Vec::new(),
+            log_prefix: c.log_prefix.clone(),
+            log_rate_limit: c.log_action_rate_limit.map(|r| rules::RateLimit {
+                rate: u64::from(r.count),
+                unit_secs: match r.per {
+                    cfg::RatePer::Second => 1,
+                    cfg::RatePer::Minute => 60,
+                    cfg::RatePer::Hour => 3600,
+                    cfg::RatePer::Day => 86400,
+                },
+                burst: u32::from(c.log_action_rate_limit_burst),
+            }),
+            disable_conntrack_invalid_check: c.disable_conntrack_invalid_check,
+            service_loop_prevention: match c.service_loop_prevention {
+                cfg::ServiceLoopPrevention::Drop => rules::ServiceLoopPrevention::Drop,
+                cfg::ServiceLoopPrevention::Reject => rules::ServiceLoopPrevention::Reject,
+                cfg::ServiceLoopPrevention::Disabled => rules::ServiceLoopPrevention::Disabled,
+            },
+            ipv6_enabled: c.ipv6_support,
+            floating_ips_enabled: c.floating_ips == cfg::EnabledDisabled::Enabled,
+        };
+        DataplaneConfig {
+            rules,
+            ownership: if c.nftables_table_owner {
+                Ownership::OwnerPersist
+            } else {
+                Ownership::Off
+            },
+            route_protocol: c.device_route_protocol,
+            route_metric_v4: c.ipv4_normal_route_priority,
+            route_metric_v6: c.ipv6_normal_route_priority,
+            route_src_v4: c.device_route_source_address.map(IpAddr::V4),
+            route_src_v6: c.device_route_source_address_ipv6.map(IpAddr::V6),
+            route_sync_disabled: c.route_sync_disabled,
+            remove_external_routes: c.remove_external_routes,
+            workload_prefixes: c.interface_prefix.clone(),
+            iface_exclude: c
+                .interface_exclude
+                .iter()
+                .map(|m| match m {
+                    cfg::IfaceMatch::Name(n) => n.clone(),
+                    cfg::IfaceMatch::Regex(p) => format!("/{}/", p.as_str()),
+                })
+                .collect(),
+            ip_forwarding: c.ip_forwarding == cfg::EnabledDisabled::Enabled,
+            ipv6: c.ipv6_support,
+            nft_refresh: c.nftables_refresh_interval,
+            route_refresh: c.route_refresh_interval,
+            iface_refresh: c.interface_refresh_interval,
+            reporting_interval: c.reporting_interval_secs,
+            endpoint_reporting: true,
+        }
+    }
+
+    /// The protocols whose routes are ours wherever they are (§15): 80, and the configured
+    /// device protocol unless it is boot (3), which other tools use too.
+    pub fn owned_route_protocols(&self) -> BTreeSet<u8> {
+        let mut p = BTreeSet::from([RTPROT_FELIX]);
+        if self.route_protocol != RTPROT_BOOT {
+            p.insert(self.route_protocol);
+        }
+        p
+    }
+
+    /// Which protocols make a route on a workload interface ours: any when
+    /// `RemoveExternalRoutes`, else boot and 80 (§15).
+    pub fn workload_route_protocols(&self) -> Option<BTreeSet<u8>> {
+        if self.remove_external_routes {
+            None
+        } else {
+            let mut p = BTreeSet::from([RTPROT_BOOT, RTPROT_FELIX]);
+            p.insert(self.route_protocol);
+            Some(p)
+        }
+    }
+
+    /// Whether `ifname` is a workload interface (`InterfacePrefix`).
+    pub fn is_workload_iface(&self, ifname: &str) -> bool {
+        self.workload_prefixes
+            .iter()
+            .any(|p| ifname.starts_with(p.as_str()))
+    }
+}
+
+fn proto_port(p: &crate::config::FailsafePort) -> rules::ProtoPort {
+    rules::ProtoPort {
+        proto: match p.protocol {
+            crate::config::PortProtocol::Tcp => 6,
+            crate::config::PortProtocol::Udp => 17,
+        },
+        port: p.port,
+        net: p.net,
+    }
+}
+
+/// What the interface monitor has told us about one interface.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IfaceInfo {
+    pub index: u32,
+    pub oper_up: bool,
+    pub admin_up: bool,
+    pub addrs: BTreeSet<IpNet>,
+}
+
+/// Per-interface kernel configuration for a workload interface (§14.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfaceConf {
+    /// `net.ipv4.conf.<if>.rp_filter`: the default read at start, or 0 when the workload may
+    /// spoof source addresses.
+    pub rp_filter: u32,
+    /// Also configure IPv6 (`proxy_ndp`, `forwarding`).
+    pub ipv6: bool,
+}
+
+/// The whole desired kernel state, rendered from the model.
+#[derive(Debug, Clone, Default)]
+pub struct Desired {
+    /// Our nf_tables tables (`ip calico`, `ip6 calico`).
+    pub tables: Vec<Table>,
+    /// Routes, both families, grouped by owner (an interface name, or `blackhole`).
+    pub routes: BTreeMap<String, Vec<RouteSpec>>,
+    /// Permanent IPv4 neighbours per workload interface.
+    pub neighbours: BTreeMap<String, Vec<(IpAddr, Mac)>>,
+    /// Per-interface configuration of every known workload interface.
+    pub iface_conf: BTreeMap<String, IfaceConf>,
+}
+
+/// What changed since the last apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dirty {
+    pub tables: bool,
+    pub routes: bool,
+    pub neighbours: bool,
+    /// Interfaces to (re)configure.
+    pub ifaces: BTreeSet<String>,
+}
+
+impl Dirty {
+    pub fn any(&self) -> bool {
+        self.tables || self.routes || self.neighbours || !self.ifaces.is_empty()
+    }
+
+    fn all(ifaces: impl IntoIterator<Item = String>) -> Dirty {
+        Dirty {
+            tables: true,
+            routes: true,
+            neighbours: true,
+            ifaces: ifaces.into_iter().collect(),
+        }
+    }
+}
+
+/// The desired state of the node and what is dirty. Pure: no I/O.
+#[derive(Debug, Clone)]
+pub struct Dataplane {
+    pub cfg: DataplaneConfig,
+    model: Model,
+    /// Felix's route updates by destination (for blackhole routes of local IPAM blocks).
+    routes: BTreeMap<String, RouteUpdate>,
+    ifaces: BTreeMap<String, IfaceInfo>,
+    datastore_in_sync: bool,
+    ifaces_in_sync: bool,
+    /// `net.ipv4.conf.default.rp_filter` read at start (§14.2).
+    default_rp_filter: u32,
+    pub dirty: Dirty,
+    /// Workload interfaces whose configuration failed (their endpoint reports `down`).
+    conf_failed: BTreeSet<String>,
+}
+
+impl Dataplane {
+    /// An empty desired state. Fails only when the configuration cannot be rendered (a mark mask
+    /// too small for Calico's bits).
+    pub fn new(cfg: DataplaneConfig, default_rp_filter: u32) -> Result<Dataplane, RulesError> {
+        rules::Renderer::new(cfg.rules.clone())?;
+        Ok(Dataplane {
+            model: Model::new(cfg.rules.clone()),
+            cfg,
+            routes: BTreeMap::new(),
+            ifaces: BTreeMap::new(),
+            datastore_in_sync: false,
+            ifaces_in_sync: false,
+            default_rp_filter,
+            dirty: Dirty::all([]),
+            conf_failed: BTreeSet::new(),
+        })
+    }
+
+    /// The recorded model (read-only).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Validates and records one update; marks what it affects dirty. No kernel I/O. A rejected
+    /// update changes nothing.
+    pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
+        validate::validate(&self.model, msg)?;
+        let Some(p) = &msg.payload else {
+            return Ok(());
+        };
+        match p {
+            Payload::InSync(_) => {
+                self.datastore_in_sync = true;
+                return Ok(());
+            }
+            Payload::ConfigUpdate(_) => {
+                // Felix restarts its driver whenever a resolved value changes (§1.4), so the
+                // configuration the agent started with stays in force.
+                return Ok(());
+            }
+            Payload::RouteUpdate(u) => {
+                self.routes.insert(u.dst.clone(), u.clone());
+                self.dirty.routes = true;
+                return Ok(());
+            }
+            Payload::RouteRemove(r) => {
+                if self.routes.remove(&r.dst).is_some() {
+                    self.dirty.routes = true;
+                }
+                return Ok(());
+            }
+            Payload::WorkloadEndpointUpdate(u) => {
+                let name = u.endpoint.as_ref().map(|e| e.name.clone());
+                let old =
+                    u.id.as_ref()
+                        .and_then(|id| self.model.workloads.get(id))
+                        .map(|e| e.name.clone());
+                self.mark_endpoint(old.into_iter().chain(name));
+            }
+            Payload::WorkloadEndpointRemove(r) => {
+                let old =
+                    r.id.as_ref()
+                        .and_then(|id| self.model.workloads.get(id))
+                        .map(|e| e.name.clone());
+                self.mark_endpoint(old);
+            }
+            _ => {}
+        }
+        self.model.apply(msg);
+        self.dirty.tables = true;
+        Ok(())
+    }
+
+    fn mark_endpoint(&mut self, ifaces: impl IntoIterator<Item = String>) {
+        self.dirty.routes = true;
+        self.dirty.neighbours = true;
+        for i in ifaces {
+            self.conf_failed.remove(&i);
+            self.dirty.ifaces.insert(i);
+        }
+    }
+
+    /// Records what the interface monitor reported.
+    pub fn on_iface(&mut self, ev: &crate::rtnl::monitor::IfaceEvent) {
+        use crate::rtnl::monitor::IfaceEvent as E;
+        match ev {
+            E::InSync => self.ifaces_in_sync = true,
+            E::Link(l) => {
+                let e = self.ifaces.entry(l.name.clone()).or_default();
+                let came_up = l.oper_up && !e.oper_up;
+                let changed =
+                    e.index != l.index || e.oper_up != l.oper_up || e.admin_up != l.admin_up;
+                e.index = l.index;
+                e.oper_up = l.oper_up;
+                e.admin_up = l.admin_up;
+                if changed {
+                    self.iface_changed(&l.name, came_up);
+                }
+            }
+            E::Renamed {
+                old_name, new_name, ..
+            } => {
+                if let Some(info) = self.ifaces.remove(old_name) {
+                    self.ifaces.insert(new_name.clone(), info);
+                }
+                self.iface_changed(old_name, false);
+                self.iface_changed(new_name, true);
+            }
+            E::Removed { name, .. } => {
+                if let Some(info) = self.ifaces.remove(name) {
+                    if !info.addrs.is_empty() && !self.cfg.is_workload_iface(name) {
+                        self.dirty.tables = true;
+                    }
+                }
+                self.iface_changed(name, false);
+            }
+            E::Addrs { name, addrs, .. } => {
+                let e = self.ifaces.entry(name.clone()).or_default();
+                if &e.addrs != addrs {
+                    e.addrs = addrs.clone();
+                    if !self.cfg.is_workload_iface(name) {
+                        // `this-host` and host-endpoint resolution depend on host addresses.
+                        self.dirty.tables = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn iface_changed(&mut self, name: &str, came_up: bool) {
+        if self.cfg.is_workload_iface(name) {
+            // Routes and ARP entries of a workload interface are (re)asserted when it flaps
+            // (§15); sysctls are applied when it comes up (§14.2). Status may change.
+            self.dirty.routes = true;
+            self.dirty.neighbours = true;
+            if came_up {
+                self.conf_failed.remove(name);
+                self.dirty.ifaces.insert(name.to_string());
+            }
+        } else {
+            // Host endpoint resolution may change.
+            self.dirty.tables |= !self.model.host_endpoints.is_empty();
+        }
+    }
+
+    /// Both InSyncs seen: the kernel may be touched (§10.2, §22.2).
+    pub fn ready(&self) -> bool {
+        self.datastore_in_sync && self.ifaces_in_sync
+    }
+
+    /// Marks the datastore in sync without a message (state documents, `apply`).
+    pub fn set_datastore_in_sync(&mut self) {
+        self.datastore_in_sync = true;
+    }
+
+    /// Marks the interface view complete (one-shot commands read it with a dump).
+    pub fn set_ifaces_in_sync(&mut self) {
+        self.ifaces_in_sync = true;
+    }
+
+    /// Everything must be re-checked against the kernel.
+    pub fn mark_all_dirty(&mut self) {
+        self.dirty = Dirty::all(self.workload_ifaces());
+    }
+
+    /// Records that configuring `iface` failed (its endpoint goes `down` until it succeeds).
+    pub fn iface_conf_failed(&mut self, iface: &str) {
+        self.conf_failed.insert(iface.to_string());
+    }
+
+    /// Known interfaces.
+    pub fn ifaces(&self) -> &BTreeMap<String, IfaceInfo> {
+        &self.ifaces
+    }
+
+    /// The winning workload endpoint per interface name (§14.1: smallest id wins).
+    fn workloads_by_iface(&self) -> BTreeMap<&str, (&WorkloadEndpointId, &WorkloadEndpoint)> {
+        let mut out = BTreeMap::new();
+        for (id, wep) in &self.model.workloads {
+            out.entry(wep.name.as_str()).or_insert((id, wep));
+        }
+        out
+    }
+
+    fn workload_ifaces(&self) -> Vec<String> {
+        self.workloads_by_iface()
+            .keys()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// The model the renderer sees: host addresses filled in, and host endpoints without a name
+    /// resolved to the interfaces whose addresses they expect (§14.4).
+    fn render_model(&self) -> Model {
+        let mut m = self.model.clone();
+        m.this_host = self
+            .ifaces
+            .iter()
+            .filter(|(name, _)| !self.cfg.is_workload_iface(name))
+            .flat_map(|(_, i)| i.addrs.iter().map(|a| a.addr()))
+            .collect();
+        let unnamed: Vec<(HostEndpointId, HostEndpoint)> = m
+            .host_endpoints
+            .iter()
+            .filter(|(_, h)| h.name.is_empty())
+            .map(|(id, h)| (id.clone(), h.clone()))
+            .collect();
+        for (id, hep) in unnamed {
+            m.host_endpoints.remove(&id);
+            for iface in self.hep_ifaces(&hep) {
+                let mut h = hep.clone();
+                h.name = iface.clone();
+                // Keeps the original id's sort position, so the smallest id still wins.
+                let synth = HostEndpointId {
+                    endpoint_id: format!("{}\u{0}{iface}", id.endpoint_id),
+                };
+                m.host_endpoints.insert(synth, h);
+            }
+        }
+        m
+    }
+
+    /// Interfaces a host endpoint without a name resolves to: non-workload interfaces holding one
+    /// of its expected addresses.
+    fn hep_ifaces(&self, hep: &HostEndpoint) -> Vec<String> {
+        let expected: BTreeSet<IpAddr> = hep
+            .expected_ipv4_addrs
+            .iter()
+            .chain(&hep.expected_ipv6_addrs)
+            .filter_map(|a| {
+                a.parse::<IpAddr>()
+                    .ok()
+                    .or_else(|| a.parse::<IpNet>().ok().map(|n| n.addr()))
+            })
+            .collect();
+        self.ifaces
+            .iter()
+            .filter(|(name, i)| {
+                !self.cfg.is_workload_iface(name)
+                    && i.addrs.iter().any(|a| expected.contains(&a.addr()))
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Renders the whole desired kernel state.
+    pub fn desired(&self) -> Result<Desired, RulesError> {
+        let tables = rules::render(&self.render_model())?;
+        let mut d = Desired {
+            tables,
+            ..Desired::default()
+        };
+        let weps = self.workloads_by_iface();
+        for (iface, (id, wep)) in &weps {
+            let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
+            d.iface_conf.insert(
+                iface.to_string(),
+                IfaceConf {
+                    rp_filter: if spoofing { 0 } else { self.default_rp_filter },
+                    ipv6: self.cfg.ipv6,
+                },
+            );
+            if wep.state != "active" || self.cfg.route_sync_disabled {
+                continue;
+            }
+            if wep.live_migration_role == LiveMigrationRole::Target as i32 {
+                continue;
+            }
+            let mut routes = Vec::new();
+            let mut neigh = Vec::new();
+            let mac = validate::parse_mac(&wep.mac);
+            let floating = self.cfg.rules.floating_ips_enabled || id.orchestrator_id == "openstack";
+            let nat_ext = wep
+                .ipv4_nat
+                .iter()
+                .chain(&wep.ipv6_nat)
+                .filter(|_| floating)
+                .map(|n| n.ext_ip.as_str());
+            for net in wep
+                .ipv4_nets
+                .iter()
+                .chain(&wep.ipv6_nets)
+                .map(String::as_str)
+                .chain(nat_ext)
+            {
+                let Some(net) = parse_host_net(net) else {
+                    continue;
+                };
+                let v6 = net.addr().is_ipv6();
+                if v6 && !self.cfg.ipv6 {
+                    continue;
+                }
+                let mut r = RouteSpec::device(
+                    net,
+                    iface.to_string(),
+                    self.cfg.route_protocol,
+                    if v6 {
+                        self.cfg.route_metric_v6
+                    } else {
+                        self.cfg.route_metric_v4
+                    },
+                );
+                r.src = if v6 {
+                    self.cfg.route_src_v6
+                } else {
+                    self.cfg.route_src_v4
+                };
+                routes.push(r);
+                if let (false, Some(mac)) = (v6, mac) {
+                    if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
+                        neigh.push((net.addr(), mac));
+                    }
+                }
+            }
+            if !routes.is_empty() {
+                d.routes.insert(iface.to_string(), routes);
+            }
+            if !neigh.is_empty() {
+                d.neighbours.insert(iface.to_string(), neigh);
+            }
+        }
+        if !self.cfg.route_sync_disabled {
+            let blackholes: Vec<RouteSpec> = self
+                .routes
+                .values()
+                .filter(|r| r.types & (RouteType::LocalWorkload as i32) != 0 && !r.local_workload)
+                .filter_map(|r| {
+                    let net = r.dst.parse::<IpNet>().ok()?;
+                    let v6 = net.addr().is_ipv6();
+                    (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
+                        RouteSpec::blackhole(
+                            net.trunc(),
+                            if self.cfg.route_protocol == RTPROT_BOOT {
+                                RTPROT_FELIX
+                            } else {
+                                self.cfg.route_protocol
+                            },
+                            if v6 {
+                                self.cfg.route_metric_v6
+                            } else {
+                                self.cfg.route_metric_v4
+                            },
+                        )
+                    })
+                })
+                .collect();
+            if !blackholes.is_empty() {
+                d.routes.insert("blackhole".into(), blackholes);
+            }
+        }
+        Ok(d)
+    }
+
+    /// Endpoint status as the kernel state now implies (§14.1, §14.4).
+    pub fn statuses(
+        &self,
+    ) -> (
+        BTreeMap<WorkloadEndpointId, (Status, WorkloadEndpoint)>,
+        BTreeMap<HostEndpointId, Status>,
+    ) {
+        let mut w = BTreeMap::new();
+        for (id, wep) in &self.model.workloads {
+            let up = wep.state == "active"
+                && self.ifaces.get(&wep.name).is_some_and(|i| i.oper_up)
+                && !self.conf_failed.contains(&wep.name);
+            let st = if up { Status::Up } else { Status::Down };
+            w.insert(id.clone(), (st, wep.clone()));
+        }
+        let mut h = BTreeMap::new();
+        for (id, hep) in &self.model.host_endpoints {
+            let st = if hep.name == "*" {
+                Status::Up
+            } else {
+                let ifaces = if hep.name.is_empty() {
+                    self.hep_ifaces(hep)
+                } else if self.ifaces.contains_key(&hep.name) {
+                    vec![hep.name.clone()]
+                } else {
+                    Vec::new()
+                };
+                if ifaces.is_empty() {
+                    Status::Error
+                } else if ifaces
+                    .iter()
+                    .all(|i| self.ifaces.get(i).is_some_and(|i| i.oper_up))
+                {
+                    Status::Up
+                } else {
+                    Status::Down
+                }
+            };
+            h.insert(id.clone(), st);
+        }
+        (w, h)
+    }
+}
+
+/// `10.0.0.5`, `10.0.0.5/32` → a host network; anything wider is not a workload address route.
+fn parse_host_net(s: &str) -> Option<IpNet> {
+    let net = s
+        .parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))?;
+    Some(net.trunc())
+}
+
+#[cfg(test)]
+mod tests;

@@ -85,6 +85,11 @@ impl NeighSyncer {
         }
     }
 
+    /// Interfaces that currently have desired entries.
+    pub fn managed_ifaces(&self) -> Vec<String> {
+        self.desired.keys().cloned().collect()
+    }
+
     /// The interface went down/up or was re-created: re-assert its entries on the next apply.
     pub fn iface_changed(&mut self, ifname: &str) {
         if self.desired.contains_key(ifname) {

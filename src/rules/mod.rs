@@ -135,6 +135,9 @@ pub struct Model {
     pub vteps: BTreeMap<String, VxlanTunnelEndpointUpdate>,
     /// Service cluster/external/load-balancer CIDRs (`GlobalBGPConfigUpdate`).
     pub service_cidrs: Vec<String>,
+    /// Addresses of this host's non-workload interfaces (from the interface monitor), for the
+    /// `this-host` set (§17).
+    pub this_host: BTreeSet<std::net::IpAddr>,
 }
 
 impl Model {
@@ -370,6 +373,15 @@ pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
             }
             t.add_set(set);
         }
+
+        // `this-host`: the addresses of this host's own interfaces.
+        let this_host: Vec<String> = model
+            .this_host
+            .iter()
+            .filter(|a| a.is_ipv6() == v6)
+            .map(|a| a.to_string())
+            .collect();
+        t.add_set(r.ipset(family, internal_sets::THIS_HOST, IpSetType::Ip, &this_host));
 
         // Felix IP sets.
         for (id, (kind, members)) in &model.ipsets {

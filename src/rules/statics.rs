@@ -23,6 +23,8 @@ pub mod internal_sets {
     pub const ALL_VXLAN_NET: &str = "all-vxlan-net";
     pub const MASQ_IPAM_POOLS: &str = "masq-ipam-pools";
     pub const NETWORK_IP_POOLS: &str = "network-ip-pools";
+    /// Addresses of this host's non-workload interfaces (type IP; the hostIP manager, §17).
+    pub const THIS_HOST: &str = "this-host";
 }
 
 /// The base chains of §6.2 with their hook rules (§6.3), in a fixed order.

@@ -1,0 +1,637 @@
+//! The event loop (reference §10.2–10.4, DESIGN.md §5): one task owns the dataplane state; the
+//! transports and the interface monitor talk to it over bounded channels.
+//!
+//! - Messages are batched: after one, up to 100 more are drained before an apply is considered.
+//! - Nothing touches the kernel before the datastore's `InSync` and the monitor's first sync.
+//! - Applies are throttled by a token bucket (10 deep, one token per 100 ms).
+//! - An apply runs the phases in a fixed order: start-of-day globals (first apply only) →
+//!   nf_tables (one transaction, both families) → routes → neighbours → per-interface sysctls →
+//!   conntrack cleanup for moved addresses → endpoint status.
+//! - Failed work stays dirty and is retried with exponential backoff; after
+//!   [`LoopOptions::rebuild_after`] consecutive table failures the tables are rebuilt atomically
+//!   (delete + add in one batch); after [`LoopOptions::give_up_after`] the loop returns an error
+//!   and the process exits non-zero — the last good rules stay in the kernel (fail closed).
+//! - Refresh timers re-read the kernel (tables every `NftablesRefreshInterval`, routes and
+//!   neighbours every `RouteRefreshInterval`); a refresh that finds differences repairs them and
+//!   counts a drift repair.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::IpAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant as TokioInstant};
+
+use crate::ops::{DataplaneHealth, Ops};
+use crate::proto::from_dataplane::Payload as Out;
+use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
+use crate::rtnl::monitor::IfaceEvent;
+use crate::rules::RulesError;
+use crate::source::Received;
+
+use super::kernel::{Kernel, KernelError, TableMode};
+use super::status::StatusReporter;
+use super::Dataplane;
+
+/// Loop tuning (Felix's values by default).
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// Messages drained after the first before an apply (100).
+    pub batch: usize,
+    /// Token bucket: depth and refill period (10, 100 ms).
+    pub throttle_burst: u32,
+    pub throttle_period: Duration,
+    /// First retry delay after a failure, doubled each time up to `retry_max`.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// Consecutive table failures before a rebuild (5, as Felix's sixth attempt recreates).
+    pub rebuild_after: u32,
+    /// Consecutive table failures before giving up (10).
+    pub give_up_after: u32,
+    /// Exit once the input ends (after applying what it said) instead of running on.
+    pub exit_on_eof: bool,
+    /// Delay of the first heartbeat (Felix: 10 s).
+    pub first_heartbeat: Duration,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            batch: 100,
+            throttle_burst: 10,
+            throttle_period: Duration::from_millis(100),
+            retry_base: Duration::from_millis(100),
+            retry_max: Duration::from_secs(10),
+            rebuild_after: 5,
+            give_up_after: 10,
+            exit_on_eof: false,
+            first_heartbeat: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the loop stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("rendering the desired state")]
+    Render(#[source] RulesError),
+    #[error(
+        "programming nf_tables failed {failures} times in a row, the atomic rebuild included; \
+         exiting with the last good rules left in the kernel (fail closed)"
+    )]
+    GaveUp {
+        failures: u32,
+        #[source]
+        last: KernelError,
+    },
+    #[error("start-of-day configuration")]
+    Globals(#[source] KernelError),
+}
+
+/// What a finished run did.
+#[derive(Debug, Default, Clone)]
+pub struct RunSummary {
+    pub messages: u64,
+    pub rejected: u64,
+    pub applies: u64,
+    pub failures: u64,
+    pub drift_repairs: u64,
+}
+
+/// A token bucket for applies.
+struct Throttle {
+    tokens: f64,
+    burst: f64,
+    period: Duration,
+    last: Instant,
+}
+
+impl Throttle {
+    fn new(burst: u32, period: Duration) -> Throttle {
+        Throttle {
+            tokens: f64::from(burst),
+            burst: f64::from(burst),
+            period,
+            last: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        if self.period.is_zero() {
+            self.tokens = self.burst;
+        } else {
+            self.tokens = (self.tokens + dt / self.period.as_secs_f64()).min(self.burst);
+        }
+    }
+
+    /// Takes a token, or says when one will be there.
+    fn take(&mut self) -> Result<(), Duration> {
+        self.refill();
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(self.period.mul_f64(1.0 - self.tokens))
+        }
+    }
+}
+
+/// The loop's state besides the dataplane.
+pub struct Driver<K: Kernel> {
+    pub dp: Dataplane,
+    pub kernel: K,
+    opts: LoopOptions,
+    out: Option<mpsc::Sender<FromDataplane>>,
+    ops: Option<Ops>,
+    health: Option<DataplaneHealth>,
+    status: StatusReporter,
+    first_apply_done: bool,
+    table_failures: u32,
+    retry_at: Option<TokioInstant>,
+    resync_tables: bool,
+    resync_routes: bool,
+    changed_ifaces: BTreeSet<String>,
+    summary: RunSummary,
+    started: Instant,
+}
+
+impl<K: Kernel> Driver<K> {
+    pub fn new(
+        dp: Dataplane,
+        kernel: K,
+        opts: LoopOptions,
+        out: Option<mpsc::Sender<FromDataplane>>,
+        ops: Option<Ops>,
+    ) -> Driver<K> {
+        let health = ops.as_ref().map(|o| o.dataplane_health());
+        Driver {
+            dp,
+            kernel,
+            opts,
+            out,
+            ops,
+            health,
+            status: StatusReporter::default(),
+            first_apply_done: false,
+            table_failures: 0,
+            retry_at: None,
+            resync_tables: true,
+            resync_routes: true,
+            changed_ifaces: BTreeSet::new(),
+            summary: RunSummary::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// What the run did so far.
+    pub fn summary(&self) -> &RunSummary {
+        &self.summary
+    }
+
+    /// Whether the first apply has succeeded.
+    pub fn in_sync(&self) -> bool {
+        self.first_apply_done
+    }
+
+    fn on_received(&mut self, r: Received) {
+        self.summary.messages += 1;
+        match r {
+            Ok(u) => {
+                if let Some(ops) = &self.ops {
+                    let kind = u
+                        .message
+                        .payload
+                        .as_ref()
+                        .map(super::validate::payload_kind)
+                        .unwrap_or("empty");
+                    ops.metrics.record_message(kind);
+                }
+                if let Err(e) = self.dp.on_update(&u.message) {
+                    self.summary.rejected += 1;
+                    tracing::error!(origin = %u.origin, error = %e, "update rejected; the previous state stays programmed");
+                }
+            }
+            Err(rej) => {
+                self.summary.rejected += 1;
+                tracing::error!(error = %crate::ops::logging::chain(&rej), "input rejected");
+            }
+        }
+    }
+
+    fn on_iface(&mut self, ev: IfaceEvent) {
+        match &ev {
+            IfaceEvent::Link(l) => {
+                self.changed_ifaces.insert(l.name.clone());
+            }
+            IfaceEvent::Renamed { new_name, .. } => {
+                self.changed_ifaces.insert(new_name.clone());
+            }
+            IfaceEvent::InSync => {
+                if let Some(h) = &mut self.health {
+                    h.set_iface_in_sync();
+                }
+            }
+            _ => {}
+        }
+        self.dp.on_iface(&ev);
+    }
+
+    fn wants_apply(&self) -> bool {
+        self.dp.ready() && (self.dp.dirty.any() || self.resync_tables || self.resync_routes)
+    }
+
+    /// One apply, all phases. `Err` only for the fatal cases; phase failures are retried.
+    pub async fn apply(&mut self) -> Result<(), DriverError> {
+        let t0 = Instant::now();
+        let span = tracing::info_span!("apply");
+        let _enter = span.enter();
+        let desired = self.dp.desired().map_err(DriverError::Render)?;
+        if !self.first_apply_done && self.summary.applies == 0 {
+            self.kernel
+                .globals(self.dp.cfg.ip_forwarding, self.dp.cfg.ipv6)
+                .await
+                .map_err(DriverError::Globals)?;
+        }
+        self.summary.applies += 1;
+        let mut failed: Option<KernelError> = None;
+        let mut table_ops = 0;
+
+        // 1. nf_tables: one transaction for both families.
+        if self.dp.dirty.tables || self.resync_tables {
+            let mode = if self.table_failures >= self.opts.rebuild_after {
+                TableMode::Rebuild
+            } else if self.resync_tables {
+                TableMode::Resync
+            } else {
+                TableMode::Incremental
+            };
+            let model_changed = self.dp.dirty.tables;
+            match self.kernel.tables(&desired.tables, mode).await {
+                Ok(out) => {
+                    table_ops = out.ops;
+                    if mode == TableMode::Resync
+                        && !model_changed
+                        && out.ops > 0
+                        && self.first_apply_done
+                    {
+                        self.summary.drift_repairs += 1;
+                        if let Some(ops) = &self.ops {
+                            ops.metrics.record_drift_repairs("nftables", out.ops as u64);
+                        }
+                        tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
+                    }
+                    if mode == TableMode::Rebuild {
+                        if let Some(ops) = &self.ops {
+                            ops.metrics.record_table_rebuild();
+                        }
+                        tracing::warn!("tables rebuilt atomically after repeated failures");
+                    }
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_nft_call(true);
+                    }
+                    self.dp.dirty.tables = false;
+                    self.resync_tables = false;
+                    self.table_failures = 0;
+                }
+                Err(e) => {
+                    self.table_failures += 1;
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_nft_call(false);
+                    }
+                    tracing::error!(failures = self.table_failures, mode = ?mode, error = %chain(&e), "programming nf_tables failed; will retry");
+                    // Re-read before the next attempt: what we believe may be wrong.
+                    self.resync_tables = true;
+                    if self.table_failures >= self.opts.give_up_after {
+                        return Err(DriverError::GaveUp {
+                            failures: self.table_failures,
+                            last: e,
+                        });
+                    }
+                    failed = Some(e);
+                }
+            }
+        }
+
+        // 2. Routes, then 3. static ARP entries.
+        let mut moved: Vec<IpAddr> = Vec::new();
+        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
+            match self
+                .kernel
+                .routes(&desired.routes, self.resync_routes)
+                .await
+            {
+                Ok(out) => {
+                    if !out.parked.is_empty() {
+                        tracing::debug!(
+                            parked = out.parked.len(),
+                            "routes waiting for their interface"
+                        );
+                    }
+                    moved = out.moved_or_gone;
+                    if out.errors.is_empty() {
+                        self.dp.dirty.routes = false;
+                    } else {
+                        tracing::warn!(errors = ?out.errors, "some routes failed; will retry");
+                        failed.get_or_insert(KernelError::Other(format!(
+                            "{} route(s) failed",
+                            out.errors.len()
+                        )));
+                    }
+                    if out.in_grace > 0 {
+                        // Re-check once the grace period of unknown routes is over.
+                        self.retry_at =
+                            Some(TokioInstant::now() + crate::rtnl::routes::DEFAULT_GRACE);
+                        self.dp.dirty.routes = true;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %chain(&e), "route sync failed; will retry");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.neighbours || self.resync_routes) {
+            let changed = std::mem::take(&mut self.changed_ifaces);
+            match self
+                .kernel
+                .neighbours(&desired.neighbours, &changed, self.resync_routes)
+                .await
+            {
+                Ok(()) => self.dp.dirty.neighbours = false,
+                Err(e) => {
+                    tracing::warn!(error = %chain(&e), "neighbour sync failed; will retry");
+                    self.changed_ifaces.extend(changed);
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if !self.dp.dirty.routes && !self.dp.dirty.neighbours {
+            self.resync_routes = false;
+        }
+
+        // 4. Per-interface configuration of workload interfaces that are up (§14.2).
+        let todo: Vec<String> = self.dp.dirty.ifaces.iter().cloned().collect();
+        for iface in todo {
+            let Some(conf) = desired.iface_conf.get(&iface) else {
+                self.dp.dirty.ifaces.remove(&iface);
+                continue;
+            };
+            if !self.dp.ifaces().get(&iface).is_some_and(|i| i.oper_up) {
+                // Done when it comes up.
+                self.dp.dirty.ifaces.remove(&iface);
+                continue;
+            }
+            match self.kernel.iface_conf(&iface, conf).await {
+                Ok(()) => {
+                    self.dp.dirty.ifaces.remove(&iface);
+                }
+                Err(e) if e.is_vanished_interface() => {
+                    tracing::debug!(ifname = %iface, "interface vanished while configuring it");
+                    self.dp.dirty.ifaces.remove(&iface);
+                }
+                Err(e) => {
+                    tracing::warn!(ifname = %iface, error = %chain(&e), "configuring interface failed; will retry");
+                    self.dp.iface_conf_failed(&iface);
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+
+        // 5. Conntrack entries of addresses that moved or went away (§15).
+        for ip in moved {
+            if let Err(e) = self.kernel.conntrack_flush(ip).await {
+                tracing::warn!(%ip, error = %chain(&e), "conntrack cleanup failed");
+            }
+        }
+
+        // 6. Status.
+        let (w, h) = self.dp.statuses();
+        if self.dp.cfg.endpoint_reporting {
+            for m in self.status.update(&w, &h) {
+                self.send(m).await;
+            }
+        }
+
+        let elapsed = t0.elapsed();
+        let ok = failed.is_none();
+        if let (Some(ops), Some(health)) = (&self.ops, &mut self.health) {
+            let res: Result<(), &dyn std::fmt::Display> = match &failed {
+                None => Ok(()),
+                Some(e) => Err(e),
+            };
+            ops.apply_finished(health, elapsed, res);
+        }
+        match failed {
+            None => {
+                self.retry_at = self.retry_at.filter(|_| self.dp.dirty.any());
+                if !self.first_apply_done {
+                    self.first_apply_done = true;
+                    self.send(FromDataplane {
+                        sequence_number: 0,
+                        payload: Some(Out::DataplaneInSync(DataplaneInSync {})),
+                    })
+                    .await;
+                    tracing::info!("dataplane in sync");
+                }
+            }
+            Some(_) => {
+                self.summary.failures += 1;
+                let n = self.table_failures.max(1) - 1;
+                let delay = self
+                    .opts
+                    .retry_base
+                    .saturating_mul(1u32 << n.min(16))
+                    .min(self.opts.retry_max);
+                self.retry_at = Some(TokioInstant::now() + delay);
+            }
+        }
+        tracing::info!(
+            ok,
+            table_ops,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            "apply"
+        );
+        Ok(())
+    }
+
+    async fn send(&mut self, mut m: FromDataplane) {
+        if let Some(out) = &self.out {
+            m.sequence_number = 0;
+            if out.send(m).await.is_err() {
+                tracing::debug!("status channel closed");
+            }
+        }
+    }
+
+    async fn heartbeat(&mut self) {
+        let m = FromDataplane {
+            sequence_number: 0,
+            payload: Some(Out::ProcessStatusUpdate(ProcessStatusUpdate {
+                iso_timestamp: rfc3339_utc(SystemTime::now()),
+                uptime: self.started.elapsed().as_secs_f64(),
+            })),
+        };
+        self.send(m).await;
+    }
+
+    /// Runs until the input ends (with `exit_on_eof`, or from Felix), `shutdown` completes, or
+    /// the tables cannot be programmed any more.
+    pub async fn run(
+        &mut self,
+        mut updates: mpsc::Receiver<Received>,
+        mut ifaces: mpsc::Receiver<IfaceEvent>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), DriverError> {
+        tokio::pin!(shutdown);
+        let mut throttle = Throttle::new(self.opts.throttle_burst, self.opts.throttle_period);
+        let far = Duration::from_secs(86400 * 365);
+        let now = TokioInstant::now();
+        let every = |d: Duration| if d.is_zero() { far } else { d };
+        let mut nft_refresh = now + every(self.dp.cfg.nft_refresh);
+        let mut route_refresh = now + every(self.dp.cfg.route_refresh);
+        let hb_period = every(self.dp.cfg.reporting_interval);
+        let mut heartbeat_at = now + self.opts.first_heartbeat.min(hb_period);
+        let mut health_at = now + Duration::from_secs(10);
+        let mut updates_open = true;
+        let mut ifaces_open = true;
+        let mut throttled_until: Option<TokioInstant> = None;
+        loop {
+            // Apply when allowed.
+            let due = self.retry_at.is_none_or(|t| t <= TokioInstant::now());
+            if self.wants_apply() && due && throttled_until.is_none_or(|t| t <= TokioInstant::now())
+            {
+                match throttle.take() {
+                    Ok(()) => {
+                        throttled_until = None;
+                        self.apply().await?;
+                    }
+                    Err(wait) => throttled_until = Some(TokioInstant::now() + wait),
+                }
+            }
+            if !updates_open
+                && self.opts.exit_on_eof
+                && !self.wants_apply()
+                && self.retry_at.is_none()
+            {
+                return Ok(());
+            }
+            let wake = [
+                Some(nft_refresh),
+                Some(route_refresh),
+                Some(heartbeat_at),
+                Some(health_at),
+                self.retry_at.filter(|_| self.wants_apply()),
+                throttled_until.filter(|_| self.wants_apply()),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + far);
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => {
+                    tracing::info!("shutting down; the kernel state stays in place");
+                    return Ok(());
+                }
+                r = updates.recv(), if updates_open => match r {
+                    Some(r) => {
+                        self.on_received(r);
+                        for _ in 0..self.opts.batch {
+                            match updates.try_recv() {
+                                Ok(r) => self.on_received(r),
+                                Err(_) => break,
+                            }
+                        }
+                        if let Some(ops) = &self.ops {
+                            ops.metrics.record_msg_batch(1);
+                        }
+                    }
+                    None => {
+                        updates_open = false;
+                        if !self.opts.exit_on_eof {
+                            tracing::info!("input ended; staying up to keep the dataplane in sync");
+                        }
+                    }
+                },
+                ev = ifaces.recv(), if ifaces_open => match ev {
+                    Some(ev) => {
+                        self.on_iface(ev);
+                        while let Ok(ev) = ifaces.try_recv() {
+                            self.on_iface(ev);
+                        }
+                    }
+                    None => {
+                        ifaces_open = false;
+                        tracing::error!("interface monitor stopped");
+                    }
+                },
+                _ = sleep_until(wake) => {
+                    let t = TokioInstant::now();
+                    if t >= nft_refresh {
+                        nft_refresh = t + every(self.dp.cfg.nft_refresh);
+                        self.resync_tables = true;
+                    }
+                    if t >= route_refresh {
+                        route_refresh = t + every(self.dp.cfg.route_refresh);
+                        self.resync_routes = true;
+                    }
+                    if t >= heartbeat_at {
+                        heartbeat_at = t + hb_period;
+                        if !self.dp.cfg.reporting_interval.is_zero() {
+                            self.heartbeat().await;
+                        }
+                    }
+                    if t >= health_at {
+                        health_at = t + Duration::from_secs(10);
+                        if let Some(h) = &mut self.health {
+                            h.heartbeat();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An error and its causes on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// `2026-12-02T14:24:09Z` (RFC 3339, UTC), as Felix's heartbeat carries.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}

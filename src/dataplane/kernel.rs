@@ -1,0 +1,588 @@
+//! The seam between the loop and the kernel: one trait with a phase per kind of kernel object,
+//! called in the fixed apply order (§10.3). [`RealKernel`] is nf_tables over one long-lived socket
+//! on a dedicated thread (a batch runs synchronously inside `sendmsg`) plus rtnetlink on tokio;
+//! [`FakeKernel`] records calls and injects failures for loop tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::netns::NetNs;
+use crate::nft::model::Table;
+use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, SyncReport};
+use crate::nft::NftError;
+use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
+use crate::rtnl::neigh::{Mac, NeighSyncer};
+use crate::rtnl::routes::{Ownership as RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
+
+use super::{DataplaneConfig, IfaceConf};
+
+/// How to program the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableMode {
+    /// Diff against what we last committed (re-read only if someone else wrote since).
+    Incremental,
+    /// Re-read the kernel first (refresh timer, after an error): repairs drift.
+    Resync,
+    /// Delete and re-add every table in one transaction (after repeated failures).
+    Rebuild,
+    /// Send the batch without END: the kernel validates and keeps nothing.
+    DryRun,
+    /// Read and diff only; send nothing (`plan`).
+    Plan,
+}
+
+/// What programming the tables did.
+#[derive(Debug, Clone, Default)]
+pub struct TablesOutcome {
+    /// Operations in the committed batch (0: nothing differed, nothing was sent).
+    pub ops: usize,
+    /// ERESTART retries + 1.
+    pub attempts: u32,
+    /// The plans, printable (for `plan` and logs).
+    pub plans: Vec<crate::nft::diff::Plan>,
+}
+
+impl From<SyncReport> for TablesOutcome {
+    fn from(r: SyncReport) -> Self {
+        TablesOutcome {
+            ops: r.ops,
+            attempts: r.attempts,
+            plans: r.plans,
+        }
+    }
+}
+
+/// What the route phase did.
+#[derive(Debug, Clone, Default)]
+pub struct RoutesOutcome {
+    pub changes: usize,
+    /// Routes waiting for their interface: (destination, interface).
+    pub parked: Vec<(String, String)>,
+    /// Destinations that moved to another interface or went away (conntrack cleanup).
+    pub moved_or_gone: Vec<IpAddr>,
+    /// Per-route failures; the phase is retried.
+    pub errors: Vec<String>,
+    /// Unknown routes on workload interfaces still inside their grace period.
+    pub in_grace: usize,
+}
+
+/// A kernel failure in one phase.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("programming nf_tables")]
+    Nft(#[source] NftError),
+    #[error("{op}")]
+    Rtnl {
+        op: String,
+        #[source]
+        source: RtnlError,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl KernelError {
+    /// Failures about an interface that vanished meanwhile are benign (§23.8).
+    pub fn is_vanished_interface(&self) -> bool {
+        matches!(self, KernelError::Rtnl { source, .. } if source.is_vanished_interface())
+    }
+}
+
+/// What the loop asks of the kernel, phase by phase.
+#[allow(async_fn_in_trait)]
+pub trait Kernel {
+    /// Global sysctls at start of day (§10.4): ip_forward, IPv6 forwarding, conntrack acct.
+    async fn globals(&mut self, ip_forwarding: bool, ipv6: bool) -> Result<(), KernelError>;
+    /// Our nf_tables tables, in one transaction.
+    async fn tables(
+        &mut self,
+        desired: &[Table],
+        mode: TableMode,
+    ) -> Result<TablesOutcome, KernelError>;
+    /// Routes (both families), grouped by owner.
+    async fn routes(
+        &mut self,
+        routes: &BTreeMap<String, Vec<RouteSpec>>,
+        resync: bool,
+    ) -> Result<RoutesOutcome, KernelError>;
+    /// Permanent neighbours per interface; `changed` lists interfaces that flapped.
+    async fn neighbours(
+        &mut self,
+        neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<(), KernelError>;
+    /// Per-interface configuration of one workload interface.
+    async fn iface_conf(&mut self, iface: &str, conf: &IfaceConf) -> Result<(), KernelError>;
+    /// Deletes conntrack entries from or to `ip` (an address that moved or went away).
+    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real kernel
+// ---------------------------------------------------------------------------------------------
+
+type NftReply = Result<TablesOutcome, NftError>;
+
+struct NftRequest {
+    tables: Vec<Table>,
+    mode: TableMode,
+    reply: oneshot::Sender<NftReply>,
+}
+
+/// The nf_tables worker: a thread that owns the socket and the believed state.
+struct NftWorker {
+    tx: std_mpsc::Sender<NftRequest>,
+}
+
+impl NftWorker {
+    fn start(ns: Option<&NetNs>, opts: SyncOptions) -> Result<NftWorker, KernelError> {
+        // The socket belongs to the namespace of the thread that opens it: open it here, inside
+        // the target namespace, then hand it to the worker.
+        let nft = match ns {
+            Some(ns) => ns
+                .run(Nft::open)
+                .map_err(|e| KernelError::Other(format!("entering {}: {e}", ns.label())))?,
+            None => Nft::open(),
+        }
+        .map_err(KernelError::Nft)?;
+        let (tx, rx) = std_mpsc::channel::<NftRequest>();
+        std::thread::Builder::new()
+            .name("felix-nft-nftables".into())
+            .spawn(move || {
+                let mut rec = Reconciler::new(nft, opts);
+                for req in rx {
+                    let base = rec.opts.clone();
+                    match req.mode {
+                        TableMode::Incremental => {}
+                        TableMode::Resync => rec.mark_stale(),
+                        TableMode::Rebuild => {
+                            rec.mark_stale();
+                            rec.opts.rebuild = true;
+                        }
+                        TableMode::DryRun => {
+                            rec.mark_stale();
+                            rec.opts.dry_run = true;
+                        }
+                        TableMode::Plan => rec.mark_stale(),
+                    }
+                    let out = if req.mode == TableMode::Plan {
+                        plan_only(&mut rec, &req.tables)
+                    } else {
+                        rec.apply(&req.tables).map(TablesOutcome::from)
+                    };
+                    if out.is_err() || matches!(req.mode, TableMode::DryRun | TableMode::Plan) {
+                        rec.mark_stale();
+                    }
+                    rec.opts = base;
+                    // The caller may have gone away (shutdown); nothing to do then.
+                    let _ = req.reply.send(out);
+                }
+            })
+            .map_err(|e| KernelError::Other(format!("starting the nftables thread: {e}")))?;
+        Ok(NftWorker { tx })
+    }
+
+    async fn apply(&self, tables: Vec<Table>, mode: TableMode) -> NftReply {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(NftRequest {
+                tables,
+                mode,
+                reply,
+            })
+            .map_err(|_| NftError::Closed)?;
+        rx.await.map_err(|_| NftError::Closed)?
+    }
+}
+
+/// Reads our tables and diffs them against `desired` (with the ownership flags the kernel and
+/// options allow); sends nothing.
+fn plan_only(rec: &mut Reconciler<Nft>, desired: &[Table]) -> NftReply {
+    let ownership = rec.opts.ownership;
+    let desired = crate::nft::reconcile::with_ownership(&mut rec.kernel, desired, ownership)?;
+    let (_, plans) = crate::nft::reconcile::plan(&mut rec.kernel, &desired, false)?;
+    Ok(TablesOutcome {
+        ops: plans.iter().map(|p| p.ops.len()).sum(),
+        attempts: 1,
+        plans,
+    })
+}
+
+/// nf_tables + rtnetlink + /proc/sys of one network namespace.
+pub struct RealKernel {
+    nft: NftWorker,
+    rtnl: RtnlHandle,
+    ns: Option<NetNs>,
+    routes_v4: RouteSyncer,
+    routes_v6: RouteSyncer,
+    route_groups: BTreeSet<String>,
+    neigh: NeighSyncer,
+    procsys: ProcSys,
+}
+
+impl RealKernel {
+    /// Opens every socket in `ns` (or the current namespace). Needs a tokio runtime.
+    pub fn open(ns: Option<&NetNs>, cfg: &DataplaneConfig) -> Result<RealKernel, KernelError> {
+        let nft = NftWorker::start(
+            ns,
+            SyncOptions {
+                ownership: cfg.ownership,
+                ..SyncOptions::default()
+            },
+        )?;
+        let rtnl = RtnlHandle::connect(ns).map_err(|source| KernelError::Rtnl {
+            op: "connecting to rtnetlink".into(),
+            source,
+        })?;
+        let ownership = RouteOwnership::by_prefixes(
+            cfg.owned_route_protocols(),
+            cfg.workload_prefixes.clone(),
+            cfg.workload_route_protocols(),
+        );
+        let ns_owned =
+            match ns {
+                Some(n) => Some(n.try_clone().map_err(|e| {
+                    KernelError::Other(format!("duplicating the netns handle: {e}"))
+                })?),
+                None => None,
+            };
+        let procsys_ns =
+            match ns {
+                Some(n) => Some(n.try_clone().map_err(|e| {
+                    KernelError::Other(format!("duplicating the netns handle: {e}"))
+                })?),
+                None => None,
+            };
+        Ok(RealKernel {
+            nft,
+            rtnl,
+            ns: ns_owned,
+            routes_v4: RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, ownership.clone()),
+            routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
+            route_groups: BTreeSet::new(),
+            neigh: NeighSyncer::new(),
+            procsys: ProcSys::new(procsys_ns),
+        })
+    }
+
+    /// The rtnetlink handle (for dumps in one-shot commands).
+    pub fn rtnl(&self) -> &RtnlHandle {
+        &self.rtnl
+    }
+
+    /// `/proc/sys` of the target namespace.
+    pub fn procsys(&self) -> &ProcSys {
+        &self.procsys
+    }
+
+    /// Computes the nf_tables plans without sending anything.
+    pub async fn plan_tables(&self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
+        self.nft
+            .apply(desired.to_vec(), TableMode::Plan)
+            .await
+            .map_err(KernelError::Nft)
+    }
+}
+
+fn rtnl_err(op: &str) -> impl FnOnce(RtnlError) -> KernelError + '_ {
+    move |source| KernelError::Rtnl {
+        op: op.to_string(),
+        source,
+    }
+}
+
+impl Kernel for RealKernel {
+    async fn globals(&mut self, ip_forwarding: bool, ipv6: bool) -> Result<(), KernelError> {
+        if ip_forwarding {
+            self.procsys
+                .write("net/ipv4/ip_forward", "1")
+                .map_err(rtnl_err("enabling net.ipv4.ip_forward"))?;
+            if ipv6 {
+                self.procsys
+                    .write("net/ipv6/conf/all/forwarding", "1")
+                    .map_err(rtnl_err("enabling net.ipv6.conf.all.forwarding"))?;
+            }
+        }
+        // Conntrack accounting (§10.4). The file exists only once nf_conntrack is loaded in the
+        // namespace; its absence is not an error.
+        if let Err(e) = self.procsys.write("net/netfilter/nf_conntrack_acct", "1") {
+            tracing::debug!(error = %e, "nf_conntrack_acct not set");
+        }
+        Ok(())
+    }
+
+    async fn tables(
+        &mut self,
+        desired: &[Table],
+        mode: TableMode,
+    ) -> Result<TablesOutcome, KernelError> {
+        self.nft
+            .apply(desired.to_vec(), mode)
+            .await
+            .map_err(KernelError::Nft)
+    }
+
+    async fn routes(
+        &mut self,
+        routes: &BTreeMap<String, Vec<RouteSpec>>,
+        resync: bool,
+    ) -> Result<RoutesOutcome, KernelError> {
+        for gone in self
+            .route_groups
+            .iter()
+            .filter(|g| !routes.contains_key(*g))
+        {
+            self.routes_v4.set_routes(gone.clone(), Vec::new());
+            self.routes_v6.set_routes(gone.clone(), Vec::new());
+        }
+        for (group, specs) in routes {
+            self.routes_v4.set_routes(group.clone(), specs.clone());
+            self.routes_v6.set_routes(group.clone(), specs.clone());
+        }
+        self.route_groups = routes.keys().cloned().collect();
+        if resync {
+            self.routes_v4.request_resync();
+            self.routes_v6.request_resync();
+        }
+        let mut out = RoutesOutcome::default();
+        for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
+            let rep = syncer
+                .apply(&self.rtnl)
+                .await
+                .map_err(rtnl_err("syncing routes"))?;
+            out.changes += rep.changes();
+            out.parked
+                .extend(rep.parked.iter().map(|(k, i)| (k.to_string(), i.clone())));
+            out.moved_or_gone
+                .extend(rep.moved_or_gone.iter().map(|n| n.addr()));
+            out.in_grace += rep.in_grace.len();
+            out.errors.extend(rep.errors.iter().map(|e| {
+                let mut s = e.to_string();
+                let mut src = std::error::Error::source(e);
+                while let Some(c) = src {
+                    s.push_str(": ");
+                    s.push_str(&c.to_string());
+                    src = c.source();
+                }
+                s
+            }));
+        }
+        Ok(out)
+    }
+
+    async fn neighbours(
+        &mut self,
+        neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<(), KernelError> {
+        let managed: Vec<String> = self.neigh_ifaces();
+        for iface in managed.iter().filter(|i| !neigh.contains_key(*i)) {
+            self.neigh.set_neighbours(iface, Vec::new());
+        }
+        for (iface, entries) in neigh {
+            self.neigh.set_neighbours(iface, entries.iter().copied());
+        }
+        for iface in changed {
+            self.neigh.iface_changed(iface);
+        }
+        if resync {
+            self.neigh.request_resync();
+        }
+        let rep = self
+            .neigh
+            .apply(&self.rtnl)
+            .await
+            .map_err(rtnl_err("syncing neighbours"))?;
+        let real: Vec<&RtnlError> = rep
+            .errors
+            .iter()
+            .filter(|e| !e.is_vanished_interface())
+            .collect();
+        match real.first() {
+            Some(e) => Err(KernelError::Other(format!(
+                "{} neighbour write(s) failed, first: {e}",
+                real.len()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    async fn iface_conf(&mut self, iface: &str, conf: &IfaceConf) -> Result<(), KernelError> {
+        // §14.2, in Felix's order. accept_ra=0 applies even without IPv6 "for safety"; only a
+        // vanished interface is tolerated there.
+        match self.procsys.set_ipv6_iface(iface, Ipv6Conf::AcceptRa, 0) {
+            Err(e) if e.is_vanished_interface() => {
+                return Err(rtnl_err("configuring interface")(e));
+            }
+            Err(e) => tracing::debug!(ifname = iface, error = %e, "accept_ra not set"),
+            Ok(()) => {}
+        }
+        devconf::set_ipv4_conf(
+            &self.rtnl,
+            iface,
+            &[
+                (Ipv4Conf::RouteLocalnet, 1),
+                (Ipv4Conf::ProxyArp, 1),
+                (Ipv4Conf::Forwarding, 1),
+                (Ipv4Conf::RpFilter, conf.rp_filter),
+            ],
+        )
+        .await
+        .map_err(rtnl_err("setting IPv4 interface configuration"))?;
+        if let Err(e) = devconf::set_proxy_delay(&self.rtnl, iface, 0).await {
+            if e.is_vanished_interface() {
+                return Err(rtnl_err("setting proxy_delay")(e));
+            }
+            tracing::warn!(ifname = iface, error = %e, "could not set proxy_delay to 0");
+        }
+        if conf.ipv6 {
+            self.procsys
+                .set_ipv6_iface(iface, Ipv6Conf::ProxyNdp, 1)
+                .map_err(rtnl_err("setting proxy_ndp"))?;
+            self.procsys
+                .set_ipv6_iface(iface, Ipv6Conf::Forwarding, 1)
+                .map_err(rtnl_err("setting IPv6 forwarding"))?;
+        }
+        Ok(())
+    }
+
+    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError> {
+        let ns =
+            match &self.ns {
+                Some(n) => Some(n.try_clone().map_err(|e| {
+                    KernelError::Other(format!("duplicating the netns handle: {e}"))
+                })?),
+                None => None,
+            };
+        let res = tokio::task::spawn_blocking(move || {
+            // Felix retries conntrack deletion three times (§15).
+            let mut last = None;
+            for _ in 0..3 {
+                match crate::rtnl::conntrack::delete_by_source(ns.as_ref(), ip) {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = Some(e),
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(last)
+        })
+        .await
+        .map_err(|e| KernelError::Other(format!("conntrack task: {e}")))?;
+        match res {
+            Ok(()) => Ok(()),
+            Err(Some(e)) => Err(rtnl_err("deleting conntrack entries")(e)),
+            Err(None) => Ok(()),
+        }
+    }
+}
+
+impl RealKernel {
+    fn neigh_ifaces(&self) -> Vec<String> {
+        self.neigh.managed_ifaces()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake kernel
+// ---------------------------------------------------------------------------------------------
+
+/// One call the loop made, as the fake recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Globals,
+    Tables { mode: TableMode, tables: usize },
+    Routes { groups: usize, resync: bool },
+    Neighbours { ifaces: usize, resync: bool },
+    IfaceConf(String),
+    Conntrack(IpAddr),
+}
+
+/// An in-memory kernel for loop tests: records calls, can fail the tables phase.
+#[derive(Debug, Default)]
+pub struct FakeKernel {
+    pub calls: Vec<Call>,
+    /// The next `n` table calls fail.
+    pub fail_tables: usize,
+    /// Fail every `Rebuild` too.
+    pub fail_rebuild: bool,
+    /// The tables of the last successful commit.
+    pub committed: Vec<Table>,
+    /// Incremental commits that sent something.
+    pub commits: usize,
+}
+
+impl Kernel for FakeKernel {
+    async fn globals(&mut self, _ip_forwarding: bool, _ipv6: bool) -> Result<(), KernelError> {
+        self.calls.push(Call::Globals);
+        Ok(())
+    }
+
+    async fn tables(
+        &mut self,
+        desired: &[Table],
+        mode: TableMode,
+    ) -> Result<TablesOutcome, KernelError> {
+        self.calls.push(Call::Tables {
+            mode,
+            tables: desired.len(),
+        });
+        if self.fail_tables > 0 || (mode == TableMode::Rebuild && self.fail_rebuild) {
+            self.fail_tables = self.fail_tables.saturating_sub(1);
+            return Err(KernelError::Other("injected nf_tables failure".into()));
+        }
+        let changed = self.committed != desired;
+        if mode != TableMode::DryRun {
+            if changed {
+                self.commits += 1;
+            }
+            self.committed = desired.to_vec();
+        }
+        Ok(TablesOutcome {
+            ops: usize::from(changed),
+            attempts: 1,
+            plans: Vec::new(),
+        })
+    }
+
+    async fn routes(
+        &mut self,
+        routes: &BTreeMap<String, Vec<RouteSpec>>,
+        resync: bool,
+    ) -> Result<RoutesOutcome, KernelError> {
+        self.calls.push(Call::Routes {
+            groups: routes.len(),
+            resync,
+        });
+        Ok(RoutesOutcome::default())
+    }
+
+    async fn neighbours(
+        &mut self,
+        neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        _changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<(), KernelError> {
+        self.calls.push(Call::Neighbours {
+            ifaces: neigh.len(),
+            resync,
+        });
+        Ok(())
+    }
+
+    async fn iface_conf(&mut self, iface: &str, _conf: &IfaceConf) -> Result<(), KernelError> {
+        self.calls.push(Call::IfaceConf(iface.to_string()));
+        Ok(())
+    }
+
+    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError> {
+        self.calls.push(Call::Conntrack(ip));
+        Ok(())
+    }
+}

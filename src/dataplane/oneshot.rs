@@ -1,0 +1,1 @@
+//! One-shot commands over the same dataplane: `apply`, `plan`, `dump`, `cleanup`.

@@ -1,0 +1,148 @@
+//! Endpoint status reporting (reference §10.3 step 12, §14.1, §14.4): what each endpoint's
+//! status is after an apply, and which `FromDataplane` messages tell Felix about the changes.
+//!
+//! A workload endpoint is `up` iff it is admin up, its interface is oper-up and its interface
+//! configuration did not fail; otherwise `down`. A host endpoint is `up` when it resolved to
+//! interfaces that are all up, `down` when one is down, `error` when it matched no interface. A
+//! deleted endpoint gets an explicit remove. Only changes are sent.
+
+use std::collections::BTreeMap;
+
+use crate::proto::from_dataplane::Payload as Out;
+use crate::proto::{
+    EndpointStatus, FromDataplane, HostEndpointId, HostEndpointStatusRemove,
+    HostEndpointStatusUpdate, WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointStatusRemove,
+    WorkloadEndpointStatusUpdate,
+};
+
+/// Status strings Felix understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Up,
+    Down,
+    Error,
+}
+
+impl Status {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Up => "up",
+            Status::Down => "down",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// Remembers what was last reported and turns a new snapshot into messages.
+#[derive(Debug, Default)]
+pub struct StatusReporter {
+    workloads: BTreeMap<WorkloadEndpointId, Status>,
+    hosts: BTreeMap<HostEndpointId, Status>,
+}
+
+impl StatusReporter {
+    /// Compares the snapshot with what was reported before; returns the messages to send.
+    pub fn update(
+        &mut self,
+        workloads: &BTreeMap<WorkloadEndpointId, (Status, WorkloadEndpoint)>,
+        hosts: &BTreeMap<HostEndpointId, Status>,
+    ) -> Vec<FromDataplane> {
+        let mut out = Vec::new();
+        for (id, (status, ep)) in workloads {
+            if self.workloads.get(id) != Some(status) {
+                self.workloads.insert(id.clone(), *status);
+                out.push(msg(Out::WorkloadEndpointStatusUpdate(
+                    WorkloadEndpointStatusUpdate {
+                        id: Some(id.clone()),
+                        status: Some(EndpointStatus {
+                            status: status.as_str().into(),
+                        }),
+                        endpoint: Some(ep.clone()),
+                    },
+                )));
+            }
+        }
+        let gone: Vec<_> = self
+            .workloads
+            .keys()
+            .filter(|id| !workloads.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.workloads.remove(&id);
+            out.push(msg(Out::WorkloadEndpointStatusRemove(
+                WorkloadEndpointStatusRemove { id: Some(id) },
+            )));
+        }
+        for (id, status) in hosts {
+            if self.hosts.get(id) != Some(status) {
+                self.hosts.insert(id.clone(), *status);
+                out.push(msg(Out::HostEndpointStatusUpdate(
+                    HostEndpointStatusUpdate {
+                        id: Some(id.clone()),
+                        status: Some(EndpointStatus {
+                            status: status.as_str().into(),
+                        }),
+                    },
+                )));
+            }
+        }
+        let gone: Vec<_> = self
+            .hosts
+            .keys()
+            .filter(|id| !hosts.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.hosts.remove(&id);
+            out.push(msg(Out::HostEndpointStatusRemove(
+                HostEndpointStatusRemove { id: Some(id) },
+            )));
+        }
+        out
+    }
+}
+
+fn msg(p: Out) -> FromDataplane {
+    FromDataplane {
+        sequence_number: 0,
+        payload: Some(p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wid(n: &str) -> WorkloadEndpointId {
+        WorkloadEndpointId {
+            orchestrator_id: "k8s".into(),
+            workload_id: n.into(),
+            endpoint_id: "eth0".into(),
+        }
+    }
+
+    #[test]
+    fn only_changes_and_removes_are_reported() {
+        let mut r = StatusReporter::default();
+        let ep = WorkloadEndpoint::default();
+        let mut w = BTreeMap::new();
+        w.insert(wid("a"), (Status::Down, ep.clone()));
+        assert_eq!(r.update(&w, &BTreeMap::new()).len(), 1);
+        assert!(
+            r.update(&w, &BTreeMap::new()).is_empty(),
+            "no change, no message"
+        );
+        w.insert(wid("a"), (Status::Up, ep));
+        let m = r.update(&w, &BTreeMap::new());
+        assert!(matches!(
+            &m[0].payload,
+            Some(Out::WorkloadEndpointStatusUpdate(u)) if u.status.as_ref().map(|s| s.status.as_str()) == Some("up")
+        ));
+        let m = r.update(&BTreeMap::new(), &BTreeMap::new());
+        assert!(matches!(
+            &m[0].payload,
+            Some(Out::WorkloadEndpointStatusRemove(_))
+        ));
+    }
+}

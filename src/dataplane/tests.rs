@@ -1,0 +1,1 @@
+//! Unit tests of the desired-state core (no kernel).

@@ -1,0 +1,596 @@
+//! Input validation: an update that would make the desired state wrong is rejected here, before
+//! anything is recorded, so the last good state stays programmed and the stream goes on.
+//!
+//! Every error names the message (its kind and object id), the field and the value at fault. The
+//! checks are those a kernel transaction would otherwise fail on, or that would silently program
+//! something other than what was asked: malformed CIDRs and addresses, interface names the kernel
+//! cannot hold, references to IP sets that do not exist, an IP set removed while still referenced,
+//! and duplicate ids inside one message.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::proto::to_dataplane::Payload;
+use crate::proto::{IpSetType, Policy, PolicyId, Profile, Rule, TierInfo, ToDataplane};
+use crate::rules::Model;
+
+/// Linux `IFNAMSIZ` − 1.
+pub const MAX_IFNAME_LEN: usize = 15;
+
+/// A rejected update.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rejected {message} {id}: field `{field}` = {value:?}: {reason}")]
+pub struct InputError {
+    /// The message kind (`workload_endpoint_update`, ...).
+    pub message: &'static str,
+    /// The object the message is about.
+    pub id: String,
+    /// The field path at fault (`endpoint.ipv4_nets[1]`).
+    pub field: String,
+    /// The offending value.
+    pub value: String,
+    /// Which rule it broke.
+    pub reason: String,
+}
+
+/// The name of a payload kind as it appears in the JSON form.
+pub fn payload_kind(p: &Payload) -> &'static str {
+    match p {
+        Payload::InSync(_) => "in_sync",
+        Payload::IpsetUpdate(_) => "ipset_update",
+        Payload::IpsetDeltaUpdate(_) => "ipset_delta_update",
+        Payload::IpsetRemove(_) => "ipset_remove",
+        Payload::ActiveProfileUpdate(_) => "active_profile_update",
+        Payload::ActiveProfileRemove(_) => "active_profile_remove",
+        Payload::ActivePolicyUpdate(_) => "active_policy_update",
+        Payload::ActivePolicyRemove(_) => "active_policy_remove",
+        Payload::HostEndpointUpdate(_) => "host_endpoint_update",
+        Payload::HostEndpointRemove(_) => "host_endpoint_remove",
+        Payload::WorkloadEndpointUpdate(_) => "workload_endpoint_update",
+        Payload::WorkloadEndpointRemove(_) => "workload_endpoint_remove",
+        Payload::ConfigUpdate(_) => "config_update",
+        Payload::HostMetadataUpdate(_) => "host_metadata_update",
+        Payload::HostMetadataRemove(_) => "host_metadata_remove",
+        Payload::IpamPoolUpdate(_) => "ipam_pool_update",
+        Payload::IpamPoolRemove(_) => "ipam_pool_remove",
+        Payload::ServiceAccountUpdate(_) => "service_account_update",
+        Payload::ServiceAccountRemove(_) => "service_account_remove",
+        Payload::NamespaceUpdate(_) => "namespace_update",
+        Payload::NamespaceRemove(_) => "namespace_remove",
+        Payload::RouteUpdate(_) => "route_update",
+        Payload::RouteRemove(_) => "route_remove",
+        Payload::VtepUpdate(_) => "vtep_update",
+        Payload::VtepRemove(_) => "vtep_remove",
+        Payload::WireguardEndpointUpdate(_) => "wireguard_endpoint_update",
+        Payload::WireguardEndpointRemove(_) => "wireguard_endpoint_remove",
+        Payload::GlobalBgpConfigUpdate(_) => "global_bgp_config_update",
+        Payload::Encapsulation(_) => "encapsulation",
+        Payload::ServiceUpdate(_) => "service_update",
+        Payload::ServiceRemove(_) => "service_remove",
+        Payload::WireguardEndpointV6Update(_) => "wireguard_endpoint_v6_update",
+        Payload::WireguardEndpointV6Remove(_) => "wireguard_endpoint_v6_remove",
+    }
+}
+
+/// Human-readable id of a policy (`knp/default/allow-web`-like).
+pub fn policy_label(id: &PolicyId) -> String {
+    let mut s = String::new();
+    if !id.kind.is_empty() {
+        s.push_str(&id.kind);
+        s.push(':');
+    }
+    if !id.namespace.is_empty() {
+        s.push_str(&id.namespace);
+        s.push('/');
+    }
+    s.push_str(&id.name);
+    s
+}
+
+struct Ctx<'a> {
+    message: &'static str,
+    id: String,
+    model: &'a Model,
+}
+
+impl Ctx<'_> {
+    fn err(&self, field: impl Into<String>, value: impl Into<String>, reason: &str) -> InputError {
+        InputError {
+            message: self.message,
+            id: self.id.clone(),
+            field: field.into(),
+            value: value.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn cidr(&self, field: String, v: &str) -> Result<(), InputError> {
+        if v.parse::<IpNet>().is_ok() || v.parse::<IpAddr>().is_ok() {
+            Ok(())
+        } else {
+            Err(self.err(field, v, "not an IP address or CIDR"))
+        }
+    }
+
+    fn cidrs(&self, field: &str, vs: &[String]) -> Result<(), InputError> {
+        for (i, v) in vs.iter().enumerate() {
+            self.cidr(format!("{field}[{i}]"), v)?;
+        }
+        Ok(())
+    }
+
+    fn addr(&self, field: &str, v: &str) -> Result<(), InputError> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        let host = v.split('/').next().unwrap_or(v);
+        if host.parse::<IpAddr>().is_ok() && (v == host || v.parse::<IpNet>().is_ok()) {
+            Ok(())
+        } else {
+            Err(self.err(field, v, "not an IP address"))
+        }
+    }
+
+    fn ifname(&self, field: &str, v: &str, allow_star: bool) -> Result<(), InputError> {
+        if allow_star && (v == "*" || v.is_empty()) {
+            return Ok(());
+        }
+        if v.is_empty() {
+            return Err(self.err(field, v, "an interface name is required"));
+        }
+        if v.len() > MAX_IFNAME_LEN {
+            return Err(self.err(
+                field,
+                v,
+                "interface name longer than 15 bytes (the kernel's IFNAMSIZ)",
+            ));
+        }
+        if v == "."
+            || v == ".."
+            || v.bytes()
+                .any(|b| b == b'/' || b == 0 || b.is_ascii_whitespace() || b == b':')
+        {
+            return Err(self.err(field, v, "not a valid interface name"));
+        }
+        Ok(())
+    }
+
+    fn sets_exist(
+        &self,
+        field: &str,
+        ids: &[String],
+        want: Option<IpSetType>,
+    ) -> Result<(), InputError> {
+        for (i, id) in ids.iter().enumerate() {
+            match self.model.ipsets.get(id) {
+                None => {
+                    return Err(self.err(
+                        format!("{field}[{i}]"),
+                        id,
+                        "references an IP set that has not been sent (IPSetUpdate must come first)",
+                    ))
+                }
+                Some((kind, _)) => {
+                    if let Some(w) = want {
+                        if *kind != w {
+                            return Err(self.err(
+                                format!("{field}[{i}]"),
+                                id,
+                                &format!("references an IP set of type {kind:?}, needs {w:?}"),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn no_duplicates<T: Ord + std::fmt::Debug>(
+        &self,
+        field: &str,
+        items: impl IntoIterator<Item = T>,
+    ) -> Result<(), InputError> {
+        let mut seen = BTreeSet::new();
+        for item in items {
+            let shown = format!("{item:?}");
+            if !seen.insert(item) {
+                return Err(self.err(field, shown, "duplicate id"));
+            }
+        }
+        Ok(())
+    }
+
+    fn ports(&self, field: &str, ports: &[crate::proto::PortRange]) -> Result<(), InputError> {
+        for (i, p) in ports.iter().enumerate() {
+            if !(0..=65535).contains(&p.first) || !(0..=65535).contains(&p.last) || p.first > p.last
+            {
+                return Err(self.err(
+                    format!("{field}[{i}]"),
+                    format!("{}-{}", p.first, p.last),
+                    "port range must satisfy 0 <= first <= last <= 65535",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn rule(&self, field: &str, r: &Rule) -> Result<(), InputError> {
+        match r.action.to_ascii_lowercase().as_str() {
+            "" | "allow" | "deny" | "pass" | "next-tier" | "log" => {}
+            other => {
+                return Err(self.err(
+                    format!("{field}.action"),
+                    other,
+                    "action must be allow, deny, pass, next-tier or log",
+                ))
+            }
+        }
+        self.cidrs(&format!("{field}.src_net"), &r.src_net)?;
+        self.cidrs(&format!("{field}.dst_net"), &r.dst_net)?;
+        self.cidrs(&format!("{field}.not_src_net"), &r.not_src_net)?;
+        self.cidrs(&format!("{field}.not_dst_net"), &r.not_dst_net)?;
+        self.ports(&format!("{field}.src_ports"), &r.src_ports)?;
+        self.ports(&format!("{field}.dst_ports"), &r.dst_ports)?;
+        self.ports(&format!("{field}.not_src_ports"), &r.not_src_ports)?;
+        self.ports(&format!("{field}.not_dst_ports"), &r.not_dst_ports)?;
+        self.sets_exist(&format!("{field}.src_ip_set_ids"), &r.src_ip_set_ids, None)?;
+        self.sets_exist(&format!("{field}.dst_ip_set_ids"), &r.dst_ip_set_ids, None)?;
+        self.sets_exist(
+            &format!("{field}.not_src_ip_set_ids"),
+            &r.not_src_ip_set_ids,
+            None,
+        )?;
+        self.sets_exist(
+            &format!("{field}.not_dst_ip_set_ids"),
+            &r.not_dst_ip_set_ids,
+            None,
+        )?;
+        let ipp = Some(IpSetType::IpAndPort);
+        self.sets_exist(
+            &format!("{field}.src_named_port_ip_set_ids"),
+            &r.src_named_port_ip_set_ids,
+            ipp,
+        )?;
+        self.sets_exist(
+            &format!("{field}.dst_named_port_ip_set_ids"),
+            &r.dst_named_port_ip_set_ids,
+            ipp,
+        )?;
+        self.sets_exist(
+            &format!("{field}.not_src_named_port_ip_set_ids"),
+            &r.not_src_named_port_ip_set_ids,
+            ipp,
+        )?;
+        self.sets_exist(
+            &format!("{field}.not_dst_named_port_ip_set_ids"),
+            &r.not_dst_named_port_ip_set_ids,
+            ipp,
+        )?;
+        self.sets_exist(
+            &format!("{field}.dst_ip_port_set_ids"),
+            &r.dst_ip_port_set_ids,
+            ipp,
+        )?;
+        Ok(())
+    }
+
+    fn rules(&self, field: &str, rules: &[Rule]) -> Result<(), InputError> {
+        for (i, r) in rules.iter().enumerate() {
+            self.rule(&format!("{field}[{i}]"), r)?;
+        }
+        Ok(())
+    }
+
+    fn tiers(&self, field: &str, tiers: &[TierInfo]) -> Result<(), InputError> {
+        self.no_duplicates(field, tiers.iter().map(|t| t.name.as_str()))?;
+        for (i, t) in tiers.iter().enumerate() {
+            match t.default_action.to_ascii_lowercase().as_str() {
+                "" | "deny" | "pass" => {}
+                other => {
+                    return Err(self.err(
+                        format!("{field}[{i}].default_action"),
+                        other,
+                        "tier default action must be Deny or Pass",
+                    ))
+                }
+            }
+            self.no_duplicates(
+                &format!("{field}[{i}].ingress_policies"),
+                t.ingress_policies.iter().map(policy_label),
+            )?;
+            self.no_duplicates(
+                &format!("{field}[{i}].egress_policies"),
+                t.egress_policies.iter().map(policy_label),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks one update against the current desired model. `Ok` means it may be recorded.
+pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
+    let Some(p) = &msg.payload else {
+        return Ok(());
+    };
+    let message = payload_kind(p);
+    let mut c = Ctx {
+        message,
+        id: String::new(),
+        model,
+    };
+    match p {
+        Payload::IpsetUpdate(u) => {
+            c.id = u.id.clone();
+            if u.id.is_empty() {
+                return Err(c.err("id", "", "an IP set id is required"));
+            }
+            let kind = IpSetType::try_from(u.r#type)
+                .map_err(|_| c.err("type", u.r#type.to_string(), "unknown IP set type"))?;
+            members(&c, "members", kind, &u.members)?;
+        }
+        Payload::IpsetDeltaUpdate(d) => {
+            c.id = d.id.clone();
+            let Some((kind, _)) = model.ipsets.get(&d.id) else {
+                return Err(c.err(
+                    "id",
+                    &d.id,
+                    "delta for an IP set that has not been sent (IPSetUpdate must come first)",
+                ));
+            };
+            members(&c, "added_members", *kind, &d.added_members)?;
+        }
+        Payload::IpsetRemove(r) => {
+            c.id = r.id.clone();
+            if let Some(user) = ipset_users(model, &r.id).into_iter().next() {
+                return Err(c.err(
+                    "id",
+                    &r.id,
+                    &format!("IP set is still referenced by {user}; remove that first"),
+                ));
+            }
+        }
+        Payload::ActivePolicyUpdate(u) => {
+            let Some(id) = &u.id else {
+                return Err(c.err("id", "", "a policy id is required"));
+            };
+            c.id = policy_label(id);
+            if id.name.is_empty() {
+                return Err(c.err("id.name", "", "a policy name is required"));
+            }
+            let policy = u.policy.clone().unwrap_or_default();
+            c.rules("policy.inbound_rules", &policy.inbound_rules)?;
+            c.rules("policy.outbound_rules", &policy.outbound_rules)?;
+        }
+        Payload::ActiveProfileUpdate(u) => {
+            let Some(id) = &u.id else {
+                return Err(c.err("id", "", "a profile id is required"));
+            };
+            c.id = id.name.clone();
+            if id.name.is_empty() {
+                return Err(c.err("id.name", "", "a profile name is required"));
+            }
+            let profile: Profile = u.profile.clone().unwrap_or_default();
+            c.rules("profile.inbound_rules", &profile.inbound_rules)?;
+            c.rules("profile.outbound_rules", &profile.outbound_rules)?;
+        }
+        Payload::WorkloadEndpointUpdate(u) => {
+            let Some(id) = &u.id else {
+                return Err(c.err("id", "", "a workload endpoint id is required"));
+            };
+            c.id = format!(
+                "{}/{}/{}",
+                id.orchestrator_id, id.workload_id, id.endpoint_id
+            );
+            let Some(e) = &u.endpoint else {
+                return Err(c.err("endpoint", "", "the endpoint is required"));
+            };
+            c.ifname("endpoint.name", &e.name, false)?;
+            if !e.mac.is_empty() && parse_mac(&e.mac).is_none() {
+                return Err(c.err("endpoint.mac", &e.mac, "not a MAC address"));
+            }
+            c.cidrs("endpoint.ipv4_nets", &e.ipv4_nets)?;
+            c.cidrs("endpoint.ipv6_nets", &e.ipv6_nets)?;
+            for (i, n) in e.ipv4_nets.iter().enumerate() {
+                if n.parse::<IpNet>()
+                    .map(|n| !matches!(n, IpNet::V4(_)))
+                    .unwrap_or(false)
+                {
+                    return Err(c.err(format!("endpoint.ipv4_nets[{i}]"), n, "not an IPv4 CIDR"));
+                }
+            }
+            for (i, n) in e.ipv6_nets.iter().enumerate() {
+                if n.parse::<IpNet>()
+                    .map(|n| !matches!(n, IpNet::V6(_)))
+                    .unwrap_or(false)
+                {
+                    return Err(c.err(format!("endpoint.ipv6_nets[{i}]"), n, "not an IPv6 CIDR"));
+                }
+            }
+            c.cidrs(
+                "endpoint.allow_spoofed_source_prefixes",
+                &e.allow_spoofed_source_prefixes,
+            )?;
+            for (i, nat) in e.ipv4_nat.iter().chain(&e.ipv6_nat).enumerate() {
+                c.addr(&format!("endpoint.ip_nat[{i}].ext_ip"), &nat.ext_ip)?;
+                c.addr(&format!("endpoint.ip_nat[{i}].int_ip"), &nat.int_ip)?;
+            }
+            c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
+            c.tiers("endpoint.tiers", &e.tiers)?;
+        }
+        Payload::HostEndpointUpdate(u) => {
+            let Some(id) = &u.id else {
+                return Err(c.err("id", "", "a host endpoint id is required"));
+            };
+            c.id = id.endpoint_id.clone();
+            let Some(e) = &u.endpoint else {
+                return Err(c.err("endpoint", "", "the endpoint is required"));
+            };
+            c.ifname("endpoint.name", &e.name, true)?;
+            c.cidrs("endpoint.expected_ipv4_addrs", &e.expected_ipv4_addrs)?;
+            c.cidrs("endpoint.expected_ipv6_addrs", &e.expected_ipv6_addrs)?;
+            c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
+            c.tiers("endpoint.tiers", &e.tiers)?;
+            c.tiers("endpoint.untracked_tiers", &e.untracked_tiers)?;
+            c.tiers("endpoint.pre_dnat_tiers", &e.pre_dnat_tiers)?;
+            c.tiers("endpoint.forward_tiers", &e.forward_tiers)?;
+        }
+        Payload::HostMetadataUpdate(u) => {
+            c.id = u.hostname.clone();
+            c.addr("ipv4_addr", &u.ipv4_addr)?;
+            c.addr("ipv6_addr", &u.ipv6_addr)?;
+        }
+        Payload::IpamPoolUpdate(u) => {
+            c.id = u.id.clone();
+            let pool = u.pool.clone().unwrap_or_default();
+            if pool.cidr.parse::<IpNet>().is_err() {
+                return Err(c.err("pool.cidr", &pool.cidr, "not a CIDR"));
+            }
+        }
+        Payload::GlobalBgpConfigUpdate(u) => {
+            c.id = "global".into();
+            c.cidrs("service_cluster_cidrs", &u.service_cluster_cidrs)?;
+            c.cidrs("service_external_cidrs", &u.service_external_cidrs)?;
+            c.cidrs("service_loadbalancer_cidrs", &u.service_loadbalancer_cidrs)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn members(
+    c: &Ctx<'_>,
+    field: &str,
+    kind: IpSetType,
+    members: &[String],
+) -> Result<(), InputError> {
+    for (i, m) in members.iter().enumerate() {
+        let ok = match kind {
+            IpSetType::Ip => m.parse::<IpAddr>().is_ok() || single_host(m),
+            IpSetType::Net => m.parse::<IpNet>().is_ok() || m.parse::<IpAddr>().is_ok(),
+            IpSetType::IpAndPort => crate::rules::sets::parse_ip_and_port(m).is_some(),
+        };
+        if !ok {
+            let want = match kind {
+                IpSetType::Ip => "an IP address",
+                IpSetType::Net => "a CIDR",
+                IpSetType::IpAndPort => "`addr,proto:port` with proto tcp, udp or sctp",
+            };
+            return Err(c.err(format!("{field}[{i}]"), m, &format!("member is not {want}")));
+        }
+    }
+    Ok(())
+}
+
+/// `10.0.0.1/32` or `fd00::1/128` in an IP-type set.
+fn single_host(m: &str) -> bool {
+    match m.parse::<IpNet>() {
+        Ok(n) => n.prefix_len() == n.max_prefix_len(),
+        Err(_) => false,
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in out.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// Which policies or profiles reference the IP set `id` (for the remove check).
+pub fn ipset_users(model: &Model, id: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let uses = |r: &Rule| {
+        [
+            &r.src_ip_set_ids,
+            &r.dst_ip_set_ids,
+            &r.not_src_ip_set_ids,
+            &r.not_dst_ip_set_ids,
+            &r.src_named_port_ip_set_ids,
+            &r.dst_named_port_ip_set_ids,
+            &r.not_src_named_port_ip_set_ids,
+            &r.not_dst_named_port_ip_set_ids,
+            &r.dst_ip_port_set_ids,
+        ]
+        .iter()
+        .any(|ids| ids.iter().any(|x| x == id))
+    };
+    let policy_uses = |p: &Policy| p.inbound_rules.iter().chain(&p.outbound_rules).any(uses);
+    for (pid, p) in &model.policies {
+        if policy_uses(p) {
+            out.push(format!("policy {}", policy_label(pid)));
+        }
+    }
+    for (name, p) in &model.profiles {
+        if p.inbound_rules.iter().chain(&p.outbound_rules).any(uses) {
+            out.push(format!("profile {name}"));
+        }
+    }
+    out
+}
+
+/// Checks a whole state document: every message against the model as it would be after the
+/// ones before it. Returns every error (with the message index), not just the first.
+pub fn validate_all(base: &Model, msgs: &[ToDataplane]) -> Vec<(usize, InputError)> {
+    let mut model = base.clone();
+    let mut errors = Vec::new();
+    let mut seen: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
+    for (i, m) in msgs.iter().enumerate() {
+        match validate(&model, m) {
+            Ok(()) => {
+                if let Some(p) = &m.payload {
+                    let kind = payload_kind(p);
+                    if let Some(id) = object_id(p) {
+                        if let Some(prev) = seen.insert((kind, id.clone()), i) {
+                            errors.push((
+                                i,
+                                InputError {
+                                    message: kind,
+                                    id: id.clone(),
+                                    field: "id".into(),
+                                    value: id,
+                                    reason: format!(
+                                        "duplicate id: message {prev} of this document already \
+                                         sets it"
+                                    ),
+                                },
+                            ));
+                            continue;
+                        }
+                    }
+                }
+                model.apply(m);
+            }
+            Err(e) => errors.push((i, e)),
+        }
+    }
+    errors
+}
+
+/// The id of an update message, for duplicate detection in state documents.
+fn object_id(p: &Payload) -> Option<String> {
+    Some(match p {
+        Payload::IpsetUpdate(u) => u.id.clone(),
+        Payload::ActivePolicyUpdate(u) => policy_label(u.id.as_ref()?),
+        Payload::ActiveProfileUpdate(u) => u.id.as_ref()?.name.clone(),
+        Payload::WorkloadEndpointUpdate(u) => {
+            let id = u.id.as_ref()?;
+            format!(
+                "{}/{}/{}",
+                id.orchestrator_id, id.workload_id, id.endpoint_id
+            )
+        }
+        Payload::HostEndpointUpdate(u) => u.id.as_ref()?.endpoint_id.clone(),
+        Payload::IpamPoolUpdate(u) => u.id.clone(),
+        _ => return None,
+    })
+}
