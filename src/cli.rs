@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::source::{self, log_updates, SourceError, SourceSpec, Tally};
+use crate::daemon::DaemonOptions;
+use crate::source::{self, SourceSpec};
 use clap::{Args, Parser, Subcommand};
 
 /// Exit code for a command whose capability is not built yet.
@@ -95,6 +96,10 @@ pub struct RunArgs {
     /// Log every decoded input message at info level (sequence number and payload kind).
     #[arg(long, env = "FELIX_NFT_TRACE_INPUT")]
     pub trace_input: bool,
+    /// Keep running after standard input ends (by default the agent applies what it was told
+    /// and exits). Felix's pipes always end the run; a unix socket never does.
+    #[arg(long)]
+    pub keep_running: bool,
     #[command(flatten)]
     pub netns: NetnsArg,
 }
@@ -171,23 +176,32 @@ fn run_external_driver() -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let trace = std::env::var("FELIX_NFT_TRACE_INPUT")
+    let opts = DaemonOptions {
+        config_file: None,
+        source: SourceSpec::Felix,
+        trace_input: env_flag("FELIX_NFT_TRACE_INPUT"),
+        netns: None,
+        keep_running: false,
+    };
+    start_daemon(opts)
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name)
         .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
-        .unwrap_or(false);
-    run_source(SourceSpec::Felix, trace)
+        .unwrap_or(false)
 }
 
 /// `felix-nft run`.
 fn run(args: &RunArgs) -> ExitCode {
-    if args.config.is_some() || args.netns.netns.is_some() {
-        // Both matter only once there is a dataplane to configure and a namespace to program.
-        eprintln!(
-            "felix-nft: --config and --netns are accepted but not used yet (the dataplane lands \
-             with issue 6)"
-        );
-    }
     match args.source.parse::<SourceSpec>() {
-        Ok(spec) => run_source(spec, args.trace_input),
+        Ok(source) => start_daemon(DaemonOptions {
+            config_file: args.config.clone(),
+            source,
+            trace_input: args.trace_input,
+            netns: args.netns.netns.clone(),
+            keep_running: args.keep_running,
+        }),
         Err(e) => {
             eprintln!("felix-nft: {e}");
             ExitCode::from(EXIT_USAGE)
@@ -195,12 +209,10 @@ fn run(args: &RunArgs) -> ExitCode {
     }
 }
 
-/// Reads one transport to its end, logging what arrives. The dataplane (issue 6) will consume the
-/// channel instead of [`crate::source::log_updates`].
-fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
+fn start_daemon(opts: DaemonOptions) -> ExitCode {
     // Felix's fds first, before the runtime or anything else opens a file: once 3 and 4 are
     // free, the next descriptors opened (tokio's epoll, say) would get those numbers.
-    let felix_fds = match spec {
+    let felix_fds = match opts.source {
         SourceSpec::Felix => match source::felix::take_felix_fds() {
             Ok(fds) => Some(fds),
             Err(e) => {
@@ -210,111 +222,5 @@ fn run_source(spec: SourceSpec, trace_input: bool) -> ExitCode {
         },
         _ => None,
     };
-    crate::ops::logging::init();
-    tracing::warn!(
-        source = ?spec,
-        "dataplane programming is not built yet (issue 6): messages are decoded and logged, \
-         the kernel is not touched"
-    );
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "starting the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(read_source(spec, felix_fds, trace_input)) {
-        Ok(Some(tally)) => {
-            tracing::info!(
-                decoded = tally.decoded,
-                rejected = tally.rejected,
-                "end of input"
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(None) => {
-            tracing::info!("stopped by signal");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!(error = %crate::ops::logging::chain(e.as_ref()), "input failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `Ok(None)` when a signal stopped the read before the end of input.
-async fn read_source(
-    spec: SourceSpec,
-    felix_fds: Option<(std::fs::File, std::fs::File)>,
-    trace_input: bool,
-) -> Result<Option<Tally>, Box<dyn std::error::Error + Send + Sync>> {
-    match spec {
-        SourceSpec::Felix => {
-            let (input, output) = felix_fds.ok_or(SourceError::FdNotOpen {
-                fd: source::felix::FD_IN,
-                source: std::io::Error::from(std::io::ErrorKind::NotFound),
-            })?;
-            let (rx, reader) = source::felix::spawn_reader(input)?;
-            // Held until the end: the dataplane will send status on it; dropping it closes fd 4.
-            let (status_tx, writer) = source::felix::spawn_writer(output)?;
-            let tally = tokio::select! {
-                t = log_updates(rx, trace_input) => t,
-                _ = shutdown_signal() => return Ok(None),
-            };
-            drop(status_tx);
-            let summary = tokio::task::spawn_blocking(move || reader.join())
-                .await?
-                .map_err(|_| SourceError::Panicked)??;
-            tracing::debug!(frames = summary.frames, "fd 3 closed");
-            tokio::task::spawn_blocking(move || writer.join())
-                .await?
-                .map_err(|_| SourceError::Panicked)??;
-            Ok(Some(tally))
-        }
-        SourceSpec::Stdin => {
-            let (rx, reader) = source::stream::spawn_stdin();
-            let tally = tokio::select! {
-                t = log_updates(rx, trace_input) => t,
-                _ = shutdown_signal() => return Ok(None),
-            };
-            reader.await??;
-            Ok(Some(tally))
-        }
-        SourceSpec::Unix(path) => {
-            let listener = source::stream::UnixSource::bind(&path)?;
-            tracing::info!(path = %path.display(), "listening for JSON lines");
-            let (rx, server) = listener.spawn();
-            tokio::select! {
-                _ = log_updates(rx, trace_input) => {}
-                _ = shutdown_signal() => {
-                    server.abort();
-                    // Wait for the task to drop its listener, which removes the socket file.
-                    let _ = server.await;
-                    return Ok(None);
-                }
-            }
-            server.await??;
-            Ok(None)
-        }
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM (Felix stops its driver with SIGTERM, reference §1.1).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    ExitCode::from(crate::daemon::run(opts, felix_fds))
 }

@@ -17,10 +17,12 @@
 //!   loop, status; never encodes netlink bytes itself.
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
 //! - [`netns`]: entering the network namespace the agent acts in.
+//! - [`daemon`]: the running agent: transport + interface monitor + loop + ops surface.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod dataplane;
 pub mod netns;
 pub mod nft;

@@ -3,6 +3,8 @@
 //! little-endian length + protobuf envelope per frame. We send frames, watch the trace lines on
 //! stderr, close fd 3 and see the driver exit 0; broken framing makes it exit non-zero, promptly.
 
+mod common;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, RawFd};
@@ -45,6 +47,7 @@ fn spawn_driver(envs: &[(&str, &str)]) -> Driver {
     for (k, v) in envs {
         cmd.env(k, v);
     }
+    common::isolate_netns(&mut cmd);
     // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -150,7 +153,7 @@ fn msg(text: &str) -> ToDataplane {
 #[test]
 fn driver_decodes_frames_and_exits_zero_when_fd3_closes() {
     let mut d = spawn_driver(&[("FELIX_NFT_TRACE_INPUT", "1")]);
-    d.expect_line(&["dataplane programming is not built yet"]);
+    d.expect_line(&["felix-nft starting"]);
 
     // Two frames in one write, then one more on its own.
     let mut burst = encode_frame(&msg(
@@ -177,10 +180,16 @@ fn driver_decodes_frames_and_exits_zero_when_fd3_closes() {
     );
     d.expect_line(&["end of input", "decoded=3", "rejected=0"]);
 
-    // fd 4 was closed cleanly, with no stray bytes.
+    // After its first apply the driver told Felix it is in sync (one `DataplaneInSync` frame),
+    // then closed fd 4 cleanly, with no stray bytes.
     let mut rest = Vec::new();
     d.from_fd4.read_to_end(&mut rest).unwrap();
-    assert!(rest.is_empty(), "unexpected bytes on fd 4: {rest:?}");
+    let mut frames = felix_nft::proto::frame::FrameReader::new(&rest[..]);
+    let mut kinds = Vec::new();
+    while let Some(f) = frames.read_frame().unwrap() {
+        kinds.push(felix_nft::proto::decode_from_dataplane(&f).unwrap().kind());
+    }
+    assert_eq!(kinds, ["dataplane_in_sync"], "frames on fd 4");
 }
 
 #[test]
@@ -237,6 +246,7 @@ fn oversize_length_fails_without_waiting_for_the_body() {
 fn without_fds_3_and_4(args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     cmd.args(args).stdin(Stdio::null());
+    common::isolate_netns(&mut cmd);
     // SAFETY: close is async-signal-safe. The test runner may itself have inherited fds 3/4
     // (a make jobserver, say); the child must not.
     unsafe {

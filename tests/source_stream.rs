@@ -2,6 +2,8 @@
 //! delivered in order; a bad line is reported with its line number and the field path at fault,
 //! and the lines after it are still delivered.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
@@ -59,7 +61,9 @@ async fn reader_delivers_good_lines_around_a_bad_one() {
 
 #[test]
 fn stdin_through_the_binary() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    common::isolate_netns(&mut cmd);
+    let mut child = cmd
         .args(["run", "--source", "stdin", "--trace-input"])
         .env_remove("FELIX_NFT_LOG")
         .env_remove("FELIX_NFT_LOG_FORMAT")
@@ -172,7 +176,9 @@ async fn unix_socket_refuses_live_sockets_and_other_files_and_replaces_stale_one
 fn unix_socket_through_the_binary_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    common::isolate_netns(&mut cmd);
+    let mut child = cmd
         .args(["run", "--trace-input", "--source"])
         .arg(format!("unix:{}", path.display()))
         .env_remove("FELIX_NFT_LOG")

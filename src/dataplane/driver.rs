@@ -53,6 +53,8 @@ pub struct LoopOptions {
     pub exit_on_eof: bool,
     /// Delay of the first heartbeat (Felix: 10 s).
     pub first_heartbeat: Duration,
+    /// Log every decoded input message at info (`--trace-input`), else at debug.
+    pub trace_input: bool,
 }
 
 impl Default for LoopOptions {
@@ -67,6 +69,7 @@ impl Default for LoopOptions {
             give_up_after: 10,
             exit_on_eof: false,
             first_heartbeat: Duration::from_secs(10),
+            trace_input: false,
         }
     }
 }
@@ -93,6 +96,8 @@ pub enum DriverError {
 #[derive(Debug, Default, Clone)]
 pub struct RunSummary {
     pub messages: u64,
+    /// Messages decoded (rejected ones excluded).
+    pub decoded: u64,
     pub rejected: u64,
     pub applies: u64,
     pub failures: u64,
@@ -155,6 +160,11 @@ pub struct Driver<K: Kernel> {
     resync_tables: bool,
     resync_routes: bool,
     changed_ifaces: BTreeSet<String>,
+    /// The last apply failed somewhere (a retry is due).
+    last_failed: bool,
+    input_ended: bool,
+    /// Unknown routes on workload interfaces are waiting out their grace period.
+    grace_pending: bool,
     summary: RunSummary,
     started: Instant,
 }
@@ -182,6 +192,9 @@ impl<K: Kernel> Driver<K> {
             resync_tables: true,
             resync_routes: true,
             changed_ifaces: BTreeSet::new(),
+            last_failed: false,
+            input_ended: false,
+            grace_pending: false,
             summary: RunSummary::default(),
             started: Instant::now(),
         }
@@ -190,6 +203,11 @@ impl<K: Kernel> Driver<K> {
     /// What the run did so far.
     pub fn summary(&self) -> &RunSummary {
         &self.summary
+    }
+
+    /// Whether the input channel has closed (its transport ended).
+    pub fn input_ended(&self) -> bool {
+        self.input_ended
     }
 
     /// Whether the first apply has succeeded.
@@ -201,6 +219,8 @@ impl<K: Kernel> Driver<K> {
         self.summary.messages += 1;
         match r {
             Ok(u) => {
+                self.summary.decoded += 1;
+                crate::source::log_update(&u, self.opts.trace_input);
                 if let Some(ops) = &self.ops {
                     let kind = u
                         .message
@@ -217,7 +237,7 @@ impl<K: Kernel> Driver<K> {
             }
             Err(rej) => {
                 self.summary.rejected += 1;
-                tracing::error!(error = %crate::ops::logging::chain(&rej), "input rejected");
+                tracing::warn!(origin = %rej.origin, error = %crate::ops::logging::chain(&rej), "input rejected");
             }
         }
     }
@@ -242,6 +262,21 @@ impl<K: Kernel> Driver<K> {
 
     fn wants_apply(&self) -> bool {
         self.dp.ready() && (self.dp.dirty.any() || self.resync_tables || self.resync_routes)
+    }
+
+    /// After the input ended: nothing it asked for is left to do (or it never said `InSync`, so
+    /// nothing may be done). Unknown routes waiting out their grace period do not hold us.
+    fn input_done(&self) -> bool {
+        if !self.dp.datastore_in_sync() {
+            return true;
+        }
+        if !self.dp.ready() || self.last_failed || self.summary.applies == 0 {
+            return false;
+        }
+        let d = &self.dp.dirty;
+        let only_grace =
+            d.routes && self.grace_pending && !d.tables && !d.neighbours && d.ifaces.is_empty();
+        !d.any() || only_grace
     }
 
     /// One apply, all phases. `Err` only for the fatal cases; phase failures are retried.
@@ -341,6 +376,7 @@ impl<K: Kernel> Driver<K> {
                             out.errors.len()
                         )));
                     }
+                    self.grace_pending = out.in_grace > 0;
                     if out.in_grace > 0 {
                         // Re-check once the grace period of unknown routes is over.
                         self.retry_at =
@@ -418,6 +454,7 @@ impl<K: Kernel> Driver<K> {
 
         let elapsed = t0.elapsed();
         let ok = failed.is_none();
+        self.last_failed = !ok;
         if let (Some(ops), Some(health)) = (&self.ops, &mut self.health) {
             let res: Result<(), &dyn std::fmt::Display> = match &failed {
                 None => Ok(()),
@@ -512,11 +549,7 @@ impl<K: Kernel> Driver<K> {
                     Err(wait) => throttled_until = Some(TokioInstant::now() + wait),
                 }
             }
-            if !updates_open
-                && self.opts.exit_on_eof
-                && !self.wants_apply()
-                && self.retry_at.is_none()
-            {
+            if !updates_open && self.opts.exit_on_eof && self.input_done() {
                 return Ok(());
             }
             let wake = [
@@ -552,6 +585,8 @@ impl<K: Kernel> Driver<K> {
                     }
                     None => {
                         updates_open = false;
+                        self.input_ended = true;
+                        tracing::info!(decoded = self.summary.decoded, rejected = self.summary.rejected, "end of input");
                         if !self.opts.exit_on_eof {
                             tracing::info!("input ended; staying up to keep the dataplane in sync");
                         }

@@ -488,6 +488,11 @@ impl Dataplane {
         self.datastore_in_sync && self.ifaces_in_sync
     }
 
+    /// Whether Felix's `InSync` has been seen.
+    pub fn datastore_in_sync(&self) -> bool {
+        self.datastore_in_sync
+    }
+
     /// Marks the datastore in sync without a message (state documents, `apply`).
     pub fn set_datastore_in_sync(&mut self) {
         self.datastore_in_sync = true;

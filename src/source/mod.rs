@@ -177,7 +177,9 @@ pub async fn log_updates(mut rx: mpsc::Receiver<Received>, trace_input: bool) ->
     tally
 }
 
-fn log_update(update: &Update, trace_input: bool) {
+/// Logs one decoded message: at info with its sequence number and kind when `trace_input`, else at
+/// debug.
+pub fn log_update(update: &Update, trace_input: bool) {
     let m = &update.message;
     if trace_input {
         tracing::info!(

@@ -23,3 +23,18 @@ pub fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stati
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
+
+/// Makes a child process start in a fresh, empty network namespace of its own: a `felix-nft`
+/// daemon started by a test must never program the host's.
+pub fn isolate_netns(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: unshare(2) is async-signal-safe and affects only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,274 @@
+//! The running agent: wires a transport, the interface monitor, the dataplane loop and the
+//! operations surface together (DESIGN.md §5–6). `felix-nft run` and Felix's external-driver mode
+//! both end up here.
+//!
+//! Start-up order: configuration (bad die-on-fail values stop the start, exit 2) → logging →
+//! the target namespace → sockets (nf_tables worker thread, rtnetlink, monitor) → transports →
+//! the loop. Nothing is written to the kernel before the datastore's `InSync` and the monitor's
+//! first sync. SIGTERM/SIGINT stop the loop and leave every rule, route and neighbour in place.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::config::{self, Config};
+use crate::dataplane::driver::{chain, Driver, DriverError, LoopOptions};
+use crate::dataplane::kernel::RealKernel;
+use crate::dataplane::{Dataplane, DataplaneConfig};
+use crate::netns::NetNs;
+use crate::ops::Ops;
+use crate::proto::FromDataplane;
+use crate::rtnl::monitor::{self, MonitorConfig};
+use crate::source::{self, Received, SourceSpec};
+
+/// Exit code when the tables could not be programmed (fail closed) or start-up failed.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// How the daemon was asked to run.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub config_file: Option<PathBuf>,
+    pub source: SourceSpec,
+    /// Log every decoded input message at info.
+    pub trace_input: bool,
+    /// `--netns`: act in this namespace.
+    pub netns: Option<String>,
+    /// Keep running after the input ends (JSON on stdin). Felix's pipes always end the run.
+    pub keep_running: bool,
+}
+
+/// Runs the agent to completion; returns the process exit code. `felix_fds` are Felix's fds 3
+/// and 4, taken before anything else could open a file under those numbers.
+pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
+    let resolved = match config::load_for_cli(opts.config_file.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            return match e {
+                config::ConfigError::Invalid { .. } => config::EXIT_BAD_CONFIG,
+                _ => EXIT_FAILURE,
+            };
+        }
+    };
+    if let Err(e) = crate::ops::init_logging(&resolved.config) {
+        eprintln!("felix-nft: setting up logging: {e}");
+    }
+    resolved.log_warnings();
+    let ns = match opts.netns.as_deref().map(NetNs::open).transpose() {
+        Ok(ns) => ns,
+        Err(e) => {
+            tracing::error!(error = %chain(&e), "opening the target network namespace");
+            return EXIT_FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "starting the async runtime");
+            return EXIT_FAILURE;
+        }
+    };
+    runtime.block_on(run_async(opts, resolved.config, ns, felix_fds))
+}
+
+async fn run_async(
+    opts: DaemonOptions,
+    config: Config,
+    ns: Option<NetNs>,
+    felix_fds: Option<(File, File)>,
+) -> u8 {
+    let dpcfg = DataplaneConfig::from_config(&config);
+    let ops = match Ops::new(&config) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(error = %chain(&e), "setting up health and metrics");
+            return EXIT_FAILURE;
+        }
+    };
+    let kernel = match RealKernel::open(ns.as_ref(), &dpcfg) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(error = %chain(&e), "opening netlink sockets");
+            return EXIT_FAILURE;
+        }
+    };
+    let rp_filter = kernel.procsys().default_rp_filter();
+    let dp = match Dataplane::new(dpcfg.clone(), rp_filter) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %chain(&e), "invalid configuration");
+            return config::EXIT_BAD_CONFIG;
+        }
+    };
+
+    // The interface monitor, forwarded into a small bounded channel the loop selects on.
+    let (mon_rx, _mon_handle) = match monitor::start(
+        ns.as_ref(),
+        MonitorConfig {
+            exclude: dpcfg.iface_exclude.clone(),
+            resync_interval: dpcfg.iface_refresh,
+            ..MonitorConfig::default()
+        },
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            // Felix exits rather than run blind (§16).
+            tracing::error!(error = %chain(&e), "starting the interface monitor");
+            return EXIT_FAILURE;
+        }
+    };
+    let (iface_tx, iface_rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut mon_rx = mon_rx;
+        while let Some(ev) = mon_rx.recv().await {
+            if iface_tx.send(ev).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // The transport.
+    let mut status_out: Option<mpsc::Sender<FromDataplane>> = None;
+    let mut writer = None;
+    let mut fd3_reader = None;
+    let mut stream_reader = None;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), source = ?opts.source, netns = ?opts.netns, "felix-nft starting");
+    let (updates, exit_on_eof): (mpsc::Receiver<Received>, bool) = match &opts.source {
+        SourceSpec::Felix => {
+            let Some((input, output)) = felix_fds else {
+                tracing::error!("Felix's file descriptors 3 and 4 are not open");
+                return EXIT_FAILURE;
+            };
+            let (rx, reader) = match source::felix::spawn_reader(input) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %chain(&e), "reading fd 3");
+                    return EXIT_FAILURE;
+                }
+            };
+            match source::felix::spawn_writer(output) {
+                Ok((tx, handle)) => {
+                    status_out = Some(tx);
+                    writer = Some(handle);
+                }
+                Err(e) => {
+                    tracing::error!(error = %chain(&e), "writing fd 4");
+                    return EXIT_FAILURE;
+                }
+            }
+            fd3_reader = Some(reader);
+            // Felix gone = our job is done (§1.1).
+            (rx, true)
+        }
+        SourceSpec::Stdin => {
+            let (rx, reader) = source::stream::spawn_stdin();
+            stream_reader = Some(reader);
+            (rx, !opts.keep_running)
+        }
+        SourceSpec::Unix(path) => match source::stream::UnixSource::bind(path) {
+            Ok(l) => {
+                tracing::info!(path = %path.display(), "listening for JSON lines");
+                let (rx, _server) = l.spawn();
+                (rx, false)
+            }
+            Err(e) => {
+                tracing::error!(error = %chain(&e), "binding the unix socket");
+                return EXIT_FAILURE;
+            }
+        },
+    };
+
+    // Health and metrics endpoints, until shutdown.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = {
+        let ops = ops.clone();
+        let config = config.clone();
+        let mut stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = ops.run(&config, stopped).await {
+                tracing::error!(error = %chain(&e), "health/metrics server");
+            }
+        })
+    };
+
+    let mut driver = Driver::new(
+        dp,
+        kernel,
+        LoopOptions {
+            exit_on_eof,
+            trace_input: opts.trace_input,
+            ..LoopOptions::default()
+        },
+        status_out,
+        Some(ops),
+    );
+    let termination = crate::ops::Termination::install();
+    let shutdown = async move {
+        match termination {
+            Ok(mut t) => {
+                let sig = t.recv().await;
+                tracing::info!(signal = ?sig, "signal received");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for signals");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let result = driver.run(updates, iface_rx, shutdown).await;
+    let s = driver.summary().clone();
+    tracing::info!(
+        decoded = s.decoded,
+        rejected = s.rejected,
+        applies = s.applies,
+        failures = s.failures,
+        drift_repairs = s.drift_repairs,
+        "stopped"
+    );
+    // A transport that ended on an error (a truncated frame, a broken pipe) fails the run.
+    // Only when the input really ended: after a signal the reader may still be blocked on fd 3.
+    let ended = driver.input_ended();
+    let input_error = if let Some(r) = fd3_reader.filter(|_| ended) {
+        match tokio::task::spawn_blocking(move || r.join()).await {
+            Ok(Ok(Err(e))) => Some(chain(&e)),
+            _ => None,
+        }
+    } else if let Some(r) = stream_reader.filter(|_| ended) {
+        match r.await {
+            Ok(Err(e)) => Some(chain(&e)),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    drop(driver); // closes the status channel, so the fd 4 writer finishes
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    if let Some(w) = writer {
+        let _ = tokio::task::spawn_blocking(move || w.join()).await;
+    }
+    match result {
+        Ok(()) if input_error.is_some() => {
+            tracing::error!(error = input_error.unwrap_or_default(), "input failed");
+            EXIT_FAILURE
+        }
+        Ok(()) => 0,
+        Err(e @ DriverError::GaveUp { .. }) => {
+            tracing::error!(error = %chain(&e), "giving up");
+            EXIT_FAILURE
+        }
+        Err(e) => {
+            tracing::error!(error = %chain(&e), "stopped on error");
+            EXIT_FAILURE
+        }
+    }
+}
