@@ -104,12 +104,12 @@ pub struct RunSummary {
     pub drift_repairs: u64,
 }
 
-/// A token bucket for applies.
+/// A token bucket for applies (on tokio's clock, so tests can pause time).
 struct Throttle {
     tokens: f64,
     burst: f64,
     period: Duration,
-    last: Instant,
+    last: TokioInstant,
 }
 
 impl Throttle {
@@ -118,12 +118,12 @@ impl Throttle {
             tokens: f64::from(burst),
             burst: f64::from(burst),
             period,
-            last: Instant::now(),
+            last: TokioInstant::now(),
         }
     }
 
     fn refill(&mut self) {
-        let now = Instant::now();
+        let now = TokioInstant::now();
         let dt = now.duration_since(self.last).as_secs_f64();
         self.last = now;
         if self.period.is_zero() {

@@ -1,0 +1,280 @@
+//! The apply loop on a fake kernel (no privilege): InSync gating, the fixed apply order,
+//! coalescing, retry with backoff, the atomic rebuild after repeated failures, the fail-closed
+//! exit, rejected updates and empty updates (reference §10.2–10.4, §11, DESIGN.md §5).
+
+use std::time::Duration;
+
+use felix_nft::dataplane::driver::{Driver, DriverError, LoopOptions};
+use felix_nft::dataplane::kernel::{Call, FakeKernel, TableMode};
+use felix_nft::dataplane::{Dataplane, DataplaneConfig};
+use felix_nft::proto::{json, ToDataplane};
+use felix_nft::rtnl::link::LinkState;
+use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::source::{Origin, Received, Update};
+use tokio::sync::mpsc;
+
+fn msg(text: &str) -> Received {
+    let message: ToDataplane = json::decode(text).expect("test message");
+    Ok(Update {
+        origin: Origin::Item { index: 0 },
+        message,
+    })
+}
+
+const IN_SYNC: &str = r#"{"in_sync":{}}"#;
+
+fn wep(n: u32, iface: &str) -> String {
+    format!(
+        r#"{{"workload_endpoint_update":{{"id":{{"orchestrator_id":"k8s","workload_id":"w{n}","endpoint_id":"eth0"}},"endpoint":{{"state":"active","name":"{iface}","mac":"ee:ee:ee:ee:ee:0{}","ipv4_nets":["10.65.0.{n}/32"],"profile_ids":["kns.default"]}}}}}}"#,
+        n % 10
+    )
+}
+
+fn link(name: &str, index: u32, up: bool) -> IfaceEvent {
+    IfaceEvent::Link(LinkState {
+        index,
+        name: name.into(),
+        admin_up: up,
+        oper_up: up,
+        mac: vec![0xee; 6],
+    })
+}
+
+fn driver(kernel: FakeKernel) -> Driver<FakeKernel> {
+    let dp = Dataplane::new(DataplaneConfig::default(), 1).expect("default config renders");
+    Driver::new(
+        dp,
+        kernel,
+        LoopOptions {
+            exit_on_eof: true,
+            ..LoopOptions::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// Feeds the messages and interface events, closes the input, and runs the loop to its end.
+async fn run(
+    d: &mut Driver<FakeKernel>,
+    msgs: Vec<Received>,
+    ifaces: Vec<IfaceEvent>,
+) -> Result<(), DriverError> {
+    let (tx, rx) = mpsc::channel(1024);
+    let (itx, irx) = mpsc::channel(64);
+    for i in ifaces {
+        itx.send(i).await.expect("iface channel");
+    }
+    for m in msgs {
+        tx.send(m).await.expect("update channel");
+    }
+    drop(tx);
+    let _keep_monitor_open = itx;
+    d.run(rx, irx, std::future::pending()).await
+}
+
+fn table_calls(k: &FakeKernel) -> Vec<TableMode> {
+    k.calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Tables { mode, .. } => Some(*mode),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_touches_the_kernel_before_both_in_syncs() {
+    // §22.2: no datastore InSync → no kernel call at all, whatever else arrived.
+    let mut d = driver(FakeKernel::default());
+    run(
+        &mut d,
+        vec![msg(&wep(1, "cali0000000001"))],
+        vec![IfaceEvent::InSync],
+    )
+    .await
+    .unwrap();
+    assert!(d.kernel.calls.is_empty(), "{:?}", d.kernel.calls);
+
+    // Datastore InSync but the interface monitor never synced: still nothing.
+    let mut d = driver(FakeKernel::default());
+    let (tx, rx) = mpsc::channel(16);
+    let (_itx, irx) = mpsc::channel::<IfaceEvent>(16);
+    tx.send(msg(IN_SYNC)).await.unwrap();
+    let run = d.run(rx, irx, tokio::time::sleep(Duration::from_secs(5)));
+    run.await.unwrap();
+    assert!(d.kernel.calls.is_empty(), "{:?}", d.kernel.calls);
+    drop(tx);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_apply_runs_the_phases_in_the_fixed_order() {
+    // §10.3: globals (first apply) → tables → routes → neighbours → interface sysctls.
+    let mut d = driver(FakeKernel::default());
+    run(
+        &mut d,
+        vec![msg(&wep(1, "cali0000000001")), msg(IN_SYNC)],
+        vec![link("cali0000000001", 7, true), IfaceEvent::InSync],
+    )
+    .await
+    .unwrap();
+    let calls = &d.kernel.calls;
+    assert_eq!(
+        calls[..],
+        [
+            Call::Globals,
+            Call::Tables {
+                mode: TableMode::Resync,
+                tables: 2
+            },
+            Call::Routes {
+                groups: 1,
+                resync: true
+            },
+            Call::Neighbours {
+                ifaces: 1,
+                resync: true
+            },
+            Call::IfaceConf("cali0000000001".into()),
+        ],
+        "{calls:#?}"
+    );
+    assert!(d.in_sync());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_updates_is_one_transaction() {
+    // §10.2: messages are drained in batches before an apply; 50 endpoints → one commit.
+    let mut d = driver(FakeKernel::default());
+    let mut msgs: Vec<Received> = (1..=50)
+        .map(|n| msg(&wep(n, &format!("cali{n:011}"))))
+        .collect();
+    msgs.push(msg(IN_SYNC));
+    run(&mut d, msgs, vec![IfaceEvent::InSync]).await.unwrap();
+    assert_eq!(table_calls(&d.kernel), [TableMode::Resync]);
+    assert_eq!(d.kernel.commits, 1);
+    let weps = d.kernel.committed[0]
+        .sets
+        .get("filter-cali-to-wl-dispatch")
+        .map(|s| s.elements.len());
+    assert_eq!(weps, Some(50), "every endpoint is in the dispatch map");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_are_retried_with_backoff_until_they_succeed() {
+    let mut d = driver(FakeKernel {
+        fail_tables: 3,
+        ..FakeKernel::default()
+    });
+    let t0 = tokio::time::Instant::now();
+    run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
+        .await
+        .unwrap();
+    // Three failures, then success; every retry re-reads the kernel first.
+    assert_eq!(
+        table_calls(&d.kernel),
+        [TableMode::Resync; 4],
+        "{:?}",
+        d.kernel.calls
+    );
+    // Backoff 100 + 200 + 400 ms between the attempts.
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert_eq!(d.summary().failures, 3);
+    assert!(d.in_sync());
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_failures_lead_to_an_atomic_rebuild() {
+    // §11: from the sixth consecutive failure on, the table is recreated in one transaction.
+    let mut d = driver(FakeKernel {
+        fail_tables: 5,
+        ..FakeKernel::default()
+    });
+    run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
+        .await
+        .unwrap();
+    let modes = table_calls(&d.kernel);
+    assert_eq!(modes.len(), 6, "{modes:?}");
+    assert_eq!(modes[5], TableMode::Rebuild);
+    assert!(d.in_sync());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_fails_closed_when_even_the_rebuild_fails() {
+    // §10.3 / §22.13: better exit than run half-programmed; the kernel keeps the last good rules.
+    let mut d = driver(FakeKernel {
+        fail_tables: 1000,
+        ..FakeKernel::default()
+    });
+    let err = run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DriverError::GaveUp { failures: 10, .. }),
+        "{err}"
+    );
+    let modes = table_calls(&d.kernel);
+    assert_eq!(modes.len(), 10);
+    assert!(
+        modes[5..].iter().all(|m| *m == TableMode::Rebuild),
+        "{modes:?}"
+    );
+    assert!(!d.in_sync());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_update_changes_nothing_and_the_stream_goes_on() {
+    let mut d = driver(FakeKernel::default());
+    let bad_policy = r#"{"active_policy_update":{"id":{"name":"p","kind":"GlobalNetworkPolicy"},"policy":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:missing"]}]}}}"#;
+    let bad_wep = r#"{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"x","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali-much-too-long-name","ipv4_nets":["10.0.0.1/32"]}}}"#;
+    run(
+        &mut d,
+        vec![
+            msg(IN_SYNC),
+            msg(&wep(1, "cali0000000001")),
+            msg(bad_policy),
+            msg(bad_wep),
+            msg(&wep(2, "cali0000000002")),
+        ],
+        vec![IfaceEvent::InSync],
+    )
+    .await
+    .unwrap();
+    assert_eq!(d.summary().rejected, 2);
+    let t = &d.kernel.committed[0];
+    assert!(
+        t.chains.contains_key("filter-cali-tw-cali0000000002"),
+        "later updates still apply"
+    );
+    assert!(!t.chains.keys().any(|c| c.contains("cali-much-too-long")));
+    assert!(
+        !t.chains.keys().any(|c| c.contains("pi-")),
+        "the bad policy was not recorded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_update_that_changes_nothing_sends_nothing() {
+    let mut d = driver(FakeKernel::default());
+    let (tx, rx) = mpsc::channel(16);
+    let (itx, irx) = mpsc::channel(16);
+    itx.send(IfaceEvent::InSync).await.unwrap();
+    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
+    tx.send(msg(IN_SYNC)).await.unwrap();
+    let feeder = async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The same endpoint again: desired state unchanged.
+        tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(tx);
+        drop(itx);
+    };
+    let (res, ()) = tokio::join!(d.run(rx, irx, std::future::pending()), feeder);
+    res.unwrap();
+    // The second apply computed the same tables: the fake saw no change to commit.
+    assert_eq!(d.kernel.commits, 1, "{:?}", d.kernel.calls);
+}
