@@ -74,7 +74,10 @@ pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    runtime.block_on(run_async(opts, resolved.config, ns, felix_fds))
+    let code = runtime.block_on(run_async(opts, resolved.config, ns, felix_fds));
+    // Readers blocked on stdin or a pipe hold blocking threads: do not wait for them.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    code
 }
 
 async fn run_async(

@@ -444,14 +444,6 @@ impl<K: Kernel> Driver<K> {
             }
         }
 
-        // 6. Status.
-        let (w, h) = self.dp.statuses();
-        if self.dp.cfg.endpoint_reporting {
-            for m in self.status.update(&w, &h) {
-                self.send(m).await;
-            }
-        }
-
         let elapsed = t0.elapsed();
         let ok = failed.is_none();
         self.last_failed = !ok;
@@ -484,6 +476,13 @@ impl<K: Kernel> Driver<K> {
                     .saturating_mul(1u32 << n.min(16))
                     .min(self.opts.retry_max);
                 self.retry_at = Some(TokioInstant::now() + delay);
+            }
+        }
+        // 6. Status (after DataplaneInSync on the first apply).
+        let (w, h) = self.dp.statuses();
+        if self.dp.cfg.endpoint_reporting {
+            for m in self.status.update(&w, &h) {
+                self.send(m).await;
             }
         }
         tracing::info!(

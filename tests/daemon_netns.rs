@@ -1,0 +1,612 @@
+//! The daemon binary in a private "host" namespace with veth "workloads", driven the way users
+//! drive it: `run --source stdin --netns`, and Felix's fds 3/4 from a harness acting as Felix.
+//! `ip`, `nft` and /proc/sys are read as oracles only. Every namespace is made here and deleted
+//! on drop, also when a test fails.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use felix_nft::proto::frame::{encode_frame, FrameReader};
+use felix_nft::proto::{decode_from_dataplane, json, ToDataplane};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn sh(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd}: {e}"))
+}
+
+fn ok(cmd: &str, args: &[&str]) -> String {
+    let out = sh(cmd, args);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed (these tests need root to make network namespaces): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A named namespace, deleted on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new(tag: &str) -> Ns {
+        let name = format!(
+            "fnft-{tag}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        ok("ip", &["netns", "add", &name]);
+        let ns = Ns(name);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn ip(&self, args: &[&str]) -> String {
+        let mut a = vec!["-n", &self.0];
+        a.extend_from_slice(args);
+        ok("ip", &a)
+    }
+
+    fn exec(&self, args: &[&str]) -> String {
+        let mut a = vec!["netns", "exec", &self.0];
+        a.extend_from_slice(args);
+        ok("ip", &a)
+    }
+
+    fn sysctl(&self, path: &str) -> String {
+        self.exec(&["cat", &format!("/proc/sys/{path}")])
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = sh("ip", &["netns", "del", &self.0]);
+    }
+}
+
+/// A workload the way Calico's CNI leaves it: a veth whose host end `cali…` is up in the host
+/// namespace, whose other end is `eth0` with a /32 and a default route via 169.254.1.1.
+struct Workload {
+    ns: Ns,
+    iface: String,
+    ip: String,
+    mac: String,
+}
+
+fn workload(host: &Ns, n: u8) -> Workload {
+    let ns = Ns::new(&format!("w{n}"));
+    let iface = format!("cali{:011x}", 0xabc00 + u32::from(n));
+    let ip = format!("10.65.0.{n}");
+    host.ip(&[
+        "link", "add", &iface, "type", "veth", "peer", "name", "tmp0",
+    ]);
+    host.ip(&["link", "set", "tmp0", "netns", &ns.0]);
+    host.ip(&["link", "set", &iface, "up"]);
+    ns.ip(&["link", "set", "tmp0", "name", "eth0"]);
+    ns.ip(&["addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
+    ns.ip(&["link", "set", "eth0", "up"]);
+    ns.ip(&[
+        "route",
+        "add",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "scope",
+        "link",
+    ]);
+    ns.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "onlink",
+    ]);
+    let mac = ns
+        .exec(&["cat", "/sys/class/net/eth0/address"])
+        .trim()
+        .to_string();
+    Workload { ns, iface, ip, mac }
+}
+
+/// A host namespace with a default route out of a second veth (a real node has one, and proxy
+/// ARP answers for 169.254.1.1 only when the host has a route to it elsewhere).
+fn host() -> Ns {
+    let h = Ns::new("host");
+    h.ip(&[
+        "link", "add", "ext0", "type", "veth", "peer", "name", "ext1",
+    ]);
+    h.ip(&["addr", "add", "198.51.100.1/30", "dev", "ext0"]);
+    h.ip(&["link", "set", "ext0", "up"]);
+    h.ip(&["link", "set", "ext1", "up"]);
+    h.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "198.51.100.2",
+        "dev",
+        "ext0",
+    ]);
+    h
+}
+
+fn wep_update(w: &Workload, n: u8, profile: &str) -> String {
+    format!(
+        r#"{{"workload_endpoint_update":{{"id":{{"orchestrator_id":"k8s","workload_id":"w{n}","endpoint_id":"eth0"}},"endpoint":{{"state":"active","name":"{}","mac":"{}","ipv4_nets":["{}/32"],"profile_ids":["{profile}"]}}}}}}"#,
+        w.iface, w.mac, w.ip
+    )
+}
+
+const ALLOW_ALL: &str = r#"{"active_profile_update":{"id":{"name":"allow-all"},"profile":{"inbound_rules":[{"action":"allow"}],"outbound_rules":[{"action":"allow"}]}}}"#;
+const DENY_80: &str = r#"{"active_profile_update":{"id":{"name":"allow-all"},"profile":{"inbound_rules":[{"action":"deny","protocol":{"name":"tcp"},"dst_ports":[{"first":80,"last":80}]},{"action":"allow"}],"outbound_rules":[{"action":"allow"}]}}}"#;
+const IN_SYNC: &str = r#"{"in_sync":{}}"#;
+
+fn felix_nft(host: &Ns) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    // Plain tables: Debian's `nft -j` cannot print owner+persist ones (netlink.md gotcha 19).
+    c.env("FELIX_NFTABLESTABLEOWNER", "false")
+        .env("FELIX_REPORTINGINTERVALSECS", "0")
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .env_remove("FELIX_NFT_LOG_FORMAT");
+    let _ = host;
+    c
+}
+
+/// Runs `felix-nft run --source stdin --netns host` over `lines` and waits for it to exit.
+fn run_stdin(host: &Ns, lines: &[&str]) -> Output {
+    let mut child = felix_nft(host)
+        .args(["run", "--source", "stdin", "--netns", &host.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        for l in lines {
+            writeln!(stdin, "{l}").expect("writing to felix-nft");
+        }
+    }
+    wait_output(child, Duration::from_secs(60))
+}
+
+fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().expect("waiting").is_some() {
+            return child.wait_with_output().expect("collecting output");
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting output");
+            panic!(
+                "felix-nft did not exit within {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// TCP connect from a workload namespace, with a short timeout: true = connected.
+fn tcp_ok(from: &Ns, ip: &str, port: u16) -> bool {
+    let out = sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &from.0,
+            "timeout",
+            "2",
+            "bash",
+            "-c",
+            &format!("exec 3<>/dev/tcp/{ip}/{port}"),
+        ],
+    );
+    out.status.success()
+}
+
+/// A TCP listener in a namespace (accepts forever until killed).
+struct Listener(Child);
+
+fn listen(ns: &Ns, port: u16) -> Listener {
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            "python3",
+            "-c",
+            &format!(
+                "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',{port}))\ns.listen(64)\nwhile True:\n c,_=s.accept()\n c.close()"
+            ),
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting a listener");
+    std::thread::sleep(Duration::from_millis(300));
+    Listener(child)
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
+    // Issue 6 (a): after the stream, the kernel holds what the reference says (§6, §14.2, §15).
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let out = run_stdin(
+        &h,
+        &[
+            ALLOW_ALL,
+            &wep_update(&w1, 1, "allow-all"),
+            &wep_update(&w2, 2, "allow-all"),
+            IN_SYNC,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "felix-nft failed:\n{err}");
+
+    // nf_tables: our tables with the static chains, both endpoints' chains and dispatch.
+    let rules = h.exec(&["nft", "list", "ruleset"]);
+    for needle in [
+        "table ip calico",
+        "table ip6 calico",
+        "chain filter-cali-FORWARD",
+        &format!("chain filter-cali-tw-{}", w1.iface),
+        &format!("chain filter-cali-fw-{}", w2.iface),
+        "map filter-cali-to-wl-dispatch",
+        &format!("\"{}\" : goto filter-cali-tw-{}", w1.iface, w1.iface),
+        "chain filter-cali-pri-allow-all",
+    ] {
+        assert!(rules.contains(needle), "`{needle}` missing from:\n{rules}");
+    }
+
+    // Routes: /32 scope link on the veth, protocol boot (3), metric 1024 (§15).
+    let routes: serde_json::Value =
+        serde_json::from_str(&h.ip(&["-j", "route", "show", "table", "main"])).unwrap();
+    for w in [&w1, &w2] {
+        let r = routes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["dst"] == w.ip.as_str())
+            .unwrap_or_else(|| panic!("no route to {} in {routes}", w.ip));
+        assert_eq!(r["dev"], w.iface.as_str());
+        assert_eq!(r["scope"], "link");
+        // `ip` prints no protocol for boot (3), the default it would use itself.
+        assert!(r["protocol"].is_null() || r["protocol"] == "boot", "{r}");
+        assert_eq!(r["metric"], 1024);
+    }
+
+    // Static ARP: permanent entries with the workload MAC.
+    let neigh: serde_json::Value =
+        serde_json::from_str(&h.ip(&["-j", "neigh", "show", "nud", "permanent"])).unwrap();
+    for w in [&w1, &w2] {
+        assert!(
+            neigh
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["dst"] == w.ip.as_str()
+                    && n["dev"] == w.iface.as_str()
+                    && n["lladdr"] == w.mac.as_str()),
+            "no permanent neighbour for {} in {neigh}",
+            w.ip
+        );
+    }
+
+    // Per-interface sysctls (§14.2) and the globals (§10.4), in the host namespace.
+    for w in [&w1, &w2] {
+        let i = &w.iface;
+        assert_eq!(h.sysctl(&format!("net/ipv4/conf/{i}/proxy_arp")), "1");
+        assert_eq!(h.sysctl(&format!("net/ipv4/conf/{i}/forwarding")), "1");
+        assert_eq!(h.sysctl(&format!("net/ipv4/conf/{i}/route_localnet")), "1");
+        assert_eq!(h.sysctl(&format!("net/ipv4/neigh/{i}/proxy_delay")), "0");
+        assert_eq!(h.sysctl(&format!("net/ipv6/conf/{i}/accept_ra")), "0");
+        assert_eq!(h.sysctl(&format!("net/ipv6/conf/{i}/proxy_ndp")), "1");
+        assert_eq!(
+            h.sysctl(&format!("net/ipv4/conf/{i}/rp_filter")),
+            h.sysctl("net/ipv4/conf/default/rp_filter")
+        );
+    }
+    assert_eq!(h.sysctl("net/ipv4/ip_forward"), "1");
+}
+
+#[test]
+fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
+    // One running daemon, three policy states; real TCP flows decide (§8.1, §9.4, §22.4).
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let _l = listen(&w2.ns, 80);
+    let mut child = felix_nft(&h)
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
+    send(ALLOW_ALL);
+    send(&wep_update(&w1, 1, "allow-all"));
+    send(&wep_update(&w2, 2, "allow-all"));
+    send(IN_SYNC);
+    let eventually = |want: bool| {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if tcp_ok(&w1.ns, &w2.ip, 80) == want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    };
+    assert!(eventually(true), "allowed flow never passed");
+    send(DENY_80);
+    assert!(eventually(false), "denied flow still passes");
+    send(ALLOW_ALL);
+    assert!(eventually(true), "flow did not come back");
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Spawns the binary as Felix would: no arguments, fds 3 and 4 are pipes, in `host`'s namespace.
+fn spawn_as_felix(host: &Ns) -> (Child, std::fs::File, std::fs::File) {
+    let mut p3 = [0; 2];
+    let mut p4 = [0; 2];
+    // SAFETY: pipe(2) fills the arrays with two new descriptors we own.
+    unsafe {
+        assert_eq!(libc::pipe2(p3.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        assert_eq!(libc::pipe2(p4.as_mut_ptr(), libc::O_CLOEXEC), 0);
+    }
+    let (r3, w3, r4, w4) = (p3[0], p3[1], p4[0], p4[1]);
+    let nsfile = std::fs::File::open(format!("/run/netns/{}", host.0)).expect("netns file");
+    let nsfd = nsfile.into_raw_fd();
+    let mut cmd = felix_nft(host);
+    cmd.env("FELIX_ENDPOINTREPORTINGENABLED", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(nsfd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let hi3 = libc::fcntl(r3, libc::F_DUPFD_CLOEXEC, 10);
+            let hi4 = libc::fcntl(w4, libc::F_DUPFD_CLOEXEC, 10);
+            if hi3 < 0 || hi4 < 0 || libc::dup2(hi3, 3) < 0 || libc::dup2(hi4, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawning felix-nft as Felix's driver");
+    // SAFETY: we own these descriptors; the child has its copies.
+    unsafe {
+        libc::close(r3);
+        libc::close(w4);
+        libc::close(nsfd);
+        (
+            child,
+            std::fs::File::from_raw_fd(w3),
+            std::fs::File::from_raw_fd(r4),
+        )
+    }
+}
+
+#[test]
+fn felix_pipes_program_the_node_and_report_status() {
+    // Issue 6 (b): the same messages over fds 3/4 from a harness acting as Felix, which also
+    // checks what comes back (§1.3, §2.2, §14.1).
+    let h = host();
+    let w1 = workload(&h, 1);
+    let (child, mut to_fd3, mut from_fd4) = spawn_as_felix(&h);
+    let mut seq = 0u64;
+    let mut send = |text: &str| {
+        let mut m: ToDataplane = json::decode(text).expect("test message");
+        m.sequence_number = seq;
+        seq += 1;
+        to_fd3.write_all(&encode_frame(&m)).expect("writing fd 3");
+    };
+    send(ALLOW_ALL);
+    send(&wep_update(&w1, 1, "allow-all"));
+    send(IN_SYNC);
+    // Read frames until the endpoint is reported up (DataplaneInSync comes first).
+    let reader = std::thread::spawn(move || {
+        let mut kinds = Vec::new();
+        let mut r = FrameReader::new(&mut from_fd4);
+        while let Ok(Some(f)) = r.read_frame() {
+            let m = decode_from_dataplane(&f).expect("a FromDataplane frame");
+            let kind = m.kind();
+            let done = matches!(&m.payload, Some(felix_nft::proto::from_dataplane::Payload::WorkloadEndpointStatusUpdate(u)) if u.status.as_ref().is_some_and(|s| s.status == "up"));
+            kinds.push(kind);
+            if done {
+                break;
+            }
+        }
+        let mut rest = Vec::new();
+        let _ = from_fd4.read_to_end(&mut rest);
+        kinds
+    });
+    let t0 = Instant::now();
+    while !reader.is_finished() && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(to_fd3); // Felix goes away: the driver exits 0
+    let out = wait_output(child, Duration::from_secs(30));
+    let kinds = reader.join().expect("reader thread");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(kinds.contains(&"dataplane_in_sync"), "{kinds:?}");
+    assert_eq!(
+        kinds.last(),
+        Some(&"workload_endpoint_status_update"),
+        "{kinds:?}"
+    );
+    let rules = h.exec(&["nft", "list", "ruleset"]);
+    assert!(rules.contains(&format!("chain filter-cali-tw-{}", w1.iface)));
+}
+
+#[test]
+fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
+    // Issue 6 (f): stopping never removes policy (§22.1).
+    let h = host();
+    let w1 = workload(&h, 1);
+    let mut child = felix_nft(&h)
+        .args([
+            "run",
+            "--source",
+            "stdin",
+            "--keep-running",
+            "--netns",
+            &h.0,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let t0 = Instant::now();
+    while !h
+        .exec(&["nft", "list", "ruleset"])
+        .contains("filter-cali-tw-")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never programmed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // `-s`: stateless, so counters ticking over do not count as a change.
+    let before = (
+        h.exec(&["nft", "-s", "list", "ruleset"]),
+        h.ip(&["route"]),
+        h.ip(&["neigh", "show", "nud", "permanent"]),
+    );
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = wait_output(child, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = (
+        h.exec(&["nft", "-s", "list", "ruleset"]),
+        h.ip(&["route"]),
+        h.ip(&["neigh", "show", "nud", "permanent"]),
+    );
+    assert!(before == after, "SIGTERM changed the kernel state");
+    drop(stdin);
+}
+
+#[test]
+fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
+    // Issue 6 (e): with OWNER|PERSIST an outside flush is refused by the kernel; with the flag
+    // off, the running agent repairs an outside flush within the refresh interval (§11, §22.13).
+    for owner in [true, false] {
+        let h = host();
+        let w1 = workload(&h, 1);
+        let mut child = felix_nft(&h)
+            .env(
+                "FELIX_NFTABLESTABLEOWNER",
+                if owner { "true" } else { "false" },
+            )
+            .env("FELIX_NFTABLESREFRESHINTERVAL", "1")
+            .args([
+                "run",
+                "--source",
+                "stdin",
+                "--keep-running",
+                "--netns",
+                &h.0,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning felix-nft");
+        let mut stdin = child.stdin.take().expect("stdin");
+        for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+            writeln!(stdin, "{l}").unwrap();
+        }
+        let chain = format!("filter-cali-tw-{}", w1.iface);
+        let t0 = Instant::now();
+        while !h.exec(&["nft", "list", "ruleset"]).contains(&chain) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "never programmed");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let flush = sh(
+            "ip",
+            &[
+                "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
+            ],
+        );
+        if owner {
+            assert!(
+                !flush.status.success(),
+                "the kernel let an outsider flush our table"
+            );
+        } else {
+            assert!(flush.status.success());
+            let t0 = Instant::now();
+            loop {
+                let rules = h.exec(&["nft", "list", "chain", "ip", "calico", &chain]);
+                if rules.contains("ct state") {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(15),
+                    "the flushed chain was not repaired:\n{rules}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let out = wait_output(child, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        if !owner {
+            assert!(err.contains("drifted"), "no drift repair logged:\n{err}");
+        }
+        drop(stdin);
+    }
+}
