@@ -16,7 +16,10 @@
 //! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
 //!   loop, status; never encodes netlink bytes itself.
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
-//! - [`netns`]: entering the network namespace the agent acts in.
+//! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
+//! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
+//!   by the end-to-end tests and `felix-nft demo`; only talks to the kernel through [`netns`] and
+//!   [`rtnl`].
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
 pub mod cli;
@@ -29,6 +32,7 @@ pub mod proto;
 pub mod rtnl;
 pub mod rules;
 pub mod source;
+pub mod testbed;
 
 /// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix
 /// that `cleanup` and the resync key off.
