@@ -22,14 +22,14 @@ fn create_is_a_new_namespace_that_ip_sees_and_delete_leaves_nothing() {
     assert!(netns_present(&name), "/run/netns/{name} should exist");
     // A fresh namespace: only lo, and a different nsfs inode from ours.
     let links = ip_json(&name, &["link"]);
-    let names: Vec<&str> = links
-        .iter()
-        .filter_map(|l| l["ifname"].as_str())
-        .collect();
+    let names: Vec<&str> = links.iter().filter_map(|l| l["ifname"].as_str()).collect();
     assert_eq!(names, ["lo"]);
     assert_ne!(ns_inode(guard.ns()), before);
     // The caller's thread is still where it was.
-    assert_eq!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);
+    assert_eq!(
+        std::fs::read_link("/proc/thread-self/ns/net").unwrap(),
+        before
+    );
     // The same name cannot be taken twice; the first stays intact.
     match NetNs::create_named(&name) {
         Err(NetNsError::Named { source, .. }) => {

@@ -73,7 +73,10 @@ pub fn ip_json(netns: &str, args: &[&str]) -> Vec<serde_json::Value> {
 
 /// Loads an nft script in the named namespace (test-only oracle use of `nft`).
 pub fn nft_in(netns: &str, script: &str) {
-    run(&["ip", "netns", "exec", netns, "nft", "-f", "-"], Some(script));
+    run(
+        &["ip", "netns", "exec", netns, "nft", "-f", "-"],
+        Some(script),
+    );
 }
 
 /// True when `/run/netns/NAME` exists or is still a mount point.
