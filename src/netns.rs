@@ -349,29 +349,30 @@ fn make_shared_mount_point(dir: &Path) -> io::Result<()> {
 /// the namespace alive.
 fn bind_new_netns(target: &Path) -> io::Result<()> {
     let target = cstring(target)?;
-    let helper = std::thread::Builder::new()
-        .name("netns-add".into())
-        .spawn(move || -> io::Result<()> {
-            // SAFETY: unshare(2) changes only this helper thread's namespace membership.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let src = c"/proc/thread-self/ns/net";
-            // SAFETY: valid NUL-terminated strings; a plain bind mount takes no data argument.
-            let rc = unsafe {
-                libc::mount(
-                    src.as_ptr(),
-                    target.as_ptr(),
-                    c"none".as_ptr(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                )
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        })?;
+    let helper =
+        std::thread::Builder::new()
+            .name("netns-add".into())
+            .spawn(move || -> io::Result<()> {
+                // SAFETY: unshare(2) changes only this helper thread's namespace membership.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let src = c"/proc/thread-self/ns/net";
+                // SAFETY: valid NUL-terminated strings; a plain bind mount takes no data argument.
+                let rc = unsafe {
+                    libc::mount(
+                        src.as_ptr(),
+                        target.as_ptr(),
+                        c"none".as_ptr(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    )
+                };
+                if rc != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })?;
     helper
         .join()
         .map_err(|_| io::Error::other("namespace helper thread panicked"))?

@@ -104,14 +104,22 @@ fn classify(op: &'static str, r: io::Result<Verdict>) -> Result<Verdict, Testbed
 }
 
 /// TCP connect from `ns` to `dst`: Pass when the handshake completes within `timeout`.
-pub fn tcp_connect(ns: &NetNs, dst: SocketAddr, timeout: Duration) -> Result<Verdict, TestbedError> {
+pub fn tcp_connect(
+    ns: &NetNs,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<Verdict, TestbedError> {
     let r = ns.run(|| TcpStream::connect_timeout(&dst, timeout))?;
     classify("TCP probe", r.map(|_| Verdict::Pass))
 }
 
 /// UDP request/response from `ns` to `dst`: Pass when the payload comes back (an
 /// [`UdpEchoServer`] must listen there).
-pub fn udp_request(ns: &NetNs, dst: SocketAddr, timeout: Duration) -> Result<Verdict, TestbedError> {
+pub fn udp_request(
+    ns: &NetNs,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<Verdict, TestbedError> {
     let any: SocketAddr = match dst {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -249,6 +257,31 @@ impl Shared {
     fn peers(&self) -> Vec<SocketAddr> {
         self.peers.lock().map(|p| p.clone()).unwrap_or_default()
     }
+
+    /// Waits until at least `n` peers are recorded (a client's connect returns when the kernel
+    /// completes the handshake, a moment before the server thread accepts).
+    fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let p = self.peers();
+            if p.len() >= n || Instant::now() >= deadline {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Waits up to [`POLL`] for `fd` to become readable (so listener threads answer at once but
+/// still look at their stop flag regularly).
+fn wait_readable(fd: &impl std::os::fd::AsRawFd) {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, POLL.as_millis() as libc::c_int) };
 }
 
 /// A TCP listener in a namespace that accepts every connection and echoes what it reads, until
@@ -295,6 +328,11 @@ impl TcpServer {
     pub fn peers(&self) -> Vec<SocketAddr> {
         self.shared.peers()
     }
+
+    /// [`Self::peers`], once at least `n` are known or `timeout` has passed.
+    pub fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
+        self.shared.wait_peers(n, timeout)
+    }
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -306,7 +344,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 let s = shared.clone();
                 conns.push(std::thread::spawn(move || echo_conn(stream, s)));
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => wait_readable(&listener),
             Err(e) => {
                 tracing::debug!(error = %e, "test bed TCP accept failed");
                 std::thread::sleep(POLL);
@@ -396,6 +434,11 @@ impl UdpEchoServer {
     /// Source addresses of every datagram received so far.
     pub fn peers(&self) -> Vec<SocketAddr> {
         self.shared.peers()
+    }
+
+    /// [`Self::peers`], once at least `n` are known or `timeout` has passed.
+    pub fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
+        self.shared.wait_peers(n, timeout)
     }
 }
 
@@ -494,14 +537,8 @@ pub struct Flow<'a> {
 impl Flow<'_> {
     fn describe(&self) -> String {
         match self.proto {
-            Proto::Icmp => format!("{} → {} ({}) icmp", self.from, self.to, self.dst),
-            p => format!(
-                "{} → {} ({}) {p}/{}",
-                self.from,
-                self.to,
-                SocketAddr::new(self.dst, self.port),
-                self.port
-            ),
+            Proto::Icmp => format!("{} → {} {} icmp", self.from, self.to, self.dst),
+            p => format!("{} → {} {} {p}/{}", self.from, self.to, self.dst, self.port),
         }
     }
 }
@@ -509,7 +546,7 @@ impl Flow<'_> {
 /// Result of one flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowResult {
-    /// `from → to (dst) proto/port`.
+    /// `from → to dst proto/port`.
     pub flow: String,
     pub expect: Verdict,
     /// The verdict, or the text of the error that prevented the probe.

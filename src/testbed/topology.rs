@@ -11,10 +11,10 @@
 //! - **no** host routes, proxy_arp, forwarding, static ARP or rules in the host namespace: those
 //!   are felix-nft's job (reference §14–15).
 //!
-//! Two settings go beyond a CNI plugin, both only in namespaces the bed made, to make probes
-//! fast and unprivileged-socket friendly: `net.ipv4.ping_group_range = 0 2147483647` everywhere
-//! (datagram ICMP sockets, [`super::probe`]) and `accept_dad = 0` on the host ends (the IPv6
-//! gateway address is usable at once instead of after ~1 s of duplicate address detection).
+//! Two settings go beyond a CNI plugin, both only in namespaces the bed made, so probes work at
+//! once: `net.ipv4.ping_group_range = 0 2147483647` (datagram ICMP sockets, [`super::probe`]) and
+//! `net.ipv6.conf.default.accept_dad = 0` (link-local addresses, among them the IPv6 gateway,
+//! are usable at once instead of after ~1 s of duplicate address detection).
 //!
 //! Everything is torn down on drop, also on panic: each namespace is a
 //! [`NamedNetNs`](crate::netns::NamedNetNs) guard, and veths die with their namespace.
@@ -205,7 +205,7 @@ impl Topology {
     /// it). On error everything made so far is deleted again.
     pub async fn build(spec: &TopologySpec) -> Result<Topology, TestbedError> {
         let host = NetNs::create_named(&unique_netns_name(&format!("{}-host", spec.prefix)))?;
-        allow_ping_sockets(host.ns())?;
+        prepare_ns(host.ns())?;
         let hh = RtnlHandle::connect(Some(host.ns())).map_err(rtnl("connecting to", "host"))?;
         link::set_up(&hh, "lo", true)
             .await
@@ -306,7 +306,7 @@ async fn build_workload(
         )));
     }
     let netns = NetNs::create_named(&unique_netns_name(&format!("{prefix}-wl")))?;
-    allow_ping_sockets(netns.ns())?;
+    prepare_ns(netns.ns())?;
     let wh = RtnlHandle::connect(Some(netns.ns())).map_err(rtnl("connecting to", &spec.name))?;
     let host_ifname = veth_name_for_workload(&spec.name);
     // The peer gets a temporary name unique in the host namespace; it is renamed to eth0 once it
@@ -352,10 +352,6 @@ async fn build_workload(
         .map_err(rtnl("adding", &what("default route")))?;
     }
     if let Some(v6) = spec.ipv6 {
-        // The host end's link-local address is the IPv6 gateway; skip its DAD wait (module doc).
-        ProcSys::new(Some(host.ns().try_clone().map_err(io_err("cloning host ns"))?))
-            .write_iface("ipv6", &host_ifname, "accept_dad", "0")
-            .map_err(rtnl("disabling DAD on", &host_ifname))?;
         let addr = IpNet::new(IpAddr::V6(v6), 128).map_err(spec_err)?;
         link::add_address(&wh, WORKLOAD_IFNAME, addr)
             .await
@@ -400,7 +396,7 @@ async fn build_external(
     spec: &ExternalSpec,
 ) -> Result<External, TestbedError> {
     let netns = NetNs::create_named(&unique_netns_name(&format!("{prefix}-ext")))?;
-    allow_ping_sockets(netns.ns())?;
+    prepare_ns(netns.ns())?;
     let eh = RtnlHandle::connect(Some(netns.ns())).map_err(rtnl("connecting to", "external"))?;
     let tmp = "tmpext0";
     link::create_veth(hh, HOST_EXT_IFNAME, tmp)
@@ -485,12 +481,17 @@ async fn set_mac(h: &RtnlHandle, ifname: &str, mac: [u8; 6]) -> Result<(), Testb
         })
 }
 
-/// Lets every group open datagram ICMP sockets in a namespace the bed made (the default `1 0`
-/// allows nobody, root included).
-fn allow_ping_sockets(ns: &NetNs) -> Result<(), TestbedError> {
-    ProcSys::new(Some(ns.try_clone().map_err(io_err("cloning ns handle"))?))
-        .write("net/ipv4/ping_group_range", "0 2147483647")
-        .map_err(rtnl("setting", "net.ipv4.ping_group_range"))
+/// Settings for a namespace the bed just made (module doc): every group may open datagram ICMP
+/// sockets (the default `1 0` allows nobody, root included), and interfaces made or moved here
+/// later skip IPv6 duplicate address detection. Without the latter a host interface's
+/// link-local address stays tentative for about a second, and the kernel sends no neighbour
+/// solicitation for forwarded packets until it is usable (it is their source, `ndisc_solicit`).
+fn prepare_ns(ns: &NetNs) -> Result<(), TestbedError> {
+    let sys = ProcSys::new(Some(ns.try_clone().map_err(io_err("cloning ns handle"))?));
+    sys.write("net/ipv4/ping_group_range", "0 2147483647")
+        .map_err(rtnl("setting", "net.ipv4.ping_group_range"))?;
+    sys.write("net/ipv6/conf/default/accept_dad", "0")
+        .map_err(rtnl("setting", "net.ipv6.conf.default.accept_dad"))
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
