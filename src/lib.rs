@@ -18,8 +18,8 @@
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
 //! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
 //! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
-//!   by the end-to-end tests and `felix-nft demo`; only talks to the kernel through [`netns`] and
-//!   [`rtnl`].
+//!   by the end-to-end tests and `felix-nft demo`; reaches the kernel only through [`netns`] and
+//!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
 pub mod cli;

@@ -120,6 +120,16 @@ fn builds_calico_cni_layout_and_removes_everything() {
         ]
     );
 
+    // What a test sends felix-nft for it.
+    let ep = a.endpoint(&["kns.ns1"]);
+    assert_eq!(ep.state, "active");
+    assert_eq!(ep.name, a.host_ifname);
+    assert_eq!(ep.mac, eth0["address"].as_str().unwrap());
+    assert_eq!(ep.ipv4_nets, ["198.18.0.1/32"]);
+    assert_eq!(ep.ipv6_nets, ["2001:db8:1::1/128"]);
+    assert_eq!(ep.profile_ids, ["kns.ns1"]);
+    assert_eq!(a.endpoint_id().workload_id, "ns1.pod-a");
+
     // Workload b: IPv4 only.
     let b = topo.workload("ns1.pod-b").unwrap();
     assert_eq!(addrs_of(b.netns_name(), "eth0"), ["198.18.0.2/32"]);

@@ -43,7 +43,8 @@ pub mod topology;
 
 use crate::netns::NetNsError;
 
-/// Errors building the bed or running probes. Each names the operation and the object.
+/// Errors building the bed or running probes. Each names the operation and the object. (Large
+/// sources are boxed so every `Result` of the bed stays small.)
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
     /// Creating, entering or deleting a namespace.
@@ -55,7 +56,7 @@ pub enum TestbedError {
         op: &'static str,
         object: String,
         #[source]
-        source: crate::rtnl::RtnlError,
+        source: Box<crate::rtnl::RtnlError>,
     },
     /// A raw rtnetlink request the rtnl layer has no function for.
     #[error("{op} {object}")]
@@ -63,7 +64,7 @@ pub enum TestbedError {
         op: &'static str,
         object: String,
         #[source]
-        source: rtnetlink::Error,
+        source: Box<rtnetlink::Error>,
     },
     /// A socket or thread operation.
     #[error("{op}")]

@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use super::TestbedError;
 use crate::netns::{unique_netns_name, NamedNetNs, NetNs};
+use crate::proto::types::{WorkloadEndpoint, WorkloadEndpointId};
 use crate::rtnl::devconf::ProcSys;
 use crate::rtnl::{link, RtnlHandle};
 
@@ -160,6 +161,29 @@ impl Workload {
         let v6 = self.ipv6.map(|a| IpNet::new(IpAddr::V6(a), 128));
         v4.into_iter().chain(v6).filter_map(Result::ok).collect()
     }
+
+    /// The endpoint id a Kubernetes-orchestrated Felix would use: (`k8s`, workload name, `eth0`).
+    pub fn endpoint_id(&self) -> WorkloadEndpointId {
+        WorkloadEndpointId {
+            orchestrator_id: "k8s".to_string(),
+            workload_id: self.name.clone(),
+            endpoint_id: self.ifname.clone(),
+        }
+    }
+
+    /// The `WorkloadEndpoint` that describes this workload (active, its `cali` name, MAC and
+    /// addresses) with the given profiles; policy tiers are for the caller to add.
+    pub fn endpoint(&self, profile_ids: &[&str]) -> WorkloadEndpoint {
+        WorkloadEndpoint {
+            state: "active".to_string(),
+            name: self.host_ifname.clone(),
+            mac: self.mac_string(),
+            profile_ids: profile_ids.iter().map(|p| p.to_string()).collect(),
+            ipv4_nets: self.ipv4.map(|a| format!("{a}/32")).into_iter().collect(),
+            ipv6_nets: self.ipv6.map(|a| format!("{a}/128")).into_iter().collect(),
+            ..WorkloadEndpoint::default()
+        }
+    }
 }
 
 /// The external namespace as built.
@@ -262,7 +286,7 @@ impl Topology {
         }
         let hh =
             RtnlHandle::connect(Some(self.host.ns())).map_err(rtnl("connecting to", "host"))?;
-        let w = build_workload(&self.prefix, &self.host, &hh, spec).await?;
+        let w = build_workload(&self.prefix, &hh, spec).await?;
         if let (true, Some(ext)) = (self.routes_to_workloads, &self.external) {
             let eh = RtnlHandle::connect(Some(ext.ns())).map_err(rtnl("connecting to", "ext"))?;
             if let Some(v4) = w.ipv4 {
@@ -295,7 +319,6 @@ impl Topology {
 
 async fn build_workload(
     prefix: &str,
-    host: &NamedNetNs,
     hh: &RtnlHandle,
     spec: &WorkloadSpec,
 ) -> Result<Workload, TestbedError> {
@@ -477,7 +500,7 @@ async fn set_mac(h: &RtnlHandle, ifname: &str, mac: [u8; 6]) -> Result<(), Testb
         .map_err(|e| TestbedError::Netlink {
             op: "setting MAC of",
             object: ifname.to_string(),
-            source: e,
+            source: Box::new(e),
         })
 }
 
@@ -504,7 +527,11 @@ pub fn format_mac(mac: &[u8]) -> String {
 
 fn rtnl(op: &'static str, object: &str) -> impl FnOnce(crate::rtnl::RtnlError) -> TestbedError {
     let object = object.to_string();
-    move |source| TestbedError::Rtnl { op, object, source }
+    move |source| TestbedError::Rtnl {
+        op,
+        object,
+        source: Box::new(source),
+    }
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> TestbedError {
