@@ -154,6 +154,7 @@ impl NetNs {
         Ok(NamedNetNs {
             name: name.to_string(),
             ns,
+            keep: false,
         })
     }
 
@@ -247,6 +248,7 @@ impl Drop for NetNsGuard {
 pub struct NamedNetNs {
     name: String,
     ns: NetNs,
+    keep: bool,
 }
 
 impl NamedNetNs {
@@ -264,10 +266,20 @@ impl NamedNetNs {
     pub fn path(&self) -> PathBuf {
         Path::new(NETNS_RUN_DIR).join(&self.name)
     }
+
+    /// Gives up the guard without deleting the namespace (left for inspection; delete it later
+    /// with [`NetNs::delete_named`] or `ip netns del NAME`). Returns the name.
+    pub fn keep(mut self) -> String {
+        self.keep = true;
+        self.name.clone()
+    }
 }
 
 impl Drop for NamedNetNs {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         if let Err(e) = NetNs::delete_named(&self.name) {
             tracing::warn!(netns = %self.name, error = %e, source = ?std::error::Error::source(&e),
                 "could not delete named network namespace");

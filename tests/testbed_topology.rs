@@ -261,3 +261,70 @@ fn a_panic_mid_test_still_deletes_every_namespace() {
         assert!(!netns_present(n), "{n} survived a panic");
     }
 }
+
+#[test]
+fn keep_leaves_namespaces_for_inspection_until_deleted() {
+    require_root();
+    let topo = block_on(Topology::build(&TopologySpec {
+        prefix: "fnt-t-keep".into(),
+        workloads: vec![WorkloadSpec::v4("k", Ipv4Addr::new(198, 18, 0, 9))],
+        external: Some(ExternalSpec {
+            routes_to_workloads: false,
+            ipv6: false,
+        }),
+    }))
+    .unwrap();
+    let host = topo.host_netns_name().to_string();
+    let names = topo.keep();
+    assert_eq!(names.len(), 3);
+    assert_eq!(names[0], host);
+    assert!(names[2].contains("-wl-k-"), "{names:?}");
+    for n in &names {
+        assert!(netns_present(n), "{n} not kept");
+    }
+    // Still a working layout after the guards are gone.
+    assert!(ip_json(&host, &["link"])
+        .iter()
+        .any(|l| l["ifname"] == "ext0"));
+    for n in &names {
+        felix_nft::netns::NetNs::delete_named(n).unwrap();
+        assert!(!netns_present(n), "{n} left behind");
+    }
+}
+
+#[test]
+fn twenty_workloads_build_and_go_quickly() {
+    require_root();
+    let spec = TopologySpec {
+        prefix: "fnt-t-scale".into(),
+        workloads: (1..=20)
+            .map(|i| {
+                WorkloadSpec::dual(
+                    format!("w{i}"),
+                    Ipv4Addr::new(198, 18, 1, i),
+                    format!("2001:db8:2::{i}").parse().unwrap(),
+                )
+            })
+            .collect(),
+        external: Some(ExternalSpec {
+            routes_to_workloads: true,
+            ipv6: true,
+        }),
+    };
+    let t = std::time::Instant::now();
+    let topo = block_on(Topology::build(&spec)).unwrap();
+    let built = t.elapsed();
+    let names = all_netns(&topo);
+    assert_eq!(names.len(), 22);
+    let t = std::time::Instant::now();
+    drop(topo);
+    let dropped = t.elapsed();
+    for n in &names {
+        assert!(!netns_present(n), "{n} left behind");
+    }
+    println!("20 dual-stack workloads + external: build {built:?}, teardown {dropped:?}");
+    assert!(
+        built < std::time::Duration::from_secs(10),
+        "build took {built:?}"
+    );
+}

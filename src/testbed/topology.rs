@@ -306,6 +306,15 @@ impl Topology {
         Ok(&self.workloads[self.workloads.len() - 1])
     }
 
+    /// Leaves every namespace in place (for inspection, `felix-nft demo --keep`) and returns
+    /// their names, host first; delete them with [`NetNs::delete_named`] or `ip netns del`.
+    pub fn keep(self) -> Vec<String> {
+        let mut names = vec![self.host.keep()];
+        names.extend(self.external.map(|e| e.netns.keep()));
+        names.extend(self.workloads.into_iter().map(|w| w.netns.keep()));
+        names
+    }
+
     /// Removes a workload the way the CNI plugin does on pod deletion: its namespace goes, and
     /// with it both ends of the veth. Returns false when there is no such workload. (The
     /// external namespace's route to it, if any, is left: it is harmless and a real network's
@@ -328,7 +337,10 @@ async fn build_workload(
             spec.name
         )));
     }
-    let netns = NetNs::create_named(&unique_netns_name(&format!("{prefix}-wl")))?;
+    let netns = NetNs::create_named(&unique_netns_name(&format!(
+        "{prefix}-wl-{}",
+        netns_safe(&spec.name)
+    )))?;
     prepare_ns(netns.ns())?;
     let wh = RtnlHandle::connect(Some(netns.ns())).map_err(rtnl("connecting to", &spec.name))?;
     let host_ifname = veth_name_for_workload(&spec.name);
@@ -517,6 +529,21 @@ fn prepare_ns(ns: &NetNs) -> Result<(), TestbedError> {
         .map_err(rtnl("setting", "net.ipv6.conf.default.accept_dad"))
 }
 
+/// A workload name as part of a namespace name: `[A-Za-z0-9_.-]` kept, anything else `_`, at
+/// most 32 characters (the namespace name also carries the prefix, pid and counter).
+fn netns_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect()
+}
+
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &[u8]) -> String {
     mac.iter()
@@ -554,6 +581,13 @@ mod tests {
         assert!(a[4..].chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(a, veth_name_for_workload("default.pod-a"));
         assert_ne!(a, veth_name_for_workload("default.pod-b"));
+    }
+
+    #[test]
+    fn workload_names_are_made_safe_for_namespace_names() {
+        assert_eq!(netns_safe("ns1.pod-a"), "ns1.pod-a");
+        assert_eq!(netns_safe("a/b c"), "a_b_c");
+        assert_eq!(netns_safe(&"x".repeat(100)).len(), 32);
     }
 
     #[test]
