@@ -227,6 +227,14 @@ fn workloads_come_and_go_like_pods() {
         ipv6: None
     }))
     .is_err());
+    // A pod re-created at once under the same name gets the same cali name (the bed waits for
+    // the kernel to free the old one).
+    assert!(topo.remove_workload("c"));
+    assert!(!netns_present(&wl));
+    let wl = block_on(topo.add_workload(&c))
+        .unwrap()
+        .netns_name()
+        .to_string();
     assert!(topo.remove_workload("c"));
     assert!(!netns_present(&wl));
     // The host end dies with the workload namespace (asynchronously, in the kernel's netns

@@ -1,10 +1,10 @@
 //! Probes and listeners that run inside a given network namespace and tell a flow that passed
 //! from one that was dropped or refused, with real sockets.
 //!
-//! A socket belongs to the namespace of the thread that created it, so every probe creates its
-//! socket inside [`NetNs::run`] (the thread enters, creates, leaves) and every listener runs on a
-//! dedicated thread that owns a socket made the same way. All calls are blocking: from async code
-//! use `tokio::task::spawn_blocking`.
+//! A socket belongs to the namespace of the thread that created it, so every probe and listener
+//! creates its socket inside [`NetNs::run`] (the thread enters, creates, leaves at once) and then
+//! uses it from wherever it is; each listener serves from a dedicated thread. All calls block:
+//! from async code use `tokio::task::spawn_blocking`.
 //!
 //! Verdicts:
 //! - [`Verdict::Pass`]: TCP handshake completed / UDP payload echoed back / ICMP echo reply.
@@ -89,9 +89,10 @@ fn verdict_of(e: &io::Error) -> Option<Verdict> {
         _ => {}
     }
     match e.raw_os_error() {
-        Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) | Some(libc::EACCES) => {
-            Some(Verdict::Unreachable)
-        }
+        Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => Some(Verdict::Unreachable),
+        // A DROP in the sender's own output path (e.g. host endpoint rules when probing from the
+        // host namespace) fails the send at once with EPERM.
+        Some(libc::EPERM) => Some(Verdict::Drop),
         _ => None,
     }
 }
@@ -109,8 +110,23 @@ pub fn tcp_connect(
     dst: SocketAddr,
     timeout: Duration,
 ) -> Result<Verdict, TestbedError> {
-    let r = ns.run(|| TcpStream::connect_timeout(&dst, timeout))?;
-    classify("TCP probe", r.map(|_| Verdict::Pass))
+    let sock = socket_in(ns, dst, Type::STREAM, Protocol::TCP)?;
+    let r = sock.connect_timeout(&dst.into(), timeout);
+    classify("TCP probe", r.map(|()| Verdict::Pass))
+}
+
+/// A socket for talking to `dst`, created inside `ns` (the thread enters and leaves again).
+fn socket_in(
+    ns: &NetNs,
+    dst: SocketAddr,
+    ty: Type,
+    proto: Protocol,
+) -> Result<Socket, TestbedError> {
+    let r = ns.run(|| Socket::new(Domain::for_address(dst), ty, Some(proto)))?;
+    r.map_err(|source| TestbedError::Io {
+        op: "opening probe socket",
+        source,
+    })
 }
 
 /// UDP request/response from `ns` to `dst`: Pass when the payload comes back (an
@@ -120,16 +136,7 @@ pub fn udp_request(
     dst: SocketAddr,
     timeout: Duration,
 ) -> Result<Verdict, TestbedError> {
-    let any: SocketAddr = match dst {
-        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let sock = ns
-        .run(|| UdpSocket::bind(any))?
-        .map_err(|source| TestbedError::Io {
-            op: "binding UDP probe socket",
-            source,
-        })?;
+    let sock: UdpSocket = socket_in(ns, dst, Type::DGRAM, Protocol::UDP)?.into();
     let exchange = || -> io::Result<Verdict> {
         sock.connect(dst)?;
         sock.set_read_timeout(Some(timeout))?;
@@ -162,7 +169,7 @@ pub fn icmp_echo(ns: &NetNs, dst: IpAddr, timeout: Duration) -> Result<Verdict, 
     let sock = ns
         .run(|| Socket::new(domain, Type::DGRAM, Some(proto)))?
         .map_err(|source| TestbedError::Io {
-            op: "opening ICMP datagram socket (is net.ipv4.ping_group_range set?)",
+            op: "opening ICMP datagram socket (EACCES: net.ipv4.ping_group_range excludes us)",
             source,
         })?;
     let seq: u16 = 1;
@@ -462,13 +469,16 @@ pub struct LongFlow {
 impl LongFlow {
     /// Connects from `ns` to `dst` and checks one echo round trip. Fails unless the flow passes.
     pub fn open(ns: &NetNs, dst: SocketAddr, timeout: Duration) -> Result<LongFlow, TestbedError> {
-        let stream = ns
-            .run(|| TcpStream::connect_timeout(&dst, timeout))?
+        let sock = socket_in(ns, dst, Type::STREAM, Protocol::TCP)?;
+        sock.connect_timeout(&dst.into(), timeout)
             .map_err(|source| TestbedError::Io {
                 op: "opening long-lived TCP flow",
                 source,
             })?;
-        let mut flow = LongFlow { stream, dst };
+        let mut flow = LongFlow {
+            stream: sock.into(),
+            dst,
+        };
         match flow.check(timeout)? {
             Verdict::Pass => Ok(flow),
             v => Err(TestbedError::Spec(format!(

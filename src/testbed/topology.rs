@@ -349,71 +349,29 @@ async fn build_workload(
     let tmp = format!("tmp{}", &host_ifname[4..]);
     let what = |s: &str| format!("{s} of workload {}", spec.name);
 
-    link::create_veth(hh, &host_ifname, &tmp)
-        .await
-        .map_err(rtnl("creating", &what("veth")))?;
-    set_mac(hh, &host_ifname, HOST_VETH_MAC).await?;
-    link::move_to_netns(hh, &tmp, netns.ns())
-        .await
-        .map_err(rtnl("moving", &what("veth end")))?;
-
-    link::rename(&wh, &tmp, WORKLOAD_IFNAME)
-        .await
-        .map_err(rtnl("renaming", &what("veth end")))?;
-    link::set_up(&wh, "lo", true)
-        .await
-        .map_err(rtnl("setting up", &what("lo")))?;
-    link::set_up(&wh, WORKLOAD_IFNAME, true)
-        .await
-        .map_err(rtnl("setting up", &what("eth0")))?;
-    if let Some(v4) = spec.ipv4 {
-        let addr = IpNet::new(IpAddr::V4(v4), 32).map_err(spec_err)?;
-        link::add_address(&wh, WORKLOAD_IFNAME, addr)
-            .await
-            .map_err(rtnl("adding", &what("IPv4 address")))?;
-        // Calico CNI: a scope-link route to the gateway, then the default route via it.
-        let gw = IpNet::new(IpAddr::V4(GATEWAY_V4), 32).map_err(spec_err)?;
-        link::add_route(&wh, gw, Some(WORKLOAD_IFNAME), None)
-            .await
-            .map_err(rtnl("adding", &what("gateway route")))?;
-        let default = IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(spec_err)?;
-        link::add_route(
-            &wh,
-            default,
-            Some(WORKLOAD_IFNAME),
-            Some(IpAddr::V4(GATEWAY_V4)),
-        )
-        .await
-        .map_err(rtnl("adding", &what("default route")))?;
+    // A workload removed a moment ago under the same name may still hold the name: its
+    // namespace is freed asynchronously by the kernel (cleanup_net), veths included. Wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match link::create_veth(hh, &host_ifname, &tmp).await {
+            Ok(()) => break,
+            Err(e) if e.errno() == Some(libc::EEXIST) && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(rtnl("creating", &what("veth"))(e)),
+        }
     }
-    if let Some(v6) = spec.ipv6 {
-        let addr = IpNet::new(IpAddr::V6(v6), 128).map_err(spec_err)?;
-        link::add_address(&wh, WORKLOAD_IFNAME, addr)
-            .await
-            .map_err(rtnl("adding", &what("IPv6 address")))?;
-        let default = IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).map_err(spec_err)?;
-        link::add_route(
-            &wh,
-            default,
-            Some(WORKLOAD_IFNAME),
-            Some(IpAddr::V6(GATEWAY_V6)),
-        )
-        .await
-        .map_err(rtnl("adding", &what("IPv6 default route")))?;
-    }
-    link::set_up(hh, &host_ifname, true)
-        .await
-        .map_err(rtnl("setting up", &host_ifname))?;
-
-    let state = link::get_link(&wh, WORKLOAD_IFNAME)
-        .await
-        .map_err(rtnl("reading", &what("eth0")))?
-        .ok_or_else(|| TestbedError::Spec(what("eth0 vanished")))?;
-    let mac: [u8; 6] = state
-        .mac
-        .as_slice()
-        .try_into()
-        .map_err(|_| TestbedError::Spec(format!("{}: MAC {:?}", what("eth0"), state.mac)))?;
+    // A failure from here on would leave the host end behind in a host namespace that lives on:
+    // delete it (both ends go) before reporting the error.
+    let mac = match plumb_workload(hh, &wh, &netns, spec, &host_ifname, &tmp).await {
+        Ok(mac) => mac,
+        Err(e) => {
+            if let Err(del) = link::delete(hh, &host_ifname).await {
+                tracing::warn!(ifname = %host_ifname, error = %del, "test bed: could not remove half-made veth");
+            }
+            return Err(e);
+        }
+    };
     Ok(Workload {
         name: spec.name.clone(),
         netns,
@@ -423,6 +381,82 @@ async fn build_workload(
         ipv4: spec.ipv4,
         ipv6: spec.ipv6,
     })
+}
+
+/// Everything after the veth exists: MAC of the host end, move and rename of the workload end,
+/// its addresses and routes, host end up. Returns the MAC of the workload's `eth0`.
+async fn plumb_workload(
+    hh: &RtnlHandle,
+    wh: &RtnlHandle,
+    netns: &NamedNetNs,
+    spec: &WorkloadSpec,
+    host_ifname: &str,
+    tmp: &str,
+) -> Result<[u8; 6], TestbedError> {
+    let what = |s: &str| format!("{s} of workload {}", spec.name);
+    set_mac(hh, host_ifname, HOST_VETH_MAC).await?;
+    link::move_to_netns(hh, tmp, netns.ns())
+        .await
+        .map_err(rtnl("moving", &what("veth end")))?;
+
+    link::rename(wh, tmp, WORKLOAD_IFNAME)
+        .await
+        .map_err(rtnl("renaming", &what("veth end")))?;
+    link::set_up(wh, "lo", true)
+        .await
+        .map_err(rtnl("setting up", &what("lo")))?;
+    link::set_up(wh, WORKLOAD_IFNAME, true)
+        .await
+        .map_err(rtnl("setting up", &what("eth0")))?;
+    if let Some(v4) = spec.ipv4 {
+        let addr = IpNet::new(IpAddr::V4(v4), 32).map_err(spec_err)?;
+        link::add_address(wh, WORKLOAD_IFNAME, addr)
+            .await
+            .map_err(rtnl("adding", &what("IPv4 address")))?;
+        // Calico CNI: a scope-link route to the gateway, then the default route via it.
+        let gw = IpNet::new(IpAddr::V4(GATEWAY_V4), 32).map_err(spec_err)?;
+        link::add_route(wh, gw, Some(WORKLOAD_IFNAME), None)
+            .await
+            .map_err(rtnl("adding", &what("gateway route")))?;
+        let default = IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(spec_err)?;
+        link::add_route(
+            wh,
+            default,
+            Some(WORKLOAD_IFNAME),
+            Some(IpAddr::V4(GATEWAY_V4)),
+        )
+        .await
+        .map_err(rtnl("adding", &what("default route")))?;
+    }
+    if let Some(v6) = spec.ipv6 {
+        let addr = IpNet::new(IpAddr::V6(v6), 128).map_err(spec_err)?;
+        link::add_address(wh, WORKLOAD_IFNAME, addr)
+            .await
+            .map_err(rtnl("adding", &what("IPv6 address")))?;
+        let default = IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).map_err(spec_err)?;
+        link::add_route(
+            wh,
+            default,
+            Some(WORKLOAD_IFNAME),
+            Some(IpAddr::V6(GATEWAY_V6)),
+        )
+        .await
+        .map_err(rtnl("adding", &what("IPv6 default route")))?;
+    }
+    link::set_up(hh, host_ifname, true)
+        .await
+        .map_err(rtnl("setting up", host_ifname))?;
+
+    let state = link::get_link(wh, WORKLOAD_IFNAME)
+        .await
+        .map_err(rtnl("reading", &what("eth0")))?
+        .ok_or_else(|| TestbedError::Spec(what("eth0 vanished")))?;
+    let mac: [u8; 6] = state
+        .mac
+        .as_slice()
+        .try_into()
+        .map_err(|_| TestbedError::Spec(format!("{}: MAC {:?}", what("eth0"), state.mac)))?;
+    Ok(mac)
 }
 
 async fn build_external(
