@@ -11,14 +11,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
-use felix_nft::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
-use felix_nft::rtnl::{link, RtnlHandle};
 use felix_nft::testbed::probe::{
     icmp_echo, run_matrix, tcp_connect, Flow, LongFlow, Proto, TcpServer, UdpEchoServer, Verdict,
     DEFAULT_TIMEOUT,
 };
 use felix_nft::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
-use testbed_common::{block_on, nft_in, require_root};
+use testbed_common::{block_on, nft_in, program_host, require_root};
 
 const A4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -40,30 +38,6 @@ fn build() -> Topology {
         }),
     }))
     .unwrap()
-}
-
-/// What felix-nft does for a local workload (§14–15), done here by the test with `rtnl`.
-fn program_host(topo: &Topology) {
-    block_on(async {
-        let hh = RtnlHandle::connect(Some(topo.host())).unwrap();
-        let sys = ProcSys::new(Some(topo.host().try_clone().unwrap()));
-        sys.write("net/ipv4/ip_forward", "1").unwrap();
-        sys.write("net/ipv6/conf/all/forwarding", "1").unwrap();
-        for w in topo.workloads() {
-            let ifname = &w.host_ifname;
-            set_ipv4_conf(
-                &hh,
-                ifname,
-                &[(Ipv4Conf::Forwarding, 1), (Ipv4Conf::ProxyArp, 1)],
-            )
-            .await
-            .unwrap();
-            set_proxy_delay(&hh, ifname, 0).await.unwrap();
-            for net in w.nets() {
-                link::add_route(&hh, net, Some(ifname), None).await.unwrap();
-            }
-        }
-    })
 }
 
 fn flow<'a>(

@@ -6,6 +6,10 @@
 use std::future::Future;
 use std::process::{Command, Stdio};
 
+use felix_nft::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
+use felix_nft::rtnl::{link, RtnlHandle};
+use felix_nft::testbed::topology::Topology;
+
 /// Runs a future to completion on a fresh current-thread runtime. The calling thread never leaves
 /// its own network namespace; the test bed enters its namespaces per socket.
 pub fn block_on<T>(f: impl Future<Output = T>) -> T {
@@ -87,4 +91,28 @@ pub fn netns_present(name: &str) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(path.as_str()));
     std::path::Path::new(&path).exists() || mounted
+}
+
+/// What felix-nft does for a local workload (§14–15), done here by the test with `rtnl`.
+pub fn program_host(topo: &Topology) {
+    block_on(async {
+        let hh = RtnlHandle::connect(Some(topo.host())).unwrap();
+        let sys = ProcSys::new(Some(topo.host().try_clone().unwrap()));
+        sys.write("net/ipv4/ip_forward", "1").unwrap();
+        sys.write("net/ipv6/conf/all/forwarding", "1").unwrap();
+        for w in topo.workloads() {
+            let ifname = &w.host_ifname;
+            set_ipv4_conf(
+                &hh,
+                ifname,
+                &[(Ipv4Conf::Forwarding, 1), (Ipv4Conf::ProxyArp, 1)],
+            )
+            .await
+            .unwrap();
+            set_proxy_delay(&hh, ifname, 0).await.unwrap();
+            for net in w.nets() {
+                link::add_route(&hh, net, Some(ifname), None).await.unwrap();
+            }
+        }
+    })
 }
