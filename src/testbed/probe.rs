@@ -8,7 +8,8 @@
 //!
 //! Verdicts:
 //! - [`Verdict::Pass`]: TCP handshake completed / UDP payload echoed back / ICMP echo reply.
-//! - [`Verdict::Drop`]: no answer before the timeout (a DROP rule anywhere on the path).
+//! - [`Verdict::Drop`]: no answer before the timeout (a DROP rule anywhere on the path), or a
+//!   send refused with EPERM by a DROP in the sender's own output path.
 //! - [`Verdict::Refused`]: TCP RST or ICMP port unreachable — the packet reached a host with no
 //!   listener (or a REJECT rule answered); for a [`LongFlow`], the connection was reset.
 //! - [`Verdict::Unreachable`]: ICMP host/net unreachable or administratively prohibited.
@@ -40,12 +41,16 @@ const PAYLOAD: &[u8] = b"felix-nft probe";
 /// How often listener threads look at their stop flag.
 const POLL: Duration = Duration::from_millis(20);
 
-/// What happened to a probe.
+/// What happened to a probe (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
+    /// The flow went through and was answered.
     Pass,
+    /// No answer within the timeout (or a local DROP failed the send with EPERM).
     Drop,
+    /// TCP RST / ICMP port unreachable: delivered, but nobody listens (or a REJECT answered).
     Refused,
+    /// ICMP host/net unreachable or administratively prohibited.
     Unreachable,
 }
 
@@ -63,7 +68,9 @@ impl fmt::Display for Verdict {
 /// Transport of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Proto {
+    /// A TCP handshake ([`tcp_connect`]).
     Tcp,
+    /// A UDP datagram echoed by an [`UdpEchoServer`] ([`udp_request`]).
     Udp,
     /// ICMP echo (ICMPv6 echo for IPv6 destinations); the port is ignored.
     Icmp,
