@@ -16,8 +16,11 @@
 //! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
 //!   loop, status; never encodes netlink bytes itself.
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
-//! - [`netns`]: entering the network namespace the agent acts in.
 //! - [`daemon`]: the running agent: transport + interface monitor + loop + ops surface.
+//! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
+//! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
+//!   by the end-to-end tests and `felix-nft demo`; reaches the kernel only through [`netns`] and
+//!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
 pub mod cli;
@@ -31,6 +34,7 @@ pub mod proto;
 pub mod rtnl;
 pub mod rules;
 pub mod source;
+pub mod testbed;
 
 /// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix
 /// that `cleanup` and the resync key off.

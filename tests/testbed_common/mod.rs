@@ -1,0 +1,118 @@
+//! Helpers shared by the `testbed_*` privileged tests: a tokio runtime for the async builders, and
+//! the test-only oracles (`ip -n NAME -j ...`, `ip netns exec NAME nft ...`), which only ever act
+//! in named namespaces the test made itself.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::process::{Command, Stdio};
+
+use felix_nft::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
+use felix_nft::rtnl::{link, RtnlHandle};
+use felix_nft::testbed::topology::Topology;
+
+/// Runs a future to completion on a fresh current-thread runtime. The calling thread never leaves
+/// its own network namespace; the test bed enters its namespaces per socket.
+pub fn block_on<T>(f: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Fails with a clear message unless the test runs as root (it makes namespaces).
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this privileged test creates network namespaces under /run/netns; run the tests as root"
+    );
+}
+
+/// Runs a command, panics unless it succeeds, returns stdout.
+pub fn run(argv: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{argv:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `ip -n NETNS -j ARGS` parsed as a JSON array.
+pub fn ip_json(netns: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut argv = vec!["ip", "-n", netns, "-j"];
+    argv.extend_from_slice(args);
+    let out = run(&argv, None);
+    if out.trim().is_empty() {
+        return Vec::new();
+    }
+    serde_json::from_str::<serde_json::Value>(&out)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Loads an nft script in the named namespace (test-only oracle use of `nft`).
+pub fn nft_in(netns: &str, script: &str) {
+    run(
+        &["ip", "netns", "exec", netns, "nft", "-f", "-"],
+        Some(script),
+    );
+}
+
+/// True when `/run/netns/NAME` exists or is still a mount point.
+pub fn netns_present(name: &str) -> bool {
+    let path = format!("/run/netns/{name}");
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path.as_str()));
+    std::path::Path::new(&path).exists() || mounted
+}
+
+/// What felix-nft does for a local workload (§14–15), done here by the test with `rtnl`.
+pub fn program_host(topo: &Topology) {
+    block_on(async {
+        let hh = RtnlHandle::connect(Some(topo.host())).unwrap();
+        let sys = ProcSys::new(Some(topo.host().try_clone().unwrap()));
+        sys.write("net/ipv4/ip_forward", "1").unwrap();
+        sys.write("net/ipv6/conf/all/forwarding", "1").unwrap();
+        for w in topo.workloads() {
+            let ifname = &w.host_ifname;
+            set_ipv4_conf(
+                &hh,
+                ifname,
+                &[(Ipv4Conf::Forwarding, 1), (Ipv4Conf::ProxyArp, 1)],
+            )
+            .await
+            .unwrap();
+            set_proxy_delay(&hh, ifname, 0).await.unwrap();
+            for net in w.nets() {
+                link::add_route(&hh, net, Some(ifname), None).await.unwrap();
+            }
+        }
+    })
+}
