@@ -173,7 +173,9 @@ pub fn cleanup_command(target: &Target) -> ExitCode {
 fn finish(r: Result<(String, u8), OneShotError>) -> ExitCode {
     match r {
         Ok((text, code)) => {
-            print!("{text}");
+            use std::io::Write;
+            // A closed pipe (`| head`) is not a failure of the command.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
             ExitCode::from(code)
         }
         Err(e) => {
