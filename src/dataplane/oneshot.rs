@@ -800,6 +800,10 @@ pub async fn snapshot(ns: Option<&NetNs>, cfg: &DataplaneConfig) -> Result<Snaps
             .extend(s.list_owned(&h).await.map_err(rtnl("listing routes"))?);
     }
     snap.neighbours = our_neighbours(&h, cfg).await?;
+    // Stable output: the kernel's dump order follows its hash tables.
+    snap.routes
+        .sort_by(|a, b| (&a.ifname, a.key).cmp(&(&b.ifname, b.key)));
+    snap.neighbours.sort();
     Ok(snap)
 }
 
