@@ -522,3 +522,29 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
     );
     assert_eq!(ns.kernel_state(), before, "failed dry run kept something");
 }
+
+#[test]
+fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
+    use felix_nft::netns::NetNs;
+    use felix_nft::nft::model::{Family, Table};
+    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+
+    let ns = Ns::new("orphan");
+    // A daemon's table: OWNER|PERSIST, then the daemon's socket closes (it stopped).
+    {
+        let handle = NetNs::open(ns.name()).unwrap();
+        let mut nft = handle.run(Nft::open).unwrap().unwrap();
+        let opts = SyncOptions {
+            ownership: Ownership::OwnerPersist,
+            ..SyncOptions::default()
+        };
+        sync(&mut nft, &[Table::new(Family::Ip, "calico")], &opts).unwrap();
+    }
+    assert!(ns.ruleset().contains("table ip calico"), "persist table gone");
+    let good = state_file("orphan", GOOD);
+    let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
+    let first = felix_nft(&args, &[]).ok();
+    assert!(first.table_ops() > 100, "{}", first.stdout);
+    let second = felix_nft(&args, &[]).ok();
+    assert_eq!(second.table_ops(), 0, "{}", second.stdout);
+}
