@@ -156,9 +156,11 @@ pub fn main() -> ExitCode {
             config,
             netns,
         }) => oneshot::plan_command(&state, &target(netns, config)),
-        Some(Command::Dump { json, config, netns }) => {
-            oneshot::dump_command(json, &target(netns, config))
-        }
+        Some(Command::Dump {
+            json,
+            config,
+            netns,
+        }) => oneshot::dump_command(json, &target(netns, config)),
         Some(Command::Cleanup { config, netns }) => {
             oneshot::cleanup_command(&target(netns, config))
         }

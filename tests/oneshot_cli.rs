@@ -135,9 +135,15 @@ impl Run {
         self.stdout
             .lines()
             .filter(|l| {
-                ["route add ", "route replace ", "route delete ", "neigh ", "sysctl "]
-                    .iter()
-                    .any(|p| l.starts_with(p))
+                [
+                    "route add ",
+                    "route replace ",
+                    "route delete ",
+                    "neigh ",
+                    "sysctl ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
             })
             .map(str::to_string)
             .collect()
@@ -259,7 +265,14 @@ fn plan_lists_exactly_what_apply_changes() {
     // workload interface that no endpoint wants.
     ns.ip(&["route", "add", "10.99.0.1", "dev", "cali1a", "proto", "80"]);
     ns.ip(&[
-        "neigh", "replace", "10.65.0.9", "lladdr", "02:00:00:00:00:09", "dev", "cali2b", "nud",
+        "neigh",
+        "replace",
+        "10.65.0.9",
+        "lladdr",
+        "02:00:00:00:00:09",
+        "dev",
+        "cali2b",
+        "nud",
         "permanent",
     ]);
     let good = state_file("plan", GOOD);
@@ -282,7 +295,11 @@ fn plan_lists_exactly_what_apply_changes() {
         "neigh delete 10.65.0.9 dev cali2b",
         "sysctl net/ipv4/conf/cali1a/proxy_arp 0 -> 1",
     ] {
-        assert!(planned.contains(line), "plan lacks `{line}`:\n{}", plan.stdout);
+        assert!(
+            planned.contains(line),
+            "plan lacks `{line}`:\n{}",
+            plan.stdout
+        );
     }
 
     // The kernel before/after agrees with the plan.
@@ -348,9 +365,7 @@ fn route_sync_disabled_skips_route_work() {
         &[("FELIX_ROUTESYNCDISABLED", "true")],
     )
     .ok();
-    assert!(run
-        .stdout
-        .contains("routes: skipped (RouteSyncDisabled)"));
+    assert!(run.stdout.contains("routes: skipped (RouteSyncDisabled)"));
     assert!(!ns.ip(&["route", "show"]).contains("10.65.0.2"));
     assert!(ns.ruleset().contains("table ip calico"));
 }
@@ -361,20 +376,41 @@ fn cleanup_removes_ours_only_and_is_idempotent() {
     ns.veth("cali1a", "w1");
     ns.veth("cali2b", "w2");
     let good = state_file("clean", GOOD);
-    felix_nft(&["apply", good.to_str().unwrap(), "--netns", ns.name()], &[]).ok();
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
     // Foreign objects that must survive.
     ns.exec(&["nft", "add", "table", "inet", "foreign"]);
     ns.exec(&["nft", "add", "table", "ip6", "other"]);
     ns.host_iface("eth9");
     ns.ip(&["route", "add", "192.0.2.0/24", "dev", "eth9"]);
-    ns.ip(&["route", "add", "198.51.100.0/24", "dev", "eth9", "proto", "static"]);
     ns.ip(&[
-        "neigh", "replace", "192.0.2.7", "lladdr", "02:00:00:00:00:07", "dev", "eth9", "nud",
+        "route",
+        "add",
+        "198.51.100.0/24",
+        "dev",
+        "eth9",
+        "proto",
+        "static",
+    ]);
+    ns.ip(&[
+        "neigh",
+        "replace",
+        "192.0.2.7",
+        "lladdr",
+        "02:00:00:00:00:07",
+        "dev",
+        "eth9",
+        "nud",
         "permanent",
     ]);
 
     let dump = felix_nft(&["dump", "--netns", ns.name()], &[]).ok();
-    assert!(dump.stdout.starts_with("tables: 2, routes: 2, neighbours: 2\n"));
+    assert!(dump
+        .stdout
+        .starts_with("tables: 2, routes: 2, neighbours: 2\n"));
     let json = felix_nft(&["dump", "--json", "--netns", ns.name()], &[]).ok();
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["tables"].as_array().unwrap().len(), 2);
@@ -394,7 +430,10 @@ fn cleanup_removes_ours_only_and_is_idempotent() {
     assert!(!routes.contains("cali"), "{routes}");
     assert!(ns.ip(&["route", "show", "proto", "80"]).trim().is_empty());
     assert!(routes.contains("192.0.2.0/24 dev eth9"), "{routes}");
-    assert!(routes.contains("198.51.100.0/24 dev eth9 proto static"), "{routes}");
+    assert!(
+        routes.contains("198.51.100.0/24 dev eth9 proto static"),
+        "{routes}"
+    );
     let neigh = ns.ip(&["neigh", "show", "nud", "permanent"]);
     assert!(!neigh.contains("cali"), "{neigh}");
     assert!(neigh.contains("192.0.2.7 dev eth9"), "{neigh}");
@@ -404,7 +443,9 @@ fn cleanup_removes_ours_only_and_is_idempotent() {
     assert!(again.stdout.starts_with("nothing to do\n"));
     assert_eq!(ns.kernel_state(), state);
     let dump = felix_nft(&["dump", "--netns", ns.name()], &[]).ok();
-    assert!(dump.stdout.starts_with("tables: 0, routes: 0, neighbours: 0\n"));
+    assert!(dump
+        .stdout
+        .starts_with("tables: 0, routes: 0, neighbours: 0\n"));
 }
 
 fn assert_rejected_listing_every_error(run: &Run) {
@@ -431,15 +472,27 @@ fn an_invalid_document_changes_nothing() {
         let before = ns.kernel_state();
         let run = felix_nft(&[verb, bad.to_str().unwrap(), "--netns", ns.name()], &[]);
         assert_rejected_listing_every_error(&run);
-        assert_eq!(ns.kernel_state(), before, "{verb} changed an empty namespace");
+        assert_eq!(
+            ns.kernel_state(),
+            before,
+            "{verb} changed an empty namespace"
+        );
     }
 
-    felix_nft(&["apply", good.to_str().unwrap(), "--netns", ns.name()], &[]).ok();
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
     let programmed = ns.kernel_state();
     assert!(programmed.contains("table ip calico"));
     let run = felix_nft(&["apply", bad.to_str().unwrap(), "--netns", ns.name()], &[]);
     assert_rejected_listing_every_error(&run);
-    assert_eq!(ns.kernel_state(), programmed, "a programmed namespace changed");
+    assert_eq!(
+        ns.kernel_state(),
+        programmed,
+        "a programmed namespace changed"
+    );
 
     // A document that does not even decode: every decode error listed, nothing touched.
     let undecodable = state_file(
@@ -451,7 +504,9 @@ fn an_invalid_document_changes_nothing() {
         &[],
     );
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("2 message(s) of the state document are invalid"));
+    assert!(run
+        .stderr
+        .contains("2 message(s) of the state document are invalid"));
     assert!(run.stderr.contains("message 0:") && run.stderr.contains("message 1:"));
     assert_eq!(ns.kernel_state(), programmed);
 }
@@ -540,7 +595,10 @@ fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
         };
         sync(&mut nft, &[Table::new(Family::Ip, "calico")], &opts).unwrap();
     }
-    assert!(ns.ruleset().contains("table ip calico"), "persist table gone");
+    assert!(
+        ns.ruleset().contains("table ip calico"),
+        "persist table gone"
+    );
     let good = state_file("orphan", GOOD);
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
     let first = felix_nft(&args, &[]).ok();

@@ -29,18 +29,38 @@ fn plan_predicts_apply_and_writes_nothing() {
         set_up(&h, "eth1", true).await.unwrap();
         // Stale ours (proto 80), unknown on a workload interface (proto 186: grace period), and
         // foreign (boot on a host interface).
-        run_in(None, &["ip", "route", "add", "10.9.0.1", "dev", "eth1", "proto", "80"]);
-        run_in(None, &["ip", "route", "add", "10.9.0.2", "dev", "cali1", "proto", "186"]);
+        run_in(
+            None,
+            &[
+                "ip", "route", "add", "10.9.0.1", "dev", "eth1", "proto", "80",
+            ],
+        );
+        run_in(
+            None,
+            &[
+                "ip", "route", "add", "10.9.0.2", "dev", "cali1", "proto", "186",
+            ],
+        );
         run_in(None, &["ip", "route", "add", "192.0.2.0/24", "dev", "eth1"]);
 
         let mut s = syncer(Duration::from_secs(10));
         s.set_routes(
             "cali1",
-            vec![RouteSpec::device("10.65.0.2/32".parse().unwrap(), "cali1", 3, 1024)],
+            vec![RouteSpec::device(
+                "10.65.0.2/32".parse().unwrap(),
+                "cali1",
+                3,
+                1024,
+            )],
         );
         s.set_routes(
             "cali9",
-            vec![RouteSpec::device("10.65.0.9/32".parse().unwrap(), "cali9", 3, 1024)],
+            vec![RouteSpec::device(
+                "10.65.0.9/32".parse().unwrap(),
+                "cali9",
+                3,
+                1024,
+            )],
         );
         let before = run_in(None, &["ip", "route", "show"]);
         let plan = s.plan(&h).await.unwrap();
@@ -58,7 +78,10 @@ fn plan_predicts_apply_and_writes_nothing() {
         assert!(rep.errors.is_empty(), "{:?}", rep.errors);
         let added: Vec<_> = plan.add.iter().map(|r| (r.dst, r.metric)).collect();
         assert_eq!(
-            rep.added.iter().map(|k| (k.dst, k.metric)).collect::<Vec<_>>(),
+            rep.added
+                .iter()
+                .map(|k| (k.dst, k.metric))
+                .collect::<Vec<_>>(),
             added
         );
         assert_eq!(

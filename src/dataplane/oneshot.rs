@@ -36,7 +36,7 @@ use crate::rtnl::link::{list_addresses, list_links, LinkState};
 use crate::rtnl::monitor::{ExcludeList, IfaceEvent};
 use crate::rtnl::neigh::{list_permanent, Mac, NeighSyncer};
 use crate::rtnl::routes::{
-    Ownership as RouteOwnership, OwnedRoute, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN,
+    OwnedRoute, Ownership as RouteOwnership, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN,
 };
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 use crate::rules::RulesError;
@@ -74,19 +74,19 @@ pub enum OneShotError {
     Kernel {
         op: &'static str,
         #[source]
-        source: KernelError,
+        source: Box<KernelError>,
     },
     #[error("{op}")]
     Rtnl {
         op: &'static str,
         #[source]
-        source: RtnlError,
+        source: Box<RtnlError>,
     },
     #[error("{op}")]
     Nft {
         op: &'static str,
         #[source]
-        source: NftError,
+        source: Box<NftError>,
     },
 }
 
@@ -109,11 +109,17 @@ impl OneShotError {
 }
 
 fn rtnl(op: &'static str) -> impl FnOnce(RtnlError) -> OneShotError {
-    move |source| OneShotError::Rtnl { op, source }
+    move |source| OneShotError::Rtnl {
+        op,
+        source: Box::new(source),
+    }
 }
 
 fn kern(op: &'static str) -> impl FnOnce(KernelError) -> OneShotError {
-    move |source| OneShotError::Kernel { op, source }
+    move |source| OneShotError::Kernel {
+        op,
+        source: Box::new(source),
+    }
 }
 
 /// What the one-shot commands share from the command line.
@@ -524,7 +530,10 @@ pub async fn converge(
             for (group, specs) in &desired.routes {
                 s.set_routes(group.clone(), specs.clone());
             }
-            let p = s.plan(kernel.rtnl()).await.map_err(rtnl("planning routes"))?;
+            let p = s
+                .plan(kernel.rtnl())
+                .await
+                .map_err(rtnl("planning routes"))?;
             merge_route_plan(&mut ch.routes, p);
         }
         neigh_plan(kernel.rtnl(), cfg, &desired, &links, &mut ch, &mut neigh).await?;
@@ -560,7 +569,9 @@ pub async fn converge(
     let out = kernel
         .tables(&desired.tables, TableMode::Resync)
         .await
-        .map_err(kern("programming nf_tables (one transaction; nothing was changed there)"))?;
+        .map_err(kern(
+            "programming nf_tables (one transaction; nothing was changed there)",
+        ))?;
     ch.table_ops = out.ops;
     ch.tables = out.plans;
     if ch.table_ops == 0 {
@@ -578,7 +589,10 @@ pub async fn converge(
             .map(|r| ((r.dst.trunc(), r.metric), r))
             .collect();
         for s in syncers.iter_mut() {
-            let rep = s.apply(kernel.rtnl()).await.map_err(rtnl("syncing routes"))?;
+            let rep = s
+                .apply(kernel.rtnl())
+                .await
+                .map_err(rtnl("syncing routes"))?;
             let spec = |k: &crate::rtnl::routes::RouteKey| specs.get(&(k.dst, k.metric)).copied();
             ch.routes
                 .add
@@ -654,7 +668,10 @@ async fn neigh_plan(
     {
         match by_index.get(&n.ifindex) {
             Some(l) if cfg.is_workload_iface(&l.name) && n.ip.is_ipv4() => {
-                kernel.entry(l.name.clone()).or_default().insert(n.ip, n.mac);
+                kernel
+                    .entry(l.name.clone())
+                    .or_default()
+                    .insert(n.ip, n.mac);
             }
             _ => {}
         }
@@ -755,7 +772,10 @@ fn open_nft(ns: Option<&NetNs>) -> Result<Nft, OneShotError> {
         Some(ns) => ns.run(Nft::open).map_err(OneShotError::NetNs)?,
         None => Nft::open(),
     }
-    .map_err(|source| OneShotError::Nft { op, source })
+    .map_err(|source| OneShotError::Nft {
+        op,
+        source: Box::new(source),
+    })
 }
 
 const OUR_TABLES: [(Family, &str); 2] = [(Family::Ip, crate::OWNER), (Family::Ip6, crate::OWNER)];
@@ -788,7 +808,7 @@ pub async fn snapshot(ns: Option<&NetNs>, cfg: &DataplaneConfig) -> Result<Snaps
             .read_table(f, name)
             .map_err(|source| OneShotError::Nft {
                 op: "reading our tables",
-                source,
+                source: Box::new(source),
             })?
         {
             snap.tables.push(t.table);
@@ -980,7 +1000,7 @@ pub async fn cleanup(
     rep.tables =
         reconcile::remove_tables(&mut nft, &OUR_TABLES).map_err(|source| OneShotError::Nft {
             op: "deleting our tables",
-            source,
+            source: Box::new(source),
         })?;
     let h = RtnlHandle::connect(ns).map_err(rtnl("connecting to rtnetlink"))?;
     for mut s in route_syncers(cfg, Some(Duration::ZERO)) {

@@ -448,11 +448,11 @@ impl RouteSyncer {
                     }
                     None => report.added.push(w.key),
                 },
-                Err(e) => report.errors.push(RtnlError::kernel(
-                    "programming route",
-                    w.key.to_string(),
-                    e,
-                )),
+                Err(e) => {
+                    report
+                        .errors
+                        .push(RtnlError::kernel("programming route", w.key.to_string(), e))
+                }
             }
         }
         for k in &d.deletes {
@@ -509,11 +509,7 @@ impl RouteSyncer {
                 None => plan.add.push(w.spec.clone()),
             }
         }
-        plan.delete = d
-            .deletes
-            .iter()
-            .map(|k| k.owned(&by_index))
-            .collect();
+        plan.delete = d.deletes.iter().map(|k| k.owned(&by_index)).collect();
         Ok(plan)
     }
 
