@@ -504,10 +504,14 @@ fn an_invalid_document_changes_nothing() {
         &[],
     );
     assert_eq!(run.code, 1);
-    assert!(run
-        .stderr
-        .contains("2 message(s) of the state document are invalid"));
-    assert!(run.stderr.contains("message 0:") && run.stderr.contains("message 1:"));
+    assert!(
+        run.stderr
+            .contains("has 2 message(s) that do not decode; nothing was changed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("\n  message 0: ") && run.stderr.contains("\n  message 1: "));
+    assert!(run.stderr.contains("(at `ipset_update.id`)"));
     assert_eq!(ns.kernel_state(), programmed);
 }
 

@@ -62,6 +62,11 @@ pub enum OneShotError {
         #[source]
         source: StateError,
     },
+    #[error("the state document {} has {} message(s) that do not decode; nothing was changed{}", path.display(), errors.len(), list_rejected(errors))]
+    Undecodable {
+        path: PathBuf,
+        errors: Vec<crate::source::Rejected>,
+    },
     #[error("the state document has {} invalid message(s); nothing was changed{}", .0.len(), list_input_errors(.0))]
     Invalid(Vec<(usize, InputError)>),
     #[error("opening the network namespace")]
@@ -88,6 +93,14 @@ pub enum OneShotError {
         #[source]
         source: Box<NftError>,
     },
+}
+
+fn list_rejected(errors: &[crate::source::Rejected]) -> String {
+    let mut s = String::new();
+    for r in errors {
+        let _ = write!(s, "\n  {}: {}", r.origin, r.reason);
+    }
+    s
 }
 
 fn list_input_errors(errors: &[(usize, InputError)]) -> String {
@@ -254,9 +267,15 @@ fn run_converge(
 
 /// Loads and validates a state document. Touches no kernel.
 pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<ToDataplane>, OneShotError> {
-    let msgs = state::load(path).map_err(|source| OneShotError::State {
-        path: path.to_path_buf(),
-        source,
+    let msgs = state::load(path).map_err(|source| match source {
+        StateError::Invalid(errors) => OneShotError::Undecodable {
+            path: path.to_path_buf(),
+            errors,
+        },
+        source => OneShotError::State {
+            path: path.to_path_buf(),
+            source,
+        },
     })?;
     let base = Dataplane::new(cfg.clone(), 1).map_err(OneShotError::Render)?;
     let errors = validate::validate_all(base.model(), &msgs);
