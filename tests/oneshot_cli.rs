@@ -234,7 +234,19 @@ fn apply_twice_is_a_no_op_the_second_time() {
     );
     let programmed = ns.kernel_state();
 
+    // Watch every route and neighbour message the kernel emits during the second run.
+    let mut monitor = Command::new("ip")
+        .args(["-n", ns.name(), "monitor", "route", "neigh"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
     let second = felix_nft(&args, &[]).ok();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    monitor.kill().unwrap();
+    let events = String::from_utf8(monitor.wait_with_output().unwrap().stdout).unwrap();
+    let ours: Vec<&str> = events.lines().filter(|l| l.contains("10.65.")).collect();
+    assert!(ours.is_empty(), "the second apply wrote: {ours:?}");
     assert!(second.stdout.starts_with("converged: nothing changed\n"));
     assert_eq!(second.table_ops(), 0);
     assert_eq!(

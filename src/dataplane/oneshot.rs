@@ -637,7 +637,7 @@ pub async fn converge(
             .map_err(rtnl("syncing neighbours"))?;
         ch.errors
             .extend(rep.errors.iter().map(|e| crate::ops::logging::chain(e)));
-        // What was actually written, re-asserts of unchanged entries aside.
+        // What was actually written.
         ch.neigh_set
             .retain(|(d, ip, _)| rep.set.iter().any(|(d2, ip2)| d == d2 && ip == ip2));
         ch.neigh_delete.retain(|e| rep.deleted.contains(e));
@@ -707,25 +707,33 @@ async fn neigh_plan(
             }
             _ => ch.neigh_parked.push(iface.clone()),
         }
-        syncer.set_neighbours(iface, entries.iter().copied());
     }
     for (iface, have) in &kernel {
-        let want: BTreeSet<IpAddr> = desired
-            .neighbours
-            .get(iface)
-            .map(|e| e.iter().map(|(ip, _)| *ip).collect())
-            .unwrap_or_default();
-        for ip in have.keys().filter(|ip| !want.contains(ip)) {
-            ch.neigh_delete.push((iface.clone(), *ip));
+        let want = desired.neighbours.get(iface);
+        for ip in have.keys() {
+            if !want.is_some_and(|w| w.iter().any(|(wip, _)| wip == ip)) {
+                ch.neigh_delete.push((iface.clone(), *ip));
+            }
         }
-        if want.is_empty() {
-            // The syncer deletes only what it was told about: say the entries were wanted,
-            // then that they are not.
-            syncer.set_neighbours(
-                iface,
-                have.iter().map(|(ip, mac)| (*ip, mac.unwrap_or_default())),
-            );
-            syncer.set_neighbours(iface, []);
+    }
+    // Only interfaces with a difference go to the syncer, so a converged node sees no
+    // neighbour write at all (the syncer re-asserts every entry it is given).
+    let changed: BTreeSet<&String> = ch
+        .neigh_set
+        .iter()
+        .map(|(i, _, _)| i)
+        .chain(ch.neigh_delete.iter().map(|(i, _)| i))
+        .collect();
+    for iface in changed {
+        match desired.neighbours.get(iface) {
+            Some(entries) => syncer.set_neighbours(iface, entries.iter().copied()),
+            None => {
+                // The syncer deletes only what it was told about: say the entries were wanted,
+                // then that they are not.
+                let have = kernel.get(iface).into_iter().flatten();
+                syncer.set_neighbours(iface, have.map(|(ip, mac)| (*ip, mac.unwrap_or_default())));
+                syncer.set_neighbours(iface, []);
+            }
         }
     }
     Ok(())
