@@ -380,6 +380,21 @@ fn route_sync_disabled_skips_route_work() {
     assert!(run.stdout.contains("routes: skipped (RouteSyncDisabled)"));
     assert!(!ns.ip(&["route", "show"]).contains("10.65.0.2"));
     assert!(ns.ruleset().contains("table ip calico"));
+    // Routes on workload interfaces belong to whoever syncs them then: cleanup keeps them.
+    ns.ip(&["route", "add", "10.65.0.2", "dev", "cali1a"]);
+    let clean = felix_nft(
+        &["cleanup", "--netns", ns.name()],
+        &[("FELIX_ROUTESYNCDISABLED", "true")],
+    )
+    .ok();
+    assert!(clean
+        .stdout
+        .contains("routes and neighbours: skipped (RouteSyncDisabled)"));
+    assert_eq!(
+        clean.line("removed: "),
+        "removed: 2 table(s), 0 route(s), 0 neighbour(s)"
+    );
+    assert!(ns.ip(&["route", "show"]).contains("10.65.0.2 dev cali1a"));
 }
 
 #[test]

@@ -786,7 +786,9 @@ fn sysctl_plan(
 /// Our objects as the kernel holds them.
 #[derive(Debug, Default)]
 pub struct Snapshot {
+    /// Our tables (`ip calico`, `ip6 calico`) that exist.
     pub tables: Vec<Table>,
+    /// Routes the §15 ownership rule makes ours (none when `RouteSyncDisabled`).
     pub routes: Vec<OwnedRoute>,
     /// Permanent IPv4 neighbours on workload interfaces: (interface, address, MAC).
     pub neighbours: Vec<(String, IpAddr, Option<Mac>)>,
@@ -840,6 +842,10 @@ pub async fn snapshot(ns: Option<&NetNs>, cfg: &DataplaneConfig) -> Result<Snaps
         {
             snap.tables.push(t.table);
         }
+    }
+    if cfg.route_sync_disabled {
+        // Someone else manages routes and neighbours then; none of them is ours.
+        return Ok(snap);
     }
     let h = RtnlHandle::connect(ns).map_err(rtnl("connecting to rtnetlink"))?;
     for s in route_syncers(cfg, None) {
@@ -980,13 +986,20 @@ impl Snapshot {
 /// What `cleanup` removed.
 #[derive(Debug, Default)]
 pub struct CleanupReport {
+    /// Tables deleted (0, 1 or 2).
     pub tables: usize,
+    /// Routes deleted, as `dump` prints them.
     pub routes: Vec<String>,
+    /// Permanent neighbours deleted: (interface, address).
     pub neighbours: Vec<(String, IpAddr)>,
+    /// Route and neighbour work was skipped (`RouteSyncDisabled`).
+    pub route_sync_disabled: bool,
+    /// Failures of single routes or neighbours; any makes the exit code non-zero.
     pub errors: Vec<String>,
 }
 
 impl CleanupReport {
+    /// Counts first, then one line per object removed.
     pub fn text(&self) -> String {
         let mut s = String::new();
         if self.tables == 0
@@ -1003,6 +1016,9 @@ impl CleanupReport {
             self.routes.len(),
             self.neighbours.len()
         );
+        if self.route_sync_disabled {
+            s.push_str("routes and neighbours: skipped (RouteSyncDisabled)\n");
+        }
         for r in &self.routes {
             let _ = writeln!(s, "route delete {r}");
         }
@@ -1029,6 +1045,11 @@ pub async fn cleanup(
             op: "deleting our tables",
             source: Box::new(source),
         })?;
+    if cfg.route_sync_disabled {
+        // Routes and neighbours belong to whoever syncs them then (§15).
+        rep.route_sync_disabled = true;
+        return Ok(rep);
+    }
     let h = RtnlHandle::connect(ns).map_err(rtnl("connecting to rtnetlink"))?;
     for mut s in route_syncers(cfg, Some(Duration::ZERO)) {
         let before = s.list_owned(&h).await.map_err(rtnl("listing routes"))?;
