@@ -80,7 +80,7 @@ pub enum KernelError {
     Rtnl {
         op: String,
         #[source]
-        source: RtnlError,
+        source: Box<RtnlError>,
     },
     #[error("{0}")]
     Other(String),
@@ -236,10 +236,7 @@ impl RealKernel {
                 ..SyncOptions::default()
             },
         )?;
-        let rtnl = RtnlHandle::connect(ns).map_err(|source| KernelError::Rtnl {
-            op: "connecting to rtnetlink".into(),
-            source,
-        })?;
+        let rtnl = RtnlHandle::connect(ns).map_err(rtnl_err("connecting to rtnetlink"))?;
         let ownership = RouteOwnership::by_prefixes(
             cfg.owned_route_protocols(),
             cfg.workload_prefixes.clone(),
@@ -293,7 +290,7 @@ impl RealKernel {
 fn rtnl_err(op: &str) -> impl FnOnce(RtnlError) -> KernelError + '_ {
     move |source| KernelError::Rtnl {
         op: op.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
