@@ -672,16 +672,26 @@ fn admin_down_and_removed_endpoints_fail_closed() {
 
     // 1. Admin down (state ≠ "active"): the endpoint's chains are a single DENY and it gets no
     //    routes (§8.1 item 1, §14.1). Its interface passes nothing out; traffic to it finds no
-    //    route on the host, which answers "unreachable".
+    //    host route and leaves by the default route, whose far side cannot answer: a drop.
     agent.send(&wep_with(c, "inactive", &["allow-all"], json!([]), json!({})));
     agent.expect_matrix(
         "admin-down endpoint",
         &[
             flow(src(c), v4(a), Tcp, WEB, Drop),
             flow(src(c), v4(a), Icmp, 0, Drop),
-            flow(src(a), v4(c), Tcp, WEB, Unreachable),
+            flow(src(a), v4(c), Tcp, WEB, Drop),
             flow(src(a), v4(b), Tcp, WEB, Pass),
         ],
+    );
+    let host_ns = topo.host_netns_name();
+    eventually("admin-down endpoint keeps no route", || {
+        let routes = ip_in(host_ns, &["route", "show", "dev", &c.host_ifname]);
+        routes.trim().is_empty().then_some(()).ok_or(routes)
+    });
+    let ruleset = nft_ruleset(host_ns);
+    assert!(
+        ruleset.contains(&format!("chain filter-cali-tw-{}", c.host_ifname)),
+        "admin-down endpoint lost its (deny) chains:\n{ruleset}"
     );
 
     // 2. Endpoint removed while its `cali` interface stays: the dispatch maps no longer know the
@@ -694,21 +704,24 @@ fn admin_down_and_removed_endpoints_fail_closed() {
             flow(src(b), v4(a), Tcp, WEB, Drop),
             flow(src(b), v4(a), Udp, DNS, Drop),
             flow(src(b), v4(a), Icmp, 0, Drop),
-            flow(src(a), v4(b), Tcp, WEB, Unreachable),
+            flow(src(a), v4(b), Tcp, WEB, Drop),
         ],
     );
-    let ruleset = nft_ruleset(topo.host_netns_name());
+    let ruleset = nft_ruleset(host_ns);
     assert!(
         !ruleset.contains(&b.host_ifname),
         "chains or map elements of the removed endpoint are left:\n{ruleset}"
     );
-    let routes = ip_in(topo.host_netns_name(), &["route", "show", "dev", &b.host_ifname]);
-    assert!(routes.trim().is_empty(), "route left: {routes}");
-    let neigh = ip_in(
-        topo.host_netns_name(),
-        &["neigh", "show", "nud", "permanent", "dev", &b.host_ifname],
-    );
-    assert!(neigh.trim().is_empty(), "static ARP left: {neigh}");
+    eventually("removed endpoint keeps no route and no static ARP", || {
+        let routes = ip_in(host_ns, &["route", "show", "dev", &b.host_ifname]);
+        let neigh = ip_in(
+            host_ns,
+            &["neigh", "show", "nud", "permanent", "dev", &b.host_ifname],
+        );
+        (routes.trim().is_empty() && neigh.trim().is_empty())
+            .then_some(())
+            .ok_or(format!("routes: {routes:?}, neighbours: {neigh:?}"))
+    });
 
     // 3. Both come back.
     agent.send_all(&[

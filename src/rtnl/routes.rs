@@ -232,6 +232,10 @@ pub struct RouteSyncer {
     groups: BTreeMap<String, Vec<RouteSpec>>,
     /// First time each unknown (route, interface index) was seen, for the grace period.
     first_seen: BTreeMap<(RouteKey, u32), Instant>,
+    /// Desired routes on an interface that the last apply left in the kernel, by (route,
+    /// interface index). When one stops being desired it is ours for certain and goes at once:
+    /// the grace period is only for routes someone else (a CNI plugin) wrote (§15).
+    programmed: BTreeSet<(RouteKey, u32)>,
     dirty: bool,
     pending: bool,
 }
@@ -246,6 +250,7 @@ impl RouteSyncer {
             grace: DEFAULT_GRACE,
             groups: BTreeMap::new(),
             first_seen: BTreeMap::new(),
+            programmed: BTreeSet::new(),
             dirty: true,
             pending: false,
         }
@@ -327,10 +332,12 @@ impl RouteSyncer {
         let kernel_by_key: BTreeMap<RouteKey, &KernelRoute> =
             kernel.iter().map(|r| (r.key, r)).collect();
 
+        let mut programmed = BTreeSet::new();
         for (key, (spec, oif)) in &desired {
             let existing = kernel_by_key.get(key);
             if let Some(k) = existing {
                 if self.matches(k, spec, *oif) {
+                    programmed.extend(oif.map(|i| (*key, i)));
                     continue;
                 }
             }
@@ -342,6 +349,9 @@ impl RouteSyncer {
                 }
             };
             let res = h.handle().route().add(msg).replace().execute().await;
+            if res.is_ok() {
+                programmed.extend(oif.map(|i| (*key, i)));
+            }
             match res {
                 Ok(()) => match existing {
                     Some(k) => {
@@ -373,8 +383,9 @@ impl RouteSyncer {
                 continue;
             }
             let on_workload = ifname.is_some_and(|n| (self.ownership.is_workload_iface)(n));
-            if on_workload && !self.ownership.protocols.contains(&k.protocol) {
-                let id = (k.key, k.oif.unwrap_or(0));
+            let id = (k.key, k.oif.unwrap_or(0));
+            let ours_before = self.programmed.contains(&id);
+            if on_workload && !ours_before && !self.ownership.protocols.contains(&k.protocol) {
                 seen_unknown.insert(id);
                 let first = *self.first_seen.entry(id).or_insert(now);
                 if now.duration_since(first) < self.grace {
@@ -391,12 +402,16 @@ impl RouteSyncer {
                     let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
                     // Gone already (its interface vanished meanwhile): that is the goal.
                     if err.errno() != Some(libc::ESRCH) {
+                        if ours_before {
+                            programmed.insert(id); // still ours to delete on the retry
+                        }
                         report.errors.push(err);
                     }
                 }
             }
         }
         self.first_seen.retain(|id, _| seen_unknown.contains(id));
+        self.programmed = programmed;
 
         self.pending = !report.parked.is_empty() || !report.in_grace.is_empty();
         self.dirty = !report.errors.is_empty();

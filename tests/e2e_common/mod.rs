@@ -350,6 +350,20 @@ pub fn ports(p: &[u16]) -> Value {
     )
 }
 
+/// Polls `check` (which returns `Err(what is wrong)`) until it passes; panics after
+/// [`STEP_DEADLINE`] with the last complaint. For kernel state written after the tables in the
+/// same apply (routes, neighbours: §10.3 order).
+pub fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
+    let t0 = Instant::now();
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(e) if t0.elapsed() > STEP_DEADLINE => panic!("{what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// `nft -s list ruleset` in `ns` (test oracle).
 pub fn nft_ruleset(netns_name: &str) -> String {
     let out = Command::new("ip")
