@@ -1,8 +1,8 @@
 //! No external binaries (issue 7 item 4): the daemon runs a whole scenario — start, InSync,
 //! rules + routes + static ARP + sysctls programmed, a policy change, an IP set delta, an
-//! endpoint removal, exit — under `strace -f -e trace=execve` (a test tool), and the trace holds
-//! exactly one execve: the daemon binary's own start. Felix execs `iptables-restore`, `ipset`,
-//! `conntrack` and friends (reference §21); felix-nft must not exec anything.
+//! endpoint removal, exit — under `strace -f` (a test tool), and the trace holds exactly one
+//! execve (the daemon binary's own start) and no fork/clone that makes a process. Felix execs
+//! `iptables-restore`, `ipset`, `conntrack` and friends (reference §21); felix-nft must not.
 
 mod e2e_common;
 
@@ -93,5 +93,23 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
         execs[0].contains(bin) && execs[0].contains("= 0"),
         "the only execve should be the daemon's own start: {}",
         execs[0]
+    );
+    // The trace did follow the daemon's threads (tokio workers, namespace helpers), and none of
+    // its clones made a process (a fork or posix_spawn's CLONE_VFORK would lack CLONE_THREAD).
+    let clones: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("clone(") || l.contains("clone3(") || l.contains("fork("))
+        .collect();
+    assert!(
+        clones.iter().any(|l| l.contains("CLONE_THREAD")),
+        "strace saw no thread of the daemon:\n{text}"
+    );
+    let processes: Vec<&&str> = clones
+        .iter()
+        .filter(|l| !l.contains("CLONE_THREAD"))
+        .collect();
+    assert!(
+        processes.is_empty(),
+        "felix-nft made child processes:\n{processes:?}"
     );
 }

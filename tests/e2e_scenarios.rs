@@ -125,7 +125,11 @@ fn policy_rules_decide_traffic() {
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])}]),
             json!([]),
         ),
-        wep(b, &["allow-all"], json!([tier("default", &["b-in"], &[], "Deny")])),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["b-in"], &[], "Deny")]),
+        ),
         wep(c, &["allow-all"], no_tiers.clone()),
     ]);
     agent.expect_matrix(
@@ -198,7 +202,11 @@ fn policy_rules_decide_traffic() {
                 {"action": "allow", "ip_version": 4, "protocol": proto("icmp")},
             ]),
         ),
-        wep(a, &["allow-all"], json!([tier("default", &[], &["a-out"], "Deny")])),
+        wep(
+            a,
+            &["allow-all"],
+            json!([tier("default", &[], &["a-out"], "Deny")]),
+        ),
     ]);
     agent.expect_matrix(
         "egress by CIDR and protocol",
@@ -343,7 +351,11 @@ fn tiers_log_rules_and_named_ports() {
     );
     agent.send_all(&[
         sec_deny_other,
-        wep(b, &["allow-all"], json!([tier("security", &["sec"], &[], "Pass")])),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("security", &["sec"], &[], "Pass")]),
+        ),
     ]);
     agent.expect_matrix(
         "tier default action Pass",
@@ -378,7 +390,11 @@ fn tiers_log_rules_and_named_ports() {
             ]),
             json!([]),
         ),
-        wep(b, &["allow-all"], json!([tier("default", &["logged"], &[], "Deny")])),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["logged"], &[], "Deny")]),
+        ),
     ]);
     agent.expect_matrix(
         "log rule continues",
@@ -410,7 +426,11 @@ fn tiers_log_rules_and_named_ports() {
             json!([{"action": "allow", "dst_named_port_ip_set_ids": ["n:web-ports"]}]),
             json!([]),
         ),
-        wep(b, &["allow-all"], json!([tier("default", &["named"], &[], "Deny")])),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["named"], &[], "Deny")]),
+        ),
     ]);
     agent.expect_matrix(
         "named-port set",
@@ -464,7 +484,12 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
     let host = ip4("host", HOST_EXT_V4);
     let external = ("ext", ext.ns());
     let hep_deny = [
-        policy("default", "hep-deny", json!([{"action": "deny"}]), json!([])),
+        policy(
+            "default",
+            "hep-deny",
+            json!([{"action": "deny"}]),
+            json!([]),
+        ),
         hep(
             "host-ext0",
             "ext0",
@@ -476,7 +501,11 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
     // 1. Default DefaultEndpointToHostAction=DROP: a workload reaches other hosts but not its own
     //    host (§7.3 item 4, §3.2 default DROP).
     let mut agent = Agent::start(&topo, AgentOptions::default());
-    agent.send_all(&[allow_all_profile(), wep(a, &["allow-all"], json!([])), in_sync()]);
+    agent.send_all(&[
+        allow_all_profile(),
+        wep(a, &["allow-all"], json!([])),
+        in_sync(),
+    ]);
     agent.expect_matrix(
         "DefaultEndpointToHostAction DROP",
         &[
@@ -673,7 +702,13 @@ fn admin_down_and_removed_endpoints_fail_closed() {
     // 1. Admin down (state ≠ "active"): the endpoint's chains are a single DENY and it gets no
     //    routes (§8.1 item 1, §14.1). Its interface passes nothing out; traffic to it finds no
     //    host route and leaves by the default route, whose far side cannot answer: a drop.
-    agent.send(&wep_with(c, "inactive", &["allow-all"], json!([]), json!({})));
+    agent.send(&wep_with(
+        c,
+        "inactive",
+        &["allow-all"],
+        json!([]),
+        json!({}),
+    ));
     agent.expect_matrix(
         "admin-down endpoint",
         &[
@@ -797,7 +832,11 @@ fn ipv6_dual_stack_workloads() {
     };
     agent.send_all(&[
         b_in(true),
-        wep(b, &["allow-all"], json!([tier("default", &["b-in6"], &[], "Deny")])),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["b-in6"], &[], "Deny")]),
+        ),
     ]);
     agent.expect_matrix(
         "IPv6 policy",

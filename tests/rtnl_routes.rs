@@ -205,7 +205,10 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         s.set_routes("cali2", vec![]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!((r.deleted.len(), r.in_grace.len()), (1, 0), "{r:?}");
-        assert!(!has("10.65.0.2", "cali2"), "our own route waited for the grace");
+        assert!(
+            !has("10.65.0.2", "cali2"),
+            "our own route waited for the grace"
+        );
 
         // A gateway route (onlink, as Felix's IPIP/no-encap routes) converges too.
         s.set_routes(

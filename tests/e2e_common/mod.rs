@@ -65,7 +65,8 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 pub struct AgentOptions {
     /// Extra `FELIX_*` environment (the daemon's config source).
     pub env: Vec<(String, String)>,
-    /// Run under `strace -f -e trace=execve -o FILE` (a test tool) and without `--keep-running`:
+    /// Run under `strace -f -e trace=execve,fork,vfork,clone,clone3 -o FILE` (a test tool) and
+    /// without `--keep-running`:
     /// the daemon then ends when stdin closes, and strace with it.
     pub strace_to: Option<std::path::PathBuf>,
 }
@@ -87,14 +88,26 @@ impl Agent {
         let mut cmd = match &opts.strace_to {
             Some(trace) => {
                 let mut c = Command::new("strace");
-                c.args(["-f", "-qq", "-e", "trace=execve", "-o"])
-                    .arg(trace)
-                    .arg(bin);
+                c.args([
+                    "-f",
+                    "-qq",
+                    "-e",
+                    "trace=execve,fork,vfork,clone,clone3",
+                    "-o",
+                ])
+                .arg(trace)
+                .arg(bin);
                 c
             }
             None => Command::new(bin),
         };
-        cmd.args(["run", "--source", "stdin", "--netns", topo.host_netns_name()]);
+        cmd.args([
+            "run",
+            "--source",
+            "stdin",
+            "--netns",
+            topo.host_netns_name(),
+        ]);
         if opts.strace_to.is_none() {
             cmd.arg("--keep-running");
         }
@@ -146,7 +159,10 @@ impl Agent {
     pub fn assert_running(&mut self) {
         let child = self.child.as_mut().expect("agent child");
         if let Ok(Some(st)) = child.try_wait() {
-            panic!("felix-nft exited early ({st}); its log:\n{}", self.log_text());
+            panic!(
+                "felix-nft exited early ({st}); its log:\n{}",
+                self.log_text()
+            );
         }
     }
 
@@ -243,12 +259,18 @@ pub fn src(w: &Workload) -> (&str, &NetNs) {
 
 /// `(name, IPv4)` of a workload, the destination half of a [`flow`].
 pub fn v4(w: &Workload) -> (&str, IpAddr) {
-    (w.name.as_str(), IpAddr::V4(w.ipv4.expect("an IPv4 workload")))
+    (
+        w.name.as_str(),
+        IpAddr::V4(w.ipv4.expect("an IPv4 workload")),
+    )
 }
 
 /// `(name, IPv6)` of a workload.
 pub fn v6(w: &Workload) -> (&str, IpAddr) {
-    (w.name.as_str(), IpAddr::V6(w.ipv6.expect("a dual-stack workload")))
+    (
+        w.name.as_str(),
+        IpAddr::V6(w.ipv6.expect("a dual-stack workload")),
+    )
 }
 
 /// `a.b.c.d/32` of a workload.
@@ -270,7 +292,11 @@ pub fn profile(name: &str, inbound: Value, outbound: Value) -> Value {
 
 /// The profile every scenario starts from: allow everything both ways.
 pub fn allow_all_profile() -> Value {
-    profile("allow-all", json!([{"action": "allow"}]), json!([{"action": "allow"}]))
+    profile(
+        "allow-all",
+        json!([{"action": "allow"}]),
+        json!([{"action": "allow"}]),
+    )
 }
 
 /// `ActivePolicyUpdate` for policy `name` in `tier`.
@@ -343,11 +369,7 @@ pub fn proto(name: &str) -> Value {
 
 /// A single-port `PortRange` list.
 pub fn ports(p: &[u16]) -> Value {
-    Value::Array(
-        p.iter()
-            .map(|p| json!({"first": p, "last": p}))
-            .collect(),
-    )
+    Value::Array(p.iter().map(|p| json!({"first": p, "last": p})).collect())
 }
 
 /// Polls `check` (which returns `Err(what is wrong)`) until it passes; panics after
