@@ -190,9 +190,11 @@ fn policy_rules_decide_traffic() {
         ],
     );
 
-    // 7. Egress policy by destination CIDR and protocol (§8.2 `cali-fw-` chain is the
-    //    workload's egress; §9.2 `ip daddr`, `meta l4proto`). a's ingress keeps its profile.
+    // 7. Egress policy by destination CIDR, protocol and IP set (§8.2 `cali-fw-` chain is the
+    //    workload's egress; §9.2 `ip daddr`, `meta l4proto`, `ip daddr @set`). a's ingress
+    //    keeps its profile.
     agent.send_all(&[
+        ipset("s:udp-servers", "NET", &[cidr4(c)]),
         policy(
             "default",
             "a-out",
@@ -200,6 +202,7 @@ fn policy_rules_decide_traffic() {
             json!([
                 {"action": "allow", "protocol": proto("tcp"), "dst_net": [cidr4(b)]},
                 {"action": "allow", "ip_version": 4, "protocol": proto("icmp")},
+                {"action": "allow", "protocol": proto("udp"), "dst_ip_set_ids": ["s:udp-servers"]},
             ]),
         ),
         wep(
@@ -209,8 +212,9 @@ fn policy_rules_decide_traffic() {
         ),
     ]);
     agent.expect_matrix(
-        "egress by CIDR and protocol",
+        "egress by CIDR, protocol and IP set",
         &[
+            flow(src(a), v4(c), Udp, DNS, Pass),
             flow(src(a), v4(b), Tcp, WEB, Pass),
             flow(src(a), v4(c), Tcp, WEB, Drop),
             flow(src(a), v4(c), Icmp, 0, Pass),
@@ -482,7 +486,9 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
     let _host_ssh = TcpServer::start(topo.host(), 22).unwrap();
     let _host_web = TcpServer::start(topo.host(), WEB).unwrap();
     let host = ip4("host", HOST_EXT_V4);
+    let _ext_bgp = TcpServer::start(ext.ns(), 179).unwrap();
     let external = ("ext", ext.ns());
+    let from_host = ("host", topo.host());
     let hep_deny = [
         policy(
             "default",
@@ -514,13 +520,17 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
             flow(src(a), ip4("ext", EXTERNAL_V4), Tcp, WEB, Pass),
             flow(external, host, Tcp, WEB, Pass),
             flow(external, v4(a), Tcp, WEB, Pass),
+            flow(from_host, ip4("ext", EXTERNAL_V4), Tcp, WEB, Pass),
         ],
     );
 
     // 2. A host endpoint on ext0 with a deny-all ingress policy: the failsafe tcp:22 still passes
     //    (§7.5 `cali-failsafe-in`, jumped to from `cali-fh-<if>` before policy, §8.1 item 5;
     //    §3.2 FailsafeInboundHostPorts default includes tcp:22); any other port drops. Forwarded
-    //    traffic is not host-endpoint policy's business without apply-on-forward (§8.2).
+    //    traffic is not host-endpoint policy's business without apply-on-forward (§8.2). The
+    //    HEP has no egress policy and no profile, so the host's own new outbound flows drop
+    //    (§8.1 item 10) except the outbound failsafes (§7.5 `cali-failsafe-out`, tcp:179 among
+    //    the §3.2 defaults).
     agent.send_all(&hep_deny);
     agent.expect_matrix(
         "host endpoint deny-all with failsafe",
@@ -530,6 +540,8 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
             flow(external, host, Icmp, 0, Drop),
             flow(external, v4(a), Tcp, WEB, Pass),
             flow(src(a), ip4("ext", EXTERNAL_V4), Tcp, WEB, Pass),
+            flow(from_host, ip4("ext", EXTERNAL_V4), Tcp, WEB, Drop),
+            flow(from_host, ip4("ext", EXTERNAL_V4), Tcp, 179, Pass),
         ],
     );
     let (status, log) = agent.stop();
