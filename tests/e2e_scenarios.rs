@@ -172,6 +172,9 @@ fn policy_rules_decide_traffic() {
 
     // 5–6. IP set deltas take effect with no rule change (§13: members added/removed in place;
     //      DESIGN §3: element add/delete in the transaction, no set or rule rewritten).
+    let host_ns = topo.host_netns_name();
+    let handles = nft_handles(host_ns);
+    assert!(handles.len() > 50, "{handles:?}");
     agent.send(&ipset_delta("s:udp-clients", &[A4.to_string()], &[]));
     agent.expect_matrix(
         "IP set delta adds a member",
@@ -188,6 +191,11 @@ fn policy_rules_decide_traffic() {
             flow(src(c), v4(b), Udp, DNS, Drop),
             flow(src(a), v4(b), Udp, DNS, Pass),
         ],
+    );
+    assert_eq!(
+        nft_handles(host_ns),
+        handles,
+        "an IP set delta changed a table, chain, set or rule"
     );
 
     // 7. Egress policy by destination CIDR, protocol and IP set (§8.2 `cali-fw-` chain is the

@@ -400,6 +400,24 @@ pub fn nft_ruleset(netns_name: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Every object line of `nft -a -s list ruleset` that carries a kernel handle (tables, chains,
+/// sets, rules; set elements have none). Equal before and after an update = no rule, chain or
+/// set was added, replaced or deleted (a rewritten rule gets a new handle).
+pub fn nft_handles(netns_name: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", netns_name, "nft", "-a", "-s", "list", "ruleset",
+        ])
+        .output()
+        .expect("running nft (test oracle)");
+    assert!(out.status.success(), "nft -a list ruleset failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("# handle"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
 /// `ip -n NS ARGS` (test oracle), stdout.
 pub fn ip_in(netns_name: &str, args: &[&str]) -> String {
     let out = Command::new("ip")
