@@ -308,6 +308,8 @@ struct Decision<'k> {
     seen_unknown: BTreeSet<(RouteKey, u32)>,
     /// Those seen for the first time, with the time to record.
     first_seen_new: Vec<((RouteKey, u32), Instant)>,
+    /// Desired routes already in the kernel as wanted, by (route, interface index).
+    in_place: BTreeSet<(RouteKey, u32)>,
 }
 
 /// A route as read back from the kernel, reduced to what the syncer compares.
@@ -356,6 +358,10 @@ pub struct RouteSyncer {
     groups: BTreeMap<String, Vec<RouteSpec>>,
     /// First time each unknown (route, interface index) was seen, for the grace period.
     first_seen: BTreeMap<(RouteKey, u32), Instant>,
+    /// Desired routes on an interface that the last apply left in the kernel, by (route,
+    /// interface index). When one stops being desired it is ours for certain and goes at once:
+    /// the grace period is only for routes someone else (a CNI plugin) wrote (§15).
+    programmed: BTreeSet<(RouteKey, u32)>,
     dirty: bool,
     pending: bool,
 }
@@ -370,6 +376,7 @@ impl RouteSyncer {
             grace: DEFAULT_GRACE,
             groups: BTreeMap::new(),
             first_seen: BTreeMap::new(),
+            programmed: BTreeSet::new(),
             dirty: true,
             pending: false,
         }
@@ -429,6 +436,7 @@ impl RouteSyncer {
             in_grace: d.in_grace.clone(),
             ..SyncReport::default()
         };
+        let mut programmed = d.in_place.clone();
         for w in &d.writes {
             let msg = match self.build(&w.spec, w.oif) {
                 Ok(m) => m,
@@ -438,6 +446,9 @@ impl RouteSyncer {
                 }
             };
             let res = h.handle().route().add(msg).replace().execute().await;
+            if res.is_ok() {
+                programmed.extend(w.oif.map(|i| (w.key, i)));
+            }
             match res {
                 Ok(()) => match w.existing {
                     Some(k) => {
@@ -465,6 +476,10 @@ impl RouteSyncer {
                     let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
                     // Gone already (its interface vanished meanwhile): that is the goal.
                     if err.errno() != Some(libc::ESRCH) {
+                        let id = (k.key, k.oif.unwrap_or(0));
+                        if self.programmed.contains(&id) {
+                            programmed.insert(id); // still ours to delete on the retry
+                        }
                         report.errors.push(err);
                     }
                 }
@@ -474,6 +489,7 @@ impl RouteSyncer {
             self.first_seen.entry(*id).or_insert(*first);
         }
         self.first_seen.retain(|id, _| d.seen_unknown.contains(id));
+        self.programmed = programmed;
 
         self.pending = !report.parked.is_empty() || !report.in_grace.is_empty();
         self.dirty = !report.errors.is_empty();
@@ -566,6 +582,7 @@ impl RouteSyncer {
         for (key, (spec, oif)) in desired.iter() {
             let existing = kernel_by_key.get(key).copied();
             if existing.is_some_and(|k| self.matches(k, spec, *oif)) {
+                d.in_place.extend(oif.map(|i| (*key, i)));
                 continue;
             }
             d.writes.push(Write {
@@ -588,8 +605,9 @@ impl RouteSyncer {
                 continue;
             }
             let on_workload = ifname.is_some_and(|n| (self.ownership.is_workload_iface)(n));
-            if on_workload && !self.ownership.protocols.contains(&k.protocol) {
-                let id = (k.key, k.oif.unwrap_or(0));
+            let id = (k.key, k.oif.unwrap_or(0));
+            let ours_before = self.programmed.contains(&id);
+            if on_workload && !ours_before && !self.ownership.protocols.contains(&k.protocol) {
                 d.seen_unknown.insert(id);
                 let first = match self.first_seen.get(&id) {
                     Some(t) => *t,
