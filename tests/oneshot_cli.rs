@@ -578,35 +578,41 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
     assert!(run.stdout.contains("route add 10.65.0.2/32"));
     assert_eq!(ns.kernel_state(), before, "dry run kept something");
 
-    // A log action whose prefix is longer than the kernel's NF_LOG_PREFIXLEN passes input
-    // validation but not the kernel's attribute policy (ERANGE).
-    let log = state_file(
-        "dry-log",
-        r#"[
-{"active_profile_update":{"id":{"name":"kns.prod"},"profile":{"inbound_rules":[{"action":"log"},{"action":"allow"}]}}},
-{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/a","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali1a","mac":"ee:ee:ee:ee:ee:01","profile_ids":["kns.prod"],"ipv4_nets":["10.65.0.2/32"]}}}
-]"#,
-    );
-    let long = "x".repeat(200);
+    // A table of ours that another live process owns (NFT_TABLE_F_OWNER on its socket): the
+    // input is valid, only the kernel can refuse it (EPERM), and the dry run must report that.
+    use felix_nft::netns::NetNs;
+    use felix_nft::nft::model::{Family, Table};
+    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+    let handle = NetNs::open(ns.name()).unwrap();
+    let mut owner = handle.run(Nft::open).unwrap().unwrap();
+    sync(
+        &mut owner,
+        &[Table::new(Family::Ip, "calico")],
+        &SyncOptions {
+            ownership: Ownership::OwnerPersist,
+            ..SyncOptions::default()
+        },
+    )
+    .unwrap();
+    let before = ns.kernel_state();
     let run = felix_nft(
         &[
             "apply",
             "--dry-run",
-            log.to_str().unwrap(),
+            good.to_str().unwrap(),
             "--netns",
             ns.name(),
         ],
-        &[("FELIX_LOGPREFIX", &long)],
+        &[],
     );
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
-        run.stderr.contains("the kernel refused adding rule")
-            && run.stderr.contains("kns.prod")
-            && run.stderr.contains("Numerical result out of range"),
+        run.stderr.contains("the kernel refused") && run.stderr.contains("table ip calico"),
         "{}",
         run.stderr
     );
     assert_eq!(ns.kernel_state(), before, "failed dry run kept something");
+    drop(owner);
 }
 
 #[test]
