@@ -141,7 +141,7 @@ pub fn main() -> ExitCode {
         Some(Command::Plan { .. }) => not_yet("plan", 6),
         Some(Command::Dump { .. }) => not_yet("dump", 6),
         Some(Command::Cleanup { .. }) => not_yet("cleanup", 6),
-        Some(Command::Demo { .. }) => not_yet("demo", 7),
+        Some(Command::Demo { keep }) => demo(keep),
         Some(Command::Bench { .. }) => not_yet("bench compare", 8),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
@@ -152,6 +152,19 @@ pub fn main() -> ExitCode {
             ),
             ConfigCommand::Schema => crate::config::show::schema_command(&mut std::io::stdout()),
         }),
+    }
+}
+
+/// `felix-nft demo`: exit 0 when every flow did what the policy says, 1 otherwise or on error.
+fn demo(keep: bool) -> ExitCode {
+    let opts = crate::demo::DemoOptions { keep };
+    match crate::demo::run(&opts, &mut std::io::stdout()) {
+        Ok(outcome) if outcome.all_match() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(crate::daemon::EXIT_FAILURE),
+        Err(e) => {
+            eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
+            ExitCode::from(crate::daemon::EXIT_FAILURE)
+        }
     }
 }
 
