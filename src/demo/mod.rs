@@ -109,7 +109,7 @@ pub enum DemoError {
         source: TestbedError,
     },
     #[error("running the dataplane agent in the scratch host namespace")]
-    Agent(#[from] AgentError),
+    Agent(#[source] Box<AgentError>),
     #[error("the agent stopped before {what}")]
     AgentGone { what: &'static str },
     #[error("{what} did not happen within {timeout:?}")]
@@ -133,19 +133,25 @@ pub enum DemoError {
     Output(#[source] io::Error),
 }
 
+impl From<AgentError> for DemoError {
+    fn from(e: AgentError) -> Self {
+        DemoError::Agent(Box::new(e))
+    }
+}
+
 /// Why the in-process agent stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("starting the agent's runtime")]
     Runtime(#[source] io::Error),
     #[error("opening the kernel sockets")]
-    Kernel(#[source] KernelError),
+    Kernel(#[source] Box<KernelError>),
     #[error("setting up the dataplane")]
     Rules(#[source] RulesError),
     #[error("starting the interface monitor")]
     Monitor(#[source] RtnlError),
     #[error("the dataplane loop")]
-    Driver(#[source] DriverError),
+    Driver(#[source] Box<DriverError>),
     #[error("the agent thread panicked")]
     Panicked,
 }
@@ -864,7 +870,8 @@ fn agent_main(
         .build()
         .map_err(AgentError::Runtime)?;
     let r = rt.block_on(async move {
-        let kernel = RealKernel::open(Some(&ns), &cfg).map_err(AgentError::Kernel)?;
+        let kernel =
+            RealKernel::open(Some(&ns), &cfg).map_err(|e| AgentError::Kernel(Box::new(e)))?;
         let rp_filter = kernel.procsys().default_rp_filter();
         let dp = Dataplane::new(cfg.clone(), rp_filter).map_err(AgentError::Rules)?;
         let (mut mon_rx, _mon) = monitor::start(
@@ -899,7 +906,7 @@ fn agent_main(
                 let _ = stop.await;
             })
             .await
-            .map_err(AgentError::Driver)?;
+            .map_err(|e| AgentError::Driver(Box::new(e)))?;
         Ok(driver.summary().clone())
     });
     // The monitor's blocking reader may still wait on its socket: do not wait for it.
