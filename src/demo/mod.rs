@@ -29,6 +29,7 @@ use crate::dataplane::kernel::{KernelError, RealKernel};
 use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::{NetNs, NetNsError};
 use crate::nft::dump::read_table;
+use crate::nft::model::elem_flags::INTERVAL_END;
 use crate::nft::model::{Family, Table};
 use crate::nft::reconcile::Nft;
 use crate::nft::NftError;
@@ -588,17 +589,13 @@ pub struct TableSummary {
     pub map_elements: usize,
 }
 
-/// `NFT_SET_ELEM_INTERVAL_END` (uapi linux/netfilter/nf_tables.h): the closing element of an
-/// interval, not a member of its own.
-const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
-
 impl TableSummary {
-    /// Counts what a table holds; interval ends are not counted as elements.
+    /// Counts what a table holds; interval ends (`NFT_SET_ELEM_INTERVAL_END`) are not members.
     pub fn of(family: &'static str, t: &Table) -> TableSummary {
         let members = |s: &crate::nft::model::Set| {
             s.elements
                 .iter()
-                .filter(|e| e.flags & NFT_SET_ELEM_INTERVAL_END == 0)
+                .filter(|e| e.flags & INTERVAL_END == 0)
                 .count()
         };
         let mut s = TableSummary {
@@ -736,7 +733,13 @@ fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), Dem
                 .sets
                 .values()
                 .filter(|set| set.data.is_none())
-                .any(|set| set.elements.iter().any(|e| e.key == key))
+                .any(|set| {
+                    // An interval's end element sits at the first address after it (netlink.md
+                    // gotcha 7): only a start element makes `ip` a member.
+                    set.elements
+                        .iter()
+                        .any(|e| e.key == key && e.flags & INTERVAL_END == 0)
+                })
         });
         if found {
             return Ok(());
@@ -912,4 +915,79 @@ fn agent_main(
     // The monitor's blocking reader may still wait on its socket: do not wait for it.
     rt.shutdown_timeout(Duration::from_millis(200));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::{Chain, DataType, ElemData, Element, Set, Verdict};
+
+    fn elem(key: [u8; 4], flags: u32, data: Option<ElemData>) -> Element {
+        Element {
+            key: key.to_vec(),
+            key_end: None,
+            flags,
+            data,
+        }
+    }
+
+    #[test]
+    fn summary_counts_members_not_interval_ends_and_tells_maps_from_sets() {
+        let mut t = Table::new(Family::Ip, "calico");
+        t.chains.insert(
+            "c".into(),
+            Chain {
+                name: "c".into(),
+                base: None,
+                rules: Vec::new(),
+            },
+        );
+        // Two /32 members: each a start element and an end element at the next address.
+        t.sets.insert(
+            "s".into(),
+            Set {
+                name: "s".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: 0,
+                data: None,
+                size: None,
+                elements: vec![
+                    elem([198, 18, 0, 1], 0, None),
+                    elem([198, 18, 0, 2], INTERVAL_END, None),
+                    elem([198, 18, 0, 3], 0, None),
+                    elem([198, 18, 0, 4], INTERVAL_END, None),
+                ],
+            },
+        );
+        t.sets.insert(
+            "m".into(),
+            Set {
+                name: "m".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: 0,
+                data: Some(DataType::Verdict),
+                size: None,
+                elements: vec![elem(
+                    [1, 2, 3, 4],
+                    0,
+                    Some(ElemData::Verdict(Verdict::Accept)),
+                )],
+            },
+        );
+        let s = TableSummary::of("ip", &t);
+        assert_eq!((s.chains, s.base_chains, s.rules), (1, 0, 0));
+        assert_eq!((s.sets, s.set_elements), (1, 2));
+        assert_eq!((s.maps, s.map_elements), (1, 1));
+        assert_eq!(
+            s.to_string(),
+            "table ip   calico  1 chains (0 base), 0 rules, 1 sets (2 elements), 1 verdict maps (1 elements)"
+        );
+    }
+
+    #[test]
+    fn the_bundled_example_state_parses() {
+        let msgs = crate::source::state::parse(EXAMPLE_STATE.as_bytes(), "example-state.json")
+            .expect("the bundled state is valid");
+        assert_eq!(msgs.len(), 5);
+    }
 }
