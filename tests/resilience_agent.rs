@@ -537,7 +537,7 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
         let mut again = Agent::start(&topo, &[], true);
         again.send(&state(&topo));
         again.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(1000));
         stop.store(true, Ordering::Relaxed);
         {
             let now = ruleset(&topo);
@@ -559,9 +559,14 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
         failures.len(),
         probes.load(Ordering::Relaxed)
     );
+    let (p, d) = (
+        probes.load(Ordering::Relaxed),
+        denied_probes.load(Ordering::Relaxed),
+    );
+    println!("{p} rounds of allowed probes and {d} denied probes across the restart, none failed");
     assert!(
-        probes.load(Ordering::Relaxed) > 10,
-        "too few probes to mean anything"
+        p > 50 && d >= 3,
+        "too few probes to mean anything: {p} allowed rounds, {d} denied"
     );
 }
 
