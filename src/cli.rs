@@ -169,7 +169,7 @@ pub fn main() -> ExitCode {
         Some(Command::Cleanup { config, netns }) => {
             oneshot::cleanup_command(&target(netns, config))
         }
-        Some(Command::Demo { .. }) => not_yet("demo", 7),
+        Some(Command::Demo { keep }) => demo(keep),
         Some(Command::Bench { .. }) => not_yet("bench compare", 8),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
@@ -187,6 +187,19 @@ fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
     oneshot::Target {
         netns: netns.netns,
         config,
+    }
+}
+
+/// `felix-nft demo`: exit 0 when every flow did what the policy says, 1 otherwise or on error.
+fn demo(keep: bool) -> ExitCode {
+    let opts = crate::demo::DemoOptions { keep };
+    match crate::demo::run(&opts, &mut std::io::stdout()) {
+        Ok(outcome) if outcome.all_match() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(crate::daemon::EXIT_FAILURE),
+        Err(e) => {
+            eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
+            ExitCode::from(crate::daemon::EXIT_FAILURE)
+        }
     }
 }
 

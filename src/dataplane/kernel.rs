@@ -513,6 +513,8 @@ pub struct FakeKernel {
     pub committed: Vec<Table>,
     /// Incremental commits that sent something.
     pub commits: usize,
+    /// Every routes call reports this many unknown routes still in their grace period (§15).
+    pub routes_in_grace: usize,
 }
 
 impl Kernel for FakeKernel {
@@ -557,7 +559,10 @@ impl Kernel for FakeKernel {
             groups: routes.len(),
             resync,
         });
-        Ok(RoutesOutcome::default())
+        Ok(RoutesOutcome {
+            in_grace: self.routes_in_grace,
+            ..RoutesOutcome::default()
+        })
     }
 
     async fn neighbours(
