@@ -111,6 +111,19 @@ pub enum BenchCommand {
         /// small, mid, large, or W,P,R,S,M,K.
         #[arg(long, default_value = "small")]
         scale: String,
+        /// Full syncs (fresh namespaces) per backend (default by scale: 5 / 3 / 1).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Rounds of the incremental operations per repetition (default by scale: 3 / 3 / 2).
+        #[arg(long)]
+        inc: Option<usize>,
+        /// Directory for the inputs, the JSON and the SVG chart.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Only these backends (comma-separated: felix-nft, felix-nft-proc, ipt-nft, ipt-legacy,
+        /// nft-f).
+        #[arg(long, value_delimiter = ',')]
+        only: Option<Vec<String>>,
     },
 }
 
@@ -142,7 +155,16 @@ pub fn main() -> ExitCode {
         Some(Command::Dump { .. }) => not_yet("dump", 6),
         Some(Command::Cleanup { .. }) => not_yet("cleanup", 6),
         Some(Command::Demo { .. }) => not_yet("demo", 7),
-        Some(Command::Bench { .. }) => not_yet("bench compare", 8),
+        Some(Command::Bench {
+            command:
+                BenchCommand::Compare {
+                    scale,
+                    reps,
+                    inc,
+                    out,
+                    only,
+                },
+        }) => bench_compare(&scale, reps, inc, out, only),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),
@@ -152,6 +174,44 @@ pub fn main() -> ExitCode {
             ),
             ConfigCommand::Schema => crate::config::show::schema_command(&mut std::io::stdout()),
         }),
+    }
+}
+
+/// `felix-nft bench compare`.
+fn bench_compare(
+    scale: &str,
+    reps: Option<usize>,
+    inc: Option<usize>,
+    out: PathBuf,
+    only: Option<Vec<String>>,
+) -> ExitCode {
+    use crate::bench;
+    let scale = match scale.parse::<bench::workload::Scale>() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut opts = bench::Options::for_scale(scale, out);
+    opts.reps = reps.unwrap_or(opts.reps).max(1);
+    opts.inc = inc.unwrap_or(opts.inc);
+    opts.only = only;
+    match bench::compare(&opts) {
+        Ok(r) => {
+            println!("{}", r.table());
+            println!("(JSON and SVG in {})", opts.out_dir.display());
+            if r.checks_ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("felix-nft: the backends do not hold the same policy (see checks)");
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("felix-nft: bench compare: {}", crate::ops::logging::chain(&e));
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -21,8 +21,12 @@
 //! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
 //!   by the end-to-end tests and `felix-nft demo`; reaches the kernel only through [`netns`] and
 //!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
+//! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
+//!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
+//!   programs, and only those baselines.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod daemon;
