@@ -209,7 +209,10 @@ fn bench_compare(
             }
         }
         Err(e) => {
-            eprintln!("felix-nft: bench compare: {}", crate::ops::logging::chain(&e));
+            eprintln!(
+                "felix-nft: bench compare: {}",
+                crate::ops::logging::chain(&e)
+            );
             ExitCode::FAILURE
         }
     }

@@ -36,8 +36,10 @@ fn small_scale_runs_every_backend_and_they_agree() {
     let out = tempfile::tempdir().unwrap();
     let before = bench_namespaces();
     let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    c.args(["bench", "compare", "--scale", "small", "--reps", "1", "--inc", "1", "--out"])
-        .arg(out.path());
+    c.args([
+        "bench", "compare", "--scale", "small", "--reps", "1", "--inc", "1", "--out",
+    ])
+    .arg(out.path());
     // The benchmark makes named namespaces of its own; the process itself starts in a private
     // one too, so not even a bug could reach the host's firewall.
     common::isolate_netns(&mut c);
@@ -48,11 +50,15 @@ fn small_scale_runs_every_backend_and_they_agree() {
         o.status.success(),
         "bench compare failed (run as root?):\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("| full sync into an empty namespace |"), "{stdout}");
+    assert!(
+        stdout.contains("| full sync into an empty namespace |"),
+        "{stdout}"
+    );
 
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("bench-small.json")).unwrap())
-            .unwrap();
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("bench-small.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
     let mut want = vec!["felix-nft", "felix-nft-proc"];
     if installed("iptables-nft-restore") && installed("ipset") {
@@ -66,7 +72,15 @@ fn small_scale_runs_every_backend_and_they_agree() {
     }
     for b in &want {
         let ops = &json["results"][b];
-        for op in ["full", "add_ep", "add_mem_ip", "add_mem_net", "repl_pol", "del_ep", "noop"] {
+        for op in [
+            "full",
+            "add_ep",
+            "add_mem_ip",
+            "add_mem_net",
+            "repl_pol",
+            "del_ep",
+            "noop",
+        ] {
             let m = ops[op]["wall_median_ms"].as_f64().unwrap_or(f64::NAN);
             assert!(m > 0.0 && m < 60_000.0, "{b} {op}: {m}");
             assert_eq!(ops[op]["n"], 1, "{b} {op}");
@@ -86,7 +100,10 @@ fn small_scale_runs_every_backend_and_they_agree() {
     assert!(svg.starts_with("<svg") && svg.contains("felix-nft") && svg.contains("add_ep"));
     // Every namespace the run made is gone.
     let after = bench_namespaces();
-    assert!(after.iter().all(|n| before.contains(n)), "left behind: {after:?}");
+    assert!(
+        after.iter().all(|n| before.contains(n)),
+        "left behind: {after:?}"
+    );
 }
 
 #[test]
@@ -102,5 +119,8 @@ fn a_failing_backend_leaves_no_namespace_behind() {
     let err = bench::compare(&opts).unwrap_err();
     assert!(err.to_string().contains("/bin/false"), "{err}");
     let after = bench_namespaces();
-    assert!(after.iter().all(|n| before.contains(n)), "left behind: {after:?}");
+    assert!(
+        after.iter().all(|n| before.contains(n)),
+        "left behind: {after:?}"
+    );
 }

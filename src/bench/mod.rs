@@ -61,7 +61,13 @@ pub enum BenchError {
 }
 
 /// The backends, in table order.
-pub const BACKENDS: [&str; 5] = ["felix-nft", "felix-nft-proc", "ipt-nft", "ipt-legacy", "nft-f"];
+pub const BACKENDS: [&str; 5] = [
+    "felix-nft",
+    "felix-nft-proc",
+    "ipt-nft",
+    "ipt-legacy",
+    "nft-f",
+];
 
 /// Options of one comparison.
 #[derive(Debug, Clone)]
@@ -143,8 +149,12 @@ fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, Ben
     let mut ipt = IptState::render(&w);
     let mut nft = NftState::render(&w);
     let full = |n: &str| dir.join(n);
-    let (ipt_text, ipset_text, nft_text, state_text) =
-        (ipt.restore(), ipt.ipset_restore(), nft.full(), w.state_document());
+    let (ipt_text, ipset_text, nft_text, state_text) = (
+        ipt.restore(),
+        ipt.ipset_restore(),
+        nft.full(),
+        w.state_document(),
+    );
     sizes.ipt_bytes = ipt_text.len();
     sizes.ipset_bytes = ipset_text.len();
     sizes.nft_bytes = nft_text.len();
@@ -223,10 +233,16 @@ fn fresh_ns() -> Result<BenchNs, BenchError> {
 impl BenchNs {
     fn ns(&self) -> &NetNs {
         // Some until drop.
-        self.0.as_ref().map(|n| n.ns()).unwrap_or_else(|| unreachable!())
+        self.0
+            .as_ref()
+            .map(|n| n.ns())
+            .unwrap_or_else(|| unreachable!())
     }
     fn name(&self) -> String {
-        self.0.as_ref().map(|n| n.name().to_string()).unwrap_or_default()
+        self.0
+            .as_ref()
+            .map(|n| n.name().to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -272,7 +288,10 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
     let wanted = |b: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|x| x == b));
     let rss = Path::new(run::GNU_TIME).exists();
     if !rss {
-        report.notes.push(format!("{} missing: no peak RSS for spawned tools", run::GNU_TIME));
+        report.notes.push(format!(
+            "{} missing: no peak RSS for spawned tools",
+            run::GNU_TIME
+        ));
     }
     let felix_exe = opts
         .felix_exe
@@ -284,7 +303,10 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
         }
         let tools: Result<Vec<PathBuf>, String> = match backend {
             "felix-nft" => Ok(vec![]),
-            "felix-nft-proc" => felix_exe.clone().map(|p| vec![p]).ok_or_else(|| "no felix-nft executable".into()),
+            "felix-nft-proc" => felix_exe
+                .clone()
+                .map(|p| vec![p])
+                .ok_or_else(|| "no felix-nft executable".into()),
             "ipt-nft" => need(&["ipset", "iptables-nft-restore", "iptables-nft-save"]),
             "ipt-legacy" => need(&["ipset", "iptables-legacy-restore", "iptables-legacy-save"]),
             _ => need(&["nft"]),
@@ -292,11 +314,16 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
         let tools = match tools {
             Ok(t) => t,
             Err(missing) => {
-                report.notes.push(format!("{backend}: skipped, {missing} not installed"));
+                report
+                    .notes
+                    .push(format!("{backend}: skipped, {missing} not installed"));
                 continue;
             }
         };
-        eprintln!("bench: {backend} ({} reps × {} rounds)", opts.reps, opts.inc);
+        eprintln!(
+            "bench: {backend} ({} reps × {} rounds)",
+            opts.reps, opts.inc
+        );
         let mut c = Collector {
             report: &mut report,
             backend,
@@ -305,9 +332,27 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
             let last = rep + 1 == opts.reps;
             let counts = match backend {
                 "felix-nft" => run_in_process(&inputs, &mut c, opts.inc, last)?,
-                "felix-nft-proc" => run_fresh(&inputs, &tools[0], &mut c, opts.inc, last && rss, &scratch)?,
-                "nft-f" => run_nft(&inputs, &tools[0], &mut c, opts.inc, last && rss, rss, &scratch)?,
-                _ => run_ipt(&inputs, &tools, &mut c, opts.inc, last && rss, rss, &scratch)?,
+                "felix-nft-proc" => {
+                    run_fresh(&inputs, &tools[0], &mut c, opts.inc, last && rss, &scratch)?
+                }
+                "nft-f" => run_nft(
+                    &inputs,
+                    &tools[0],
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    rss,
+                    &scratch,
+                )?,
+                _ => run_ipt(
+                    &inputs,
+                    &tools,
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    rss,
+                    &scratch,
+                )?,
             };
             if last {
                 c.report.counts.insert(backend.to_string(), counts);
@@ -381,7 +426,12 @@ fn run_fresh(
     scratch: &Path,
 ) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
-    let s = run::spawn_in(ns.ns(), &felix_tool(exe, &ns, &inp.full_state), rss_round, scratch)?;
+    let s = run::spawn_in(
+        ns.ns(),
+        &felix_tool(exe, &ns, &inp.full_state),
+        rss_round,
+        scratch,
+    )?;
     c.push("full", s, true);
     for (i, round) in inp.steps.iter().enumerate() {
         let timed = i < inc;
@@ -409,18 +459,30 @@ fn run_nft(
     let ns = fresh_ns()?;
     let nft = nft.display().to_string();
     let load = |p: &Path| Tool::new(&[&nft, "-f", &p.display().to_string()]);
-    c.push("full", run::spawn_in(ns.ns(), &load(&inp.full_nft), rss, scratch)?, true);
+    c.push(
+        "full",
+        run::spawn_in(ns.ns(), &load(&inp.full_nft), rss, scratch)?,
+        true,
+    );
     for (i, round) in inp.steps.iter().enumerate() {
         let timed = i < inc;
         if !timed && !rss_round {
             break;
         }
         for st in round {
-            c.push(st.op, run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?, timed);
+            c.push(
+                st.op,
+                run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?,
+                timed,
+            );
         }
     }
     let rb = Tool::new(&[&nft, "list", "ruleset"]);
-    c.push("read_back", run::spawn_in(ns.ns(), &rb, false, scratch)?, true);
+    c.push(
+        "read_back",
+        run::spawn_in(ns.ns(), &rb, false, scratch)?,
+        true,
+    );
     if !rss_round {
         return Ok(Counts::default());
     }
@@ -435,7 +497,9 @@ fn capture_in(ns: &NetNs, argv: &[&str]) -> Result<String, BenchError> {
         source,
     })?;
     if run::in_root_netns() {
-        return Err(BenchError::Refused("read-back in the host namespace".into()));
+        return Err(BenchError::Refused(
+            "read-back in the host namespace".into(),
+        ));
     }
     let out = std::process::Command::new(argv[0])
         .args(&argv[1..])
@@ -459,7 +523,10 @@ pub fn nft_counts(json: &str) -> Counts {
         } else if let Some(s) = o.get("set").or_else(|| o.get("map")) {
             let n = s["elem"].as_array().map_or(0, Vec::len);
             c.elements += n;
-            if s["name"].as_str().is_some_and(|n| n.starts_with("cali40s-")) {
+            if s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("cali40s-"))
+            {
                 c.workload_members += n;
             }
         }
@@ -519,6 +586,9 @@ fn run_ipt(
         chains: saved.lines().filter(|l| l.starts_with(":cali")).count(),
         rules: saved.lines().filter(|l| l.starts_with("-A ")).count(),
         elements: sets.lines().filter(|l| l.starts_with("add ")).count(),
-        workload_members: sets.lines().filter(|l| l.starts_with("add cali40s:")).count(),
+        workload_members: sets
+            .lines()
+            .filter(|l| l.starts_with("add cali40s:"))
+            .count(),
     })
 }

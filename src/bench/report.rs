@@ -156,16 +156,37 @@ impl Report {
         for (b, c) in &self.counts.clone() {
             match b.as_str() {
                 "ipt-nft" | "ipt-legacy" => {
-                    line(format!("{b}: {} filter rules, expected {}", c.rules, e.ipt_rules), c.rules == e.ipt_rules);
-                    line(format!("{b}: {} ipset members, expected {}", c.workload_members, e.ipt_members), c.workload_members == e.ipt_members);
+                    line(
+                        format!("{b}: {} filter rules, expected {}", c.rules, e.ipt_rules),
+                        c.rules == e.ipt_rules,
+                    );
+                    line(
+                        format!(
+                            "{b}: {} ipset members, expected {}",
+                            c.workload_members, e.ipt_members
+                        ),
+                        c.workload_members == e.ipt_members,
+                    );
                 }
                 "nft-f" => {
-                    line(format!("{b}: {} rules, expected {}", c.rules, e.nft_rules), c.rules == e.nft_rules);
-                    line(format!("{b}: {} set+map elements, expected {}", c.elements, e.nft_elements), c.elements == e.nft_elements);
+                    line(
+                        format!("{b}: {} rules, expected {}", c.rules, e.nft_rules),
+                        c.rules == e.nft_rules,
+                    );
+                    line(
+                        format!(
+                            "{b}: {} set+map elements, expected {}",
+                            c.elements, e.nft_elements
+                        ),
+                        c.elements == e.nft_elements,
+                    );
                 }
                 "felix-nft" => {
                     line(
-                        format!("{b}: {} members in the workload's sets, expected {}", c.workload_members, e.workload_members),
+                        format!(
+                            "{b}: {} members in the workload's sets, expected {}",
+                            c.workload_members, e.workload_members
+                        ),
                         c.workload_members == e.workload_members,
                     );
                 }
@@ -183,7 +204,9 @@ impl Report {
             }
         }
         for op in ROWS {
-            let Some(ours) = self.median("felix-nft", op) else { continue };
+            let Some(ours) = self.median("felix-nft", op) else {
+                continue;
+            };
             for b in ["ipt-nft", "ipt-legacy", "nft-f"] {
                 if let Some(theirs) = self.median(b, op) {
                     self.ratios
@@ -251,7 +274,11 @@ impl Report {
                 }
             })
             .collect();
-        let _ = writeln!(s, "| peak RSS MB, full / incremental | {} |", rss.join(" | "));
+        let _ = writeln!(
+            s,
+            "| peak RSS MB, full / incremental | {} |",
+            rss.join(" | ")
+        );
         if let Some(ops) = self.results.get("felix-nft") {
             let parts: Vec<String> = ROWS
                 .iter()
@@ -268,12 +295,27 @@ impl Report {
             );
         }
         if !self.ratios.is_empty() {
-            let _ = writeln!(s, "\nBaseline median ÷ felix-nft in-process median (× faster):\n");
-            let _ = writeln!(s, "| operation | ipt-nft | ipt-legacy | nft -f |\n|---|---:|---:|---:|");
+            let _ = writeln!(
+                s,
+                "\nBaseline median ÷ felix-nft in-process median (× faster):\n"
+            );
+            let _ = writeln!(
+                s,
+                "| operation | ipt-nft | ipt-legacy | nft -f |\n|---|---:|---:|---:|"
+            );
             for op in ROWS {
-                let Some(r) = self.ratios.get(op) else { continue };
+                let Some(r) = self.ratios.get(op) else {
+                    continue;
+                };
                 let cell = |b: &str| r.get(b).map_or("–".into(), |x| format!("{x:.1}×"));
-                let _ = writeln!(s, "| {} | {} | {} | {} |", row_label(op), cell("ipt-nft"), cell("ipt-legacy"), cell("nft-f"));
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} |",
+                    row_label(op),
+                    cell("ipt-nft"),
+                    cell("ipt-legacy"),
+                    cell("nft-f")
+                );
             }
         }
         let _ = writeln!(s, "\nBackends: felix-nft = in-process, long-lived socket (Dataplane → Reconciler, the daemon's path); felix-nft-proc = a fresh `felix-nft run --source stdin --netns NS` process fed the whole state document per operation; ipt-* = ipset + iptables-*-restore --noflush (member adds: `ipset add`); nft-f = `nft -f` of knftables-style input. Read back: our netlink dump / iptables-save + ipset save / nft list ruleset.");
@@ -308,7 +350,11 @@ impl Report {
     pub fn chart(&self, path: &Path) -> Result<(), BenchError> {
         use plotters::prelude::*;
         let bs = self.backends();
-        let ops: Vec<&str> = ROWS.iter().copied().filter(|o| *o != "full_ipset").collect();
+        let ops: Vec<&str> = ROWS
+            .iter()
+            .copied()
+            .filter(|o| *o != "full_ipset")
+            .collect();
         let vals: Vec<f64> = bs
             .iter()
             .flat_map(|b| ops.iter().filter_map(move |o| self.median(b, o)))
@@ -354,14 +400,19 @@ impl Report {
                 .filter_map(|(oi, o)| {
                     let v = self.median(b, o)?;
                     let x0 = oi as f64 + 0.1 + bi as f64 * width;
-                    Some(Rectangle::new([(x0, lo), (x0 + width * 0.9, v)], color.filled()))
+                    Some(Rectangle::new(
+                        [(x0, lo), (x0 + width * 0.9, v)],
+                        color.filled(),
+                    ))
                 })
                 .collect();
             chart
                 .draw_series(bars)
                 .map_err(|e| err(&e))?
                 .label(*b)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
         }
         chart
             .configure_series_labels()
@@ -396,9 +447,15 @@ mod tests {
     fn median_min_max() {
         let mut s = Stats::default();
         for w in [3.0, 1.0, 2.0, 10.0] {
-            s.samples.push(Sample { wall_ms: w, ..Sample::default() });
+            s.samples.push(Sample {
+                wall_ms: w,
+                ..Sample::default()
+            });
         }
         s.finish();
-        assert_eq!((s.n, s.wall_median_ms, s.wall_min_ms, s.wall_max_ms), (4, 2.5, 1.0, 10.0));
+        assert_eq!(
+            (s.n, s.wall_median_ms, s.wall_min_ms, s.wall_max_ms),
+            (4, 2.5, 1.0, 10.0)
+        );
     }
 }

@@ -291,7 +291,11 @@ impl InProcess {
                 .desired()
                 .map_err(|e| BenchError::Refused(format!("rendering: {e}")))?;
             let render_ms = t0.elapsed().as_secs_f64() * 1e3;
-            self.tables = d.tables.iter().map(|t| (t.family, t.name.clone())).collect();
+            self.tables = d
+                .tables
+                .iter()
+                .map(|t| (t.family, t.name.clone()))
+                .collect();
             self.rec
                 .apply(&d.tables)
                 .map_err(|source| BenchError::Nft {
@@ -320,7 +324,12 @@ impl InProcess {
                     })?;
                 let Some(st) = st else { continue };
                 c.chains += st.table.chains.len();
-                c.rules += st.table.chains.values().map(|ch| ch.rules.len()).sum::<usize>();
+                c.rules += st
+                    .table
+                    .chains
+                    .values()
+                    .map(|ch| ch.rules.len())
+                    .sum::<usize>();
                 for (sname, set) in &st.table.sets {
                     let n = set
                         .elements

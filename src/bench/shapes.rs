@@ -106,7 +106,9 @@ fn ipt_policy(inbound: bool, pol: &PolicySpec) -> Vec<String> {
             ipset_name(r.set),
             ports_ipt(&r.ports)
         ));
-        out.push(format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"));
+        out.push(format!(
+            "-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"
+        ));
     }
     out
 }
@@ -148,11 +150,15 @@ fn ep_chain(ep: &Endpoint, to_wl: bool, ipt: bool) -> Vec<String> {
                 "-m mark --mark 0x0/{MARK_PASS} -j {pfx}{}",
                 policy_name(p)
             ));
-            r.push(format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"));
+            r.push(format!(
+                "-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"
+            ));
         }
         r.push(format!("-m mark --mark 0x0/{MARK_PASS} -j DROP"));
         r.push(format!("-j {prof}"));
-        r.push(format!("-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"));
+        r.push(format!(
+            "-m mark --mark {MARK_ACCEPT}/{MARK_ACCEPT} -j RETURN"
+        ));
         r.push("-j DROP".to_string());
     } else {
         r.push("ct state related,established accept".to_string());
@@ -191,7 +197,10 @@ impl IptState {
                     "-o cali+ -j ACCEPT".into(),
                 ],
             ),
-            ("cali-INPUT".into(), vec!["-i cali+ -g cali-wl-to-host".into()]),
+            (
+                "cali-INPUT".into(),
+                vec!["-i cali+ -g cali-wl-to-host".into()],
+            ),
             ("cali-OUTPUT".into(), vec!["-o cali+ -j RETURN".into()]),
             (
                 "cali-wl-to-host".into(),
@@ -285,7 +294,10 @@ impl IptState {
         let mut s = String::new();
         for (name, (net, members)) in &self.sets {
             let kind = if *net { "hash:net" } else { "hash:ip" };
-            let _ = writeln!(s, "create {name} {kind} family inet hashsize 1024 maxelem 1048576");
+            let _ = writeln!(
+                s,
+                "create {name} {kind} family inet hashsize 1024 maxelem 1048576"
+            );
             for m in members {
                 let _ = writeln!(s, "add {name} {m}");
             }
@@ -355,8 +367,16 @@ fn set_diff(old: &Sets, new: &Sets) -> (Vec<(String, String)>, Vec<(String, Stri
     let mut del = Vec::new();
     for (name, (_, members)) in new {
         let before = old.get(name).map(|(_, m)| m).unwrap_or(&empty);
-        add.extend(members.difference(before).map(|m| (name.clone(), m.clone())));
-        del.extend(before.difference(members).map(|m| (name.clone(), m.clone())));
+        add.extend(
+            members
+                .difference(before)
+                .map(|m| (name.clone(), m.clone())),
+        );
+        del.extend(
+            before
+                .difference(members)
+                .map(|m| (name.clone(), m.clone())),
+        );
     }
     (add, del)
 }
@@ -378,7 +398,10 @@ impl NftState {
                 "cali-INPUT".into(),
                 vec!["iifname \"cali*\" goto cali-wl-to-host".into()],
             ),
-            ("cali-OUTPUT".into(), vec!["oifname \"cali*\" return".into()]),
+            (
+                "cali-OUTPUT".into(),
+                vec!["oifname \"cali*\" return".into()],
+            ),
             (
                 "cali-wl-to-host".into(),
                 vec!["jump cali-from-wl-dispatch".into(), "accept".into()],
@@ -501,7 +524,10 @@ impl NftState {
             let _ = write!(s, "\tmap {name} {{ type ifname : verdict;");
             if !elems.is_empty() {
                 s.push_str(" elements = { ");
-                let items: Vec<String> = elems.iter().map(|(k, v)| format!("\"{k}\" : {v}")).collect();
+                let items: Vec<String> = elems
+                    .iter()
+                    .map(|(k, v)| format!("\"{k}\" : {v}"))
+                    .collect();
                 join_into(&mut s, items.iter().map(String::as_str));
                 s.push_str(" }");
             }
@@ -628,7 +654,10 @@ mod tests {
         let decls = d.lines().filter(|l| l.starts_with(':')).count();
         assert!((4..=6).contains(&decls), "{d}");
         let n = nft0.delta(&nft1);
-        assert_eq!(n.lines().filter(|l| l.starts_with("add element")).count(), 2);
+        assert_eq!(
+            n.lines().filter(|l| l.starts_with("add element")).count(),
+            2
+        );
         assert_eq!(ipt1.delta_restore(&ipt1), "*filter\nCOMMIT\n");
         assert!(nft1.delta(&nft1).is_empty());
         w.mutate(OPS[1], 0);

@@ -35,9 +35,30 @@ pub struct Scale {
 
 impl Scale {
     /// Issue 8's named scales.
-    pub const SMALL: Scale = Scale { w: 100, p: 50, r: 5, s: 50, m: 100, k: 2 };
-    pub const MID: Scale = Scale { w: 1000, p: 500, r: 5, s: 500, m: 200, k: 2 };
-    pub const LARGE: Scale = Scale { w: 5000, p: 2000, r: 5, s: 2000, m: 200, k: 2 };
+    pub const SMALL: Scale = Scale {
+        w: 100,
+        p: 50,
+        r: 5,
+        s: 50,
+        m: 100,
+        k: 2,
+    };
+    pub const MID: Scale = Scale {
+        w: 1000,
+        p: 500,
+        r: 5,
+        s: 500,
+        m: 200,
+        k: 2,
+    };
+    pub const LARGE: Scale = Scale {
+        w: 5000,
+        p: 2000,
+        r: 5,
+        s: 2000,
+        m: 200,
+        k: 2,
+    };
 }
 
 impl fmt::Display for Scale {
@@ -75,7 +96,14 @@ impl FromStr for Scale {
                  and a net set), M≥1, K≥1"
             ));
         }
-        Ok(Scale { w, p, r, s: s_, m, k })
+        Ok(Scale {
+            w,
+            p,
+            r,
+            s: s_,
+            m,
+            k,
+        })
     }
 }
 
@@ -241,9 +269,11 @@ impl Workload {
             "del_ep" => {
                 let idx = self.scale.w + round;
                 self.endpoints.retain(|e| e.index != idx);
-                vec![msg(Payload::WorkloadEndpointRemove(WorkloadEndpointRemove {
-                    id: Some(wep_id(idx)),
-                }))]
+                vec![msg(Payload::WorkloadEndpointRemove(
+                    WorkloadEndpointRemove {
+                        id: Some(wep_id(idx)),
+                    },
+                ))]
             }
             _ => vec![],
         }
@@ -421,7 +451,14 @@ mod tests {
         assert_eq!("mid".parse::<Scale>().unwrap(), Scale::MID);
         assert_eq!(
             "10,4,2,4,3,1".parse::<Scale>().unwrap(),
-            Scale { w: 10, p: 4, r: 2, s: 4, m: 3, k: 1 }
+            Scale {
+                w: 10,
+                p: 4,
+                r: 2,
+                s: 4,
+                m: 3,
+                k: 1
+            }
         );
         assert!("10,1,2,4,3,1".parse::<Scale>().is_err());
         assert!("huge".parse::<Scale>().is_err());
