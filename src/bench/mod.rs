@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::netns::{self, NetNs, NetNsError};
 use crate::nft::error::NftError;
 use crate::proto::ToDataplane;
-use report::{Report, Stats};
+use report::Report;
 use run::{Counts, InProcess, Sample, Tool};
 use shapes::{IptState, NftState};
 use workload::{Scale, Workload, OPS};
@@ -267,7 +267,7 @@ impl Collector<'_> {
             .entry(self.backend.to_string())
             .or_default()
             .entry(op.to_string())
-            .or_insert_with(Stats::default);
+            .or_default();
         if timed {
             st.samples.push(s);
         }

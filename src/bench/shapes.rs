@@ -167,7 +167,7 @@ fn ep_chain(ep: &Endpoint, to_wl: bool, ipt: bool) -> Vec<String> {
             r.push("udp dport 4789 drop".to_string());
             r.push("ip protocol ipencap drop".to_string());
         }
-        r.push(format!("meta mark set mark and 0xfffcffff"));
+        r.push("meta mark set mark and 0xfffcffff".to_string());
         for &p in pols {
             r.push(format!(
                 "mark and {MARK_PASS} == 0 jump {pfx}{}",
@@ -359,9 +359,11 @@ impl IptState {
 }
 
 type Sets = BTreeMap<String, (bool, BTreeSet<String>)>;
+/// `(set, member)` pairs.
+type Members = Vec<(String, String)>;
 
 /// (added, removed) members between two set maps.
-fn set_diff(old: &Sets, new: &Sets) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn set_diff(old: &Sets, new: &Sets) -> (Members, Members) {
     let empty = BTreeSet::new();
     let mut add = Vec::new();
     let mut del = Vec::new();
