@@ -124,6 +124,9 @@ pub enum BenchCommand {
         /// nft-f).
         #[arg(long, value_delimiter = ',')]
         only: Option<Vec<String>>,
+        /// The felix-nft binary the fresh-process backend runs (default: this one).
+        #[arg(long, value_name = "PATH")]
+        felix_exe: Option<PathBuf>,
     },
 }
 
@@ -163,8 +166,9 @@ pub fn main() -> ExitCode {
                     inc,
                     out,
                     only,
+                    felix_exe,
                 },
-        }) => bench_compare(&scale, reps, inc, out, only),
+        }) => bench_compare(&scale, reps, inc, out, only, felix_exe),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),
@@ -184,6 +188,7 @@ fn bench_compare(
     inc: Option<usize>,
     out: PathBuf,
     only: Option<Vec<String>>,
+    felix_exe: Option<PathBuf>,
 ) -> ExitCode {
     use crate::bench;
     let scale = match scale.parse::<bench::workload::Scale>() {
@@ -197,6 +202,7 @@ fn bench_compare(
     opts.reps = reps.unwrap_or(opts.reps).max(1);
     opts.inc = inc.unwrap_or(opts.inc);
     opts.only = only;
+    opts.felix_exe = felix_exe;
     match bench::compare(&opts) {
         Ok(r) => {
             println!("{}", r.table());

@@ -324,6 +324,11 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
             "bench: {backend} ({} reps × {} rounds)",
             opts.reps, opts.inc
         );
+        let mode = if backend == "felix-nft-proc" {
+            probe_fresh_mode(&tools[0], &scratch, &mut report.notes)
+        } else {
+            FreshMode::RunStdin
+        };
         let mut c = Collector {
             report: &mut report,
             backend,
@@ -332,9 +337,15 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
             let last = rep + 1 == opts.reps;
             let counts = match backend {
                 "felix-nft" => run_in_process(&inputs, &mut c, opts.inc, last)?,
-                "felix-nft-proc" => {
-                    run_fresh(&inputs, &tools[0], &mut c, opts.inc, last && rss, &scratch)?
-                }
+                "felix-nft-proc" => run_fresh(
+                    &inputs,
+                    &tools[0],
+                    mode,
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    &scratch,
+                )?,
                 "nft-f" => run_nft(
                     &inputs,
                     &tools[0],
@@ -405,21 +416,89 @@ fn run_in_process(
     Ok(fx.read_back()?.1)
 }
 
-fn felix_tool(exe: &Path, ns: &BenchNs, state: &Path) -> Tool {
-    let exe = exe.display().to_string();
-    let name = ns.name();
-    Tool::new(&[&exe, "run", "--source", "stdin", "--netns", &name])
-        .stdin(state)
-        .env("FELIX_CONFIGFILE", "/nonexistent")
+/// How the fresh-process backend drives the binary: `apply STATE` (issue 6) when the binary has
+/// it, else the daemon reading the state document on stdin and exiting when it is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FreshMode {
+    Apply { dump: bool },
+    RunStdin,
+}
+
+fn felix_env(t: Tool) -> Tool {
+    t.env("FELIX_CONFIGFILE", "/nonexistent")
         .env("FELIX_IPV6SUPPORT", "false")
         .env("FELIX_REPORTINGINTERVALSECS", "0")
         .env("FELIX_LOGSEVERITYSCREEN", "warning")
         .env("RUST_LOG", "warn")
 }
 
+fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path) -> Tool {
+    let exe = exe.display().to_string();
+    let name = ns.name();
+    felix_env(match mode {
+        FreshMode::Apply { .. } => Tool::new(&[
+            &exe,
+            "apply",
+            &state.display().to_string(),
+            "--netns",
+            &name,
+        ]),
+        FreshMode::RunStdin => {
+            Tool::new(&[&exe, "run", "--source", "stdin", "--netns", &name]).stdin(state)
+        }
+    })
+}
+
+/// Asks the binary itself whether `apply` and `dump` work (they exit 3 until built), on an
+/// empty state in a throwaway namespace.
+fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> FreshMode {
+    let empty = scratch.join("inputs").join("empty.jsonl");
+    if write(&empty, "{\"in_sync\":{}}\n").is_err() {
+        return FreshMode::RunStdin;
+    }
+    let Ok(ns) = fresh_ns() else {
+        return FreshMode::RunStdin;
+    };
+    let exe_s = exe.display().to_string();
+    let name = ns.name();
+    let apply = run::spawn_in(
+        ns.ns(),
+        &felix_env(Tool::new(&[
+            &exe_s,
+            "apply",
+            &empty.display().to_string(),
+            "--netns",
+            &name,
+        ])),
+        false,
+        scratch,
+    );
+    if let Err(e) = apply {
+        notes.push(format!(
+            "felix-nft-proc: `apply` unavailable in this binary ({e}); measured as a fresh \
+             `felix-nft run --source stdin` process fed the state document instead, no read-back"
+        ));
+        return FreshMode::RunStdin;
+    }
+    let dump = run::spawn_in(
+        ns.ns(),
+        &felix_env(Tool::new(&[&exe_s, "dump", "--netns", &name])),
+        false,
+        scratch,
+    );
+    if let Err(e) = &dump {
+        notes.push(format!(
+            "felix-nft-proc: `dump` unavailable ({e}); no read-back row"
+        ));
+    }
+    FreshMode::Apply { dump: dump.is_ok() }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_fresh(
     inp: &Inputs,
     exe: &Path,
+    mode: FreshMode,
     c: &mut Collector,
     inc: usize,
     rss_round: bool,
@@ -428,7 +507,7 @@ fn run_fresh(
     let ns = fresh_ns()?;
     let s = run::spawn_in(
         ns.ns(),
-        &felix_tool(exe, &ns, &inp.full_state),
+        &felix_tool(exe, mode, &ns, &inp.full_state),
         rss_round,
         scratch,
     )?;
@@ -439,11 +518,24 @@ fn run_fresh(
             break;
         }
         for st in round {
-            let s = run::spawn_in(ns.ns(), &felix_tool(exe, &ns, &st.state), !timed, scratch)?;
+            let s = run::spawn_in(
+                ns.ns(),
+                &felix_tool(exe, mode, &ns, &st.state),
+                !timed,
+                scratch,
+            )?;
             c.push(st.op, s, timed);
         }
     }
-    // Read-back: `felix-nft dump` has not landed yet; the in-process row has our dump.
+    if let FreshMode::Apply { dump: true } = mode {
+        let exe_s = exe.display().to_string();
+        let t = felix_env(Tool::new(&[&exe_s, "dump", "--netns", &ns.name()]));
+        c.push(
+            "read_back",
+            run::spawn_in(ns.ns(), &t, false, scratch)?,
+            true,
+        );
+    }
     Ok(Counts::default())
 }
 

@@ -318,7 +318,7 @@ impl Report {
                 );
             }
         }
-        let _ = writeln!(s, "\nBackends: felix-nft = in-process, long-lived socket (Dataplane → Reconciler, the daemon's path); felix-nft-proc = a fresh `felix-nft run --source stdin --netns NS` process fed the whole state document per operation; ipt-* = ipset + iptables-*-restore --noflush (member adds: `ipset add`); nft-f = `nft -f` of knftables-style input. Read back: our netlink dump / iptables-save + ipset save / nft list ruleset.");
+        let _ = writeln!(s, "\nBackends: felix-nft = in-process, long-lived socket (Dataplane → Reconciler, the daemon's path); felix-nft-proc = a fresh felix-nft process per operation fed the whole state document (`apply STATE --netns NS`, or `run --source stdin` where this binary has no `apply`: see notes); ipt-* = ipset + iptables-*-restore --noflush (member adds: `ipset add`); nft-f = `nft -f` of knftables-style input. Read back: our netlink dump (in-process) or `felix-nft dump` / iptables-save + ipset save / nft list ruleset.");
         for c in &self.checks {
             let _ = writeln!(s, "- check: {c}");
         }

@@ -165,7 +165,12 @@ pub fn spawn_in(ns: &NetNs, tool: &Tool, rss: bool, scratch: &Path) -> Result<Sa
         return Err(BenchError::ToolFailed {
             tool: tool.label(),
             status,
-            stderr: stderr.chars().take(2000).collect(),
+            stderr: stderr
+                .trim()
+                .replace('\n', " / ")
+                .chars()
+                .take(2000)
+                .collect(),
         });
     }
     let rss_kb = if rss {
