@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::daemon::DaemonOptions;
+use crate::dataplane::oneshot;
 use crate::source::{self, SourceSpec};
 use clap::{Args, Parser, Subcommand};
 
@@ -44,12 +45,18 @@ pub enum Command {
         /// Send the transaction without committing it: the kernel validates and keeps nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         netns: NetnsArg,
     },
     /// Print what `apply` would change; touches nothing.
     Plan {
         state: PathBuf,
+        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         netns: NetnsArg,
     },
@@ -57,11 +64,17 @@ pub enum Command {
     Dump {
         #[arg(long)]
         json: bool,
+        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         netns: NetnsArg,
     },
     /// Remove everything felix-nft owns (tables of both families, our routes and neighbours).
     Cleanup {
+        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         netns: NetnsArg,
     },
@@ -153,11 +166,26 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Run(args)) => run(&args),
-        Some(Command::Apply { .. }) => not_yet("apply", 6),
-        Some(Command::Plan { .. }) => not_yet("plan", 6),
-        Some(Command::Dump { .. }) => not_yet("dump", 6),
-        Some(Command::Cleanup { .. }) => not_yet("cleanup", 6),
-        Some(Command::Demo { .. }) => not_yet("demo", 7),
+        Some(Command::Apply {
+            state,
+            dry_run,
+            config,
+            netns,
+        }) => oneshot::apply_command(&state, dry_run, &target(netns, config)),
+        Some(Command::Plan {
+            state,
+            config,
+            netns,
+        }) => oneshot::plan_command(&state, &target(netns, config)),
+        Some(Command::Dump {
+            json,
+            config,
+            netns,
+        }) => oneshot::dump_command(json, &target(netns, config)),
+        Some(Command::Cleanup { config, netns }) => {
+            oneshot::cleanup_command(&target(netns, config))
+        }
+        Some(Command::Demo { keep }) => demo(keep),
         Some(Command::Bench {
             command:
                 BenchCommand::Compare {
@@ -178,6 +206,26 @@ pub fn main() -> ExitCode {
             ),
             ConfigCommand::Schema => crate::config::show::schema_command(&mut std::io::stdout()),
         }),
+    }
+}
+
+fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
+    oneshot::Target {
+        netns: netns.netns,
+        config,
+    }
+}
+
+/// `felix-nft demo`: exit 0 when every flow did what the policy says, 1 otherwise or on error.
+fn demo(keep: bool) -> ExitCode {
+    let opts = crate::demo::DemoOptions { keep };
+    match crate::demo::run(&opts, &mut std::io::stdout()) {
+        Ok(outcome) if outcome.all_match() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(crate::daemon::EXIT_FAILURE),
+        Err(e) => {
+            eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
+            ExitCode::from(crate::daemon::EXIT_FAILURE)
+        }
     }
 }
 
@@ -222,13 +270,6 @@ fn bench_compare(
             ExitCode::FAILURE
         }
     }
-}
-
-fn not_yet(what: &str, issue: u32) -> ExitCode {
-    eprintln!(
-        "felix-nft: `{what}` is not built yet (it lands with issue {issue}); nothing was done"
-    );
-    ExitCode::from(EXIT_NOT_IMPLEMENTED)
 }
 
 /// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).

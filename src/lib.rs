@@ -21,6 +21,8 @@
 //! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
 //!   by the end-to-end tests and `felix-nft demo`; reaches the kernel only through [`netns`] and
 //!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
+//! - [`demo`]: `felix-nft demo`: a scratch node from the test bed, the real loop on an example
+//!   state, and a traffic matrix; acts only in namespaces it made.
 //! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
 //!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
 //!   programs, and only those baselines.
@@ -31,6 +33,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
+pub mod demo;
 pub mod netns;
 pub mod nft;
 pub mod ops;

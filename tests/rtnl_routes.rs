@@ -188,6 +188,28 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         assert_eq!(r.deleted.len(), 1, "{r:?}");
         assert!(!has("10.65.9.9", "cali2"), "deleted after the grace period");
 
+        // A workload route we programmed ourselves with the device protocol (boot, 3 — not one
+        // of the "always ours" protocols) goes at once when no longer desired: the grace period
+        // is for routes someone else wrote (§15; an admin-down or removed endpoint's route).
+        s.set_routes(
+            "cali2",
+            vec![RouteSpec::device(
+                "10.65.0.2/32".parse().unwrap(),
+                "cali2",
+                3,
+                1024,
+            )],
+        );
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.added.len(), 1, "{r:?}");
+        s.set_routes("cali2", vec![]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.deleted.len(), r.in_grace.len()), (1, 0), "{r:?}");
+        assert!(
+            !has("10.65.0.2", "cali2"),
+            "our own route waited for the grace"
+        );
+
         // A gateway route (onlink, as Felix's IPIP/no-encap routes) converges too.
         s.set_routes(
             "remote",

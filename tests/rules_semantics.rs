@@ -576,3 +576,41 @@ fn ip_set_deltas_equal_a_full_update() {
     })));
     assert_eq!(render_updates(&full), render_updates(&partial));
 }
+
+#[test]
+fn log_prefixes_are_truncated_to_what_the_kernel_accepts() {
+    // The kernel refuses log prefixes over 127 bytes with ERANGE, which would fail the whole
+    // transaction; `%n` can make LogPrefix arbitrarily long.
+    let r = Renderer::new(RulesConfig {
+        log_prefix: "calico-packet-%n".into(),
+        ..RulesConfig::default()
+    })
+    .unwrap();
+    let long = "n".repeat(300);
+    let policy = Policy {
+        inbound_rules: vec![Rule {
+            action: "log".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let pc = r.policy_chains(
+        Family::Ip,
+        Layer::Filter,
+        &gnp(&long),
+        &policy,
+        &[Direction::Inbound],
+    );
+    let prefix = pc.chains[0]
+        .chain
+        .rules
+        .iter()
+        .flat_map(|r| &r.exprs)
+        .find_map(|e| match e {
+            Expr::Log { prefix, .. } => prefix.clone(),
+            _ => None,
+        })
+        .expect("a log expression");
+    assert_eq!(prefix.len(), 127);
+    assert!(prefix.starts_with("calico-packet-nnn"));
+}

@@ -165,6 +165,8 @@ pub struct Driver<K: Kernel> {
     input_ended: bool,
     /// Unknown routes on workload interfaces are waiting out their grace period.
     grace_pending: bool,
+    /// When to look at those routes again (the grace period is over).
+    grace_at: Option<TokioInstant>,
     summary: RunSummary,
     started: Instant,
 }
@@ -195,6 +197,7 @@ impl<K: Kernel> Driver<K> {
             last_failed: false,
             input_ended: false,
             grace_pending: false,
+            grace_at: None,
             summary: RunSummary::default(),
             started: Instant::now(),
         }
@@ -377,12 +380,11 @@ impl<K: Kernel> Driver<K> {
                         )));
                     }
                     self.grace_pending = out.in_grace > 0;
-                    if out.in_grace > 0 {
-                        // Re-check once the grace period of unknown routes is over.
-                        self.retry_at =
-                            Some(TokioInstant::now() + crate::rtnl::routes::DEFAULT_GRACE);
-                        self.dp.dirty.routes = true;
-                    }
+                    // Re-check once the grace period of unknown routes is over (§15). This is a
+                    // wake-up for the routes phase only: it must not hold back applies of other
+                    // changes meanwhile, as a failure's backoff (`retry_at`) does.
+                    self.grace_at = (out.in_grace > 0)
+                        .then(|| TokioInstant::now() + crate::rtnl::routes::DEFAULT_GRACE);
                 }
                 Err(e) => {
                     tracing::warn!(error = %chain(&e), "route sync failed; will retry");
@@ -557,6 +559,7 @@ impl<K: Kernel> Driver<K> {
                 Some(heartbeat_at),
                 Some(health_at),
                 self.retry_at.filter(|_| self.wants_apply()),
+                self.grace_at,
                 throttled_until.filter(|_| self.wants_apply()),
             ]
             .into_iter()
@@ -608,6 +611,10 @@ impl<K: Kernel> Driver<K> {
                     if t >= nft_refresh {
                         nft_refresh = t + every(self.dp.cfg.nft_refresh);
                         self.resync_tables = true;
+                    }
+                    if self.grace_at.is_some_and(|g| t >= g) {
+                        self.grace_at = None;
+                        self.dp.dirty.routes = true;
                     }
                     if t >= route_refresh {
                         route_refresh = t + every(self.dp.cfg.route_refresh);

@@ -80,7 +80,7 @@ pub enum KernelError {
     Rtnl {
         op: String,
         #[source]
-        source: RtnlError,
+        source: Box<RtnlError>,
     },
     #[error("{0}")]
     Other(String),
@@ -236,10 +236,7 @@ impl RealKernel {
                 ..SyncOptions::default()
             },
         )?;
-        let rtnl = RtnlHandle::connect(ns).map_err(|source| KernelError::Rtnl {
-            op: "connecting to rtnetlink".into(),
-            source,
-        })?;
+        let rtnl = RtnlHandle::connect(ns).map_err(rtnl_err("connecting to rtnetlink"))?;
         let ownership = RouteOwnership::by_prefixes(
             cfg.owned_route_protocols(),
             cfg.workload_prefixes.clone(),
@@ -293,7 +290,7 @@ impl RealKernel {
 fn rtnl_err(op: &str) -> impl FnOnce(RtnlError) -> KernelError + '_ {
     move |source| KernelError::Rtnl {
         op: op.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -516,6 +513,8 @@ pub struct FakeKernel {
     pub committed: Vec<Table>,
     /// Incremental commits that sent something.
     pub commits: usize,
+    /// Every routes call reports this many unknown routes still in their grace period (§15).
+    pub routes_in_grace: usize,
 }
 
 impl Kernel for FakeKernel {
@@ -560,7 +559,10 @@ impl Kernel for FakeKernel {
             groups: routes.len(),
             resync,
         });
-        Ok(RoutesOutcome::default())
+        Ok(RoutesOutcome {
+            in_grace: self.routes_in_grace,
+            ..RoutesOutcome::default()
+        })
     }
 
     async fn neighbours(

@@ -543,6 +543,9 @@ impl Dataplane {
             .iter()
             .filter(|(name, _)| !self.cfg.is_workload_iface(name))
             .flat_map(|(_, i)| i.addrs.iter().map(|a| a.addr()))
+            // IPv6 link-local addresses exist on every interface and are not the host's
+            // addresses for policy; they would make every new veth rewrite the set.
+            .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
             .collect();
         let unnamed: Vec<(HostEndpointId, HostEndpoint)> = m
             .host_endpoints

@@ -222,6 +222,53 @@ impl NeighSyncer {
     }
 }
 
+/// One permanent neighbour entry as the kernel holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermanentNeighbour {
+    pub ifindex: u32,
+    pub ip: IpAddr,
+    /// The link-layer address, when the entry carries one of 6 bytes.
+    pub mac: Option<Mac>,
+}
+
+/// Every permanent neighbour entry of the handle's namespace, both families (`felix-nft dump`,
+/// `plan`, `cleanup`: the caller keeps those on its workload interfaces).
+pub async fn list_permanent(h: &RtnlHandle) -> Result<Vec<PermanentNeighbour>> {
+    let msgs: Vec<NeighbourMessage> = h
+        .handle()
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping", "neighbours", e))?;
+    Ok(msgs
+        .iter()
+        .filter(|m| m.header.state == NeighbourState::Permanent)
+        .filter_map(|m| {
+            let mut ip = None;
+            let mut mac = None;
+            for a in &m.attributes {
+                match a {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                        ip = Some(IpAddr::V4(*v4))
+                    }
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                        ip = Some(IpAddr::V6(*v6))
+                    }
+                    NeighbourAttribute::LinkLayerAddress(l) => mac = <Mac>::try_from(&l[..]).ok(),
+                    _ => {}
+                }
+            }
+            Some(PermanentNeighbour {
+                ifindex: m.header.ifindex,
+                ip: ip?,
+                mac,
+            })
+        })
+        .collect())
+}
+
 /// All permanent neighbour entries: (interface index, address).
 async fn dump_permanent(h: &RtnlHandle) -> Result<Vec<(u32, IpAddr)>> {
     let msgs: Vec<NeighbourMessage> = h

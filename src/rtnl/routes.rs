@@ -208,6 +208,110 @@ impl SyncReport {
     }
 }
 
+/// What an apply would do, as [`RouteSyncer::plan`] computes it.
+#[derive(Debug, Default, Clone)]
+pub struct RoutePlan {
+    /// Desired routes whose key is free.
+    pub add: Vec<RouteSpec>,
+    /// Desired routes whose key exists with other attributes.
+    pub replace: Vec<RouteSpec>,
+    /// Owned routes that are not desired.
+    pub delete: Vec<OwnedRoute>,
+    /// Desired routes waiting for their interface: (route, interface).
+    pub parked: Vec<(RouteKey, String)>,
+    /// Unknown routes on workload interfaces inside their grace period (kept for now).
+    pub in_grace: Vec<RouteKey>,
+}
+
+impl RoutePlan {
+    /// True when an apply would write nothing.
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.replace.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// A kernel route as `dump` and `plan` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRoute {
+    pub key: RouteKey,
+    /// The output interface's name (`None`: no interface, or one that is gone).
+    pub ifname: Option<String>,
+    pub protocol: u8,
+    /// `unicast`, `blackhole`, ...
+    pub kind: String,
+    pub gateway: Option<IpAddr>,
+    pub src: Option<IpAddr>,
+}
+
+impl fmt::Display for OwnedRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind != "unicast" {
+            write!(f, "{} ", self.kind)?;
+        }
+        write!(f, "{} metric {}", self.key.dst, self.key.metric)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(dev) = &self.ifname {
+            write!(f, " dev {dev}")?;
+        }
+        if let Some(src) = self.src {
+            write!(f, " src {src}")?;
+        }
+        write!(f, " proto {}", self.protocol)
+    }
+}
+
+impl fmt::Display for RouteSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.target == RouteTarget::Blackhole {
+            write!(f, "blackhole ")?;
+        }
+        write!(f, "{} metric {}", self.dst, self.metric)?;
+        match &self.target {
+            RouteTarget::Device(d) => write!(f, " dev {d}")?,
+            RouteTarget::Gateway { via, dev, onlink } => {
+                write!(f, " via {via}")?;
+                if let Some(d) = dev {
+                    write!(f, " dev {d}")?;
+                }
+                if *onlink {
+                    write!(f, " onlink")?;
+                }
+            }
+            RouteTarget::Blackhole => {}
+        }
+        if let Some(src) = self.src {
+            write!(f, " src {src}")?;
+        }
+        write!(f, " proto {}", self.protocol)
+    }
+}
+
+/// One desired route to write.
+#[derive(Debug)]
+struct Write<'k> {
+    key: RouteKey,
+    spec: RouteSpec,
+    oif: Option<u32>,
+    existing: Option<&'k KernelRoute>,
+}
+
+/// The outcome of [`RouteSyncer::decide`].
+#[derive(Debug, Default)]
+struct Decision<'k> {
+    writes: Vec<Write<'k>>,
+    deletes: Vec<&'k KernelRoute>,
+    parked: Vec<(RouteKey, String)>,
+    in_grace: Vec<RouteKey>,
+    /// Unknown routes on workload interfaces seen this time (grace bookkeeping).
+    seen_unknown: BTreeSet<(RouteKey, u32)>,
+    /// Those seen for the first time, with the time to record.
+    first_seen_new: Vec<((RouteKey, u32), Instant)>,
+    /// Desired routes already in the kernel as wanted, by (route, interface index).
+    in_place: BTreeSet<(RouteKey, u32)>,
+}
+
 /// A route as read back from the kernel, reduced to what the syncer compares.
 #[derive(Debug, Clone)]
 struct KernelRoute {
@@ -222,6 +326,28 @@ struct KernelRoute {
     msg: RouteMessage,
 }
 
+impl KernelRoute {
+    fn owned(&self, by_index: &BTreeMap<u32, &LinkState>) -> OwnedRoute {
+        OwnedRoute {
+            key: self.key,
+            ifname: self
+                .oif
+                .and_then(|i| by_index.get(&i))
+                .map(|l| l.name.clone()),
+            protocol: self.protocol,
+            kind: match self.kind {
+                RouteType::Unicast => "unicast".to_string(),
+                RouteType::BlackHole => "blackhole".to_string(),
+                RouteType::Unreachable => "unreachable".to_string(),
+                RouteType::Prohibit => "prohibit".to_string(),
+                other => format!("{other:?}").to_lowercase(),
+            },
+            gateway: self.gateway,
+            src: self.src,
+        }
+    }
+}
+
 /// Reconciles one table of one family. Not shared: one owner task drives it.
 #[derive(Debug)]
 pub struct RouteSyncer {
@@ -232,6 +358,10 @@ pub struct RouteSyncer {
     groups: BTreeMap<String, Vec<RouteSpec>>,
     /// First time each unknown (route, interface index) was seen, for the grace period.
     first_seen: BTreeMap<(RouteKey, u32), Instant>,
+    /// Desired routes on an interface that the last apply left in the kernel, by (route,
+    /// interface index). When one stops being desired it is ours for certain and goes at once:
+    /// the grace period is only for routes someone else (a CNI plugin) wrote (§15).
+    programmed: BTreeSet<(RouteKey, u32)>,
     dirty: bool,
     pending: bool,
 }
@@ -246,6 +376,7 @@ impl RouteSyncer {
             grace: DEFAULT_GRACE,
             groups: BTreeMap::new(),
             first_seen: BTreeMap::new(),
+            programmed: BTreeSet::new(),
             dirty: true,
             pending: false,
         }
@@ -296,45 +427,18 @@ impl RouteSyncer {
         }
         self.dirty = true; // cleared only when the apply completes without errors
         let links = list_links(h).await?;
-        let by_name: BTreeMap<&str, &LinkState> =
-            links.iter().map(|l| (l.name.as_str(), l)).collect();
-        let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
         let kernel = self.dump(h).await?;
-
-        let mut report = SyncReport::default();
         let now = Instant::now();
+        let d = self.decide(&links, &kernel, now);
 
-        // Desired routes resolved against the current interfaces; first group wins a key.
-        let mut desired: BTreeMap<RouteKey, (RouteSpec, Option<u32>)> = BTreeMap::new();
-        for spec in self.groups.values().flatten() {
-            let key = spec.key();
-            if desired.contains_key(&key) {
-                continue;
-            }
-            match spec.target.ifname() {
-                Some(ifname) => match by_name.get(ifname) {
-                    Some(link) if link.admin_up => {
-                        desired.insert(key, (spec.clone(), Some(link.index)));
-                    }
-                    _ => report.parked.push((key, ifname.to_string())),
-                },
-                None => {
-                    desired.insert(key, (spec.clone(), None));
-                }
-            }
-        }
-
-        let kernel_by_key: BTreeMap<RouteKey, &KernelRoute> =
-            kernel.iter().map(|r| (r.key, r)).collect();
-
-        for (key, (spec, oif)) in &desired {
-            let existing = kernel_by_key.get(key);
-            if let Some(k) = existing {
-                if self.matches(k, spec, *oif) {
-                    continue;
-                }
-            }
-            let msg = match self.build(spec, *oif) {
+        let mut report = SyncReport {
+            parked: d.parked.clone(),
+            in_grace: d.in_grace.clone(),
+            ..SyncReport::default()
+        };
+        let mut programmed = d.in_place.clone();
+        for w in &d.writes {
+            let msg = match self.build(&w.spec, w.oif) {
                 Ok(m) => m,
                 Err(e) => {
                     report.errors.push(e);
@@ -342,46 +446,27 @@ impl RouteSyncer {
                 }
             };
             let res = h.handle().route().add(msg).replace().execute().await;
+            if res.is_ok() {
+                programmed.extend(w.oif.map(|i| (w.key, i)));
+            }
             match res {
-                Ok(()) => match existing {
+                Ok(()) => match w.existing {
                     Some(k) => {
-                        if k.oif.is_some() && oif.is_some() && k.oif != *oif {
-                            report.moved_or_gone.push(key.dst);
+                        if k.oif.is_some() && w.oif.is_some() && k.oif != w.oif {
+                            report.moved_or_gone.push(w.key.dst);
                         }
-                        report.replaced.push(*key);
+                        report.replaced.push(w.key);
                     }
-                    None => report.added.push(*key),
+                    None => report.added.push(w.key),
                 },
                 Err(e) => {
                     report
                         .errors
-                        .push(RtnlError::kernel("programming route", key.to_string(), e))
+                        .push(RtnlError::kernel("programming route", w.key.to_string(), e))
                 }
             }
         }
-
-        let mut seen_unknown = BTreeSet::new();
-        for k in &kernel {
-            if desired.contains_key(&k.key) {
-                continue;
-            }
-            let ifname = k
-                .oif
-                .and_then(|i| by_index.get(&i))
-                .map(|l| l.name.as_str());
-            if !self.ownership.owns(k.protocol, ifname) {
-                continue;
-            }
-            let on_workload = ifname.is_some_and(|n| (self.ownership.is_workload_iface)(n));
-            if on_workload && !self.ownership.protocols.contains(&k.protocol) {
-                let id = (k.key, k.oif.unwrap_or(0));
-                seen_unknown.insert(id);
-                let first = *self.first_seen.entry(id).or_insert(now);
-                if now.duration_since(first) < self.grace {
-                    report.in_grace.push(k.key);
-                    continue;
-                }
-            }
+        for k in &d.deletes {
             match h.handle().route().del(k.msg.clone()).execute().await {
                 Ok(()) => {
                     report.deleted.push(k.key);
@@ -391,12 +476,20 @@ impl RouteSyncer {
                     let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
                     // Gone already (its interface vanished meanwhile): that is the goal.
                     if err.errno() != Some(libc::ESRCH) {
+                        let id = (k.key, k.oif.unwrap_or(0));
+                        if self.programmed.contains(&id) {
+                            programmed.insert(id); // still ours to delete on the retry
+                        }
                         report.errors.push(err);
                     }
                 }
             }
         }
-        self.first_seen.retain(|id, _| seen_unknown.contains(id));
+        for (id, first) in &d.first_seen_new {
+            self.first_seen.entry(*id).or_insert(*first);
+        }
+        self.first_seen.retain(|id, _| d.seen_unknown.contains(id));
+        self.programmed = programmed;
 
         self.pending = !report.parked.is_empty() || !report.in_grace.is_empty();
         self.dirty = !report.errors.is_empty();
@@ -412,6 +505,125 @@ impl RouteSyncer {
             "route sync"
         );
         Ok(report)
+    }
+
+    /// What [`RouteSyncer::apply`] would do now, computed by the same decision code, without
+    /// writing anything or advancing grace periods (`felix-nft plan`).
+    pub async fn plan(&self, h: &RtnlHandle) -> Result<RoutePlan> {
+        let links = list_links(h).await?;
+        let kernel = self.dump(h).await?;
+        let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
+        let d = self.decide(&links, &kernel, Instant::now());
+        let mut plan = RoutePlan {
+            parked: d.parked.clone(),
+            in_grace: d.in_grace.clone(),
+            ..RoutePlan::default()
+        };
+        for w in &d.writes {
+            match w.existing {
+                Some(_) => plan.replace.push(w.spec.clone()),
+                None => plan.add.push(w.spec.clone()),
+            }
+        }
+        plan.delete = d.deletes.iter().map(|k| k.owned(&by_index)).collect();
+        Ok(plan)
+    }
+
+    /// The kernel routes of this table and family that the ownership rule makes ours (§15),
+    /// whatever is desired (`felix-nft dump`).
+    pub async fn list_owned(&self, h: &RtnlHandle) -> Result<Vec<OwnedRoute>> {
+        let links = list_links(h).await?;
+        let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
+        let kernel = self.dump(h).await?;
+        Ok(kernel
+            .iter()
+            .map(|k| k.owned(&by_index))
+            .filter(|o| self.ownership.owns(o.protocol, o.ifname.as_deref()))
+            .collect())
+    }
+
+    /// The decision shared by [`RouteSyncer::apply`] and [`RouteSyncer::plan`]: which desired
+    /// routes to write, which owned routes to delete, which are parked or in their grace period.
+    /// Pure: reads `self` and the dumps only.
+    fn decide<'k>(
+        &self,
+        links: &[LinkState],
+        kernel: &'k [KernelRoute],
+        now: Instant,
+    ) -> Decision<'k> {
+        let by_name: BTreeMap<&str, &LinkState> =
+            links.iter().map(|l| (l.name.as_str(), l)).collect();
+        let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
+        let mut d = Decision::default();
+
+        // Desired routes resolved against the current interfaces; first group wins a key.
+        let mut desired: BTreeMap<RouteKey, (RouteSpec, Option<u32>)> = BTreeMap::new();
+        for spec in self.groups.values().flatten() {
+            let key = spec.key();
+            if desired.contains_key(&key) {
+                continue;
+            }
+            match spec.target.ifname() {
+                Some(ifname) => match by_name.get(ifname) {
+                    Some(link) if link.admin_up => {
+                        desired.insert(key, (spec.clone(), Some(link.index)));
+                    }
+                    _ => d.parked.push((key, ifname.to_string())),
+                },
+                None => {
+                    desired.insert(key, (spec.clone(), None));
+                }
+            }
+        }
+
+        let kernel_by_key: BTreeMap<RouteKey, &KernelRoute> =
+            kernel.iter().map(|r| (r.key, r)).collect();
+
+        for (key, (spec, oif)) in desired.iter() {
+            let existing = kernel_by_key.get(key).copied();
+            if existing.is_some_and(|k| self.matches(k, spec, *oif)) {
+                d.in_place.extend(oif.map(|i| (*key, i)));
+                continue;
+            }
+            d.writes.push(Write {
+                key: *key,
+                spec: spec.clone(),
+                oif: *oif,
+                existing,
+            });
+        }
+
+        for k in kernel {
+            if desired.contains_key(&k.key) {
+                continue;
+            }
+            let ifname = k
+                .oif
+                .and_then(|i| by_index.get(&i))
+                .map(|l| l.name.as_str());
+            if !self.ownership.owns(k.protocol, ifname) {
+                continue;
+            }
+            let on_workload = ifname.is_some_and(|n| (self.ownership.is_workload_iface)(n));
+            let id = (k.key, k.oif.unwrap_or(0));
+            let ours_before = self.programmed.contains(&id);
+            if on_workload && !ours_before && !self.ownership.protocols.contains(&k.protocol) {
+                d.seen_unknown.insert(id);
+                let first = match self.first_seen.get(&id) {
+                    Some(t) => *t,
+                    None => {
+                        d.first_seen_new.push((id, now));
+                        now
+                    }
+                };
+                if now.duration_since(first) < self.grace {
+                    d.in_grace.push(k.key);
+                    continue;
+                }
+            }
+            d.deletes.push(k);
+        }
+        d
     }
 
     /// When the earliest grace period ends (the caller should apply again then).

@@ -28,6 +28,9 @@ use crate::rules::{Renderer, SetBag};
 
 use crate::nft::build::TextChain;
 
+/// Longest log prefix the kernel accepts (`NF_LOG_PREFIXLEN` − 1).
+const MAX_LOG_PREFIX: usize = 127;
+
 /// The chains of one policy or profile in one layer, and the shared sets their rules use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicyChains {
@@ -516,13 +519,23 @@ impl Renderer {
                 if let Some(l) = self.cfg.log_rate_limit {
                     b = b.limit(l.rate, l.unit_secs, l.burst, false);
                 }
-                let prefix = format!("{}: ", self.log_prefix(log));
+                let mut prefix = format!("{}: ", self.log_prefix(log));
+                // The kernel keeps at most NF_LOG_PREFIXLEN − 1 = 127 bytes and refuses longer
+                // prefixes (ERANGE), which would fail the whole transaction: truncate.
+                if prefix.len() > MAX_LOG_PREFIX {
+                    let mut end = MAX_LOG_PREFIX;
+                    while !prefix.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    prefix.truncate(end);
+                }
                 chain.push(b.counter().log(&prefix).build(), &comment_refs);
             }
         }
         true
     }
 
+    /// `%k`/`%n`/`%p`/`%t` substituted into `LogPrefix` (§3.2).
     fn log_prefix(&self, log: &LogCtx) -> String {
         let ns_name = if log.namespace.is_empty() {
             log.name.clone()

@@ -1,0 +1,993 @@
+//! `felix-nft demo`: the first thing a new user runs (issue 7 item 5). It builds a scratch node
+//! with the [`testbed`](crate::testbed) — a host namespace, three workloads joined to it by `cali…`
+//! veths the way Calico's CNI does, and an external host — runs the real dataplane loop
+//! (`Driver` + `RealKernel` + the interface monitor, in-process, acting only in the scratch host
+//! namespace) on a bundled example state, then shows what it programmed, read back from the kernel,
+//! and which flows pass, measured with real connections. Then it changes one IP set, shows the flow
+//! that flipped, and deletes every namespace it made (unless `--keep`).
+//!
+//! Layering: this is a tool on top of the whole stack, like `daemon`; it reaches the kernel only
+//! through `dataplane`, `nft` (read-back), `rtnl` and the test bed, and runs no external program.
+//! Nothing in the caller's own network namespace is touched: every socket is opened in a namespace
+//! the demo created.
+
+use std::io::{self, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use netlink_packet_route::neighbour::{NeighbourMessage, NeighbourState};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::RouteMessageBuilder;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::Config;
+use crate::dataplane::driver::{Driver, DriverError, LoopOptions, RunSummary};
+use crate::dataplane::kernel::{KernelError, RealKernel};
+use crate::dataplane::{Dataplane, DataplaneConfig};
+use crate::netns::{NetNs, NetNsError};
+use crate::nft::dump::read_table;
+use crate::nft::model::elem_flags::INTERVAL_END;
+use crate::nft::model::{Family, Table};
+use crate::nft::reconcile::Nft;
+use crate::nft::NftError;
+use crate::proto::from_dataplane::Payload as Out;
+use crate::proto::to_dataplane::Payload;
+use crate::proto::{
+    FromDataplane, IpSetDeltaUpdate, PolicyId, TierInfo, ToDataplane, WorkloadEndpointUpdate,
+};
+use crate::rtnl::monitor::{self, MonitorConfig};
+use crate::rtnl::{link, RtnlError, RtnlHandle};
+use crate::rules::RulesError;
+use crate::source::state::StateError;
+use crate::source::{Origin, Received, Update};
+use crate::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, TcpServer, Verdict};
+use crate::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
+use crate::testbed::TestbedError;
+use crate::OWNER;
+
+/// The bundled example state: a state document (DESIGN.md §1) holding the NAT-outgoing pool, the
+/// IP set, the profile and the two tiers' policies. The workload endpoints that refer to them are
+/// added at run time, because their interface MACs are only known once the veths exist.
+pub const EXAMPLE_STATE: &str = include_str!("example-state.json");
+
+/// Prefix of every namespace the demo makes (`fnft-demo-ROLE-PID-N`).
+pub const NETNS_PREFIX: &str = "fnft-demo";
+
+/// The IP set the demo changes, and the member it adds.
+const DELTA_SET: &str = "s:backend-clients";
+const WORKLOAD_PORT: u16 = 8080;
+const ADMIN_PORT: u16 = 9090;
+/// Per-probe timeout: a dropped flow costs this much; an answered one a fraction of a ms.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
+/// How long the agent may take to reach `DataplaneInSync` or to apply the delta.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(20);
+
+const FRONTEND: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const DB: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+
+/// How the demo was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// Leave the namespaces (and what felix-nft programmed in them) in place for inspection.
+    pub keep: bool,
+}
+
+/// What a finished demo found.
+#[derive(Debug, Clone)]
+pub struct DemoOutcome {
+    /// The matrix with the example state, then after the IP set delta.
+    pub before: MatrixReport,
+    pub after: MatrixReport,
+    /// Namespace names left in place (`--keep`), host first; empty otherwise.
+    pub kept: Vec<String>,
+}
+
+impl DemoOutcome {
+    /// True when every flow did what the policy says, in both matrices.
+    pub fn all_match(&self) -> bool {
+        self.before.all_match() && self.after.all_match()
+    }
+}
+
+/// Why the demo could not run to the end.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(
+        "felix-nft demo needs root: it creates network namespaces and veth pairs \
+         (nothing on this host is changed); run it as root, e.g. `sudo felix-nft demo`"
+    )]
+    NotRoot,
+    #[error("loading the bundled example state")]
+    State(#[source] StateError),
+    #[error("{op}")]
+    Testbed {
+        op: &'static str,
+        #[source]
+        source: TestbedError,
+    },
+    #[error("running the dataplane agent in the scratch host namespace")]
+    Agent(#[source] Box<AgentError>),
+    #[error("the agent stopped before {what}")]
+    AgentGone { what: &'static str },
+    #[error("{what} did not happen within {timeout:?}")]
+    Timeout {
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("entering the scratch host namespace")]
+    Netns(#[from] NetNsError),
+    #[error("reading back {what}")]
+    Nft {
+        what: String,
+        #[source]
+        source: NftError,
+    },
+    #[error("reading back routes and neighbours")]
+    Rtnl(#[source] RtnlError),
+    #[error("starting a runtime for the test bed")]
+    Runtime(#[source] io::Error),
+    #[error("writing the demo's output")]
+    Output(#[source] io::Error),
+}
+
+impl From<AgentError> for DemoError {
+    fn from(e: AgentError) -> Self {
+        DemoError::Agent(Box::new(e))
+    }
+}
+
+/// Why the in-process agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("starting the agent's runtime")]
+    Runtime(#[source] io::Error),
+    #[error("opening the kernel sockets")]
+    Kernel(#[source] Box<KernelError>),
+    #[error("setting up the dataplane")]
+    Rules(#[source] RulesError),
+    #[error("starting the interface monitor")]
+    Monitor(#[source] RtnlError),
+    #[error("the dataplane loop")]
+    Driver(#[source] Box<DriverError>),
+    #[error("the agent thread panicked")]
+    Panicked,
+}
+
+macro_rules! say {
+    ($out:expr) => { writeln!($out).map_err(DemoError::Output)? };
+    ($out:expr, $($arg:tt)*) => { writeln!($out, $($arg)*).map_err(DemoError::Output)? };
+}
+
+/// True when the process runs as root (the demo makes namespaces and veths).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs the whole demo, printing to `out`. `Ok` means it ran to the end; whether every flow did
+/// what the policy says is in the outcome.
+pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoError> {
+    if !is_root() {
+        return Err(DemoError::NotRoot);
+    }
+    let t0 = Instant::now();
+    let state = crate::source::state::parse(EXAMPLE_STATE.as_bytes(), "example-state.json")
+        .map_err(DemoError::State)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DemoError::Runtime)?;
+
+    say!(
+        out,
+        "felix-nft demo: a scratch node in network namespaces; nothing on this host is changed"
+    );
+    say!(out);
+    let topo = rt
+        .block_on(Topology::build(&TopologySpec {
+            prefix: NETNS_PREFIX.to_string(),
+            workloads: vec![
+                WorkloadSpec::v4("frontend", FRONTEND),
+                WorkloadSpec::v4("backend", BACKEND),
+                WorkloadSpec::v4("db", DB),
+            ],
+            // No routes back to the workloads: only NAT outgoing lets them reach the outside.
+            external: Some(ExternalSpec {
+                routes_to_workloads: false,
+                ipv6: false,
+            }),
+        }))
+        .map_err(|source| DemoError::Testbed {
+            op: "building the scratch topology",
+            source,
+        })?;
+    let Some(ext) = topo.external() else {
+        return Err(DemoError::Testbed {
+            op: "building the scratch topology",
+            source: TestbedError::Spec("no external namespace".into()),
+        });
+    };
+    say!(out, "node (built the way Calico's CNI plugin leaves one):");
+    say!(out, "  host namespace  {}", topo.host_netns_name());
+    for w in topo.workloads() {
+        say!(
+            out,
+            "  workload        {:<9} {:<12} eth0 ── {}",
+            w.name,
+            w.ipv4.map(|a| a.to_string()).unwrap_or_default(),
+            w.host_ifname
+        );
+    }
+    say!(
+        out,
+        "  external host   {:<9} {:<12} (the host's default route; no route back to workloads)",
+        "",
+        ext.ipv4
+    );
+    say!(out);
+
+    // Listeners: every workload on the app and admin ports, the external host on the app port.
+    let mut servers = Vec::new();
+    for w in topo.workloads() {
+        for port in [WORKLOAD_PORT, ADMIN_PORT] {
+            servers.push(
+                TcpServer::start(w.ns(), port).map_err(|source| DemoError::Testbed {
+                    op: "starting a listener",
+                    source,
+                })?,
+            );
+        }
+    }
+    let ext_server =
+        TcpServer::start(ext.ns(), WORKLOAD_PORT).map_err(|source| DemoError::Testbed {
+            op: "starting the external listener",
+            source,
+        })?;
+
+    // The agent, on defaults (the demo is hermetic: no config file, no environment).
+    let cfg = DataplaneConfig::from_config(&Config::default());
+    let agent = Agent::start(topo.host(), cfg)?;
+    let mut messages = state;
+    messages.extend(endpoint_updates(&topo));
+    messages.push(ToDataplane {
+        sequence_number: 0,
+        payload: Some(Payload::InSync(crate::proto::InSync {})),
+    });
+    say!(
+        out,
+        "1. example state ({} messages): tiers `platform` (deny tcp/{ADMIN_PORT}, else Pass) and \
+         `app` (backend: tcp/{WORKLOAD_PORT} only from IP set {DELTA_SET}), profile `kns.demo` \
+         (allow), pool 198.18.0.0/24 with NAT outgoing",
+        messages.len()
+    );
+    let t_apply = Instant::now();
+    agent.send(messages)?;
+    agent.wait_in_sync(APPLY_TIMEOUT)?;
+    say!(
+        out,
+        "   in sync after {} ms (the agent's DataplaneInSync)",
+        t_apply.elapsed().as_millis()
+    );
+    say!(out);
+
+    say!(out, "2. programmed (read back from the kernel):");
+    let tables = read_tables(topo.host())?;
+    for t in &tables {
+        say!(out, "   {t}");
+    }
+    let (routes, neighbours) = rt.block_on(read_routes(topo.host()))?;
+    say!(out, "   routes   {}", routes.join(", "));
+    say!(
+        out,
+        "   static ARP entries on workload interfaces: {neighbours}; proxy ARP on each"
+    );
+    say!(out);
+
+    let (flows, why) = demo_flows(&topo, false);
+    // The first packets of a fresh node wait for ARP: one untimed warm-up round settles it.
+    let _ = run_matrix(&flows, PROBE_TIMEOUT);
+    let before = run_matrix(&flows, PROBE_TIMEOUT);
+    say!(
+        out,
+        "3. traffic, real TCP/ICMP from inside the namespaces ({} ms timeout):",
+        PROBE_TIMEOUT.as_millis()
+    );
+    print_matrix(out, &flows, &why, &before, None)?;
+    let ext_peers: Vec<IpAddr> = ext_server
+        .peers()
+        .iter()
+        .map(SocketAddr::ip)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    say!(
+        out,
+        "   the external host saw connections from {:?} (NAT outgoing: the host's address, not the workload's)",
+        ext_peers
+    );
+    say!(out);
+
+    say!(
+        out,
+        "4. IP set delta: {DELTA_SET} += {DB}/32 (db); no rule changes"
+    );
+    let t_delta = Instant::now();
+    agent.send(vec![ToDataplane {
+        sequence_number: 0,
+        payload: Some(Payload::IpsetDeltaUpdate(IpSetDeltaUpdate {
+            id: DELTA_SET.to_string(),
+            added_members: vec![format!("{DB}/32")],
+            removed_members: Vec::new(),
+        })),
+    }])?;
+    wait_for_element(topo.host(), DB, &agent)?;
+    say!(
+        out,
+        "   in the kernel after {} ms",
+        t_delta.elapsed().as_millis()
+    );
+    let (flows_after, why_after) = demo_flows(&topo, true);
+    let after = run_matrix(&flows_after, PROBE_TIMEOUT);
+    print_matrix(out, &flows_after, &why_after, &after, Some(&before))?;
+    say!(out);
+
+    let summary = agent.stop()?;
+    drop(servers);
+    drop(ext_server);
+    let ok = before.all_match() && after.all_match();
+    let mut kept = Vec::new();
+    if opts.keep {
+        kept = topo.keep();
+        say!(
+            out,
+            "5. kept for inspection (the agent has stopped; its rules stay). Look with"
+        );
+        say!(out, "     ip netns exec {} nft list ruleset", kept[0]);
+        say!(out, "   and clean up with");
+        say!(out, "     felix-nft cleanup --netns {}", kept[0]);
+        for n in &kept {
+            say!(out, "     ip netns del {n}");
+        }
+    } else {
+        drop(topo);
+        say!(
+            out,
+            "5. removed everything: the agent stopped, and all 5 namespaces are deleted"
+        );
+    }
+    say!(
+        out,
+        "{} in {:.1} s ({} applies by the agent)",
+        if ok {
+            "every flow did what the policy says".to_string()
+        } else {
+            format!(
+                "✗ {} flows did NOT do what the policy says",
+                before.mismatches().len() + after.mismatches().len()
+            )
+        },
+        t0.elapsed().as_secs_f64(),
+        summary.applies
+    );
+    Ok(DemoOutcome {
+        before,
+        after,
+        kept,
+    })
+}
+
+/// The workload endpoints: every workload in tier `platform`, the backend also in tier `app`,
+/// all with profile `kns.demo` (a Kubernetes namespace profile would look like this).
+fn endpoint_updates(topo: &Topology) -> Vec<ToDataplane> {
+    let policy = |name: &str| PolicyId {
+        name: name.to_string(),
+        kind: "GlobalNetworkPolicy".to_string(),
+        ..PolicyId::default()
+    };
+    let tier = |name: &str, ingress: &str| TierInfo {
+        name: name.to_string(),
+        ingress_policies: vec![policy(ingress)],
+        ..TierInfo::default()
+    };
+    topo.workloads()
+        .iter()
+        .map(|w| {
+            let mut ep = w.endpoint(&["kns.demo"]);
+            ep.tiers = vec![tier("platform", "platform.guard")];
+            if w.name == "backend" {
+                ep.tiers.push(tier("app", "app.backend-ingress"));
+            }
+            ToDataplane {
+                sequence_number: 0,
+                payload: Some(Payload::WorkloadEndpointUpdate(WorkloadEndpointUpdate {
+                    id: Some(w.endpoint_id()),
+                    endpoint: Some(ep),
+                })),
+            }
+        })
+        .collect()
+}
+
+/// Why a flow of the demo passes or drops, printed beside it.
+fn demo_flows(topo: &Topology, db_in_set: bool) -> (Vec<Flow<'_>>, Vec<&'static str>) {
+    use Proto::*;
+    use Verdict::*;
+    let mut v = Vec::new();
+    let mut add = |from: &str, to: &str, proto: Proto, port: u16, expect: Verdict, why| {
+        let src = topo.workload(from);
+        let (dst, ns) = match (topo.workload(to), topo.external(), src) {
+            (Some(w), _, Some(s)) => (w.ipv4.map(IpAddr::V4), s.ns()),
+            (None, Some(e), Some(s)) => (Some(IpAddr::V4(e.ipv4)), s.ns()),
+            _ => return,
+        };
+        let Some(dst) = dst else { return };
+        v.push((
+            Flow {
+                from: from.to_string(),
+                ns,
+                to: to.to_string(),
+                dst,
+                proto,
+                port,
+                expect,
+            },
+            why,
+        ));
+    };
+    add(
+        "frontend",
+        "backend",
+        Tcp,
+        WORKLOAD_PORT,
+        Pass,
+        "app: source in s:backend-clients",
+    );
+    if db_in_set {
+        add(
+            "db",
+            "backend",
+            Tcp,
+            WORKLOAD_PORT,
+            Pass,
+            "app: db is in s:backend-clients now",
+        );
+    } else {
+        add(
+            "db",
+            "backend",
+            Tcp,
+            WORKLOAD_PORT,
+            Drop,
+            "app: not in the set, end of tier drops",
+        );
+    }
+    add(
+        "frontend",
+        "backend",
+        Tcp,
+        ADMIN_PORT,
+        Drop,
+        "platform: tcp/9090 denied",
+    );
+    add(
+        "db",
+        "frontend",
+        Tcp,
+        ADMIN_PORT,
+        Drop,
+        "platform: tcp/9090 denied",
+    );
+    add(
+        "backend",
+        "frontend",
+        Tcp,
+        WORKLOAD_PORT,
+        Pass,
+        "platform passes; profile allows",
+    );
+    add(
+        "backend",
+        "db",
+        Tcp,
+        WORKLOAD_PORT,
+        Pass,
+        "platform passes; profile allows",
+    );
+    add(
+        "frontend",
+        "db",
+        Icmp,
+        0,
+        Pass,
+        "platform passes; profile allows",
+    );
+    add(
+        "frontend",
+        "external",
+        Tcp,
+        WORKLOAD_PORT,
+        Pass,
+        "egress allowed; NAT outgoing",
+    );
+    v.into_iter().unzip()
+}
+
+fn print_matrix(
+    out: &mut dyn Write,
+    flows: &[Flow<'_>],
+    why: &[&str],
+    report: &MatrixReport,
+    previous: Option<&MatrixReport>,
+) -> Result<(), DemoError> {
+    let label = |f: &Flow<'_>| match f.proto {
+        Proto::Icmp => format!("{} → {} icmp", f.from, f.to),
+        p => format!("{} → {} {p}/{}", f.from, f.to, f.port),
+    };
+    let width = flows
+        .iter()
+        .map(|f| label(f).chars().count())
+        .max()
+        .unwrap_or(4);
+    say!(
+        out,
+        "   {:<width$}  {:<8}  {:<8}  why",
+        "flow",
+        "expected",
+        "got"
+    );
+    for (i, ((f, why), r)) in flows.iter().zip(why).zip(&report.results).enumerate() {
+        let got = match &r.got {
+            Ok(v) => v.to_string().to_uppercase(),
+            Err(e) => format!("ERROR ({e})"),
+        };
+        let mut note = String::new();
+        if !r.matches() {
+            note.push_str("  ✗ MISMATCH");
+        }
+        if let Some(prev) = previous.and_then(|p| p.results.get(i)) {
+            if prev.got != r.got {
+                let was = match &prev.got {
+                    Ok(v) => v.to_string().to_uppercase(),
+                    Err(_) => "ERROR".to_string(),
+                };
+                note.push_str(&format!("  ← flipped (was {was})"));
+            }
+        }
+        say!(
+            out,
+            "   {:<width$}  {:<8}  {:<8}  {why}{note}",
+            label(f),
+            r.expect.to_string().to_uppercase(),
+            got
+        );
+    }
+    say!(
+        out,
+        "   {} flows, {} as expected, {} ms",
+        report.results.len(),
+        report.results.len() - report.mismatches().len(),
+        report.elapsed.as_millis()
+    );
+    Ok(())
+}
+
+/// One table's contents, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableSummary {
+    pub family: &'static str,
+    pub name: String,
+    pub chains: usize,
+    pub base_chains: usize,
+    pub rules: usize,
+    pub sets: usize,
+    pub set_elements: usize,
+    pub maps: usize,
+    pub map_elements: usize,
+}
+
+impl TableSummary {
+    /// Counts what a table holds; interval ends (`NFT_SET_ELEM_INTERVAL_END`) are not members.
+    pub fn of(family: &'static str, t: &Table) -> TableSummary {
+        let members = |s: &crate::nft::model::Set| {
+            s.elements
+                .iter()
+                .filter(|e| e.flags & INTERVAL_END == 0)
+                .count()
+        };
+        let mut s = TableSummary {
+            family,
+            name: t.name.clone(),
+            chains: t.chains.len(),
+            base_chains: t.chains.values().filter(|c| c.base.is_some()).count(),
+            rules: t.chains.values().map(|c| c.rules.len()).sum(),
+            ..TableSummary::default()
+        };
+        for set in t.sets.values() {
+            if set.data.is_some() {
+                s.maps += 1;
+                s.map_elements += members(set);
+            } else {
+                s.sets += 1;
+                s.set_elements += members(set);
+            }
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for TableSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "table {:<4} {}  {} chains ({} base), {} rules, {} sets ({} elements), {} verdict maps ({} elements)",
+            self.family,
+            self.name,
+            self.chains,
+            self.base_chains,
+            self.rules,
+            self.sets,
+            self.set_elements,
+            self.maps,
+            self.map_elements
+        )
+    }
+}
+
+/// Reads our tables of both families in `host` over nf_tables netlink.
+fn read_tables(host: &NetNs) -> Result<Vec<TableSummary>, DemoError> {
+    // The socket is bound to the namespace it was opened in.
+    let mut nft = host.run(Nft::open)?.map_err(|source| DemoError::Nft {
+        what: "nf_tables (opening the socket)".into(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (family, label) in [(Family::Ip, "ip"), (Family::Ip6, "ip6")] {
+        let state = read_table(nft.socket(), family, OWNER).map_err(|source| DemoError::Nft {
+            what: format!("table {label} {OWNER}"),
+            source,
+        })?;
+        if let Some(state) = state {
+            out.push(TableSummary::of(label, &state.table));
+        }
+    }
+    Ok(out)
+}
+
+/// The IPv4 routes on workload (`cali…`) interfaces, as `dst → ifname`, and the number of
+/// permanent (static ARP) neighbours on them.
+async fn read_routes(host: &NetNs) -> Result<(Vec<String>, usize), DemoError> {
+    let h = RtnlHandle::connect(Some(host)).map_err(DemoError::Rtnl)?;
+    let links = link::list_links(&h).await.map_err(DemoError::Rtnl)?;
+    let name_of = |idx: u32| {
+        links
+            .iter()
+            .find(|l| l.index == idx)
+            .map(|l| l.name.clone())
+    };
+    let msgs: Vec<RouteMessage> = h
+        .handle()
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "routes", e)))?;
+    let mut routes = Vec::new();
+    for m in &msgs {
+        let mut dst = None;
+        let mut oif = None;
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Destination(RouteAddress::Inet(v4)) => dst = Some(*v4),
+                RouteAttribute::Oif(i) => oif = name_of(*i),
+                _ => {}
+            }
+        }
+        if let (Some(dst), Some(oif)) = (dst, oif) {
+            if oif.starts_with("cali") {
+                routes.push(format!(
+                    "{dst}/{} → {oif}",
+                    m.header.destination_prefix_length
+                ));
+            }
+        }
+    }
+    routes.sort();
+    let neigh: Vec<NeighbourMessage> = h
+        .handle()
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "neighbours", e)))?;
+    let neighbours = neigh
+        .iter()
+        .filter(|n| n.header.state == NeighbourState::Permanent)
+        .filter(|n| name_of(n.header.ifindex).is_some_and(|i| i.starts_with("cali")))
+        .count();
+    Ok((routes, neighbours))
+}
+
+/// Waits until some set of our IPv4 table holds `ip` (the delta's transaction committed: set
+/// elements and rules go in one batch, DESIGN.md §4).
+fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), DemoError> {
+    let mut nft = host.run(Nft::open)?.map_err(|source| DemoError::Nft {
+        what: "nf_tables (opening the socket)".into(),
+        source,
+    })?;
+    let key = ip.octets().to_vec();
+    let deadline = Instant::now() + APPLY_TIMEOUT;
+    loop {
+        let state =
+            read_table(nft.socket(), Family::Ip, OWNER).map_err(|source| DemoError::Nft {
+                what: format!("table ip {OWNER}"),
+                source,
+            })?;
+        let found = state.is_some_and(|s| {
+            s.table
+                .sets
+                .values()
+                .filter(|set| set.data.is_none())
+                .any(|set| {
+                    // An interval's end element sits at the first address after it (netlink.md
+                    // gotcha 7): only a start element makes `ip` a member.
+                    set.elements
+                        .iter()
+                        .any(|e| e.key == key && e.flags & INTERVAL_END == 0)
+                })
+        });
+        if found {
+            return Ok(());
+        }
+        if agent.finished() {
+            return Err(DemoError::AgentGone {
+                what: "applying the IP set delta",
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                what: "the IP set delta reaching the kernel",
+                timeout: APPLY_TIMEOUT,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The dataplane loop on its own thread and runtime, acting in the scratch host namespace, fed
+/// from a channel exactly as `felix-nft run` feeds it from a transport.
+struct Agent {
+    updates: mpsc::Sender<Received>,
+    status: std_mpsc::Receiver<FromDataplane>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<RunSummary, AgentError>>>,
+}
+
+impl Agent {
+    fn start(host: &NetNs, cfg: DataplaneConfig) -> Result<Agent, DemoError> {
+        let ns = host.try_clone().map_err(|source| DemoError::Testbed {
+            op: "duplicating the host namespace handle",
+            source: TestbedError::Io { op: "dup", source },
+        })?;
+        let (utx, urx) = mpsc::channel(256);
+        let (stx, srx) = std_mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("demo-agent".into())
+            .spawn(move || agent_main(ns, cfg, urx, stx, stop_rx))
+            .map_err(DemoError::Runtime)?;
+        Ok(Agent {
+            updates: utx,
+            status: srx,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    fn send(&self, messages: Vec<ToDataplane>) -> Result<(), DemoError> {
+        for (index, message) in messages.into_iter().enumerate() {
+            let u = Update {
+                origin: Origin::Item { index },
+                message,
+            };
+            if self.updates.blocking_send(Ok(u)).is_err() {
+                return Err(DemoError::AgentGone {
+                    what: "taking the example state",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_in_sync(&self, timeout: Duration) -> Result<(), DemoError> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.status.recv_timeout(Duration::from_millis(20)) {
+                Ok(FromDataplane {
+                    payload: Some(Out::DataplaneInSync(_)),
+                    ..
+                }) => return Ok(()),
+                Ok(_) | Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(DemoError::AgentGone {
+                        what: "reaching DataplaneInSync",
+                    })
+                }
+            }
+            if self.finished() {
+                return Err(DemoError::AgentGone {
+                    what: "reaching DataplaneInSync",
+                });
+            }
+        }
+        Err(DemoError::Timeout {
+            what: "DataplaneInSync",
+            timeout,
+        })
+    }
+
+    /// Stops the loop (the kernel state stays, as on SIGTERM) and returns what it did.
+    fn stop(mut self) -> Result<RunSummary, DemoError> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => Ok(r?),
+            Some(Err(_)) => Err(AgentError::Panicked.into()),
+            None => Err(DemoError::AgentGone { what: "stopping" }),
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // On an early error: stop the loop before the namespaces it acts in are deleted.
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn agent_main(
+    ns: NetNs,
+    cfg: DataplaneConfig,
+    updates: mpsc::Receiver<Received>,
+    status: std_mpsc::Sender<FromDataplane>,
+    stop: oneshot::Receiver<()>,
+) -> Result<RunSummary, AgentError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    let r = rt.block_on(async move {
+        let kernel =
+            RealKernel::open(Some(&ns), &cfg).map_err(|e| AgentError::Kernel(Box::new(e)))?;
+        let rp_filter = kernel.procsys().default_rp_filter();
+        let dp = Dataplane::new(cfg.clone(), rp_filter).map_err(AgentError::Rules)?;
+        let (mut mon_rx, _mon) = monitor::start(
+            Some(&ns),
+            MonitorConfig {
+                exclude: cfg.iface_exclude.clone(),
+                resync_interval: cfg.iface_refresh,
+                ..MonitorConfig::default()
+            },
+        )
+        .map_err(AgentError::Monitor)?;
+        let (iface_tx, iface_rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            while let Some(ev) = mon_rx.recv().await {
+                if iface_tx.send(ev).await.is_err() {
+                    break;
+                }
+            }
+        });
+        // Status goes to an unbounded std channel, so the loop never waits on the demo.
+        let (out_tx, mut out_rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            while let Some(m) = out_rx.recv().await {
+                if status.send(m).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut driver = Driver::new(dp, kernel, LoopOptions::default(), Some(out_tx), None);
+        driver
+            .run(updates, iface_rx, async {
+                let _ = stop.await;
+            })
+            .await
+            .map_err(|e| AgentError::Driver(Box::new(e)))?;
+        Ok(driver.summary().clone())
+    });
+    // The monitor's blocking reader may still wait on its socket: do not wait for it.
+    rt.shutdown_timeout(Duration::from_millis(200));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::{Chain, DataType, ElemData, Element, Set, Verdict};
+
+    fn elem(key: [u8; 4], flags: u32, data: Option<ElemData>) -> Element {
+        Element {
+            key: key.to_vec(),
+            key_end: None,
+            flags,
+            data,
+        }
+    }
+
+    #[test]
+    fn summary_counts_members_not_interval_ends_and_tells_maps_from_sets() {
+        let mut t = Table::new(Family::Ip, "calico");
+        t.chains.insert(
+            "c".into(),
+            Chain {
+                name: "c".into(),
+                base: None,
+                rules: Vec::new(),
+            },
+        );
+        // Two /32 members: each a start element and an end element at the next address.
+        t.sets.insert(
+            "s".into(),
+            Set {
+                name: "s".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: 0,
+                data: None,
+                size: None,
+                elements: vec![
+                    elem([198, 18, 0, 1], 0, None),
+                    elem([198, 18, 0, 2], INTERVAL_END, None),
+                    elem([198, 18, 0, 3], 0, None),
+                    elem([198, 18, 0, 4], INTERVAL_END, None),
+                ],
+            },
+        );
+        t.sets.insert(
+            "m".into(),
+            Set {
+                name: "m".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: 0,
+                data: Some(DataType::Verdict),
+                size: None,
+                elements: vec![elem(
+                    [1, 2, 3, 4],
+                    0,
+                    Some(ElemData::Verdict(Verdict::Accept)),
+                )],
+            },
+        );
+        let s = TableSummary::of("ip", &t);
+        assert_eq!((s.chains, s.base_chains, s.rules), (1, 0, 0));
+        assert_eq!((s.sets, s.set_elements), (1, 2));
+        assert_eq!((s.maps, s.map_elements), (1, 1));
+        assert_eq!(
+            s.to_string(),
+            "table ip   calico  1 chains (0 base), 0 rules, 1 sets (2 elements), 1 verdict maps (1 elements)"
+        );
+    }
+
+    #[test]
+    fn the_bundled_example_state_parses() {
+        let msgs = crate::source::state::parse(EXAMPLE_STATE.as_bytes(), "example-state.json")
+            .expect("the bundled state is valid");
+        assert_eq!(msgs.len(), 5);
+    }
+}

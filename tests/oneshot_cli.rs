@@ -1,0 +1,645 @@
+//! The one-shot commands driven as the binary, each test in named network namespaces it makes
+//! (and deletes again, also on panic): `apply` twice is a no-op the second time (c), `plan`
+//! lists exactly what `apply` then changes (d), routes of a missing interface are parked and
+//! programmed once it appears, `cleanup` removes everything of ours and nothing else (f), an
+//! invalid state document changes nothing byte for byte (g), and `--dry-run` surfaces a kernel
+//! error while keeping nothing. `nft`, `ip` are oracles only.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// A named namespace (`ip netns add`) acting as the host, with a companion "workload" namespace
+/// holding the far ends of the veth pairs; both deleted on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new(tag: &str) -> Ns {
+        let name = format!("osh-{tag}-{}", std::process::id());
+        for n in [name.clone(), format!("{name}-w")] {
+            // A leftover from an aborted run would make `add` fail.
+            let _ = Command::new("ip").args(["netns", "del", &n]).output();
+            sh(&["ip", "netns", "add", &n]);
+            sh(&["ip", "-n", &n, "link", "set", "lo", "up"]);
+        }
+        Ns(name)
+    }
+
+    fn workload_ns(&self) -> String {
+        format!("{}-w", self.0)
+    }
+
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// `ip -n NS ARGS`.
+    fn ip(&self, args: &[&str]) -> String {
+        let mut argv = vec!["ip", "-n", self.name()];
+        argv.extend_from_slice(args);
+        sh(&argv)
+    }
+
+    /// Runs a command inside the namespace (`ip netns exec`).
+    fn exec(&self, args: &[&str]) -> String {
+        let mut argv = vec!["ip", "netns", "exec", self.name()];
+        argv.extend_from_slice(args);
+        sh(&argv)
+    }
+
+    /// A veth pair `name` ↔ `peer`, `peer` in the workload namespace, both up, so `name` is
+    /// operationally up.
+    fn veth(&self, name: &str, peer: &str) {
+        let wl = self.workload_ns();
+        self.ip(&[
+            "link", "add", name, "type", "veth", "peer", "name", peer, "netns", &wl,
+        ]);
+        self.ip(&["link", "set", name, "up"]);
+        sh(&["ip", "-n", &wl, "link", "set", peer, "up"]);
+    }
+
+    /// A host interface that is not a workload's (a veth pair kept in this namespace).
+    fn host_iface(&self, name: &str) {
+        let peer = format!("{name}p");
+        self.ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
+        self.ip(&["link", "set", name, "up"]);
+        self.ip(&["link", "set", &peer, "up"]);
+    }
+
+    /// Everything `apply` could touch, as the kernel's own tools print it. Rule counters are
+    /// left out (`nft -s`): the kernel counts the veths' IPv6 autoconfiguration packets.
+    fn kernel_state(&self) -> String {
+        [
+            self.exec(&["nft", "-s", "list", "ruleset"]),
+            self.ip(&["route", "show", "table", "all"]),
+            self.ip(&["-6", "route", "show", "table", "all"]),
+            self.ip(&["neigh", "show"]),
+        ]
+        .join("\n--\n")
+    }
+
+    fn ruleset(&self) -> String {
+        self.exec(&["nft", "list", "ruleset"])
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.workload_ns()])
+            .output();
+    }
+}
+
+fn sh(argv: &[&str]) -> String {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{argv:?} failed (these tests need root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What one run of the binary said.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "felix-nft failed:\n{}\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The first line starting with `prefix`.
+    fn line(&self, prefix: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{}", self.stdout))
+    }
+
+    /// The route/neighbour/sysctl change lines, without their verb's tense.
+    fn changes(&self) -> BTreeSet<String> {
+        self.stdout
+            .lines()
+            .filter(|l| {
+                [
+                    "route add ",
+                    "route replace ",
+                    "route delete ",
+                    "neigh ",
+                    "sysctl ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `nf_tables: N operation(s)` → N.
+    fn table_ops(&self) -> usize {
+        let l = self.line("nf_tables: ");
+        l["nf_tables: ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+fn empty_config() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("osh-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("felix.cfg");
+    std::fs::write(&p, "").unwrap();
+    p
+}
+
+fn felix_nft(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FELIX_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .arg("--config")
+        .arg(empty_config())
+        .envs(env.iter().copied());
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("running felix-nft");
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8(stdout).unwrap(),
+        stderr: String::from_utf8(stderr).unwrap(),
+    }
+}
+
+fn state_file(tag: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("osh-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{tag}.json"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Two workloads on `cali1a` (10.65.0.2) and `cali2b` (10.65.0.3), a profile referencing an IP
+/// set.
+const GOOD: &str = r#"[
+{"ipset_update":{"id":"s:web","members":["10.65.0.0/24"],"type":2}},
+{"active_profile_update":{"id":{"name":"kns.prod"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:web"]}],"outbound_rules":[{"action":"allow"}]}}},
+{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/a","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali1a","mac":"ee:ee:ee:ee:ee:01","profile_ids":["kns.prod"],"ipv4_nets":["10.65.0.2/32"]}}},
+{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/b","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali2b","mac":"ee:ee:ee:ee:ee:02","profile_ids":["kns.prod"],"ipv4_nets":["10.65.0.3/32"]}}}
+]"#;
+
+/// Every class of input error the brief names, one per message.
+const BAD: &str = r#"[
+{"active_profile_update":{"id":{"name":"kns.prod"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:nope"]}]}}},
+{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/a","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali1a","ipv4_nets":["10.65.0.300/32"]}}},
+{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/b","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali0123456789abc","ipv4_nets":["10.65.0.3/32"]}}},
+{"ipset_update":{"id":"s:dup","members":["10.0.0.1"]}},
+{"ipset_update":{"id":"s:dup","members":["10.0.0.2"]}}
+]"#;
+
+#[test]
+fn apply_twice_is_a_no_op_the_second_time() {
+    let ns = Ns::new("twice");
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    let good = state_file("twice", GOOD);
+    let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
+    let first = felix_nft(&args, &[]).ok();
+    assert!(first.table_ops() > 100, "{}", first.stdout);
+    assert!(first.stderr.contains("nf_tables transaction done"));
+    assert_eq!(
+        first.line("routes: "),
+        "routes: 2 added, 0 replaced, 0 deleted, 0 parked, 0 in grace"
+    );
+    let programmed = ns.kernel_state();
+
+    // Watch every route and neighbour message the kernel emits during the second run.
+    let mut monitor = Command::new("ip")
+        .args(["-n", ns.name(), "monitor", "route", "neigh"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let second = felix_nft(&args, &[]).ok();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    monitor.kill().unwrap();
+    let events = String::from_utf8(monitor.wait_with_output().unwrap().stdout).unwrap();
+    let ours: Vec<&str> = events.lines().filter(|l| l.contains("10.65.")).collect();
+    assert!(ours.is_empty(), "the second apply wrote: {ours:?}");
+    assert!(second.stdout.starts_with("converged: nothing changed\n"));
+    assert_eq!(second.table_ops(), 0);
+    assert_eq!(
+        second.line("routes: "),
+        "routes: 0 added, 0 replaced, 0 deleted, 0 parked, 0 in grace"
+    );
+    assert_eq!(
+        second.line("neighbours: "),
+        "neighbours: 0 set, 0 deleted, 0 interface(s) parked"
+    );
+    assert_eq!(second.line("sysctls: "), "sysctls: 0 changed");
+    // The log says no batch was sent: the reconciler logs every batch it sends.
+    assert!(
+        !second.stderr.contains("nf_tables transaction done"),
+        "{}",
+        second.stderr
+    );
+    assert!(second.stderr.contains("no transaction sent"));
+    assert_eq!(ns.kernel_state(), programmed);
+}
+
+#[test]
+fn plan_lists_exactly_what_apply_changes() {
+    let ns = Ns::new("plan");
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    // Stale state of ours for apply to remove: a proto-80 route, a permanent neighbour on a
+    // workload interface that no endpoint wants.
+    ns.ip(&["route", "add", "10.99.0.1", "dev", "cali1a", "proto", "80"]);
+    ns.ip(&[
+        "neigh",
+        "replace",
+        "10.65.0.9",
+        "lladdr",
+        "02:00:00:00:00:09",
+        "dev",
+        "cali2b",
+        "nud",
+        "permanent",
+    ]);
+    let good = state_file("plan", GOOD);
+    let path = good.to_str().unwrap();
+
+    let before = ns.kernel_state();
+    let plan = felix_nft(&["plan", path, "--netns", ns.name()], &[]).ok();
+    assert_eq!(ns.kernel_state(), before, "plan touched the kernel");
+    assert!(plan.stdout.contains("add table ip calico"));
+
+    let apply = felix_nft(&["apply", path, "--netns", ns.name()], &[]).ok();
+    assert_eq!(apply.table_ops(), plan.table_ops());
+    let planned = plan.changes();
+    assert_eq!(apply.changes(), planned);
+    for line in [
+        "route add 10.65.0.2/32 metric 1024 dev cali1a proto 3",
+        "route add 10.65.0.3/32 metric 1024 dev cali2b proto 3",
+        "route delete 10.99.0.1/32 metric 0 dev cali1a proto 80",
+        "neigh set 10.65.0.2 lladdr ee:ee:ee:ee:ee:01 dev cali1a",
+        "neigh delete 10.65.0.9 dev cali2b",
+        "sysctl net/ipv4/conf/cali1a/proxy_arp 0 -> 1",
+    ] {
+        assert!(
+            planned.contains(line),
+            "plan lacks `{line}`:\n{}",
+            plan.stdout
+        );
+    }
+
+    // The kernel before/after agrees with the plan.
+    let routes = ns.ip(&["route", "show"]);
+    assert!(routes.contains("10.65.0.2 dev cali1a scope link metric 1024"));
+    assert!(!routes.contains("10.99.0.1"), "{routes}");
+    let neigh = ns.ip(&["neigh", "show", "nud", "permanent"]);
+    assert!(neigh.contains("10.65.0.2 dev cali1a lladdr ee:ee:ee:ee:ee:01 PERMANENT"));
+    assert!(!neigh.contains("10.65.0.9"), "{neigh}");
+    assert_eq!(
+        ns.exec(&["sysctl", "-n", "net.ipv4.conf.cali1a.proxy_arp"])
+            .trim(),
+        "1"
+    );
+    assert!(ns.ruleset().contains("table ip calico"));
+
+    let again = felix_nft(&["plan", path, "--netns", ns.name()], &[]).ok();
+    assert!(
+        again.stdout.starts_with("nothing to do\n"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(again.table_ops(), 0);
+    assert!(again.changes().is_empty(), "{}", again.stdout);
+}
+
+#[test]
+fn routes_of_a_missing_interface_are_parked_then_programmed() {
+    let ns = Ns::new("park");
+    ns.veth("cali1a", "w1");
+    let good = state_file("park", GOOD);
+    let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
+    let first = felix_nft(&args, &[]).ok();
+    assert!(first
+        .stdout
+        .contains("route parked 10.65.0.3/32 metric 1024 (interface cali2b absent or down)"));
+    // The endpoint is programmed all the same: its chains and its dispatch-map element.
+    let rules = ns.ruleset();
+    assert!(rules.contains("\"cali2b\""), "{rules}");
+    assert!(!ns.ip(&["route", "show"]).contains("10.65.0.3"));
+
+    ns.veth("cali2b", "w2");
+    let second = felix_nft(&args, &[]).ok();
+    assert_eq!(second.table_ops(), 0, "{}", second.stdout);
+    assert!(second
+        .stdout
+        .contains("route add 10.65.0.3/32 metric 1024 dev cali2b proto 3"));
+    assert!(second
+        .stdout
+        .contains("neigh set 10.65.0.3 lladdr ee:ee:ee:ee:ee:02 dev cali2b"));
+    assert!(ns
+        .ip(&["route", "show"])
+        .contains("10.65.0.3 dev cali2b scope link metric 1024"));
+}
+
+#[test]
+fn route_sync_disabled_skips_route_work() {
+    let ns = Ns::new("nosync");
+    ns.veth("cali1a", "w1");
+    let good = state_file("nosync", GOOD);
+    let run = felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[("FELIX_ROUTESYNCDISABLED", "true")],
+    )
+    .ok();
+    assert!(run.stdout.contains("routes: skipped (RouteSyncDisabled)"));
+    assert!(!ns.ip(&["route", "show"]).contains("10.65.0.2"));
+    assert!(ns.ruleset().contains("table ip calico"));
+    // Routes on workload interfaces belong to whoever syncs them then: cleanup keeps them.
+    ns.ip(&["route", "add", "10.65.0.2", "dev", "cali1a"]);
+    let clean = felix_nft(
+        &["cleanup", "--netns", ns.name()],
+        &[("FELIX_ROUTESYNCDISABLED", "true")],
+    )
+    .ok();
+    assert!(clean
+        .stdout
+        .contains("routes and neighbours: skipped (RouteSyncDisabled)"));
+    assert_eq!(
+        clean.line("removed: "),
+        "removed: 2 table(s), 0 route(s), 0 neighbour(s)"
+    );
+    assert!(ns.ip(&["route", "show"]).contains("10.65.0.2 dev cali1a"));
+}
+
+#[test]
+fn cleanup_removes_ours_only_and_is_idempotent() {
+    let ns = Ns::new("clean");
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    let good = state_file("clean", GOOD);
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
+    // Foreign objects that must survive.
+    ns.exec(&["nft", "add", "table", "inet", "foreign"]);
+    ns.exec(&["nft", "add", "table", "ip6", "other"]);
+    ns.host_iface("eth9");
+    ns.ip(&["route", "add", "192.0.2.0/24", "dev", "eth9"]);
+    ns.ip(&[
+        "route",
+        "add",
+        "198.51.100.0/24",
+        "dev",
+        "eth9",
+        "proto",
+        "static",
+    ]);
+    ns.ip(&[
+        "neigh",
+        "replace",
+        "192.0.2.7",
+        "lladdr",
+        "02:00:00:00:00:07",
+        "dev",
+        "eth9",
+        "nud",
+        "permanent",
+    ]);
+
+    let dump = felix_nft(&["dump", "--netns", ns.name()], &[]).ok();
+    assert!(dump
+        .stdout
+        .starts_with("tables: 2, routes: 2, neighbours: 2\n"));
+    let json = felix_nft(&["dump", "--json", "--netns", ns.name()], &[]).ok();
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["tables"].as_array().unwrap().len(), 2);
+    assert!(v["tables"][0]["rules"].as_u64().unwrap() > 50);
+    assert_eq!(v["routes"].as_array().unwrap().len(), 2);
+    assert_eq!(v["neighbours"][0]["lladdr"], "ee:ee:ee:ee:ee:01");
+
+    let clean = felix_nft(&["cleanup", "--netns", ns.name()], &[]).ok();
+    assert_eq!(
+        clean.line("removed: "),
+        "removed: 2 table(s), 2 route(s), 2 neighbour(s)"
+    );
+    let tables = ns.exec(&["nft", "list", "tables"]);
+    assert!(!tables.contains("calico"), "{tables}");
+    assert!(tables.contains("table inet foreign") && tables.contains("table ip6 other"));
+    let routes = ns.ip(&["route", "show"]);
+    assert!(!routes.contains("cali"), "{routes}");
+    assert!(ns.ip(&["route", "show", "proto", "80"]).trim().is_empty());
+    assert!(routes.contains("192.0.2.0/24 dev eth9"), "{routes}");
+    assert!(
+        routes.contains("198.51.100.0/24 dev eth9 proto static"),
+        "{routes}"
+    );
+    let neigh = ns.ip(&["neigh", "show", "nud", "permanent"]);
+    assert!(!neigh.contains("cali"), "{neigh}");
+    assert!(neigh.contains("192.0.2.7 dev eth9"), "{neigh}");
+
+    let state = ns.kernel_state();
+    let again = felix_nft(&["cleanup", "--netns", ns.name()], &[]).ok();
+    assert!(again.stdout.starts_with("nothing to do\n"));
+    assert_eq!(ns.kernel_state(), state);
+    let dump = felix_nft(&["dump", "--netns", ns.name()], &[]).ok();
+    assert!(dump
+        .stdout
+        .starts_with("tables: 0, routes: 0, neighbours: 0\n"));
+}
+
+fn assert_rejected_listing_every_error(run: &Run) {
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    for want in [
+        "4 invalid message(s); nothing was changed",
+        "message 0: rejected active_profile_update kns.prod: field `profile.inbound_rules[0].src_ip_set_ids[0]` = \"s:nope\"",
+        "message 1: rejected workload_endpoint_update k8s/prod/a/eth0: field `endpoint.ipv4_nets[0]` = \"10.65.0.300/32\"",
+        "message 2: rejected workload_endpoint_update k8s/prod/b/eth0: field `endpoint.name` = \"cali0123456789abc\"",
+        "message 4: rejected ipset_update s:dup: field `id` = \"s:dup\": duplicate id",
+    ] {
+        assert!(run.stderr.contains(want), "missing `{want}` in:\n{}", run.stderr);
+    }
+}
+
+#[test]
+fn an_invalid_document_changes_nothing() {
+    let ns = Ns::new("invalid");
+    ns.veth("cali1a", "w1");
+    let bad = state_file("invalid-bad", BAD);
+    let good = state_file("invalid-good", GOOD);
+    for verb in ["apply", "plan"] {
+        let before = ns.kernel_state();
+        let run = felix_nft(&[verb, bad.to_str().unwrap(), "--netns", ns.name()], &[]);
+        assert_rejected_listing_every_error(&run);
+        assert_eq!(
+            ns.kernel_state(),
+            before,
+            "{verb} changed an empty namespace"
+        );
+    }
+
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
+    let programmed = ns.kernel_state();
+    assert!(programmed.contains("table ip calico"));
+    let run = felix_nft(&["apply", bad.to_str().unwrap(), "--netns", ns.name()], &[]);
+    assert_rejected_listing_every_error(&run);
+    assert_eq!(
+        ns.kernel_state(),
+        programmed,
+        "a programmed namespace changed"
+    );
+
+    // A document that does not even decode: every decode error listed, nothing touched.
+    let undecodable = state_file(
+        "invalid-json",
+        r#"[{"ipset_update":{"id":5}}, {"bogus":1}]"#,
+    );
+    let run = felix_nft(
+        &["apply", undecodable.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("has 2 message(s) that do not decode; nothing was changed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("\n  message 0: ") && run.stderr.contains("\n  message 1: "));
+    assert!(run.stderr.contains("(at `ipset_update.id`)"));
+    assert_eq!(ns.kernel_state(), programmed);
+}
+
+#[test]
+fn a_bad_die_on_fail_value_exits_2_before_touching_anything() {
+    let ns = Ns::new("badcfg");
+    let good = state_file("badcfg", GOOD);
+    let before = ns.kernel_state();
+    let run = felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[("FELIX_NFTABLESMARKMASK", "0x1")],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("NftablesMarkMask"));
+    assert_eq!(ns.kernel_state(), before);
+}
+
+#[test]
+fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
+    let ns = Ns::new("dry");
+    ns.veth("cali1a", "w1");
+    let good = state_file("dry-good", GOOD);
+    let before = ns.kernel_state();
+    let run = felix_nft(
+        &[
+            "apply",
+            "--dry-run",
+            good.to_str().unwrap(),
+            "--netns",
+            ns.name(),
+        ],
+        &[],
+    )
+    .ok();
+    assert!(run.stdout.starts_with("dry run:"));
+    assert!(run.table_ops() > 100);
+    assert!(run.stdout.contains("route add 10.65.0.2/32"));
+    assert_eq!(ns.kernel_state(), before, "dry run kept something");
+
+    // A table of ours that another live process owns (NFT_TABLE_F_OWNER on its socket): the
+    // input is valid, only the kernel can refuse it (EPERM), and the dry run must report that.
+    use felix_nft::netns::NetNs;
+    use felix_nft::nft::model::{Family, Table};
+    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+    let handle = NetNs::open(ns.name()).unwrap();
+    let mut owner = handle.run(Nft::open).unwrap().unwrap();
+    sync(
+        &mut owner,
+        &[Table::new(Family::Ip, "calico")],
+        &SyncOptions {
+            ownership: Ownership::OwnerPersist,
+            ..SyncOptions::default()
+        },
+    )
+    .unwrap();
+    let before = ns.kernel_state();
+    let run = felix_nft(
+        &[
+            "apply",
+            "--dry-run",
+            good.to_str().unwrap(),
+            "--netns",
+            ns.name(),
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("the kernel refused") && run.stderr.contains("table ip calico"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(ns.kernel_state(), before, "failed dry run kept something");
+    drop(owner);
+}
+
+#[test]
+fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
+    use felix_nft::netns::NetNs;
+    use felix_nft::nft::model::{Family, Table};
+    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+
+    let ns = Ns::new("orphan");
+    // A daemon's table: OWNER|PERSIST, then the daemon's socket closes (it stopped).
+    {
+        let handle = NetNs::open(ns.name()).unwrap();
+        let mut nft = handle.run(Nft::open).unwrap().unwrap();
+        let opts = SyncOptions {
+            ownership: Ownership::OwnerPersist,
+            ..SyncOptions::default()
+        };
+        sync(&mut nft, &[Table::new(Family::Ip, "calico")], &opts).unwrap();
+    }
+    assert!(
+        ns.ruleset().contains("table ip calico"),
+        "persist table gone"
+    );
+    let good = state_file("orphan", GOOD);
+    let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
+    let first = felix_nft(&args, &[]).ok();
+    assert!(first.table_ops() > 100, "{}", first.stdout);
+    let second = felix_nft(&args, &[]).ok();
+    assert_eq!(second.table_ops(), 0, "{}", second.stdout);
+}
