@@ -124,6 +124,22 @@ pub enum BenchCommand {
         /// small, mid, large, or W,P,R,S,M,K.
         #[arg(long, default_value = "small")]
         scale: String,
+        /// Full syncs (fresh namespaces) per backend (default by scale: 5 / 3 / 1).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Rounds of the incremental operations per repetition (default by scale: 3 / 3 / 2).
+        #[arg(long)]
+        inc: Option<usize>,
+        /// Directory for the inputs, the JSON and the SVG chart.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Only these backends (comma-separated: felix-nft, felix-nft-proc, ipt-nft, ipt-legacy,
+        /// nft-f).
+        #[arg(long, value_delimiter = ',')]
+        only: Option<Vec<String>>,
+        /// The felix-nft binary the fresh-process backend runs (default: this one).
+        #[arg(long, value_name = "PATH")]
+        felix_exe: Option<PathBuf>,
     },
 }
 
@@ -170,7 +186,17 @@ pub fn main() -> ExitCode {
             oneshot::cleanup_command(&target(netns, config))
         }
         Some(Command::Demo { keep }) => demo(keep),
-        Some(Command::Bench { .. }) => not_yet("bench compare", 8),
+        Some(Command::Bench {
+            command:
+                BenchCommand::Compare {
+                    scale,
+                    reps,
+                    inc,
+                    out,
+                    only,
+                    felix_exe,
+                },
+        }) => bench_compare(&scale, reps, inc, out, only, felix_exe),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),
@@ -203,11 +229,47 @@ fn demo(keep: bool) -> ExitCode {
     }
 }
 
-fn not_yet(what: &str, issue: u32) -> ExitCode {
-    eprintln!(
-        "felix-nft: `{what}` is not built yet (it lands with issue {issue}); nothing was done"
-    );
-    ExitCode::from(EXIT_NOT_IMPLEMENTED)
+/// `felix-nft bench compare`.
+fn bench_compare(
+    scale: &str,
+    reps: Option<usize>,
+    inc: Option<usize>,
+    out: PathBuf,
+    only: Option<Vec<String>>,
+    felix_exe: Option<PathBuf>,
+) -> ExitCode {
+    use crate::bench;
+    let scale = match scale.parse::<bench::workload::Scale>() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut opts = bench::Options::for_scale(scale, out);
+    opts.reps = reps.unwrap_or(opts.reps).max(1);
+    opts.inc = inc.unwrap_or(opts.inc);
+    opts.only = only;
+    opts.felix_exe = felix_exe;
+    match bench::compare(&opts) {
+        Ok(r) => {
+            println!("{}", r.table());
+            println!("(JSON and SVG in {})", opts.out_dir.display());
+            if r.checks_ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("felix-nft: the backends do not hold the same policy (see checks)");
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "felix-nft: bench compare: {}",
+                crate::ops::logging::chain(&e)
+            );
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).

@@ -23,8 +23,12 @@
 //!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
 //! - [`demo`]: `felix-nft demo`: a scratch node from the test bed, the real loop on an example
 //!   state, and a traffic matrix; acts only in namespaces it made.
+//! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
+//!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
+//!   programs, and only those baselines.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -1,0 +1,686 @@
+//! `felix-nft bench compare` (issue 8): the same Felix-shaped workload programmed by each backend
+//! in turn, each repetition in a fresh private network namespace, timed side by side.
+//!
+//! - [`workload`]: the generator (scales small/mid/large/custom) and the timed operations.
+//! - [`shapes`]: the baselines' inputs (Felix's iptables + ipset shape, Calico's nft shape).
+//! - [`run`]: timing a spawned tool (wait4 rusage, GNU time RSS) and felix-nft in-process.
+//! - [`report`]: medians with min/max, ratios, the table, JSON and the SVG chart.
+//!
+//! Invariants: nothing here writes the host's namespace (every spawn and socket checks it is not
+//! in PID 1's netns); every namespace made is deleted afterwards, also on error (a drop guard);
+//! a baseline whose binary is missing is skipped with a note, never faked. This module is the
+//! only production code allowed to run external programs, and only the baselines.
+
+pub mod report;
+pub mod run;
+pub mod shapes;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::netns::{self, NetNs, NetNsError};
+use crate::nft::error::NftError;
+use crate::proto::ToDataplane;
+use report::Report;
+use run::{Counts, InProcess, Sample, Tool};
+use shapes::{IptState, NftState};
+use workload::{Scale, Workload, OPS};
+
+/// What can stop a benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{op}")]
+    Netns {
+        op: &'static str,
+        #[source]
+        source: NetNsError,
+    },
+    #[error("{op}")]
+    Io {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{op}")]
+    Nft {
+        op: String,
+        #[source]
+        source: NftError,
+    },
+    #[error("{tool} failed (wait status {status}): {stderr}")]
+    ToolFailed {
+        tool: String,
+        status: i32,
+        stderr: String,
+    },
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("writing the chart")]
+    Chart(String),
+}
+
+/// The backends, in table order.
+pub const BACKENDS: [&str; 5] = [
+    "felix-nft",
+    "felix-nft-proc",
+    "ipt-nft",
+    "ipt-legacy",
+    "nft-f",
+];
+
+/// Options of one comparison.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub scale: Scale,
+    /// Full syncs (fresh namespaces) per backend.
+    pub reps: usize,
+    /// Rounds of the six incremental operations per repetition.
+    pub inc: usize,
+    /// Where inputs, the JSON and the SVG go.
+    pub out_dir: PathBuf,
+    /// The felix-nft binary for the fresh-process backend (default: this executable).
+    pub felix_exe: Option<PathBuf>,
+    /// Only these backends (default: all).
+    pub only: Option<Vec<String>>,
+}
+
+impl Options {
+    /// Defaults sized to finish in a couple of minutes on 2 cores.
+    pub fn for_scale(scale: Scale, out_dir: PathBuf) -> Options {
+        let (reps, inc) = if scale.w <= 200 {
+            (5, 3)
+        } else if scale.w <= 2000 {
+            (3, 3)
+        } else {
+            (1, 2)
+        };
+        Options {
+            scale,
+            reps,
+            inc,
+            out_dir,
+            felix_exe: None,
+            only: None,
+        }
+    }
+}
+
+/// One step of the operation sequence, with every backend's input for it.
+struct Step {
+    op: &'static str,
+    msgs: Vec<ToDataplane>,
+    ipt: PathBuf,
+    ipset_adds: Vec<(String, String)>,
+    nft: PathBuf,
+    state: PathBuf,
+}
+
+struct Inputs {
+    full_ipt: PathBuf,
+    full_ipset: PathBuf,
+    full_nft: PathBuf,
+    full_state: PathBuf,
+    full_msgs: Vec<ToDataplane>,
+    /// `inc` timed rounds, then one round run under GNU time for RSS.
+    steps: Vec<Vec<Step>>,
+    /// Expected counts after everything ran.
+    ipt_rules: usize,
+    ipt_members: usize,
+    nft_rules: usize,
+    nft_elements: usize,
+    members: usize,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BenchError> {
+    std::fs::write(path, text).map_err(|source| BenchError::Io {
+        op: format!("writing {}", path.display()),
+        source,
+    })
+}
+
+fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, BenchError> {
+    let dir = opts.out_dir.join("inputs");
+    std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
+        op: format!("creating {}", dir.display()),
+        source,
+    })?;
+    let mut w = Workload::generate(opts.scale);
+    let mut ipt = IptState::render(&w);
+    let mut nft = NftState::render(&w);
+    let full = |n: &str| dir.join(n);
+    let (ipt_text, ipset_text, nft_text, state_text) = (
+        ipt.restore(),
+        ipt.ipset_restore(),
+        nft.full(),
+        w.state_document(),
+    );
+    sizes.ipt_bytes = ipt_text.len();
+    sizes.ipset_bytes = ipset_text.len();
+    sizes.nft_bytes = nft_text.len();
+    sizes.state_bytes = state_text.len();
+    sizes.ipt_rules = ipt.rule_count();
+    sizes.ipt_chains = ipt.chains.len();
+    sizes.nft_rules = nft.rule_count();
+    sizes.nft_chains = nft.chain_count();
+    sizes.nft_map_elements = nft.element_count() - w.members();
+    sizes.set_members = w.members();
+    write(&full("full.ipt"), &ipt_text)?;
+    write(&full("full.ipset"), &ipset_text)?;
+    write(&full("full.nft"), &nft_text)?;
+    write(&full("full.jsonl"), &state_text)?;
+    let full_msgs = w.messages();
+    let mut steps = Vec::new();
+    for round in 0..=opts.inc {
+        let mut r = Vec::new();
+        for op in OPS {
+            let msgs = w.mutate(op, round);
+            let (ipt2, nft2) = (IptState::render(&w), NftState::render(&w));
+            let stem = format!("r{round}-{op}");
+            let s = Step {
+                op,
+                msgs,
+                ipt: dir.join(format!("{stem}.ipt")),
+                ipset_adds: ipt.added_members(&ipt2),
+                nft: dir.join(format!("{stem}.nft")),
+                state: dir.join(format!("{stem}.jsonl")),
+            };
+            write(&s.ipt, &ipt.delta_restore(&ipt2))?;
+            write(&s.nft, &nft.delta(&nft2))?;
+            write(&s.state, &w.state_document())?;
+            ipt = ipt2;
+            nft = nft2;
+            r.push(s);
+        }
+        steps.push(r);
+    }
+    Ok(Inputs {
+        full_ipt: full("full.ipt"),
+        full_ipset: full("full.ipset"),
+        full_nft: full("full.nft"),
+        full_state: full("full.jsonl"),
+        full_msgs,
+        steps,
+        ipt_rules: ipt.rule_count(),
+        ipt_members: ipt.member_count(),
+        nft_rules: nft.rule_count(),
+        nft_elements: nft.element_count(),
+        members: w.members(),
+    })
+}
+
+/// Deletes the namespace on drop (also on error or panic), then lets the kernel's asynchronous
+/// netns teardown finish before the next measurement.
+struct BenchNs(Option<netns::NamedNetNs>);
+
+impl Drop for BenchNs {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+fn fresh_ns() -> Result<BenchNs, BenchError> {
+    let name = netns::unique_netns_name("fnft-bench");
+    NetNs::create_named(&name)
+        .map(|n| BenchNs(Some(n)))
+        .map_err(|source| BenchError::Netns {
+            op: "creating a benchmark namespace",
+            source,
+        })
+}
+
+impl BenchNs {
+    fn ns(&self) -> &NetNs {
+        // Some until drop.
+        self.0
+            .as_ref()
+            .map(|n| n.ns())
+            .unwrap_or_else(|| unreachable!())
+    }
+    fn name(&self) -> String {
+        self.0
+            .as_ref()
+            .map(|n| n.name().to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.exists())
+}
+
+/// Records samples under (backend, op).
+struct Collector<'a> {
+    report: &'a mut Report,
+    backend: &'static str,
+}
+
+impl Collector<'_> {
+    fn push(&mut self, op: &str, s: Sample, timed: bool) {
+        let st = self
+            .report
+            .results
+            .entry(self.backend.to_string())
+            .or_default()
+            .entry(op.to_string())
+            .or_default();
+        if timed {
+            st.samples.push(s);
+        }
+        if let Some(k) = s.rss_kb {
+            st.rss_kb = Some(st.rss_kb.unwrap_or(0).max(k));
+        }
+    }
+}
+
+/// Runs the comparison and writes `bench-<scale>.json` and `.svg` into `opts.out_dir`.
+pub fn compare(opts: &Options) -> Result<Report, BenchError> {
+    if run::in_root_netns() && !Path::new(netns::NETNS_RUN_DIR).exists() {
+        std::fs::create_dir_all(netns::NETNS_RUN_DIR).ok();
+    }
+    let mut report = Report::new(opts);
+    let inputs = build_inputs(opts, &mut report.sizes)?;
+    let scratch = opts.out_dir.clone();
+    let wanted = |b: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|x| x == b));
+    let rss = Path::new(run::GNU_TIME).exists();
+    if !rss {
+        report.notes.push(format!(
+            "{} missing: no peak RSS for spawned tools",
+            run::GNU_TIME
+        ));
+    }
+    let felix_exe = opts
+        .felix_exe
+        .clone()
+        .or_else(|| std::env::current_exe().ok());
+    for backend in BACKENDS {
+        if !wanted(backend) {
+            continue;
+        }
+        let tools: Result<Vec<PathBuf>, String> = match backend {
+            "felix-nft" => Ok(vec![]),
+            "felix-nft-proc" => felix_exe
+                .clone()
+                .map(|p| vec![p])
+                .ok_or_else(|| "no felix-nft executable".into()),
+            "ipt-nft" => need(&["ipset", "iptables-nft-restore", "iptables-nft-save"]),
+            "ipt-legacy" => need(&["ipset", "iptables-legacy-restore", "iptables-legacy-save"]),
+            _ => need(&["nft"]),
+        };
+        let tools = match tools {
+            Ok(t) => t,
+            Err(missing) => {
+                report
+                    .notes
+                    .push(format!("{backend}: skipped, {missing} not installed"));
+                continue;
+            }
+        };
+        eprintln!(
+            "bench: {backend} ({} reps × {} rounds)",
+            opts.reps, opts.inc
+        );
+        let mode = if backend == "felix-nft-proc" {
+            probe_fresh_mode(&tools[0], &scratch, &mut report.notes)
+        } else {
+            FreshMode::RunStdin
+        };
+        let mut c = Collector {
+            report: &mut report,
+            backend,
+        };
+        for rep in 0..opts.reps {
+            let last = rep + 1 == opts.reps;
+            let counts = match backend {
+                "felix-nft" => run_in_process(&inputs, &mut c, opts.inc, last)?,
+                "felix-nft-proc" => run_fresh(
+                    &inputs,
+                    &tools[0],
+                    mode,
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    &scratch,
+                )?,
+                "nft-f" => run_nft(
+                    &inputs,
+                    &tools[0],
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    rss,
+                    &scratch,
+                )?,
+                _ => run_ipt(
+                    &inputs,
+                    &tools,
+                    &mut c,
+                    opts.inc,
+                    last && rss,
+                    rss,
+                    &scratch,
+                )?,
+            };
+            if last {
+                c.report.counts.insert(backend.to_string(), counts);
+            }
+        }
+    }
+    report.expected = report::Expected {
+        ipt_rules: inputs.ipt_rules,
+        ipt_members: inputs.ipt_members,
+        nft_rules: inputs.nft_rules,
+        nft_elements: inputs.nft_elements,
+        workload_members: inputs.members,
+    };
+    report.check();
+    report.finish();
+    report.write_files(&opts.out_dir)?;
+    Ok(report)
+}
+
+fn need(bins: &[&str]) -> Result<Vec<PathBuf>, String> {
+    bins.iter()
+        .map(|b| which(b).ok_or_else(|| b.to_string()))
+        .collect()
+}
+
+fn run_in_process(
+    inp: &Inputs,
+    c: &mut Collector,
+    inc: usize,
+    last: bool,
+) -> Result<Counts, BenchError> {
+    let ns = fresh_ns()?;
+    let mut fx = InProcess::open(ns.ns())?;
+    c.push("full", fx.apply(&inp.full_msgs)?, true);
+    for round in inp.steps.iter().take(inc) {
+        for s in round {
+            c.push(s.op, fx.apply(&s.msgs)?, true);
+        }
+    }
+    let (rb, _) = fx.read_back()?;
+    c.push("read_back", rb, true);
+    if !last {
+        return Ok(Counts::default());
+    }
+    // The RSS round is not timed for felix-nft in-process; run it so every backend ends in the
+    // same state for the count check.
+    for s in &inp.steps[inc] {
+        fx.apply(&s.msgs)?;
+    }
+    Ok(fx.read_back()?.1)
+}
+
+/// How the fresh-process backend drives the binary: `apply STATE` (issue 6) when the binary has
+/// it, else the daemon reading the state document on stdin and exiting when it is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FreshMode {
+    Apply { dump: bool },
+    RunStdin,
+}
+
+fn felix_env(t: Tool) -> Tool {
+    t.env("FELIX_CONFIGFILE", "/nonexistent")
+        .env("FELIX_IPV6SUPPORT", "false")
+        .env("FELIX_REPORTINGINTERVALSECS", "0")
+        .env("FELIX_LOGSEVERITYSCREEN", "warning")
+        .env("RUST_LOG", "warn")
+}
+
+fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path) -> Tool {
+    let exe = exe.display().to_string();
+    let name = ns.name();
+    felix_env(match mode {
+        FreshMode::Apply { .. } => Tool::new(&[
+            &exe,
+            "apply",
+            &state.display().to_string(),
+            "--netns",
+            &name,
+        ]),
+        FreshMode::RunStdin => {
+            Tool::new(&[&exe, "run", "--source", "stdin", "--netns", &name]).stdin(state)
+        }
+    })
+}
+
+/// Asks the binary itself whether `apply` and `dump` work (they exit 3 until built), on an
+/// empty state in a throwaway namespace.
+fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> FreshMode {
+    let empty = scratch.join("inputs").join("empty.jsonl");
+    if write(&empty, "{\"in_sync\":{}}\n").is_err() {
+        return FreshMode::RunStdin;
+    }
+    let Ok(ns) = fresh_ns() else {
+        return FreshMode::RunStdin;
+    };
+    let exe_s = exe.display().to_string();
+    let name = ns.name();
+    let apply = run::spawn_in(
+        ns.ns(),
+        &felix_env(Tool::new(&[
+            &exe_s,
+            "apply",
+            &empty.display().to_string(),
+            "--netns",
+            &name,
+        ])),
+        false,
+        scratch,
+    );
+    if let Err(e) = apply {
+        notes.push(format!(
+            "felix-nft-proc: `apply` unavailable in this binary ({e}); measured as a fresh \
+             `felix-nft run --source stdin` process fed the state document instead, no read-back"
+        ));
+        return FreshMode::RunStdin;
+    }
+    let dump = run::spawn_in(
+        ns.ns(),
+        &felix_env(Tool::new(&[&exe_s, "dump", "--netns", &name])),
+        false,
+        scratch,
+    );
+    if let Err(e) = &dump {
+        notes.push(format!(
+            "felix-nft-proc: `dump` unavailable ({e}); no read-back row"
+        ));
+    }
+    FreshMode::Apply { dump: dump.is_ok() }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_fresh(
+    inp: &Inputs,
+    exe: &Path,
+    mode: FreshMode,
+    c: &mut Collector,
+    inc: usize,
+    rss_round: bool,
+    scratch: &Path,
+) -> Result<Counts, BenchError> {
+    let ns = fresh_ns()?;
+    let s = run::spawn_in(
+        ns.ns(),
+        &felix_tool(exe, mode, &ns, &inp.full_state),
+        rss_round,
+        scratch,
+    )?;
+    c.push("full", s, true);
+    for (i, round) in inp.steps.iter().enumerate() {
+        let timed = i < inc;
+        if !timed && !rss_round {
+            break;
+        }
+        for st in round {
+            let s = run::spawn_in(
+                ns.ns(),
+                &felix_tool(exe, mode, &ns, &st.state),
+                !timed,
+                scratch,
+            )?;
+            c.push(st.op, s, timed);
+        }
+    }
+    if let FreshMode::Apply { dump: true } = mode {
+        let exe_s = exe.display().to_string();
+        let t = felix_env(Tool::new(&[&exe_s, "dump", "--netns", &ns.name()]));
+        c.push(
+            "read_back",
+            run::spawn_in(ns.ns(), &t, false, scratch)?,
+            true,
+        );
+    }
+    Ok(Counts::default())
+}
+
+fn run_nft(
+    inp: &Inputs,
+    nft: &Path,
+    c: &mut Collector,
+    inc: usize,
+    rss_round: bool,
+    rss: bool,
+    scratch: &Path,
+) -> Result<Counts, BenchError> {
+    let ns = fresh_ns()?;
+    let nft = nft.display().to_string();
+    let load = |p: &Path| Tool::new(&[&nft, "-f", &p.display().to_string()]);
+    c.push(
+        "full",
+        run::spawn_in(ns.ns(), &load(&inp.full_nft), rss, scratch)?,
+        true,
+    );
+    for (i, round) in inp.steps.iter().enumerate() {
+        let timed = i < inc;
+        if !timed && !rss_round {
+            break;
+        }
+        for st in round {
+            c.push(
+                st.op,
+                run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?,
+                timed,
+            );
+        }
+    }
+    let rb = Tool::new(&[&nft, "list", "ruleset"]);
+    c.push(
+        "read_back",
+        run::spawn_in(ns.ns(), &rb, false, scratch)?,
+        true,
+    );
+    if !rss_round {
+        return Ok(Counts::default());
+    }
+    // Counts through nft's JSON output (not timed).
+    let out = capture_in(ns.ns(), &[&nft, "-j", "list", "ruleset"])?;
+    Ok(nft_counts(&out))
+}
+
+fn capture_in(ns: &NetNs, argv: &[&str]) -> Result<String, BenchError> {
+    let _g = ns.enter().map_err(|source| BenchError::Netns {
+        op: "entering the benchmark namespace",
+        source,
+    })?;
+    if run::in_root_netns() {
+        return Err(BenchError::Refused(
+            "read-back in the host namespace".into(),
+        ));
+    }
+    let out = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .map_err(|source| BenchError::Io {
+            op: format!("running {}", argv.join(" ")),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Rules, chains and elements in `nft -j list ruleset` output.
+pub fn nft_counts(json: &str) -> Counts {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let mut c = Counts::default();
+    for o in v["nftables"].as_array().into_iter().flatten() {
+        if o.get("rule").is_some() {
+            c.rules += 1;
+        } else if o.get("chain").is_some() {
+            c.chains += 1;
+        } else if let Some(s) = o.get("set").or_else(|| o.get("map")) {
+            let n = s["elem"].as_array().map_or(0, Vec::len);
+            c.elements += n;
+            if s["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("cali40s-"))
+            {
+                c.workload_members += n;
+            }
+        }
+    }
+    c
+}
+
+fn run_ipt(
+    inp: &Inputs,
+    tools: &[PathBuf],
+    c: &mut Collector,
+    inc: usize,
+    rss_round: bool,
+    rss: bool,
+    scratch: &Path,
+) -> Result<Counts, BenchError> {
+    let ns = fresh_ns()?;
+    let [ipset, restore, save] = [0, 1, 2].map(|i| tools[i].display().to_string());
+    let a = run::spawn_in(
+        ns.ns(),
+        &Tool::new(&[&ipset, "restore"]).stdin(&inp.full_ipset),
+        rss,
+        scratch,
+    )?;
+    let rst = |p: &Path| Tool::new(&[&restore, "--noflush"]).stdin(p);
+    let b = run::spawn_in(ns.ns(), &rst(&inp.full_ipt), rss, scratch)?;
+    c.push("full_ipset", a, true);
+    c.push("full", a.plus(b), true);
+    for (i, round) in inp.steps.iter().enumerate() {
+        let timed = i < inc;
+        if !timed && !rss_round {
+            break;
+        }
+        for st in round {
+            let s = if st.ipset_adds.is_empty() {
+                run::spawn_in(ns.ns(), &rst(&st.ipt), !timed, scratch)?
+            } else {
+                let mut acc = Sample::default();
+                for (set, m) in &st.ipset_adds {
+                    let t = Tool::new(&[&ipset, "add", set, m]);
+                    acc = acc.plus(run::spawn_in(ns.ns(), &t, !timed, scratch)?);
+                }
+                acc
+            };
+            c.push(st.op, s, timed);
+        }
+    }
+    let a = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, scratch)?;
+    let b = run::spawn_in(ns.ns(), &Tool::new(&[&ipset, "save"]), false, scratch)?;
+    c.push("read_back", a.plus(b), true);
+    if !rss_round {
+        return Ok(Counts::default());
+    }
+    let saved = capture_in(ns.ns(), &[&save, "-t", "filter"])?;
+    let sets = capture_in(ns.ns(), &[&ipset, "save"])?;
+    Ok(Counts {
+        chains: saved.lines().filter(|l| l.starts_with(":cali")).count(),
+        rules: saved.lines().filter(|l| l.starts_with("-A ")).count(),
+        elements: sets.lines().filter(|l| l.starts_with("add ")).count(),
+        workload_members: sets
+            .lines()
+            .filter(|l| l.starts_with("add cali40s:"))
+            .count(),
+    })
+}
