@@ -14,10 +14,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::config::{self, Config};
-use crate::dataplane::driver::{chain, Driver, DriverError, LoopOptions};
+use crate::dataplane::driver::{Driver, DriverError, LoopOptions};
 use crate::dataplane::kernel::RealKernel;
 use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::NetNs;
+use crate::ops::logging::chain;
 use crate::ops::Ops;
 use crate::proto::FromDataplane;
 use crate::rtnl::monitor::{self, MonitorConfig};

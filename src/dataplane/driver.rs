@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
+use crate::ops::logging::chain;
 use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
@@ -240,7 +241,7 @@ impl<K: Kernel> Driver<K> {
             }
             Err(rej) => {
                 self.summary.rejected += 1;
-                tracing::warn!(origin = %rej.origin, error = %crate::ops::logging::chain(&rej), "input rejected");
+                tracing::warn!(origin = %rej.origin, error = %chain(&rej), "input rejected");
             }
         }
     }
@@ -636,18 +637,6 @@ impl<K: Kernel> Driver<K> {
             }
         }
     }
-}
-
-/// An error and its causes on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 /// `2026-12-02T14:24:09Z` (RFC 3339, UTC), as Felix's heartbeat carries.

@@ -359,16 +359,8 @@ impl Kernel for RealKernel {
             out.moved_or_gone
                 .extend(rep.moved_or_gone.iter().map(|n| n.addr()));
             out.in_grace += rep.in_grace.len();
-            out.errors.extend(rep.errors.iter().map(|e| {
-                let mut s = e.to_string();
-                let mut src = std::error::Error::source(e);
-                while let Some(c) = src {
-                    s.push_str(": ");
-                    s.push_str(&c.to_string());
-                    src = c.source();
-                }
-                s
-            }));
+            out.errors
+                .extend(rep.errors.iter().map(|e| crate::ops::logging::chain(e)));
         }
         Ok(out)
     }
