@@ -137,6 +137,10 @@ pub enum BenchCommand {
         /// nft-f).
         #[arg(long, value_delimiter = ',')]
         only: Option<Vec<String>>,
+        /// First probe real traffic through a tiny test bed under each backend, and fail unless
+        /// they agree (issue 8's spot-check).
+        #[arg(long)]
+        spot_check: bool,
         /// The felix-nft binary the fresh-process backend runs (default: this one).
         #[arg(long, value_name = "PATH")]
         felix_exe: Option<PathBuf>,
@@ -194,9 +198,10 @@ pub fn main() -> ExitCode {
                     inc,
                     out,
                     only,
+                    spot_check,
                     felix_exe,
                 },
-        }) => bench_compare(&scale, reps, inc, out, only, felix_exe),
+        }) => bench_compare(&scale, reps, inc, out, only, spot_check, felix_exe),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),
@@ -236,6 +241,7 @@ fn bench_compare(
     inc: Option<usize>,
     out: PathBuf,
     only: Option<Vec<String>>,
+    spot_check: bool,
     felix_exe: Option<PathBuf>,
 ) -> ExitCode {
     use crate::bench;
@@ -251,11 +257,15 @@ fn bench_compare(
     opts.inc = inc.unwrap_or(opts.inc);
     opts.only = only;
     opts.felix_exe = felix_exe;
+    opts.spot_check = spot_check;
     match bench::compare(&opts) {
         Ok(r) => {
             println!("{}", r.table());
             println!("(JSON and SVG in {})", opts.out_dir.display());
-            if r.checks_ok {
+            if r.spot_ok == Some(false) {
+                eprintln!("felix-nft: the traffic spot-check failed (see its table)");
+                ExitCode::FAILURE
+            } else if r.checks_ok {
                 ExitCode::SUCCESS
             } else {
                 eprintln!("felix-nft: the backends do not hold the same policy (see checks)");

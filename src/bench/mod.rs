@@ -4,6 +4,7 @@
 //! - [`workload`]: the generator (scales small/mid/large/custom) and the timed operations.
 //! - [`shapes`]: the baselines' inputs (Felix's iptables + ipset shape, Calico's nft shape).
 //! - [`run`]: timing a spawned tool (wait4 rusage, GNU time RSS) and felix-nft in-process.
+//! - [`spot`]: the traffic spot-check (real packets through a test bed, every backend).
 //! - [`report`]: medians with min/max, ratios, the table, JSON and the SVG chart.
 //!
 //! Invariants: nothing here writes the host's namespace (every spawn and socket checks it is not
@@ -14,6 +15,7 @@
 pub mod report;
 pub mod run;
 pub mod shapes;
+pub mod spot;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
@@ -54,6 +56,18 @@ pub enum BenchError {
         status: i32,
         stderr: String,
     },
+    #[error("{op}")]
+    Testbed {
+        op: String,
+        #[source]
+        source: crate::testbed::TestbedError,
+    },
+    #[error("{op}")]
+    Rtnl {
+        op: String,
+        #[source]
+        source: crate::rtnl::RtnlError,
+    },
     #[error("refused: {0}")]
     Refused(String),
     #[error("writing the chart")]
@@ -83,6 +97,8 @@ pub struct Options {
     pub felix_exe: Option<PathBuf>,
     /// Only these backends (default: all).
     pub only: Option<Vec<String>>,
+    /// Also run the traffic spot-check ([`spot`]) before the timings.
+    pub spot_check: bool,
 }
 
 impl Options {
@@ -102,6 +118,7 @@ impl Options {
             out_dir,
             felix_exe: None,
             only: None,
+            spot_check: false,
         }
     }
 }
@@ -283,9 +300,15 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
         std::fs::create_dir_all(netns::NETNS_RUN_DIR).ok();
     }
     let mut report = Report::new(opts);
+    let wanted = |b: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|x| x == b));
+    if opts.spot_check {
+        eprintln!("bench: traffic spot-check");
+        let sp = spot::spot_check(&opts.out_dir.join("spot"), &wanted)?;
+        report.spot_ok = Some(sp.disagreements().is_empty() && sp.discriminates());
+        report.spot = Some(sp.to_string());
+    }
     let inputs = build_inputs(opts, &mut report.sizes)?;
     let scratch = opts.out_dir.clone();
-    let wanted = |b: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|x| x == b));
     let rss = Path::new(run::GNU_TIME).exists();
     if !rss {
         report.notes.push(format!(

@@ -124,6 +124,10 @@ pub struct Report {
     pub notes: Vec<String>,
     /// op → "baseline/felix-nft" → ratio of medians (baseline ÷ felix-nft in-process).
     pub ratios: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The traffic spot-check's table, when it ran.
+    pub spot: Option<String>,
+    /// Whether the backends that ran agreed on every probed flow, and both pass and drop were seen.
+    pub spot_ok: Option<bool>,
 }
 
 impl Report {
@@ -324,6 +328,9 @@ impl Report {
         }
         for n in &self.notes {
             let _ = writeln!(s, "- note: {n}");
+        }
+        if let Some(sp) = &self.spot {
+            let _ = writeln!(s, "\n{sp}");
         }
         s
     }
