@@ -64,8 +64,15 @@ fn every_backend_gives_the_same_verdicts_on_real_traffic() {
     }
     assert!(r.verdicts.len() >= 2, "need two backends to compare:\n{r}");
     assert!(r.disagreements().is_empty(), "backends disagree:\n{r}");
+    assert!(
+        r.control.iter().all(|v| *v == Verdict::Pass),
+        "without rules every flow must pass (the bed routes):\n{r}"
+    );
     assert!(r.discriminates(), "need a pass and a drop:\n{r}");
-    assert!(r.model_mismatches().is_empty(), "verdicts differ from the model:\n{r}");
+    assert!(
+        r.model_mismatches().is_empty(),
+        "verdicts differ from the model:\n{r}"
+    );
     // The flows cover ingress and egress, allowed and denied.
     let flows = &r.flows;
     assert!(flows
@@ -109,7 +116,7 @@ fn bench_compare_prints_the_spot_check() {
     );
     assert!(stdout.contains("spot-check"), "{stdout}");
     assert!(
-        stdout.contains("backends agree: yes; match the model: yes; pass and drop seen: yes"),
+        stdout.contains("backends agree: yes; match the model: yes; pass and drop seen (all pass without rules): yes"),
         "{stdout}"
     );
     let json: serde_json::Value =

@@ -67,6 +67,9 @@ pub struct SpotReport {
     pub flows: Vec<SpotFlow>,
     /// Backend → verdict per flow (same order as `flows`).
     pub verdicts: BTreeMap<String, Vec<Verdict>>,
+    /// The same flows through the same bed with no backend loaded: every one must pass, so a
+    /// drop above is the policy's doing, not the bed's.
+    pub control: Vec<Verdict>,
     pub notes: Vec<String>,
 }
 
@@ -85,15 +88,23 @@ impl SpotReport {
     /// Flows on which some backend differs from the model.
     pub fn model_mismatches(&self) -> Vec<usize> {
         (0..self.flows.len())
-            .filter(|&i| self.verdicts.values().any(|vs| vs[i] != self.flows[i].expect))
+            .filter(|&i| {
+                self.verdicts
+                    .values()
+                    .any(|vs| vs[i] != self.flows[i].expect)
+            })
             .collect()
     }
 
     /// Whether some flow passed and some dropped under every backend.
     pub fn discriminates(&self) -> bool {
-        self.verdicts.values().all(|vs| {
-            vs.contains(&Verdict::Pass) && vs.contains(&Verdict::Drop)
-        }) && !self.verdicts.is_empty()
+        self.control.len() == self.flows.len()
+            && self.control.iter().all(|v| *v == Verdict::Pass)
+            && self
+                .verdicts
+                .values()
+                .all(|vs| vs.contains(&Verdict::Pass) && vs.contains(&Verdict::Drop))
+            && !self.verdicts.is_empty()
     }
 }
 
@@ -109,14 +120,19 @@ impl fmt::Display for End {
 impl fmt::Display for SpotReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backends: Vec<&String> = self.verdicts.keys().collect();
-        write!(f, "spot-check ({SPOT_SCALE}):\n  {:<34} {:<7}", "flow", "model")?;
+        write!(
+            f,
+            "spot-check ({SPOT_SCALE}):\n  {:<40} {:<7} {:<8}",
+            "flow", "model", "no rules"
+        )?;
         for b in &backends {
             write!(f, " {b:<10}")?;
         }
         writeln!(f)?;
         for (i, fl) in self.flows.iter().enumerate() {
             let name = format!("{}→{}:{} ({})", fl.from, fl.to, fl.port, fl.why);
-            write!(f, "  {name:<34} {:<7}", fl.expect.to_string())?;
+            let ctl = self.control.get(i).map_or("–".into(), |v| v.to_string());
+            write!(f, "  {name:<40} {:<7} {ctl:<8}", fl.expect.to_string())?;
             for b in &backends {
                 write!(f, " {:<10}", self.verdicts[*b][i].to_string())?;
             }
@@ -126,7 +142,7 @@ impl fmt::Display for SpotReport {
         let m = self.model_mismatches();
         writeln!(
             f,
-            "  backends agree: {}; match the model: {}; pass and drop seen: {}",
+            "  backends agree: {}; match the model: {}; pass and drop seen (all pass without rules): {}",
             if d.is_empty() { "yes".to_string() } else { format!("NO (flows {d:?})") },
             if m.is_empty() { "yes".to_string() } else { format!("NO (flows {m:?})") },
             if self.discriminates() { "yes" } else { "NO" },
@@ -182,9 +198,17 @@ fn plan(prefix: &str) -> (Workload, TopologySpec, Vec<SpotFlow>) {
         }),
     };
     let ext = crate::testbed::topology::EXTERNAL_V4;
-    // The peer joins the set of ep0's first ingress rule and of its first egress rule.
+    // The peer joins the set of ep0's first ingress rule and of its first egress rule, and (as
+    // a /30 around it) the first hash:net set of ep0's ingress rules, so interval matching is
+    // probed too.
     let in_rule = w.policies[w.endpoints[0].ingress[0]].rules[0].clone();
     let out_rule = w.policies[w.endpoints[0].egress[0]].rules[0].clone();
+    let net_rule = w.endpoints[0]
+        .ingress
+        .iter()
+        .flat_map(|&p| w.policies[p].rules.iter())
+        .find(|r| w.sets[r.set].net && r.set != in_rule.set)
+        .cloned();
     for set in [in_rule.set, out_rule.set] {
         let m = if w.sets[set].net {
             format!("{ext}/32")
@@ -195,6 +219,11 @@ fn plan(prefix: &str) -> (Workload, TopologySpec, Vec<SpotFlow>) {
             w.sets[set].members.push(m);
         }
     }
+    if let Some(r) = &net_rule {
+        w.sets[r.set]
+            .members
+            .push(format!("{}/30", Ipv4Addr::from(u32::from(ext) & !3)));
+    }
     let ip_of = |w: &Workload, e: End| match e {
         End::External => ext,
         End::Endpoint(i) => w.endpoints[i].ip,
@@ -202,9 +231,10 @@ fn plan(prefix: &str) -> (Workload, TopologySpec, Vec<SpotFlow>) {
     // Allowed iff every workload end's policies have a rule for the peer address and port.
     let allows = |w: &Workload, pols: &[usize], peer: Ipv4Addr, port: u16| {
         pols.iter().any(|&p| {
-            w.policies[p].rules.iter().any(|r| {
-                r.ports.contains(&port) && set_contains(&w.sets[r.set].members, peer)
-            })
+            w.policies[p]
+                .rules
+                .iter()
+                .any(|r| r.ports.contains(&port) && set_contains(&w.sets[r.set].members, peer))
         })
     };
     let model = |w: &Workload, from: End, to: End, port: u16| {
@@ -252,12 +282,35 @@ fn plan(prefix: &str) -> (Workload, TopologySpec, Vec<SpotFlow>) {
         });
     };
     use End::*;
-    add(External, Endpoint(0), in_rule.ports[0], "src in set, port ok");
+    add(
+        External,
+        Endpoint(0),
+        in_rule.ports[0],
+        "src in set, port ok",
+    );
+    if let Some(r) = &net_rule {
+        add(External, Endpoint(0), r.ports[0], "src in net set");
+    }
     add(External, Endpoint(0), CLOSED_PORT, "port not allowed");
     add(External, Endpoint(oi), oi_port, "src not in set");
-    add(Endpoint(0), External, out_rule.ports[0], "egress: dst in set");
-    add(Endpoint(0), External, CLOSED_PORT, "egress: port not allowed");
-    add(Endpoint(oe), External, out_rule.ports[0], "egress: dst not in set");
+    add(
+        Endpoint(0),
+        External,
+        out_rule.ports[0],
+        "egress: dst in set",
+    );
+    add(
+        Endpoint(0),
+        External,
+        CLOSED_PORT,
+        "egress: port not allowed",
+    );
+    add(
+        Endpoint(oe),
+        External,
+        out_rule.ports[0],
+        "egress: dst not in set",
+    );
     (w, spec, flows)
 }
 
@@ -271,13 +324,10 @@ fn set_contains(members: &[String], ip: Ipv4Addr) -> bool {
 /// What a CNI plugin and Felix's route manager leave in the host namespace (§14–15).
 async fn program_host(topo: &Topology) -> Result<(), BenchError> {
     let h = RtnlHandle::connect(Some(topo.host())).map_err(rt("connecting rtnetlink"))?;
-    let host = topo
-        .host()
-        .try_clone()
-        .map_err(|source| BenchError::Io {
-            op: "cloning the host namespace handle".into(),
-            source,
-        })?;
+    let host = topo.host().try_clone().map_err(|source| BenchError::Io {
+        op: "cloning the host namespace handle".into(),
+        source,
+    })?;
     let sys = ProcSys::new(Some(host));
     sys.write("net/ipv4/ip_forward", "1")
         .map_err(rt("enabling forwarding"))?;
@@ -303,8 +353,15 @@ async fn program_host(topo: &Topology) -> Result<(), BenchError> {
 }
 
 /// Loads backend `backend`'s full sync of `w` into `host`.
-fn load(backend: &str, w: &Workload, host: &NetNs, tools: &[String], dir: &Path) -> Result<(), BenchError> {
+fn load(
+    backend: &str,
+    w: &Workload,
+    host: &NetNs,
+    tools: &[String],
+    dir: &Path,
+) -> Result<(), BenchError> {
     match backend {
+        "" => {}
         "felix-nft" => {
             let mut fx = InProcess::open(host)?;
             fx.apply(&w.messages())?;
@@ -312,15 +369,30 @@ fn load(backend: &str, w: &Workload, host: &NetNs, tools: &[String], dir: &Path)
         "nft-f" => {
             let p = dir.join("spot.nft");
             write(&p, &NftState::render(w).full())?;
-            run::spawn_in(host, &Tool::new(&[&tools[0], "-f", &p.display().to_string()]), false, dir)?;
+            run::spawn_in(
+                host,
+                &Tool::new(&[&tools[0], "-f", &p.display().to_string()]),
+                false,
+                dir,
+            )?;
         }
         _ => {
             let ipt = IptState::render(w);
             let (ps, pr) = (dir.join("spot.ipset"), dir.join("spot.ipt"));
             write(&ps, &ipt.ipset_restore())?;
             write(&pr, &ipt.restore())?;
-            run::spawn_in(host, &Tool::new(&[&tools[0], "restore"]).stdin(&ps), false, dir)?;
-            run::spawn_in(host, &Tool::new(&[&tools[1], "--noflush"]).stdin(&pr), false, dir)?;
+            run::spawn_in(
+                host,
+                &Tool::new(&[&tools[0], "restore"]).stdin(&ps),
+                false,
+                dir,
+            )?;
+            run::spawn_in(
+                host,
+                &Tool::new(&[&tools[1], "--noflush"]).stdin(&pr),
+                false,
+                dir,
+            )?;
         }
     }
     Ok(())
@@ -339,12 +411,12 @@ pub fn spot_check(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> Result<SpotRepor
         flows,
         ..SpotReport::default()
     };
-    for backend in ["felix-nft", "ipt-nft", "ipt-legacy", "nft-f"] {
-        if !wanted(backend) {
+    for backend in ["", "felix-nft", "ipt-nft", "ipt-legacy", "nft-f"] {
+        if !backend.is_empty() && !wanted(backend) {
             continue;
         }
         let tools = match backend {
-            "felix-nft" => Ok(vec![]),
+            "" | "felix-nft" => Ok(vec![]),
             "ipt-nft" => need(&["ipset", "iptables-nft-restore"]),
             "ipt-legacy" => need(&["ipset", "iptables-legacy-restore"]),
             _ => need(&["nft"]),
@@ -386,11 +458,19 @@ pub fn spot_check(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> Result<SpotRepor
                 )));
             };
             let _srv = TcpServer::start(dst_ns, fl.port).map_err(tb("starting a listener"))?;
-            let v = tcp_connect(src, std::net::SocketAddr::new(IpAddr::V4(dst), fl.port), TIMEOUT)
-                .map_err(tb("probing"))?;
+            let v = tcp_connect(
+                src,
+                std::net::SocketAddr::new(IpAddr::V4(dst), fl.port),
+                TIMEOUT,
+            )
+            .map_err(tb("probing"))?;
             verdicts.push(v);
         }
-        report.verdicts.insert(backend.to_string(), verdicts);
+        if backend.is_empty() {
+            report.control = verdicts;
+        } else {
+            report.verdicts.insert(backend.to_string(), verdicts);
+        }
     }
     Ok(report)
 }
