@@ -419,12 +419,37 @@ fn run_in_process(
     last: bool,
 ) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
+    // Peak RSS of the in-process backend: on the last repetition the process's high-water mark
+    // is reset to its current RSS (proc(5) clear_refs "5") before the socket opens and read
+    // after the full sync. It is the whole process's peak — the daemon's situation too.
+    let hwm = last && run::reset_peak_rss();
     let mut fx = InProcess::open(ns.ns())?;
     c.push("full", fx.apply(&inp.full_msgs)?, true);
+    if let Some(k) = run::peak_rss_kb().filter(|_| hwm) {
+        let s = Sample {
+            rss_kb: Some(k),
+            ..Sample::default()
+        };
+        c.push("full", s, false);
+        c.report.notes.push(
+            "felix-nft peak RSS: this process's VmHWM, reset (clear_refs 5) before the socket \
+             opens and again before the incremental rounds; the incremental figure is the peak \
+             over all of them"
+                .into(),
+        );
+    }
+    let hwm = hwm && inc > 0 && run::reset_peak_rss();
     for round in inp.steps.iter().take(inc) {
         for s in round {
             c.push(s.op, fx.apply(&s.msgs)?, true);
         }
+    }
+    if let Some(k) = run::peak_rss_kb().filter(|_| hwm) {
+        let s = Sample {
+            rss_kb: Some(k),
+            ..Sample::default()
+        };
+        c.push("add_ep", s, false);
     }
     let (rb, _) = fx.read_back()?;
     c.push("read_back", rb, true);

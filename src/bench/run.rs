@@ -189,6 +189,21 @@ pub fn spawn_in(ns: &NetNs, tool: &Tool, rss: bool, scratch: &Path) -> Result<Sa
     })
 }
 
+/// Resets this process's peak RSS (`VmHWM`) to its current RSS by writing `5` to
+/// `/proc/self/clear_refs` (proc(5), Linux ≥ 4.0). False when the kernel refuses.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// This process's peak RSS since start or the last [`reset_peak_rss`], kB (`VmHWM`).
+pub fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 fn thread_cpu() -> (f64, f64) {
     // SAFETY: plain old data filled by getrusage for the calling thread.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
