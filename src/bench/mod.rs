@@ -65,8 +65,9 @@ pub enum BenchError {
     #[error("{op}")]
     Rtnl {
         op: String,
+        /// Boxed: rtnetlink's error is large and would bloat every result here.
         #[source]
-        source: crate::rtnl::RtnlError,
+        source: Box<crate::rtnl::RtnlError>,
     },
     #[error("refused: {0}")]
     Refused(String),

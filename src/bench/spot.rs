@@ -164,7 +164,7 @@ fn tb(op: &str) -> impl FnOnce(crate::testbed::TestbedError) -> BenchError + '_ 
 fn rt(op: &str) -> impl FnOnce(crate::rtnl::RtnlError) -> BenchError + '_ {
     move |source| BenchError::Rtnl {
         op: op.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
