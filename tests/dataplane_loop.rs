@@ -278,3 +278,47 @@ async fn an_update_that_changes_nothing_sends_nothing() {
     // The second apply computed the same tables: the fake saw no change to commit.
     assert_eq!(d.kernel.commits, 1, "{:?}", d.kernel.calls);
 }
+
+#[tokio::test(start_paused = true)]
+async fn route_sync_disabled_leaves_nothing_dirty() {
+    // RouteSyncDisabled=true skips route work entirely; the endpoint's route must not stay
+    // "dirty" and make the loop re-apply forever.
+    let dp = Dataplane::new(
+        DataplaneConfig {
+            route_sync_disabled: true,
+            ..DataplaneConfig::default()
+        },
+        1,
+    )
+    .expect("default config renders");
+    let mut d = Driver::new(
+        dp,
+        FakeKernel::default(),
+        LoopOptions::default(),
+        None,
+        None,
+    );
+    let (tx, rx) = mpsc::channel(16);
+    let (itx, irx) = mpsc::channel(16);
+    itx.send(IfaceEvent::InSync).await.unwrap();
+    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
+    tx.send(msg(IN_SYNC)).await.unwrap();
+    // Run for a while with the input still open: only the one apply may happen.
+    // (Timers fire meanwhile: heartbeat and health ticks every 10 s wake the loop.)
+    d.run(rx, irx, tokio::time::sleep(Duration::from_secs(35)))
+        .await
+        .unwrap();
+    assert_eq!(d.summary().applies, 1, "the loop kept re-applying");
+    assert_eq!(
+        table_calls(&d.kernel),
+        [TableMode::Resync],
+        "{:?}",
+        d.kernel.calls
+    );
+    assert!(!d
+        .kernel
+        .calls
+        .iter()
+        .any(|c| matches!(c, Call::Routes { .. })));
+    drop((tx, itx));
+}

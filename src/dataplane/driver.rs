@@ -408,6 +408,11 @@ impl<K: Kernel> Driver<K> {
                 }
             }
         }
+        if self.dp.cfg.route_sync_disabled {
+            // RouteSyncDisabled: route and neighbour work is someone else's; nothing stays dirty.
+            self.dp.dirty.routes = false;
+            self.dp.dirty.neighbours = false;
+        }
         if !self.dp.dirty.routes && !self.dp.dirty.neighbours {
             self.resync_routes = false;
         }
