@@ -311,12 +311,13 @@ impl Dirty {
         self.tables || self.routes || self.neighbours || !self.ifaces.is_empty()
     }
 
-    fn all(ifaces: impl IntoIterator<Item = String>) -> Dirty {
+    /// Everything to check against the kernel (start of day).
+    fn all() -> Dirty {
         Dirty {
             tables: true,
             routes: true,
             neighbours: true,
-            ifaces: ifaces.into_iter().collect(),
+            ifaces: BTreeSet::new(),
         }
     }
 }
@@ -351,7 +352,7 @@ impl Dataplane {
             datastore_in_sync: false,
             ifaces_in_sync: false,
             default_rp_filter,
-            dirty: Dirty::all([]),
+            dirty: Dirty::all(),
             conf_failed: BTreeSet::new(),
         })
     }
@@ -503,11 +504,6 @@ impl Dataplane {
         self.ifaces_in_sync = true;
     }
 
-    /// Everything must be re-checked against the kernel.
-    pub fn mark_all_dirty(&mut self) {
-        self.dirty = Dirty::all(self.workload_ifaces());
-    }
-
     /// Records that configuring `iface` failed (its endpoint goes `down` until it succeeds).
     pub fn iface_conf_failed(&mut self, iface: &str) {
         self.conf_failed.insert(iface.to_string());
@@ -525,13 +521,6 @@ impl Dataplane {
             out.entry(wep.name.as_str()).or_insert((id, wep));
         }
         out
-    }
-
-    fn workload_ifaces(&self) -> Vec<String> {
-        self.workloads_by_iface()
-            .keys()
-            .map(|s| s.to_string())
-            .collect()
     }
 
     /// The model the renderer sees: host addresses filled in, and host endpoints without a name

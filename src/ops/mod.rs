@@ -9,6 +9,7 @@
 //! - [`metrics`]: the registry with Felix's metric names (`felix_int_dataplane_*`,
 //!   `felix_nft_*`, `felix_route_table_*`) and ours (`felix_nft_agent_*`).
 //! - [`systemd`]: `READY=1`, `WATCHDOG=1`, `STOPPING=1`.
+//! - [`logging`]: an error and its causes on one line.
 //! - [`logfmt`]: Felix's severity parameters on `tracing`, text or one-line JSON.
 //! - [`server`]: the HTTP endpoints and the watchdog task, run until a shutdown future.
 //! - [`signal`]: SIGTERM/SIGINT as a future, the daemon's usual shutdown trigger.

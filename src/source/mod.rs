@@ -16,8 +16,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
 use crate::proto::frame::FrameError;
 use crate::proto::json::{self, JsonError};
 use crate::proto::{DecodeError, ToDataplane};
@@ -144,37 +142,6 @@ impl std::str::FromStr for SourceSpec {
             },
         }
     }
-}
-
-/// Counts kept by the stand-in consumer [`log_updates`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Tally {
-    pub decoded: u64,
-    pub rejected: u64,
-}
-
-/// The consumer used until the dataplane exists (issue 6): logs each message — at info with its
-/// sequence number and payload kind when `trace_input`, else at debug — and each rejection at
-/// warn, until the channel closes.
-pub async fn log_updates(mut rx: mpsc::Receiver<Received>, trace_input: bool) -> Tally {
-    let mut tally = Tally::default();
-    while let Some(item) = rx.recv().await {
-        match item {
-            Ok(update) => {
-                tally.decoded += 1;
-                log_update(&update, trace_input);
-            }
-            Err(rejected) => {
-                tally.rejected += 1;
-                tracing::warn!(
-                    origin = %rejected.origin,
-                    error = %crate::ops::logging::chain(&rejected),
-                    "input rejected"
-                );
-            }
-        }
-    }
-    tally
 }
 
 /// Logs one decoded message: at info with its sequence number and kind when `trace_input`, else at
