@@ -1,7 +1,8 @@
 //! CPU cost of what every felix-nft apply does before the kernel sees a byte, at endpoint scale
 //! (STYLE.md "Benches"): rendering the whole desired state from the model, diffing it against
-//! the believed state (no change, and one endpoint added), and encoding the full load into one
-//! batch. The workload is `bench compare`'s generator: W endpoints, W/2 policies of 5 rules,
+//! the believed state (no change, and one endpoint added), encoding the full load into one
+//! batch, and the daemon's incremental path (issue 9: render only what an update touches —
+//! one endpoint added then removed, one IP set member added). The workload is `bench compare`'s generator: W endpoints, W/2 policies of 5 rules,
 //! 500 IP sets of 200 members (100k members), 2 policies per endpoint and direction. Kernel time
 //! is `felix-nft bench compare`'s job.
 
@@ -42,7 +43,7 @@ fn benches(c: &mut Criterion) {
         let mut w = Workload::generate(scale);
         let dp = dataplane(&w);
         let before = tables(&dp);
-        let mut dp2 = dp.clone();
+        let mut dp2 = dataplane(&w);
         for m in w.mutate("add_ep", 0) {
             dp2.on_update(&m).unwrap();
         }
@@ -63,6 +64,33 @@ fn benches(c: &mut Criterion) {
                 let mut batch = Batch::new(1, Some(1));
                 plan.encode(&mut batch).unwrap();
                 black_box(batch.finish(true).bytes.len())
+            })
+        });
+
+        // The daemon's path: patches of what changed.
+        let mut inc = dataplane(&w);
+        black_box(inc.tables_patch());
+        let mut round = 1;
+        g.bench_function(BenchmarkId::new("incremental_add_del_ep", w_eps), |b| {
+            b.iter(|| {
+                round += 1;
+                for m in w.mutate("add_ep", round) {
+                    inc.on_update(&m).unwrap();
+                }
+                let n = inc.tables_patch().len();
+                for m in w.mutate("del_ep", round) {
+                    inc.on_update(&m).unwrap();
+                }
+                black_box(n + inc.tables_patch().len())
+            })
+        });
+        g.bench_function(BenchmarkId::new("incremental_member", w_eps), |b| {
+            b.iter(|| {
+                round += 1;
+                for m in w.mutate("add_mem_ip", round) {
+                    inc.on_update(&m).unwrap();
+                }
+                black_box(inc.tables_patch().len())
             })
         });
     }

@@ -543,3 +543,104 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
         canonical_table(&d)
     );
 }
+
+#[test]
+fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrusted() {
+    use felix_nft::nft::model::TablePatch;
+    use felix_nft::nft::reconcile::Reconciler;
+    let mut r = Reconciler::new(
+        FakeKernel::default(),
+        SyncOptions {
+            ownership: Ownership::Off,
+            ..Default::default()
+        },
+    );
+    let key = (Family::Ip, "calico".to_owned());
+    let mut first = TablePatch::new(Family::Ip, "calico");
+    for n in ["a", "b", "c"] {
+        let mut c = Chain::regular(n);
+        c.rules.push(rule(Verdict::Accept, n, 0));
+        first.chains.insert(n.into(), Some(c));
+    }
+    let mut s = Set {
+        name: "s".into(),
+        key: vec![DataType::Ipv4Addr],
+        flags: 0,
+        data: None,
+        size: None,
+        elements: vec![],
+    };
+    s.elements.push(Element {
+        key: vec![10, 0, 0, 1],
+        key_end: None,
+        flags: 0,
+        data: None,
+    });
+    first.sets.insert("s".into(), Some(s.clone()));
+    // Untrusted start: the kernel is read and everything diffed.
+    r.apply_patches(vec![first]).unwrap();
+    assert_eq!(r.kernel.reads, 1);
+    assert_eq!(r.kernel.tables[&key].chains.len(), 3);
+
+    // A member added and chain b replaced: only those, no read.
+    let mut p = TablePatch::new(Family::Ip, "calico");
+    s.elements.push(Element {
+        key: vec![10, 0, 0, 2],
+        key_end: None,
+        flags: 0,
+        data: None,
+    });
+    p.sets.insert("s".into(), Some(s.clone()));
+    let mut b = Chain::regular("b");
+    b.rules.push(rule(Verdict::Drop, "b2", 0));
+    p.chains.insert("b".into(), Some(b));
+    p.chains.insert("c".into(), None);
+    let rep = r.apply_patches(vec![p]).unwrap();
+    assert_eq!(r.kernel.reads, 1, "trusted: no dump");
+    let ops = &rep.plans[0].ops;
+    assert!(
+        matches!(&ops[0], Op::AddElements { set, elements } if set == "s" && elements.len() == 1),
+        "{ops:?}"
+    );
+    assert!(ops.contains(&Op::FlushChain("b".into())), "{ops:?}");
+    assert!(ops.contains(&Op::DelChain("c".into())), "{ops:?}");
+    assert!(
+        !ops.iter()
+            .any(|o| matches!(o, Op::AddRule { chain, .. } if chain == "a")),
+        "{ops:?}"
+    );
+    assert_eq!(
+        canonical_table(&r.kernel.tables[&key]),
+        canonical_table(&r.desired()[0])
+    );
+
+    // The same patch again: nothing to send, no commit.
+    let commits = r.kernel.commits;
+    let mut again = TablePatch::new(Family::Ip, "calico");
+    again.sets.insert("s".into(), Some(s.clone()));
+    assert_eq!(r.apply_patches(vec![again]).unwrap().ops, 0);
+    assert_eq!(r.kernel.commits, commits);
+
+    // Someone else deleted chain a: a patch that does not name it still repairs it, because
+    // the moved generation makes the reconciler read and diff everything.
+    r.kernel.generation += 1;
+    r.kernel.tables.get_mut(&key).unwrap().chains.remove("a");
+    let rep = r.apply_patches(vec![]).unwrap();
+    assert_eq!(r.kernel.reads, 2);
+    assert!(rep.plans[0]
+        .ops
+        .contains(&Op::AddChain(Chain::regular("a"))));
+    assert_eq!(
+        canonical_table(&r.kernel.tables[&key]),
+        canonical_table(&r.desired()[0])
+    );
+
+    // A failed commit keeps the patch: the next apply (a read) still converges to it.
+    r.kernel.restarts_to_inject = 100;
+    let mut p = TablePatch::new(Family::Ip, "calico");
+    p.chains.insert("d".into(), Some(Chain::regular("d")));
+    assert!(r.apply_patches(vec![p]).is_err());
+    r.kernel.restarts_to_inject = 0;
+    r.apply_patches(vec![]).unwrap();
+    assert!(r.kernel.tables[&key].chains.contains_key("d"));
+}

@@ -293,7 +293,7 @@ impl Report {
                 .collect();
             let _ = writeln!(
                 s,
-                "\nfelix-nft in-process, median ms spent re-rendering the whole desired state \
+                "\nfelix-nft in-process, median ms spent rendering what changed \
                  (included above): {}",
                 parts.join(", ")
             );

@@ -296,8 +296,9 @@ impl InProcess {
         })
     }
 
-    /// Records `msgs`, renders the whole desired state and converges the kernel to it — what one
-    /// apply of the daemon does.
+    /// Records `msgs`, renders what they changed and converges the kernel — what one apply
+    /// of the daemon does (the driver's tables phase: `Dataplane::tables_patch` →
+    /// `Reconciler::apply_patches`).
     pub fn apply(&mut self, msgs: &[ToDataplane]) -> Result<Sample, BenchError> {
         let (r, mut sample) = timed(|| -> Result<f64, BenchError> {
             for m in msgs {
@@ -306,22 +307,20 @@ impl InProcess {
                     .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
             }
             let t0 = Instant::now();
-            let d = self
-                .dp
-                .desired()
-                .map_err(|e| BenchError::Refused(format!("rendering: {e}")))?;
+            let patches = self.dp.tables_patch();
             let render_ms = t0.elapsed().as_secs_f64() * 1e3;
-            self.tables = d
-                .tables
-                .iter()
-                .map(|t| (t.family, t.name.clone()))
-                .collect();
             self.rec
-                .apply(&d.tables)
+                .apply_patches(patches)
                 .map_err(|source| BenchError::Nft {
                     op: "applying the desired tables".into(),
                     source,
                 })?;
+            self.tables = self
+                .rec
+                .desired()
+                .iter()
+                .map(|t| (t.family, t.name.clone()))
+                .collect();
             Ok(render_ms)
         });
         sample.render_ms = Some(r?);

@@ -31,7 +31,7 @@ use crate::rtnl::monitor::IfaceEvent;
 use crate::rules::RulesError;
 use crate::source::Received;
 
-use super::kernel::{Kernel, KernelError, TableMode};
+use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
 use super::status::StatusReporter;
 use super::Dataplane;
 
@@ -288,7 +288,16 @@ impl<K: Kernel> Driver<K> {
         let t0 = Instant::now();
         let span = tracing::info_span!("apply");
         let _enter = span.enter();
-        let desired = self.dp.desired().map_err(DriverError::Render)?;
+        // Routes, neighbours and interface configuration are computed only when one of those
+        // phases has work: an IP set member must not cost a pass over every workload.
+        let host_work = !self.dp.dirty.ifaces.is_empty()
+            || (!self.dp.cfg.route_sync_disabled
+                && (self.dp.dirty.routes || self.dp.dirty.neighbours || self.resync_routes));
+        let desired = if host_work {
+            self.dp.desired_host()
+        } else {
+            super::Desired::default()
+        };
         if !self.first_apply_done && self.summary.applies == 0 {
             self.kernel
                 .globals(self.dp.cfg.ip_forwarding, self.dp.cfg.ipv6)
@@ -309,7 +318,9 @@ impl<K: Kernel> Driver<K> {
                 TableMode::Incremental
             };
             let model_changed = self.dp.dirty.tables;
-            match self.kernel.tables(&desired.tables, mode).await {
+            // Only what changed goes to the kernel side, which keeps the rest (issue 9).
+            let patch = TablesInput::Patch(self.dp.tables_patch());
+            match self.kernel.tables(patch, mode).await {
                 Ok(out) => {
                     table_ops = out.ops;
                     if mode == TableMode::Resync
@@ -486,9 +497,9 @@ impl<K: Kernel> Driver<K> {
                 self.retry_at = Some(TokioInstant::now() + delay);
             }
         }
-        // 6. Status (after DataplaneInSync on the first apply).
-        let (w, h) = self.dp.statuses();
-        if self.dp.cfg.endpoint_reporting {
+        // 6. Status (after DataplaneInSync on the first apply), when it may have changed.
+        if self.dp.take_status_dirty() && self.dp.cfg.endpoint_reporting {
+            let (w, h) = self.dp.statuses();
             for m in self.status.update(&w, &h) {
                 self.send(m).await;
             }

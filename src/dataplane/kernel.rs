@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::netns::NetNs;
-use crate::nft::model::Table;
+use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, SyncReport};
 use crate::nft::NftError;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
@@ -34,6 +34,25 @@ pub enum TableMode {
     DryRun,
     /// Read and diff only; send nothing (`plan`).
     Plan,
+}
+
+/// What the tables phase is given.
+#[derive(Debug, Clone)]
+pub enum TablesInput {
+    /// The whole desired state (one-shot commands).
+    Full(Vec<Table>),
+    /// What changed since the last call (the daemon: the kernel side keeps the rest).
+    Patch(Vec<TablePatch>),
+}
+
+impl TablesInput {
+    /// Folds this input into `store` (the desired tables kept by the kernel side).
+    pub fn fold_into(self, store: &mut Vec<Table>) {
+        match self {
+            TablesInput::Full(t) => *store = t,
+            TablesInput::Patch(ps) => TablePatch::fold_all(ps, store),
+        }
+    }
 }
 
 /// What programming the tables did.
@@ -101,7 +120,7 @@ pub trait Kernel {
     /// Our nf_tables tables, in one transaction.
     async fn tables(
         &mut self,
-        desired: &[Table],
+        input: TablesInput,
         mode: TableMode,
     ) -> Result<TablesOutcome, KernelError>;
     /// Routes (both families), grouped by owner.
@@ -130,7 +149,7 @@ pub trait Kernel {
 type NftReply = Result<TablesOutcome, NftError>;
 
 struct NftRequest {
-    tables: Vec<Table>,
+    tables: TablesInput,
     mode: TableMode,
     reply: oneshot::Sender<NftReply>,
 }
@@ -171,10 +190,13 @@ impl NftWorker {
                         }
                         TableMode::Plan => rec.mark_stale(),
                     }
-                    let out = if req.mode == TableMode::Plan {
-                        plan_only(&mut rec, &req.tables)
-                    } else {
-                        rec.apply(&req.tables).map(TablesOutcome::from)
+                    let out = match (req.mode, req.tables) {
+                        (TableMode::Plan, TablesInput::Full(t)) => plan_only(&mut rec, &t),
+                        (TableMode::Plan, TablesInput::Patch(_)) => Err(NftError::Protocol(
+                            "a plan needs the whole desired state, not a patch".into(),
+                        )),
+                        (_, TablesInput::Full(t)) => rec.apply_owned(t).map(TablesOutcome::from),
+                        (_, TablesInput::Patch(p)) => rec.apply_patches(p).map(TablesOutcome::from),
                     };
                     if out.is_err() || matches!(req.mode, TableMode::DryRun | TableMode::Plan) {
                         rec.mark_stale();
@@ -188,7 +210,7 @@ impl NftWorker {
         Ok(NftWorker { tx })
     }
 
-    async fn apply(&self, tables: Vec<Table>, mode: TableMode) -> NftReply {
+    async fn apply(&self, tables: TablesInput, mode: TableMode) -> NftReply {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(NftRequest {
@@ -281,7 +303,7 @@ impl RealKernel {
     /// Computes the nf_tables plans without sending anything.
     pub async fn plan_tables(&self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
         self.nft
-            .apply(desired.to_vec(), TableMode::Plan)
+            .apply(TablesInput::Full(desired.to_vec()), TableMode::Plan)
             .await
             .map_err(KernelError::Nft)
     }
@@ -316,13 +338,10 @@ impl Kernel for RealKernel {
 
     async fn tables(
         &mut self,
-        desired: &[Table],
+        input: TablesInput,
         mode: TableMode,
     ) -> Result<TablesOutcome, KernelError> {
-        self.nft
-            .apply(desired.to_vec(), mode)
-            .await
-            .map_err(KernelError::Nft)
+        self.nft.apply(input, mode).await.map_err(KernelError::Nft)
     }
 
     async fn routes(
@@ -503,6 +522,8 @@ pub struct FakeKernel {
     pub fail_rebuild: bool,
     /// The tables of the last successful commit.
     pub committed: Vec<Table>,
+    /// The desired tables as given (patches folded in).
+    pub desired: Vec<Table>,
     /// Incremental commits that sent something.
     pub commits: usize,
     /// Every routes call reports this many unknown routes still in their grace period (§15).
@@ -517,9 +538,11 @@ impl Kernel for FakeKernel {
 
     async fn tables(
         &mut self,
-        desired: &[Table],
+        input: TablesInput,
         mode: TableMode,
     ) -> Result<TablesOutcome, KernelError> {
+        input.fold_into(&mut self.desired);
+        let desired = &self.desired;
         self.calls.push(Call::Tables {
             mode,
             tables: desired.len(),
@@ -528,12 +551,10 @@ impl Kernel for FakeKernel {
             self.fail_tables = self.fail_tables.saturating_sub(1);
             return Err(KernelError::Other("injected nf_tables failure".into()));
         }
-        let changed = self.committed != desired;
-        if mode != TableMode::DryRun {
-            if changed {
-                self.commits += 1;
-            }
-            self.committed = desired.to_vec();
+        let changed = &self.committed != desired;
+        if mode != TableMode::DryRun && changed {
+            self.commits += 1;
+            self.committed = desired.clone();
         }
         Ok(TablesOutcome {
             ops: usize::from(changed),

@@ -30,7 +30,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::config::Config;
-use crate::nft::model::Table;
+use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::Ownership;
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{
@@ -39,6 +39,7 @@ use crate::proto::{
 };
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::RouteSpec;
+use crate::rules::incremental::{Changes, Incremental, Inputs};
 use crate::rules::{self, Model, RulesConfig, RulesError};
 
 pub use status::Status;
@@ -323,10 +324,18 @@ impl Dirty {
 }
 
 /// The desired state of the node and what is dirty. Pure: no I/O.
-#[derive(Debug, Clone)]
 pub struct Dataplane {
     pub cfg: DataplaneConfig,
     model: Model,
+    /// The incremental renderer and the model changes it has not rendered yet.
+    inc: Incremental,
+    changes: Changes,
+    /// Workload endpoint ids per interface name (the smallest id wins, §14.1).
+    workload_ids: BTreeMap<String, BTreeSet<WorkloadEndpointId>>,
+    /// Host endpoints with interface-less ones resolved (§14.4), as last rendered.
+    heps_resolved: BTreeMap<HostEndpointId, HostEndpoint>,
+    /// Endpoint statuses may have changed since they were last computed.
+    status_dirty: bool,
     /// Felix's route updates by destination (for blackhole routes of local IPAM blocks).
     routes: BTreeMap<String, RouteUpdate>,
     ifaces: BTreeMap<String, IfaceInfo>,
@@ -343,9 +352,17 @@ impl Dataplane {
     /// An empty desired state. Fails only when the configuration cannot be rendered (a mark mask
     /// too small for Calico's bits).
     pub fn new(cfg: DataplaneConfig, default_rp_filter: u32) -> Result<Dataplane, RulesError> {
-        rules::Renderer::new(cfg.rules.clone())?;
+        let renderer = rules::Renderer::new(cfg.rules.clone())?;
         Ok(Dataplane {
             model: Model::new(cfg.rules.clone()),
+            inc: Incremental::new(renderer),
+            changes: Changes {
+                all: true,
+                ..Changes::default()
+            },
+            workload_ids: BTreeMap::new(),
+            heps_resolved: BTreeMap::new(),
+            status_dirty: true,
             cfg,
             routes: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -396,23 +413,89 @@ impl Dataplane {
                     u.id.as_ref()
                         .and_then(|id| self.model.workloads.get(id))
                         .map(|e| e.name.clone());
-                self.mark_endpoint(old.into_iter().chain(name));
+                if let Some(id) = &u.id {
+                    if let Some(o) = &old {
+                        self.forget_workload_iface(o, id);
+                    }
+                    if let Some(n) = &name {
+                        self.workload_ids
+                            .entry(n.clone())
+                            .or_default()
+                            .insert(id.clone());
+                    }
+                }
+                let ifaces: Vec<String> = old.into_iter().chain(name).collect();
+                self.changes.workloads.extend(ifaces.iter().cloned());
+                self.mark_endpoint(ifaces);
             }
             Payload::WorkloadEndpointRemove(r) => {
                 let old =
                     r.id.as_ref()
                         .and_then(|id| self.model.workloads.get(id))
                         .map(|e| e.name.clone());
+                if let (Some(id), Some(o)) = (&r.id, &old) {
+                    self.forget_workload_iface(o, id);
+                }
+                self.changes.workloads.extend(old.iter().cloned());
                 self.mark_endpoint(old);
             }
-            _ => {}
+            Payload::HostEndpointUpdate(_) | Payload::HostEndpointRemove(_) => {
+                self.changes.host_endpoints = true;
+                self.status_dirty = true;
+            }
+            Payload::IpsetUpdate(u) => {
+                self.changes.ipsets.insert(u.id.clone());
+            }
+            Payload::IpsetDeltaUpdate(u) => {
+                self.changes.ipsets.insert(u.id.clone());
+            }
+            Payload::IpsetRemove(u) => {
+                self.changes.ipsets.insert(u.id.clone());
+            }
+            Payload::ActivePolicyUpdate(u) => {
+                self.changes.policies.extend(u.id.iter().cloned());
+            }
+            Payload::ActivePolicyRemove(u) => {
+                self.changes.policies.extend(u.id.iter().cloned());
+            }
+            Payload::ActiveProfileUpdate(u) => {
+                self.changes
+                    .profiles
+                    .extend(u.id.iter().map(|i| i.name.clone()));
+            }
+            Payload::ActiveProfileRemove(u) => {
+                self.changes
+                    .profiles
+                    .extend(u.id.iter().map(|i| i.name.clone()));
+            }
+            Payload::HostMetadataUpdate(_)
+            | Payload::HostMetadataRemove(_)
+            | Payload::IpamPoolUpdate(_)
+            | Payload::IpamPoolRemove(_)
+            | Payload::VtepUpdate(_)
+            | Payload::VtepRemove(_)
+            | Payload::GlobalBgpConfigUpdate(_) => {
+                self.changes.base = true;
+            }
+            // Nothing else reaches the tables (rules::Model::apply ignores it).
+            _ => return Ok(()),
         }
         self.model.apply(msg);
-        self.dirty.tables = true;
+        self.dirty.tables |= self.changes.any();
         Ok(())
     }
 
+    fn forget_workload_iface(&mut self, iface: &str, id: &WorkloadEndpointId) {
+        if let Some(ids) = self.workload_ids.get_mut(iface) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.workload_ids.remove(iface);
+            }
+        }
+    }
+
     fn mark_endpoint(&mut self, ifaces: impl IntoIterator<Item = String>) {
+        self.status_dirty = true;
         self.dirty.routes = true;
         self.dirty.neighbours = true;
         for i in ifaces {
@@ -424,6 +507,7 @@ impl Dataplane {
     /// Records what the interface monitor reported.
     pub fn on_iface(&mut self, ev: &crate::rtnl::monitor::IfaceEvent) {
         use crate::rtnl::monitor::IfaceEvent as E;
+        self.status_dirty = true;
         match ev {
             E::InSync => self.ifaces_in_sync = true,
             E::Link(l) => {
@@ -446,11 +530,12 @@ impl Dataplane {
                 }
                 self.iface_changed(old_name, false);
                 self.iface_changed(new_name, true);
+                self.host_addrs_changed();
             }
             E::Removed { name, .. } => {
                 if let Some(info) = self.ifaces.remove(name) {
                     if !info.addrs.is_empty() && !self.cfg.is_workload_iface(name) {
-                        self.dirty.tables = true;
+                        self.host_addrs_changed();
                     }
                 }
                 self.iface_changed(name, false);
@@ -461,11 +546,33 @@ impl Dataplane {
                     e.addrs = addrs.clone();
                     if !self.cfg.is_workload_iface(name) {
                         // `this-host` and host-endpoint resolution depend on host addresses.
-                        self.dirty.tables = true;
+                        self.host_addrs_changed();
                     }
                 }
             }
         }
+    }
+
+    /// Recomputes `this-host` from the host's interfaces; host endpoints without a name may
+    /// resolve differently now.
+    fn host_addrs_changed(&mut self) {
+        let this_host: BTreeSet<IpAddr> = self
+            .ifaces
+            .iter()
+            .filter(|(name, _)| !self.cfg.is_workload_iface(name))
+            .flat_map(|(_, i)| i.addrs.iter().map(|a| a.addr()))
+            // IPv6 link-local addresses exist on every interface and are not the host's
+            // addresses for policy; they would make every new veth rewrite the set.
+            .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
+            .collect();
+        if this_host != self.model.this_host {
+            self.model.this_host = this_host;
+            self.changes.base = true;
+        }
+        if !self.model.host_endpoints.is_empty() {
+            self.changes.host_endpoints = true;
+        }
+        self.dirty.tables |= self.changes.any();
     }
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
@@ -478,9 +585,10 @@ impl Dataplane {
                 self.conf_failed.remove(name);
                 self.dirty.ifaces.insert(name.to_string());
             }
-        } else {
+        } else if !self.model.host_endpoints.is_empty() {
             // Host endpoint resolution may change.
-            self.dirty.tables |= !self.model.host_endpoints.is_empty();
+            self.changes.host_endpoints = true;
+            self.dirty.tables = true;
         }
     }
 
@@ -506,6 +614,7 @@ impl Dataplane {
 
     /// Records that configuring `iface` failed (its endpoint goes `down` until it succeeds).
     pub fn iface_conf_failed(&mut self, iface: &str) {
+        self.status_dirty = true;
         self.conf_failed.insert(iface.to_string());
     }
 
@@ -525,36 +634,54 @@ impl Dataplane {
 
     /// The model the renderer sees: host addresses filled in, and host endpoints without a name
     /// resolved to the interfaces whose addresses they expect (§14.4).
-    fn render_model(&self) -> Model {
+    pub fn render_model(&self) -> Model {
         let mut m = self.model.clone();
-        m.this_host = self
-            .ifaces
-            .iter()
-            .filter(|(name, _)| !self.cfg.is_workload_iface(name))
-            .flat_map(|(_, i)| i.addrs.iter().map(|a| a.addr()))
-            // IPv6 link-local addresses exist on every interface and are not the host's
-            // addresses for policy; they would make every new veth rewrite the set.
-            .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
-            .collect();
-        let unnamed: Vec<(HostEndpointId, HostEndpoint)> = m
-            .host_endpoints
-            .iter()
-            .filter(|(_, h)| h.name.is_empty())
-            .map(|(id, h)| (id.clone(), h.clone()))
-            .collect();
-        for (id, hep) in unnamed {
-            m.host_endpoints.remove(&id);
-            for iface in self.hep_ifaces(&hep) {
+        m.host_endpoints = self.resolve_heps();
+        m
+    }
+
+    /// Host endpoints with those without a name resolved to the interfaces whose addresses
+    /// they expect (§14.4).
+    fn resolve_heps(&self) -> BTreeMap<HostEndpointId, HostEndpoint> {
+        let mut out = BTreeMap::new();
+        for (id, hep) in &self.model.host_endpoints {
+            if !hep.name.is_empty() {
+                out.insert(id.clone(), hep.clone());
+                continue;
+            }
+            for iface in self.hep_ifaces(hep) {
                 let mut h = hep.clone();
                 h.name = iface.clone();
                 // Keeps the original id's sort position, so the smallest id still wins.
                 let synth = HostEndpointId {
                     endpoint_id: format!("{}\u{0}{iface}", id.endpoint_id),
                 };
-                m.host_endpoints.insert(synth, h);
+                out.insert(synth, h);
             }
         }
-        m
+        out
+    }
+
+    /// Renders what changed since the last call, as patches to the tables (issue 9: an
+    /// update costs what it touches). The first call renders everything.
+    pub fn tables_patch(&mut self) -> Vec<TablePatch> {
+        let changes = std::mem::take(&mut self.changes);
+        if changes.all || changes.host_endpoints {
+            self.heps_resolved = self.resolve_heps();
+        }
+        self.inc.update(
+            &Inputs {
+                model: &self.model,
+                workload_ids: &self.workload_ids,
+                host_endpoints: &self.heps_resolved,
+            },
+            &changes,
+        )
+    }
+
+    /// Whether endpoint statuses may have changed since [`Dataplane::take_status_dirty`].
+    pub fn take_status_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.status_dirty)
     }
 
     /// Interfaces a host endpoint without a name resolves to: non-workload interfaces holding one
@@ -582,11 +709,36 @@ impl Dataplane {
 
     /// Renders the whole desired kernel state.
     pub fn desired(&self) -> Result<Desired, RulesError> {
-        let tables = rules::render(&self.render_model())?;
-        let mut d = Desired {
-            tables,
-            ..Desired::default()
-        };
+        Ok(Desired {
+            tables: self.render_tables()?,
+            ..self.desired_host()
+        })
+    }
+
+    /// Renders all tables from scratch (what `rules::render` gives for
+    /// [`Dataplane::render_model`], without copying the model).
+    pub fn render_tables(&self) -> Result<Vec<Table>, RulesError> {
+        let heps = self.resolve_heps();
+        let mut inc = Incremental::new(rules::Renderer::new(self.cfg.rules.clone())?);
+        let patches = inc.update(
+            &Inputs {
+                model: &self.model,
+                workload_ids: &self.workload_ids,
+                host_endpoints: &heps,
+            },
+            &Changes {
+                all: true,
+                ..Changes::default()
+            },
+        );
+        let mut tables = Vec::new();
+        TablePatch::fold_all(patches, &mut tables);
+        Ok(tables)
+    }
+
+    /// The desired routes, neighbours and per-interface configuration (no tables).
+    pub fn desired_host(&self) -> Desired {
+        let mut d = Desired::default();
         let weps = self.workloads_by_iface();
         for (iface, (id, wep)) in &weps {
             let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
@@ -685,7 +837,7 @@ impl Dataplane {
                 d.routes.insert("blackhole".into(), blackholes);
             }
         }
-        Ok(d)
+        d
     }
 
     /// Endpoint status as the kernel state now implies (§14.1, §14.4).

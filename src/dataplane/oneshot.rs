@@ -42,7 +42,7 @@ use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 use crate::rules::RulesError;
 use crate::source::state::{self, StateError};
 
-use super::kernel::{Kernel, KernelError, RealKernel, TableMode};
+use super::kernel::{Kernel, KernelError, RealKernel, TableMode, TablesInput};
 use super::validate::{self, InputError};
 use super::{Dataplane, DataplaneConfig, Desired, IfaceConf};
 
@@ -528,7 +528,7 @@ pub async fn converge(
     }
     dp.set_datastore_in_sync();
     dp.set_ifaces_in_sync();
-    let desired = dp.desired().map_err(OneShotError::Render)?;
+    let mut desired = dp.desired().map_err(OneShotError::Render)?;
     let up_ifaces: BTreeMap<String, IfaceConf> = desired
         .iface_conf
         .iter()
@@ -570,7 +570,10 @@ pub async fn converge(
         }
         Mode::DryRun => {
             let out = kernel
-                .tables(&desired.tables, TableMode::DryRun)
+                .tables(
+                    TablesInput::Full(std::mem::take(&mut desired.tables)),
+                    TableMode::DryRun,
+                )
                 .await
                 .map_err(kern("validating the nf_tables batch (dry run)"))?;
             ch.table_ops = out.ops;
@@ -586,7 +589,10 @@ pub async fn converge(
         .await
         .map_err(kern("start-of-day sysctls"))?;
     let out = kernel
-        .tables(&desired.tables, TableMode::Resync)
+        .tables(
+            TablesInput::Full(std::mem::take(&mut desired.tables)),
+            TableMode::Resync,
+        )
         .await
         .map_err(kern(
             "programming nf_tables (one transaction; nothing was changed there)",

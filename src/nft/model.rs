@@ -97,6 +97,77 @@ impl Table {
     }
 }
 
+/// A change to one table: chains and sets to upsert (`Some`) or delete (`None`), by name. The
+/// incremental renderer produces these; the reconciler folds them into its desired tables and
+/// diffs only what they name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TablePatch {
+    pub family: Family,
+    pub name: String,
+    pub chains: BTreeMap<String, Option<Chain>>,
+    pub sets: BTreeMap<String, Option<Set>>,
+}
+
+impl TablePatch {
+    pub fn new(family: Family, name: impl Into<String>) -> TablePatch {
+        TablePatch {
+            family,
+            name: name.into(),
+            chains: BTreeMap::new(),
+            sets: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chains.is_empty() && self.sets.is_empty()
+    }
+
+    /// Folds `patches` into `store`, creating tables that are not there yet.
+    pub fn fold_all(patches: Vec<TablePatch>, store: &mut Vec<Table>) {
+        for p in patches {
+            let i = match store
+                .iter()
+                .position(|t| t.family == p.family && t.name == p.name)
+            {
+                Some(i) => i,
+                None => {
+                    store.push(Table::new(p.family, p.name.clone()));
+                    store.len() - 1
+                }
+            };
+            p.apply_to(&mut store[i]);
+        }
+    }
+
+    /// Applies the patch to `t` (same family and name) and returns what it replaced or removed,
+    /// as a table holding only those objects.
+    pub fn apply_to(self, t: &mut Table) -> Table {
+        let mut old = Table {
+            flags: t.flags,
+            ..Table::new(t.family, t.name.clone())
+        };
+        for (name, c) in self.chains {
+            let prev = match c {
+                Some(c) => t.chains.insert(name.clone(), c),
+                None => t.chains.remove(&name),
+            };
+            if let Some(p) = prev {
+                old.chains.insert(name, p);
+            }
+        }
+        for (name, s) in self.sets {
+            let prev = match s {
+                Some(s) => t.sets.insert(name.clone(), s),
+                None => t.sets.remove(&name),
+            };
+            if let Some(p) = prev {
+                old.sets.insert(name, p);
+            }
+        }
+        old
+    }
+}
+
 /// Netfilter hooks (`NF_INET_*`; for the ARP family `NF_ARP_IN` = 0, `NF_ARP_OUT` = 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Hook {

@@ -270,13 +270,23 @@ pub fn sync(
 /// A reconciler that remembers what it last committed, so the steady state costs a GETGEN,
 /// a diff and the batch — no dump (felix-dataplane.md §11 step 3: no post-write read-back).
 ///
-/// The believed state is trusted only while the ruleset generation is exactly the one our own
-/// last commit produced (each commit bumps it by one); any other writer, a failure, or
-/// [`Reconciler::mark_stale`] (the refresh timer) makes the next apply read the kernel again.
+/// It keeps the desired tables (one copy, with the ownership flags) and whether the kernel holds
+/// exactly them: that is trusted only while the ruleset generation is exactly the one our own
+/// last commit (or no-op check) saw; any other writer, a failure, or [`Reconciler::mark_stale`]
+/// (the refresh timer) makes the next apply read the kernel and diff everything.
+///
+/// Two ways in: [`Reconciler::apply`] with the whole desired state (diffed whole), or
+/// [`Reconciler::apply_patches`] with what changed (diffed only where the patches touch, so an
+/// update costs what it changes — issue 9).
 pub struct Reconciler<K: NftKernel> {
     pub kernel: K,
     pub opts: SyncOptions,
-    believed: Option<(u32, Vec<Option<TableState>>)>,
+    /// The desired tables, ownership flags applied.
+    desired: Vec<Table>,
+    /// The kernel holds exactly `desired` at this generation.
+    trusted: Option<u32>,
+    /// The table flags the kernel and the options allow (probed once).
+    flags: Option<u32>,
 }
 
 impl<K: NftKernel> Reconciler<K> {
@@ -284,43 +294,254 @@ impl<K: NftKernel> Reconciler<K> {
         Reconciler {
             kernel,
             opts,
-            believed: None,
+            desired: Vec::new(),
+            trusted: None,
+            flags: None,
         }
     }
 
     /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
     pub fn mark_stale(&mut self) {
-        self.believed = None;
+        self.trusted = None;
+    }
+
+    /// The desired tables as last given (ownership flags applied).
+    pub fn desired(&self) -> &[Table] {
+        &self.desired
+    }
+
+    fn table_flags(&mut self) -> Result<u32, NftError> {
+        if let Some(f) = self.flags {
+            return Ok(f);
+        }
+        let f = match self.opts.ownership {
+            Ownership::Off => 0,
+            Ownership::OwnerPersist if self.kernel.supports_owner_persist()? => {
+                table_flags::OWNER | table_flags::PERSIST
+            }
+            Ownership::OwnerPersist => 0,
+        };
+        self.flags = Some(f);
+        Ok(f)
     }
 
     /// Converges the kernel to `desired` (the same list of tables every time).
     pub fn apply(&mut self, desired: &[Table]) -> Result<SyncReport, NftError> {
-        let desired = with_ownership(&mut self.kernel, desired, self.opts.ownership)?;
+        self.apply_owned(desired.to_vec())
+    }
+
+    /// [`Reconciler::apply`] taking the tables by value (no copy is made).
+    pub fn apply_owned(&mut self, desired: Vec<Table>) -> Result<SyncReport, NftError> {
+        let r = self.apply_owned_inner(desired);
+        if r.is_err() {
+            // Whatever happened, the kernel may not hold what we believe any more.
+            self.trusted = None;
+        }
+        r
+    }
+
+    fn apply_owned_inner(&mut self, mut desired: Vec<Table>) -> Result<SyncReport, NftError> {
+        let flags = match self.table_flags() {
+            Ok(f) => f,
+            Err(e) => {
+                // Keep what we were told: the next attempt works from it.
+                self.desired = desired;
+                return Err(e);
+            }
+        };
+        for t in &mut desired {
+            t.flags = (t.flags & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
+        }
+        let same_tables = desired.len() == self.desired.len()
+            && desired
+                .iter()
+                .zip(&self.desired)
+                .all(|(a, b)| a.family == b.family && a.name == b.name);
+        let old = std::mem::replace(&mut self.desired, desired);
+        if !same_tables {
+            self.trusted = None;
+        }
+        if self.trusted.is_some() && !self.opts.rebuild && !self.opts.dry_run {
+            let genid = self.kernel.generation()?;
+            if self.trusted == Some(genid) {
+                let plans: Vec<Plan> = self
+                    .desired
+                    .iter()
+                    .zip(&old)
+                    .map(|(t, a)| diff::diff(t, Some(a), false))
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                drop(old);
+                if let Some(r) = self.commit_trusted(genid, plans)? {
+                    return Ok(r);
+                }
+            }
+        }
+        self.sync_from_kernel()
+    }
+
+    /// Folds `patches` into the desired tables and converges the kernel, diffing only the
+    /// objects the patches name while the kernel is trusted to hold the previous desired state.
+    pub fn apply_patches(&mut self, patches: Vec<TablePatch>) -> Result<SyncReport, NftError> {
+        let r = self.apply_patches_inner(patches);
+        if r.is_err() {
+            // The patches are folded in whatever happened; the next apply diffs everything.
+            self.trusted = None;
+        }
+        r
+    }
+
+    fn apply_patches_inner(&mut self, patches: Vec<TablePatch>) -> Result<SyncReport, NftError> {
+        if self.trusted.is_some()
+            && !self.opts.rebuild
+            && !self.opts.dry_run
+            && patches.iter().all(TablePatch::is_empty)
+        {
+            // Nothing changed and the kernel held our last state: not even a GETGEN. Drift
+            // is the refresh timer's business (`mark_stale`).
+            return Ok(SyncReport {
+                plans: Vec::new(),
+                ops: 0,
+                attempts: 1,
+            });
+        }
+        // Fold first, so nothing we were told is lost if anything below fails.
+        let mut subs: Vec<(Table, Table)> = Vec::new();
+        for p in patches {
+            let idx = match self
+                .desired
+                .iter()
+                .position(|t| t.family == p.family && t.name == p.name)
+            {
+                Some(i) => i,
+                None => {
+                    // A table we have not had before: the kernel must be read to know it.
+                    self.trusted = None;
+                    self.desired.push(Table::new(p.family, p.name.clone()));
+                    self.desired.len() - 1
+                }
+            };
+            let t = &mut self.desired[idx];
+            if self.trusted.is_none() || self.opts.rebuild || self.opts.dry_run {
+                // Everything is diffed against the kernel anyway: just fold.
+                p.apply_to(t);
+                continue;
+            }
+            let mut new = Table {
+                flags: t.flags,
+                ..Table::new(t.family, t.name.clone())
+            };
+            new.chains = p
+                .chains
+                .iter()
+                .filter_map(|(n, c)| c.as_ref().map(|c| (n.clone(), c.clone())))
+                .collect();
+            new.sets = p
+                .sets
+                .iter()
+                .filter_map(|(n, s)| s.as_ref().map(|s| (n.clone(), s.clone())))
+                .collect();
+            let old = p.apply_to(t);
+            subs.push((new, old));
+        }
+        let flags = self.table_flags()?;
+        let with_flags = |f: u32| (f & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
+        for t in &mut self.desired {
+            t.flags = with_flags(t.flags);
+        }
+        for (new, old) in &mut subs {
+            new.flags = with_flags(new.flags);
+            old.flags = new.flags;
+        }
+        if self.trusted.is_some() && !self.opts.rebuild && !self.opts.dry_run {
+            let genid = self.kernel.generation()?;
+            if self.trusted == Some(genid) {
+                let mut plans = Vec::new();
+                let mut whole = false;
+                for (new, old) in &subs {
+                    let p = diff::diff(new, Some(old), false);
+                    if p.ops.first() == Some(&diff::Op::DelTable) {
+                        // Something the kernel cannot change in place: rebuild the whole table
+                        // atomically (diff::diff of the whole table decides that again).
+                        whole = true;
+                        break;
+                    }
+                    if !p.is_empty() {
+                        plans.push(p);
+                    }
+                }
+                if !whole {
+                    if let Some(r) = self.commit_trusted(genid, plans)? {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+        self.sync_from_kernel()
+    }
+
+    /// Commits plans computed against the trusted state. `None`: the generation moved under
+    /// us (someone else wrote); the caller falls back to reading the kernel.
+    fn commit_trusted(
+        &mut self,
+        genid: u32,
+        plans: Vec<Plan>,
+    ) -> Result<Option<SyncReport>, NftError> {
+        let ops = plans.iter().map(|p| p.ops.len()).sum();
+        if plans.is_empty() {
+            return Ok(Some(SyncReport {
+                plans,
+                ops,
+                attempts: 1,
+            }));
+        }
+        match self.kernel.commit(&plans, Some(genid), false) {
+            Ok(()) => {
+                self.trusted = Some(genid.wrapping_add(1));
+                Ok(Some(SyncReport {
+                    plans,
+                    ops,
+                    attempts: 1,
+                }))
+            }
+            Err(e) if e.is_restart() => {
+                self.trusted = None;
+                Ok(None)
+            }
+            Err(e) => {
+                self.trusted = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads our tables from the kernel and converges them to the desired ones, retrying from
+    /// a fresh read on ERESTART.
+    fn sync_from_kernel(&mut self) -> Result<SyncReport, NftError> {
+        self.trusted = None;
         let me = self.kernel.owner_id();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let genid = self.kernel.generation()?;
-            let actual = match self.believed.take() {
-                Some((g, states)) if g == genid && states.len() == desired.len() => states,
-                _ => desired
-                    .iter()
-                    .map(|t| self.kernel.read_table(t.family, &t.name))
-                    .collect::<Result<Vec<_>, _>>()?,
-            };
-            let plans: Vec<Plan> = desired
-                .iter()
-                .zip(&actual)
-                .map(|(t, a)| {
-                    let readopt = t.flags & table_flags::OWNER != 0
-                        && a.as_ref().is_some_and(|a| a.owner != me);
-                    diff::diff(t, a.as_ref().map(|a| &a.table), readopt)
-                })
-                .filter(|p| !p.is_empty())
-                .collect();
+            let mut plans = Vec::new();
+            for t in &self.desired {
+                let actual = self.kernel.read_table(t.family, &t.name)?;
+                let p = match (&actual, self.opts.rebuild) {
+                    (Some(_), true) => diff::rebuild(t),
+                    _ => {
+                        let readopt = t.flags & table_flags::OWNER != 0
+                            && actual.as_ref().is_some_and(|a| a.owner != me);
+                        diff::diff(t, actual.as_ref().map(|a| &a.table), readopt)
+                    }
+                };
+                if !p.is_empty() {
+                    plans.push(p);
+                }
+            }
             let ops = plans.iter().map(|p| p.ops.len()).sum();
             if plans.is_empty() {
-                self.believed = Some((genid, actual));
+                self.trusted = (!self.opts.dry_run).then_some(genid);
                 return Ok(SyncReport {
                     plans,
                     ops,
@@ -328,25 +549,8 @@ impl<K: NftKernel> Reconciler<K> {
                 });
             }
             match self.kernel.commit(&plans, Some(genid), self.opts.dry_run) {
-                Ok(()) if self.opts.dry_run => {
-                    self.believed = Some((genid, actual));
-                    return Ok(SyncReport {
-                        plans,
-                        ops,
-                        attempts: attempt,
-                    });
-                }
                 Ok(()) => {
-                    let states = desired
-                        .iter()
-                        .map(|t| {
-                            Some(TableState {
-                                table: t.clone(),
-                                owner: me.filter(|_| t.flags & table_flags::OWNER != 0),
-                            })
-                        })
-                        .collect();
-                    self.believed = Some((genid.wrapping_add(1), states));
+                    self.trusted = (!self.opts.dry_run).then_some(genid.wrapping_add(1));
                     return Ok(SyncReport {
                         plans,
                         ops,

@@ -36,6 +36,7 @@
 
 pub mod config;
 pub mod endpoint;
+pub mod incremental;
 pub mod marks;
 pub mod names;
 pub mod policy;
@@ -271,11 +272,11 @@ fn host_addr(s: &str) -> Option<String> {
     (!addr.is_empty()).then(|| addr.to_string())
 }
 
-/// Collects which policy/profile chains endpoints reference, per layer and direction.
-#[derive(Default)]
-struct Refs {
-    policies: BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>,
-    profiles: BTreeMap<(Layer, String), BTreeSet<Direction>>,
+/// Which policy/profile chains endpoints reference, per layer and direction.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refs {
+    pub(crate) policies: BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>,
+    pub(crate) profiles: BTreeMap<(Layer, String), BTreeSet<Direction>>,
 }
 
 impl Refs {
@@ -302,86 +303,222 @@ impl Refs {
             }
         }
     }
+
+    /// What a workload endpoint references (only an active one jumps to policy).
+    pub(crate) fn workload(&mut self, wep: &WorkloadEndpoint) {
+        if wep.state == "active" {
+            self.tiers(Layer::Filter, &wep.tiers, &BOTH);
+            self.profiles(Layer::Filter, &wep.profile_ids, &BOTH);
+        }
+    }
+
+    /// What a host endpoint references, in every layer it has chains in.
+    pub(crate) fn host_endpoint(&mut self, iface: &str, hep: &HostEndpoint) {
+        self.tiers(Layer::Filter, &hep.tiers, &BOTH);
+        self.tiers(Layer::Filter, &hep.forward_tiers, &BOTH);
+        self.profiles(Layer::Filter, &hep.profile_ids, &BOTH);
+        self.tiers(Layer::Mangle, &hep.tiers, &[Direction::Outbound]);
+        self.profiles(Layer::Mangle, &hep.profile_ids, &[Direction::Outbound]);
+        self.tiers(Layer::Mangle, &hep.pre_dnat_tiers, &[Direction::Inbound]);
+        if iface != "*" {
+            self.tiers(Layer::Raw, &hep.untracked_tiers, &BOTH);
+        }
+    }
 }
 
 const BOTH: [Direction; 2] = [Direction::Inbound, Direction::Outbound];
 
-/// Renders the whole model: one [`TextTable`] per family (`ip`, then `ip6` when enabled).
+/// The objects every table has whatever the endpoints (first part): base chains, static
+/// chains, the internal sets filled from pools, hosts and VTEPs, and `this-host`.
+pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &mut TextTable) {
+    for c in r.base_chains(family) {
+        t.add_chain(c);
+    }
+    for c in r.static_chains(family) {
+        t.add_chain(c);
+    }
+
+    // Internal sets, filled from pools, hosts and VTEPs.
+    let v6 = family == Family::Ip6;
+    let of_family = |s: &str| s.contains(':') == v6;
+    let mut internal: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for pool in model.pools.values() {
+        if !of_family(&pool.cidr) {
+            continue;
+        }
+        if pool.masquerade {
+            internal
+                .entry(internal_sets::MASQ_IPAM_POOLS)
+                .or_default()
+                .push(pool.cidr.clone());
+        }
+        let lb_only =
+            !pool.allowed_uses.is_empty() && pool.allowed_uses.iter().all(|u| u == "LoadBalancer");
+        if !lb_only {
+            internal
+                .entry(internal_sets::NETWORK_IP_POOLS)
+                .or_default()
+                .push(pool.cidr.clone());
+        }
+    }
+    for h in model.hosts.values() {
+        let a = if v6 { &h.ipv6_addr } else { &h.ipv4_addr };
+        if let Some(a) = host_addr(a) {
+            internal
+                .entry(internal_sets::ALL_HOSTS_NET)
+                .or_default()
+                .push(a);
+        }
+    }
+    for v in model.vteps.values() {
+        let a = if v6 {
+            &v.parent_device_ipv6
+        } else {
+            &v.parent_device_ip
+        };
+        if let Some(a) = host_addr(a) {
+            internal
+                .entry(internal_sets::ALL_VXLAN_NET)
+                .or_default()
+                .push(a);
+        }
+    }
+    for mut set in r.internal_sets(family) {
+        let id = set.name[6..].to_string();
+        if let Some(members) = internal.get(id.as_str()) {
+            set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
+        }
+        t.add_set(set);
+    }
+
+    // `this-host`: the addresses of this host's own interfaces.
+    let this_host: Vec<String> = model
+        .this_host
+        .iter()
+        .filter(|a| a.is_ipv6() == v6)
+        .map(|a| a.to_string())
+        .collect();
+    t.add_set(r.ipset(family, internal_sets::THIS_HOST, IpSetType::Ip, &this_host));
+}
+
+/// The objects that depend on the whole set of endpoints (second part): the dispatch maps and
+/// their elements, the host dispatch chains, RPF skip, NAT-outgoing, floating IPs, CIDR block.
+pub(crate) fn render_base_tail(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    weps: &BTreeMap<&str, &WorkloadEndpoint>,
+    heps: &BTreeMap<&str, &HostEndpoint>,
+    t: &mut TextTable,
+) {
+    let mut maps: BTreeMap<String, Set> = r
+        .dispatch_maps()
+        .into_iter()
+        .map(|s| (s.name.clone(), s))
+        .collect();
+    let from_wl = Layer::Filter.chain(names::logical::FROM_WL_DISPATCH);
+    let to_wl = Layer::Filter.chain(names::logical::TO_WL_DISPATCH);
+    for iface in weps.keys() {
+        let (from, to) = r.workload_dispatch_elements(iface);
+        if let Some(m) = maps.get_mut(&from_wl) {
+            m.elements.push(from);
+        }
+        if let Some(m) = maps.get_mut(&to_wl) {
+            m.elements.push(to);
+        }
+    }
+    for (iface, hep) in heps {
+        for (map, el) in r.host_dispatch_elements(iface, hep) {
+            if let Some(m) = maps.get_mut(&map) {
+                m.elements.push(el);
+            }
+        }
+    }
+    for (_, mut m) in maps {
+        m.elements.sort();
+        t.add_set(m);
+    }
+    for c in r.host_dispatch_chains(family, heps.get("*").copied()) {
+        t.add_chain(c);
+    }
+    t.add_chain(r.rpf_skip_chain(family, weps.values().copied()));
+    t.add_chain(r.nat_outgoing_chain(family, model.pools.values()));
+    let mut nats = Vec::new();
+    for (id, wep) in &model.workloads {
+        if r.cfg.floating_ips_enabled || id.orchestrator_id == "openstack" {
+            nats.extend(wep.ipv4_nat.iter().cloned());
+            nats.extend(wep.ipv6_nat.iter().cloned());
+        }
+    }
+    for c in r.floating_ip_chains(family, &nats) {
+        t.add_chain(c);
+    }
+    t.add_chain(r.cidr_block_chain(family, &model.service_cidrs));
+}
+
+/// The chains (and their shared sets) of one referenced policy, in the directions used; a
+/// policy Felix has not sent (yet) gets chains that drop (fail closed).
+pub(crate) fn render_policy(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    (layer, id): (Layer, &PolicyId),
+    dirs: &[Direction],
+) -> (Vec<TextChain>, Vec<Set>) {
+    match model.policies.get(id) {
+        Some(p) => {
+            let pc = r.policy_chains(family, layer, id, p, dirs);
+            (pc.chains, pc.sets)
+        }
+        None => {
+            let chains = dirs
+                .iter()
+                .map(|d| r.missing_chain(family, layer, &names::policy_chain(layer, *d, id)))
+                .collect();
+            (chains, Vec::new())
+        }
+    }
+}
+
+/// The chains (and their shared sets) of one referenced profile.
+pub(crate) fn render_profile(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    (layer, name): (Layer, &str),
+    dirs: &[Direction],
+) -> (Vec<TextChain>, Vec<Set>) {
+    match model.profiles.get(name) {
+        Some(p) => {
+            let pc = r.profile_chains(family, layer, name, p, dirs);
+            (pc.chains, pc.sets)
+        }
+        None => {
+            let chains = dirs
+                .iter()
+                .map(|d| r.missing_chain(family, layer, &names::profile_chain(layer, *d, name)))
+                .collect();
+            (chains, Vec::new())
+        }
+    }
+}
+
+/// Renders the whole model as tables with the `nft` text of every rule.
 pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
     let r = Renderer::new(model.config.clone())?;
     let weps = model.workloads_by_iface();
     let heps = model.host_endpoints_by_iface();
+    let mut refs = Refs::default();
+    for wep in weps.values() {
+        refs.workload(wep);
+    }
+    for (iface, hep) in &heps {
+        refs.host_endpoint(iface, hep);
+    }
     let mut tables = Vec::new();
     for family in r.families() {
         let mut t = TextTable::new(family, crate::OWNER);
-        for c in r.base_chains(family) {
-            t.add_chain(c);
-        }
-        for c in r.static_chains(family) {
-            t.add_chain(c);
-        }
-
-        // Internal sets, filled from pools, hosts and VTEPs.
-        let v6 = family == Family::Ip6;
-        let of_family = |s: &str| s.contains(':') == v6;
-        let mut internal: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for pool in model.pools.values() {
-            if !of_family(&pool.cidr) {
-                continue;
-            }
-            if pool.masquerade {
-                internal
-                    .entry(internal_sets::MASQ_IPAM_POOLS)
-                    .or_default()
-                    .push(pool.cidr.clone());
-            }
-            let lb_only = !pool.allowed_uses.is_empty()
-                && pool.allowed_uses.iter().all(|u| u == "LoadBalancer");
-            if !lb_only {
-                internal
-                    .entry(internal_sets::NETWORK_IP_POOLS)
-                    .or_default()
-                    .push(pool.cidr.clone());
-            }
-        }
-        for h in model.hosts.values() {
-            let a = if v6 { &h.ipv6_addr } else { &h.ipv4_addr };
-            if let Some(a) = host_addr(a) {
-                internal
-                    .entry(internal_sets::ALL_HOSTS_NET)
-                    .or_default()
-                    .push(a);
-            }
-        }
-        for v in model.vteps.values() {
-            let a = if v6 {
-                &v.parent_device_ipv6
-            } else {
-                &v.parent_device_ip
-            };
-            if let Some(a) = host_addr(a) {
-                internal
-                    .entry(internal_sets::ALL_VXLAN_NET)
-                    .or_default()
-                    .push(a);
-            }
-        }
-        for mut set in r.internal_sets(family) {
-            let id = set.name[6..].to_string();
-            if let Some(members) = internal.get(id.as_str()) {
-                set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
-            }
-            t.add_set(set);
-        }
-
-        // `this-host`: the addresses of this host's own interfaces.
-        let this_host: Vec<String> = model
-            .this_host
-            .iter()
-            .filter(|a| a.is_ipv6() == v6)
-            .map(|a| a.to_string())
-            .collect();
-        t.add_set(r.ipset(family, internal_sets::THIS_HOST, IpSetType::Ip, &this_host));
+        render_base_head(&r, family, model, &mut t);
 
         // Felix IP sets.
         for (id, (kind, members)) in &model.ipsets {
@@ -389,103 +526,31 @@ pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
             t.add_set(r.ipset(family, id, *kind, &members));
         }
 
-        // Endpoints and their dispatch elements.
-        let mut maps: BTreeMap<String, Set> = r
-            .dispatch_maps()
-            .into_iter()
-            .map(|s| (s.name.clone(), s))
-            .collect();
-        let mut refs = Refs::default();
-        for (iface, wep) in &weps {
+        // Endpoints.
+        for wep in weps.values() {
             for c in r.workload_chains(family, wep) {
                 t.add_chain(c);
-            }
-            let (from, to) = r.workload_dispatch_elements(iface);
-            if let Some(m) = maps.get_mut(&Layer::Filter.chain(names::logical::FROM_WL_DISPATCH)) {
-                m.elements.push(from);
-            }
-            if let Some(m) = maps.get_mut(&Layer::Filter.chain(names::logical::TO_WL_DISPATCH)) {
-                m.elements.push(to);
-            }
-            if wep.state == "active" {
-                refs.tiers(Layer::Filter, &wep.tiers, &BOTH);
-                refs.profiles(Layer::Filter, &wep.profile_ids, &BOTH);
             }
         }
         for (iface, hep) in &heps {
             for c in r.host_endpoint_chains(family, iface, hep) {
                 t.add_chain(c);
             }
-            for (map, el) in r.host_dispatch_elements(iface, hep) {
-                if let Some(m) = maps.get_mut(&map) {
-                    m.elements.push(el);
-                }
-            }
-            refs.tiers(Layer::Filter, &hep.tiers, &BOTH);
-            refs.tiers(Layer::Filter, &hep.forward_tiers, &BOTH);
-            refs.profiles(Layer::Filter, &hep.profile_ids, &BOTH);
-            refs.tiers(Layer::Mangle, &hep.tiers, &[Direction::Outbound]);
-            refs.profiles(Layer::Mangle, &hep.profile_ids, &[Direction::Outbound]);
-            refs.tiers(Layer::Mangle, &hep.pre_dnat_tiers, &[Direction::Inbound]);
-            if *iface != "*" {
-                refs.tiers(Layer::Raw, &hep.untracked_tiers, &BOTH);
-            }
         }
-        for (_, mut m) in maps {
-            m.elements.sort();
-            t.add_set(m);
-        }
-        for c in r.host_dispatch_chains(family, heps.get("*").copied()) {
-            t.add_chain(c);
-        }
-
-        // Chains built from the rest of the model.
-        t.add_chain(r.rpf_skip_chain(family, weps.values().copied()));
-        t.add_chain(r.nat_outgoing_chain(family, model.pools.values()));
-        let mut nats = Vec::new();
-        for (id, wep) in &model.workloads {
-            if r.cfg.floating_ips_enabled || id.orchestrator_id == "openstack" {
-                nats.extend(wep.ipv4_nat.iter().cloned());
-                nats.extend(wep.ipv6_nat.iter().cloned());
-            }
-        }
-        for c in r.floating_ip_chains(family, &nats) {
-            t.add_chain(c);
-        }
-        t.add_chain(r.cidr_block_chain(family, &model.service_cidrs));
+        render_base_tail(&r, family, model, &weps, &heps, &mut t);
 
         // Referenced policies and profiles, in the layers and directions they are used.
         for ((layer, id), dirs) in &refs.policies {
             let dirs: Vec<Direction> = dirs.iter().copied().collect();
-            match model.policies.get(id) {
-                Some(p) => {
-                    let pc = r.policy_chains(family, *layer, id, p, &dirs);
-                    pc.chains.into_iter().for_each(|c| t.add_chain(c));
-                    pc.sets.into_iter().for_each(|s| t.add_set(s));
-                }
-                None => {
-                    for d in dirs {
-                        let name = names::policy_chain(*layer, d, id);
-                        t.add_chain(r.missing_chain(family, *layer, &name));
-                    }
-                }
-            }
+            let (chains, sets) = render_policy(&r, family, model, (*layer, id), &dirs);
+            chains.into_iter().for_each(|c| t.add_chain(c));
+            sets.into_iter().for_each(|s| t.add_set(s));
         }
         for ((layer, name), dirs) in &refs.profiles {
             let dirs: Vec<Direction> = dirs.iter().copied().collect();
-            match model.profiles.get(name) {
-                Some(p) => {
-                    let pc = r.profile_chains(family, *layer, name, p, &dirs);
-                    pc.chains.into_iter().for_each(|c| t.add_chain(c));
-                    pc.sets.into_iter().for_each(|s| t.add_set(s));
-                }
-                None => {
-                    for d in dirs {
-                        let chain = names::profile_chain(*layer, d, name);
-                        t.add_chain(r.missing_chain(family, *layer, &chain));
-                    }
-                }
-            }
+            let (chains, sets) = render_profile(&r, family, model, (*layer, name), &dirs);
+            chains.into_iter().for_each(|c| t.add_chain(c));
+            sets.into_iter().for_each(|s| t.add_set(s));
         }
         tables.push(t);
     }
