@@ -621,11 +621,18 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     assert_eq!(r.apply_patches(vec![again]).unwrap().ops, 0);
     assert_eq!(r.kernel.commits, commits);
 
+    // An empty patch while trusted: nothing at all is sent (not even GETGEN).
+    let gen = r.kernel.generation;
+    assert_eq!(r.apply_patches(vec![]).unwrap().ops, 0);
+    assert_eq!((r.kernel.reads, r.kernel.generation), (1, gen));
+
     // Someone else deleted chain a: a patch that does not name it still repairs it, because
     // the moved generation makes the reconciler read and diff everything.
     r.kernel.generation += 1;
     r.kernel.tables.get_mut(&key).unwrap().chains.remove("a");
-    let rep = r.apply_patches(vec![]).unwrap();
+    let mut p = TablePatch::new(Family::Ip, "calico");
+    p.chains.insert("e".into(), Some(Chain::regular("e")));
+    let rep = r.apply_patches(vec![p]).unwrap();
     assert_eq!(r.kernel.reads, 2);
     assert!(rep.plans[0]
         .ops
@@ -641,6 +648,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     p.chains.insert("d".into(), Some(Chain::regular("d")));
     assert!(r.apply_patches(vec![p]).is_err());
     r.kernel.restarts_to_inject = 0;
+    // An empty patch while untrusted still reads and converges.
     r.apply_patches(vec![]).unwrap();
     assert!(r.kernel.tables[&key].chains.contains_key("d"));
 }
