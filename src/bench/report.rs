@@ -11,7 +11,7 @@ use super::workload::Scale;
 use super::{BenchError, Options, BACKENDS};
 
 /// Rows of the table, in order.
-pub const ROWS: [&str; 9] = [
+pub const ROWS: [&str; 11] = [
     "full",
     "full_ipset",
     "add_ep",
@@ -19,6 +19,8 @@ pub const ROWS: [&str; 9] = [
     "add_mem_net",
     "repl_pol",
     "del_ep",
+    "add_50_ep",
+    "del_50_ep",
     "noop",
     "read_back",
 ];
@@ -32,6 +34,8 @@ fn row_label(op: &str) -> &'static str {
         "add_mem_net" => "add 1 member, hash:net / interval",
         "repl_pol" => "replace one policy's rules",
         "del_ep" => "remove endpoint",
+        "add_50_ep" => "add 50 endpoints at once",
+        "del_50_ep" => "remove those 50 endpoints",
         "noop" => "empty update",
         "read_back" => "read back",
         _ => "?",

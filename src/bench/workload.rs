@@ -155,14 +155,19 @@ pub struct Workload {
 pub const PROFILE: &str = "kns.bench";
 
 /// The operations timed on a populated ruleset, in the order they run each round.
-pub const OPS: [&str; 6] = [
+pub const OPS: [&str; 8] = [
     "add_ep",
     "add_mem_ip",
     "add_mem_net",
     "repl_pol",
     "del_ep",
+    "add_50_ep",
+    "del_50_ep",
     "noop",
 ];
+
+/// Endpoints that arrive (and leave) together in `add_50_ep` / `del_50_ep`.
+pub const BURST: usize = 50;
 
 fn host_ip(n: u32) -> Ipv4Addr {
     Ipv4Addr::from(0x0A00_0000 + n)
@@ -266,6 +271,23 @@ impl Workload {
                     .collect();
                 vec![policy_update(0, pol)]
             }
+            "add_50_ep" => (0..BURST)
+                .map(|i| {
+                    let ep = Endpoint::new(&self.scale, self.burst_index(round, i));
+                    let msg = wep_update(&ep);
+                    self.endpoints.push(ep);
+                    msg
+                })
+                .collect(),
+            "del_50_ep" => (0..BURST)
+                .map(|i| {
+                    let idx = self.burst_index(round, i);
+                    self.endpoints.retain(|e| e.index != idx);
+                    msg(Payload::WorkloadEndpointRemove(WorkloadEndpointRemove {
+                        id: Some(wep_id(idx)),
+                    }))
+                })
+                .collect(),
             "del_ep" => {
                 let idx = self.scale.w + round;
                 self.endpoints.retain(|e| e.index != idx);
@@ -277,6 +299,11 @@ impl Workload {
             }
             _ => vec![],
         }
+    }
+
+    /// Index of endpoint `i` of round `round`'s burst (clear of `add_ep`'s indices).
+    fn burst_index(&self, round: usize, i: usize) -> usize {
+        self.scale.w + 10_000 + round * BURST + i
     }
 
     /// The whole state as Felix messages, ending with `InSync`.
@@ -491,7 +518,12 @@ mod tests {
         let before = w.endpoints.clone();
         for op in OPS {
             let msgs = w.mutate(op, 0);
-            assert_eq!(msgs.len(), usize::from(op != "noop"), "{op}");
+            let want = match op {
+                "noop" => 0,
+                "add_50_ep" | "del_50_ep" => BURST,
+                _ => 1,
+            };
+            assert_eq!(msgs.len(), want, "{op}");
         }
         assert_eq!(w.endpoints, before);
         assert_eq!(w.members(), 5002);
