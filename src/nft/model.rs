@@ -106,6 +106,16 @@ pub struct TablePatch {
     pub name: String,
     pub chains: BTreeMap<String, Option<Chain>>,
     pub sets: BTreeMap<String, Option<Set>>,
+    /// Element changes of sets the patch does not replace whole: (to delete, to add). Kept
+    /// sorted in the set (the renderer's order), so folding equals rendering.
+    pub elements: BTreeMap<String, ElementDelta>,
+}
+
+/// Elements to delete from and add to one set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElementDelta {
+    pub del: Vec<Element>,
+    pub add: Vec<Element>,
 }
 
 impl TablePatch {
@@ -115,11 +125,12 @@ impl TablePatch {
             name: name.into(),
             chains: BTreeMap::new(),
             sets: BTreeMap::new(),
+            elements: BTreeMap::new(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chains.is_empty() && self.sets.is_empty()
+        self.chains.is_empty() && self.sets.is_empty() && self.elements.is_empty()
     }
 
     /// Folds `patches` into `store`, creating tables that are not there yet.
@@ -163,6 +174,24 @@ impl TablePatch {
             if let Some(p) = prev {
                 old.sets.insert(name, p);
             }
+        }
+        for (name, d) in self.elements {
+            let Some(set) = t.sets.get_mut(&name) else {
+                continue;
+            };
+            // What the delta removes, as a set with the same definition (for the diff).
+            let mut removed = set.clone_def();
+            for e in d.del {
+                if let Ok(i) = set.elements.binary_search(&e) {
+                    removed.elements.push(set.elements.remove(i));
+                }
+            }
+            for e in d.add {
+                if let Err(i) = set.elements.binary_search(&e) {
+                    set.elements.insert(i, e);
+                }
+            }
+            old.sets.entry(name).or_insert(removed);
         }
         old
     }
@@ -630,6 +659,20 @@ pub struct Set {
     /// Elements in the kernel's form. For interval sets, each range is a start element plus an
     /// `INTERVAL_END` element at the first address after it (netlink.md gotcha 7).
     pub elements: Vec<Element>,
+}
+
+impl Set {
+    /// The set without its elements.
+    pub fn clone_def(&self) -> Set {
+        Set {
+            name: self.name.clone(),
+            key: self.key.clone(),
+            flags: self.flags,
+            data: self.data.clone(),
+            size: self.size,
+            elements: Vec::new(),
+        }
+    }
 }
 
 /// `NFT_SET_ELEM_*` flags.

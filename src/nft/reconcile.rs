@@ -441,6 +441,23 @@ impl<K: NftKernel> Reconciler<K> {
                 .iter()
                 .filter_map(|(n, s)| s.as_ref().map(|s| (n.clone(), s.clone())))
                 .collect();
+            // Element deltas: the added elements that are really new, as a set with the same
+            // definition; `apply_to` returns the removed ones the same way.
+            for (n, d) in &p.elements {
+                if p.sets.contains_key(n) {
+                    continue;
+                }
+                if let Some(cur) = t.sets.get(n) {
+                    let mut s = cur.clone_def();
+                    s.elements = d
+                        .add
+                        .iter()
+                        .filter(|e| cur.elements.binary_search(e).is_err())
+                        .cloned()
+                        .collect();
+                    new.sets.insert(n.clone(), s);
+                }
+            }
             let old = p.apply_to(t);
             subs.push((new, old));
         }

@@ -15,12 +15,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::nft::build::TextTable;
-use crate::nft::model::{Chain, Family, Set, TablePatch};
+use crate::nft::model::{Chain, Element, ElementDelta, Family, Set, TablePatch};
 use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpointId};
 
 use super::{
-    render_base_head, render_base_tail, render_policy, render_profile, Direction, Layer, Model,
-    Refs, Renderer, RulesError,
+    names, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
+    render_profile, render_workload_derived, Direction, Layer, Model, Refs, Renderer, RulesError,
 };
 
 /// What changed in the model since the last [`Incremental::update`].
@@ -75,7 +75,11 @@ pub struct Inputs<'a> {
 /// The unit of re-rendering.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
+    /// Static chains, internal sets, host dispatch, NAT-outgoing, CIDR block and the dispatch
+    /// maps in full (their workload elements change by deltas otherwise).
     Base,
+    /// RPF skip and floating IPs: they depend on the workloads as a whole.
+    WorkloadDerived,
     Workload(String),
     HostEndpoint(String),
     IpSet(String),
@@ -112,6 +116,8 @@ pub struct Incremental {
     source_refs: BTreeMap<Source, Refs>,
     /// Host endpoint interfaces rendered last time.
     hep_ifaces: BTreeSet<String>,
+    /// The dispatch-map elements (from, to) of each workload interface in the tables.
+    wl_dispatch: BTreeMap<String, (Element, Element)>,
 }
 
 /// Upserts and deletes collected during one update, per family.
@@ -119,6 +125,8 @@ pub struct Incremental {
 struct Pending {
     chains: BTreeMap<(Family, String), Option<Chain>>,
     sets: BTreeMap<(Family, String), Option<Set>>,
+    /// Element deltas of the dispatch maps (every family).
+    elements: BTreeMap<String, ElementDelta>,
 }
 
 impl Incremental {
@@ -132,6 +140,7 @@ impl Incremental {
             profile_refs: BTreeMap::new(),
             source_refs: BTreeMap::new(),
             hep_ifaces: BTreeSet::new(),
+            wl_dispatch: BTreeMap::new(),
         }
     }
 
@@ -200,6 +209,25 @@ impl Incremental {
                             .into_iter()
                             .map(|c| (f, c.chain)),
                     );
+                }
+            }
+            // Dispatch elements: deltas, unless the base re-renders the maps whole below.
+            let now = wep.map(|_| self.r.workload_dispatch_elements(iface));
+            let before = match &now {
+                Some(n) => self.wl_dispatch.insert(iface.clone(), n.clone()),
+                None => self.wl_dispatch.remove(iface),
+            };
+            if before != now {
+                let maps = [
+                    Layer::Filter.chain(names::logical::FROM_WL_DISPATCH),
+                    Layer::Filter.chain(names::logical::TO_WL_DISPATCH),
+                ];
+                for (i, map) in maps.into_iter().enumerate() {
+                    let pick =
+                        |p: &(Element, Element)| if i == 0 { p.0.clone() } else { p.1.clone() };
+                    let d = pending.elements.entry(map).or_default();
+                    d.del.extend(before.as_ref().map(pick));
+                    d.add.extend(now.as_ref().map(pick));
                 }
             }
             self.replace(
@@ -319,23 +347,44 @@ impl Incremental {
             self.replace(Key::IpSet(id.clone()), Vec::new(), sets, &mut pending);
         }
 
-        // The base: whenever the endpoint list or anything global changed.
-        if all || changes.base || changes.host_endpoints || !changes.workloads.is_empty() {
-            let mut weps = BTreeMap::new();
-            for (iface, ids) in inp.workload_ids {
-                if let Some(w) = ids.iter().next().and_then(|id| m.workloads.get(id)) {
-                    weps.insert(iface.as_str(), w);
-                }
-            }
+        // The base: whenever anything global or the host endpoints changed.
+        if all || changes.base || changes.host_endpoints {
             let (mut chains, mut sets) = (Vec::new(), Vec::new());
             for &f in &self.families {
                 let mut t = TextTable::new(f, crate::OWNER);
                 render_base_head(&self.r, f, m, &mut t);
-                render_base_tail(&self.r, f, m, &weps, &heps, &mut t);
+                for s in render_dispatch_maps(&self.r, self.wl_dispatch.values().cloned(), &heps) {
+                    t.add_set(s);
+                }
+                render_hep_statics(&self.r, f, m, &heps, &mut t);
                 chains.extend(t.table.chains.into_values().map(|c| (f, c)));
                 sets.extend(t.table.sets.into_values().map(|s| (f, s)));
             }
             self.replace(Key::Base, chains, sets, &mut pending);
+            // The maps went whole.
+            pending.elements.clear();
+        }
+        // RPF skip and floating IPs: whenever a workload changed.
+        if all || !workloads.is_empty() {
+            // Only spoofing workloads make RPF rules; skip the per-interface winner lookups
+            // when there are none (the common case).
+            let spoofing = m
+                .workloads
+                .values()
+                .any(|w| !w.allow_spoofed_source_prefixes.is_empty());
+            let winners: Vec<_> = inp
+                .workload_ids
+                .values()
+                .filter(|_| spoofing)
+                .filter_map(|ids| ids.iter().next().and_then(|id| m.workloads.get(id)))
+                .collect();
+            let mut chains = Vec::new();
+            for &f in &self.families {
+                let mut t = TextTable::new(f, crate::OWNER);
+                render_workload_derived(&self.r, f, m, winners.iter().copied(), &mut t);
+                chains.extend(t.table.chains.into_values().map(|c| (f, c)));
+            }
+            self.replace(Key::WorkloadDerived, chains, Vec::new(), &mut pending);
         }
 
         self.patches(pending)
@@ -429,6 +478,19 @@ impl Incremental {
                 .or_insert_with(|| TablePatch::new(f, crate::OWNER))
                 .sets
                 .insert(name, s);
+        }
+        for (map, mut d) in pending.elements {
+            d.del.sort();
+            d.add.sort();
+            if d.del.is_empty() && d.add.is_empty() {
+                continue;
+            }
+            for &f in &self.families {
+                out.entry(f)
+                    .or_insert_with(|| TablePatch::new(f, crate::OWNER))
+                    .elements
+                    .insert(map.clone(), d.clone());
+            }
         }
         out.into_values().filter(|p| !p.is_empty()).collect()
     }

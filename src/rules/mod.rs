@@ -46,7 +46,7 @@ pub mod statics;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::nft::build::TextTable;
-use crate::nft::model::{Family, Set, Table};
+use crate::nft::model::{Element, Family, Set, Table};
 use crate::proto::types::{
     to_dataplane::Payload, HostEndpoint, HostEndpointId, HostMetadataUpdate, IpSetType, IpamPool,
     Policy, PolicyId, Profile, ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
@@ -411,6 +411,21 @@ pub(crate) fn render_base_tail(
     heps: &BTreeMap<&str, &HostEndpoint>,
     t: &mut TextTable,
 ) {
+    let wl_elements = weps.keys().map(|i| r.workload_dispatch_elements(i));
+    for m in render_dispatch_maps(r, wl_elements, heps) {
+        t.add_set(m);
+    }
+    render_hep_statics(r, family, model, heps, t);
+    render_workload_derived(r, family, model, weps.values().copied(), t);
+}
+
+/// The dispatch maps with the workload elements given ((from, to) per interface) and those of
+/// the host endpoints.
+pub(crate) fn render_dispatch_maps(
+    r: &Renderer,
+    wl_elements: impl IntoIterator<Item = (Element, Element)>,
+    heps: &BTreeMap<&str, &HostEndpoint>,
+) -> Vec<Set> {
     let mut maps: BTreeMap<String, Set> = r
         .dispatch_maps()
         .into_iter()
@@ -418,8 +433,7 @@ pub(crate) fn render_base_tail(
         .collect();
     let from_wl = Layer::Filter.chain(names::logical::FROM_WL_DISPATCH);
     let to_wl = Layer::Filter.chain(names::logical::TO_WL_DISPATCH);
-    for iface in weps.keys() {
-        let (from, to) = r.workload_dispatch_elements(iface);
+    for (from, to) in wl_elements {
         if let Some(m) = maps.get_mut(&from_wl) {
             m.elements.push(from);
         }
@@ -434,15 +448,39 @@ pub(crate) fn render_base_tail(
             }
         }
     }
-    for (_, mut m) in maps {
-        m.elements.sort();
-        t.add_set(m);
-    }
+    maps.into_values()
+        .map(|mut m| {
+            m.elements.sort();
+            m
+        })
+        .collect()
+}
+
+/// Chains that depend on the host endpoints and global inputs, not on workloads: host
+/// dispatch, NAT-outgoing, CIDR block.
+pub(crate) fn render_hep_statics(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    heps: &BTreeMap<&str, &HostEndpoint>,
+    t: &mut TextTable,
+) {
     for c in r.host_dispatch_chains(family, heps.get("*").copied()) {
         t.add_chain(c);
     }
-    t.add_chain(r.rpf_skip_chain(family, weps.values().copied()));
     t.add_chain(r.nat_outgoing_chain(family, model.pools.values()));
+    t.add_chain(r.cidr_block_chain(family, &model.service_cidrs));
+}
+
+/// Chains that depend on the workloads as a whole: RPF skip (spoofing workloads), floating IPs.
+pub(crate) fn render_workload_derived<'a>(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    weps: impl IntoIterator<Item = &'a WorkloadEndpoint>,
+    t: &mut TextTable,
+) {
+    t.add_chain(r.rpf_skip_chain(family, weps));
     let mut nats = Vec::new();
     for (id, wep) in &model.workloads {
         if r.cfg.floating_ips_enabled || id.orchestrator_id == "openstack" {
@@ -453,7 +491,6 @@ pub(crate) fn render_base_tail(
     for c in r.floating_ip_chains(family, &nats) {
         t.add_chain(c);
     }
-    t.add_chain(r.cidr_block_chain(family, &model.service_cidrs));
 }
 
 /// The chains (and their shared sets) of one referenced policy, in the directions used; a
