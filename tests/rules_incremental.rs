@@ -477,7 +477,7 @@ proptest! {
             for w in &want {
                 let got = &rec.kernel.tables[&(w.family, w.name.clone())];
                 let (g, w) = (canonical_table(got), canonical_table(w));
-                prop_assert!(g == w, "kernel differs: {:#?}", differences(&[g.clone()], &[w.clone()]));
+                prop_assert!(g == w, "kernel differs: {:#?}", differences(std::slice::from_ref(&g), std::slice::from_ref(&w)));
             }
         }
         prop_assert_eq!(rec.kernel.reads, 2, "one read at the start (one per table), none after");

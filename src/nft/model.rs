@@ -668,7 +668,7 @@ impl Set {
             name: self.name.clone(),
             key: self.key.clone(),
             flags: self.flags,
-            data: self.data.clone(),
+            data: self.data,
             size: self.size,
             elements: Vec::new(),
         }
