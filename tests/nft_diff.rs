@@ -652,3 +652,18 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     r.apply_patches(vec![]).unwrap();
     assert!(r.kernel.tables[&key].chains.contains_key("d"));
 }
+
+proptest! {
+    /// A full load lends its rules and (normal-form) elements to the plan instead of copying
+    /// them; the plan is the same as the copying one and the table gets everything back.
+    #[test]
+    fn lending_a_create_plan_sends_the_same_and_returns_everything(t in arb_table()) {
+        let want = diff::diff(&t, None, false);
+        let mut lent = t.clone();
+        let mut plan = diff::create_lending(&mut lent);
+        prop_assert_eq!(&plan, &want);
+        diff::return_rules(&mut plan, &mut lent);
+        prop_assert_eq!(&lent, &t);
+        prop_assert_eq!(plan.ops.len(), want.ops.len());
+    }
+}

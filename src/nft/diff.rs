@@ -512,6 +512,87 @@ fn create_all(t: &Table, ops: &mut Vec<Op>) {
     }
 }
 
+/// The plan that creates `t` from nothing, with its rules *moved* into the plan instead of
+/// copied (a full load's rules are most of its memory). Give them back with
+/// [`return_rules`] once the batch is encoded; until then `t`'s chains are empty.
+pub fn create_lending(t: &mut Table) -> Plan {
+    let rules: usize = t.chains.values().map(|c| c.rules.len()).sum();
+    let mut ops = Vec::with_capacity(1 + 2 * t.sets.len() + t.chains.len() + rules);
+    ops.push(Op::AddTable { flags: t.flags });
+    for s in t.sets.values_mut() {
+        ops.push(Op::AddSet(def(s)));
+        if s.data.is_none() && !s.elements.is_empty() {
+            ops.push(Op::AddElements {
+                set: s.name.clone(),
+                elements: lend_elements(s),
+            });
+        }
+    }
+    for c in t.chains.values() {
+        ops.push(Op::AddChain(Chain {
+            name: c.name.clone(),
+            base: c.base.clone(),
+            rules: Vec::new(),
+        }));
+    }
+    for c in t.chains.values_mut() {
+        for (i, r) in std::mem::take(&mut c.rules).into_iter().enumerate() {
+            ops.push(Op::AddRule {
+                chain: c.name.clone(),
+                index: i,
+                rule: r,
+            });
+        }
+    }
+    for s in t.sets.values_mut() {
+        if s.data.is_some() && !s.elements.is_empty() {
+            ops.push(Op::AddElements {
+                set: s.name.clone(),
+                elements: lend_elements(s),
+            });
+        }
+    }
+    Plan {
+        family: t.family,
+        table: t.name.clone(),
+        ops,
+    }
+}
+
+/// The elements to send for `s`: moved out of it when they are already in normal form (the
+/// renderer's output is), so [`return_rules`] can give them back; a normalised copy otherwise.
+fn lend_elements(s: &mut Set) -> Vec<Element> {
+    let norm = normalize_elements(s);
+    if norm == s.elements {
+        drop(norm);
+        std::mem::take(&mut s.elements)
+    } else {
+        norm
+    }
+}
+
+/// Moves the rules and elements [`create_lending`] took back into `t`; the plan keeps its
+/// operations (for counting) with empty rules and element lists.
+pub fn return_rules(plan: &mut Plan, t: &mut Table) {
+    for op in &mut plan.ops {
+        match op {
+            Op::AddRule { chain, rule, .. } => {
+                if let Some(c) = t.chains.get_mut(chain.as_str()) {
+                    c.rules.push(std::mem::take(rule));
+                }
+            }
+            Op::AddElements { set, elements } => {
+                if let Some(s) = t.sets.get_mut(set.as_str()) {
+                    if s.elements.is_empty() {
+                        s.elements = std::mem::take(elements);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The plan that turns `actual` into `desired`. `readopt` forces a NEWTABLE with the desired
 /// flags (re-adopting an orphaned OWNER|PERSIST table, netlink.md §4).
 pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {

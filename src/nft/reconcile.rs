@@ -542,10 +542,22 @@ impl<K: NftKernel> Reconciler<K> {
             attempt += 1;
             let genid = self.kernel.generation()?;
             let mut plans = Vec::new();
-            for t in &self.desired {
-                let actual = self.kernel.read_table(t.family, &t.name)?;
+            // Tables created from nothing lend their rules to the plan (no copy of the load).
+            let mut lent: Vec<(usize, usize)> = Vec::new();
+            for (i, t) in self.desired.iter_mut().enumerate() {
+                let actual = match self.kernel.read_table(t.family, &t.name) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        give_back(&mut plans, &lent, &mut self.desired);
+                        return Err(e);
+                    }
+                };
                 let p = match (&actual, self.opts.rebuild) {
                     (Some(_), true) => diff::rebuild(t),
+                    (None, _) if !self.opts.dry_run => {
+                        lent.push((plans.len(), i));
+                        diff::create_lending(t)
+                    }
                     _ => {
                         let readopt = t.flags & table_flags::OWNER != 0
                             && actual.as_ref().is_some_and(|a| a.owner != me);
@@ -554,6 +566,8 @@ impl<K: NftKernel> Reconciler<K> {
                 };
                 if !p.is_empty() {
                     plans.push(p);
+                } else {
+                    lent.retain(|(_, j)| *j != i);
                 }
             }
             let ops = plans.iter().map(|p| p.ops.len()).sum();
@@ -565,7 +579,9 @@ impl<K: NftKernel> Reconciler<K> {
                     attempts: attempt,
                 });
             }
-            match self.kernel.commit(&plans, Some(genid), self.opts.dry_run) {
+            let res = self.kernel.commit(&plans, Some(genid), self.opts.dry_run);
+            give_back(&mut plans, &lent, &mut self.desired);
+            match res {
                 Ok(()) => {
                     self.trusted = (!self.opts.dry_run).then_some(genid.wrapping_add(1));
                     return Ok(SyncReport {
@@ -579,6 +595,15 @@ impl<K: NftKernel> Reconciler<K> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// Returns the rules lent to create-plans ((plan index, table index)) to their tables.
+fn give_back(plans: &mut [Plan], lent: &[(usize, usize)], desired: &mut [Table]) {
+    for &(p, t) in lent {
+        if let (Some(plan), Some(table)) = (plans.get_mut(p), desired.get_mut(t)) {
+            diff::return_rules(plan, table);
         }
     }
 }
