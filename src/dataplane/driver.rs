@@ -28,7 +28,6 @@ use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
 use crate::rtnl::monitor::IfaceEvent;
-use crate::rules::RulesError;
 use crate::source::Received;
 
 use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
@@ -78,8 +77,6 @@ impl Default for LoopOptions {
 /// Why the loop stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("rendering the desired state")]
-    Render(#[source] RulesError),
     #[error(
         "programming nf_tables failed {failures} times in a row, the atomic rebuild included; \
          exiting with the last good rules left in the kernel (fail closed)"

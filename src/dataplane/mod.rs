@@ -5,8 +5,10 @@
 //! [`kernel::Kernel`] seam, `proto`, `config`. It never encodes netlink itself.
 //!
 //! - [`Dataplane`] (this file): the desired state. `on_update` validates and records — no kernel
-//!   I/O — and marks what became dirty; [`Dataplane::desired`] renders the whole desired kernel
-//!   state (tables, routes, neighbours, per-interface config) from it.
+//!   I/O — and marks what became dirty; [`Dataplane::tables_patch`] renders only what changed
+//!   since the last call (the daemon's path, issue 9), [`Dataplane::desired_host`] the routes,
+//!   neighbours and interface settings, and [`Dataplane::desired`] everything from scratch
+//!   (one-shot commands).
 //! - [`validate`]: rejects updates that would make the desired state wrong.
 //! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
 //! - [`driver`]: the event loop — batching, InSync gating, throttling, the apply order, retries,

@@ -15,6 +15,7 @@
 //! | host endpoint | [`Renderer::host_endpoint_chains`], [`Renderer::host_dispatch_elements`] |
 //! | policy / profile | [`Renderer::policy_chains`], [`Renderer::profile_chains`] (with their shared sets) |
 //! | everything | [`render`], [`render_text`], [`render_nft`] over a [`Model`] |
+//! | what changed | [`incremental::Incremental`]: patches per update (issue 9); equals [`render`] |
 //!
 //! Chains come as [`TextChain`]s: the object-model chain plus the `nft` text of each rule,
 //! built in lockstep by [`crate::nft::build`]. [`TextChain::chain`] is what the codec commits.
