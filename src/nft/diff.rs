@@ -563,7 +563,19 @@ pub fn create_lending(t: &mut Table) -> Plan {
 /// renderer's output is), so [`return_rules`] can give them back; a normalised copy otherwise.
 fn lend_elements(s: &mut Set) -> Vec<Element> {
     let norm = normalize_elements(s);
-    if norm == s.elements {
+    // Interval sets as nft (and our renderer) write them open with an `INTERVAL_END` at zero
+    // marking the gap below the first range; that is the same set.
+    let body = match s.elements.first() {
+        Some(e)
+            if is_interval(s)
+                && e.flags & elem_flags::INTERVAL_END != 0
+                && e.key.iter().all(|b| *b == 0) =>
+        {
+            &s.elements[1..]
+        }
+        _ => &s.elements[..],
+    };
+    if norm == body {
         drop(norm);
         std::mem::take(&mut s.elements)
     } else {
