@@ -271,6 +271,16 @@ impl RealKernel {
         &self.rtnl
     }
 
+    /// Requests the route syncers sent so far, IPv4 and IPv6 (tests, metrics).
+    pub fn route_stats(&self) -> [crate::rtnl::routes::RouteSyncStats; 2] {
+        [self.routes_v4.stats(), self.routes_v6.stats()]
+    }
+
+    /// Requests the neighbour syncer sent so far.
+    pub fn neigh_stats(&self) -> crate::rtnl::neigh::NeighSyncStats {
+        self.neigh.stats()
+    }
+
     /// `/proc/sys` of the target namespace.
     pub fn procsys(&self) -> &ProcSys {
         &self.procsys

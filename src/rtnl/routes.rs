@@ -685,13 +685,15 @@ impl RouteSyncer {
                 Some(name) => match links.get(name) {
                     Some(l) if l.admin_up => Some(l.index),
                     _ => {
-                        // Absent or down: the kernel refuses the route (ENETDOWN) and flushed
-                        // any it had there. One believed elsewhere is still in the kernel.
+                        // Absent or down: the kernel refuses the route (ENETDOWN), and it
+                        // flushed any it had there (an admin down flushes routes of both
+                        // families; a deleted link takes its routes). One believed on another
+                        // interface is still in the kernel and leaves now.
                         self.parked.insert(key, name.to_string());
-                        if let Some(b) = have {
-                            self.believed.remove(&key);
-                            let elsewhere = b.spec.target.ifname() != Some(name);
-                            if self.delete_believed(h, key, &b, &mut report).await && elsewhere {
+                        if let Some(b) = self.believed.remove(&key) {
+                            if b.spec.target.ifname() != Some(name)
+                                && self.delete_believed(h, key, &b, &mut report).await
+                            {
                                 report.moved_or_gone.push(key.dst);
                             }
                         }
@@ -1167,7 +1169,7 @@ mod tests {
         let a = RouteSpec::device(dst, "cali1", 80, 1024);
         let b = RouteSpec::device(dst, "cali2", 80, 1024);
         s.set_routes("cali2", vec![b.clone()]);
-        s.update_routes("cali1", &[a.clone()]);
+        s.update_routes("cali1", std::slice::from_ref(&a));
         assert_eq!(s.desired_for(&a.key()), Some(&a), "cali1 sorts first");
         assert_eq!(s.changed_keys, BTreeSet::from([a.key()]));
         s.set_routes("cali1", vec![]);
