@@ -672,10 +672,15 @@ impl RouteSyncer {
             let Some(spec) = spec else {
                 // No longer desired: ours for certain, delete at once.
                 self.parked.remove(&key);
-                if let Some(b) = have {
-                    self.believed.remove(&key);
-                    if self.delete_believed(h, key, &b, &mut report).await {
-                        report.moved_or_gone.push(key.dst);
+                if let Some(b) = self.believed.remove(&key) {
+                    match self.delete_believed(h, key, &b, &mut report).await {
+                        Some(true) => report.moved_or_gone.push(key.dst),
+                        Some(false) => {}
+                        // Still ours: the full apply that follows deletes it without a grace
+                        // period.
+                        None => {
+                            self.believed.insert(key, b);
+                        }
                     }
                 }
                 continue;
@@ -691,10 +696,14 @@ impl RouteSyncer {
                         // interface is still in the kernel and leaves now.
                         self.parked.insert(key, name.to_string());
                         if let Some(b) = self.believed.remove(&key) {
-                            if b.spec.target.ifname() != Some(name)
-                                && self.delete_believed(h, key, &b, &mut report).await
-                            {
-                                report.moved_or_gone.push(key.dst);
+                            if b.spec.target.ifname() != Some(name) {
+                                match self.delete_believed(h, key, &b, &mut report).await {
+                                    Some(true) => report.moved_or_gone.push(key.dst),
+                                    Some(false) => {}
+                                    None => {
+                                        self.believed.insert(key, b);
+                                    }
+                                }
                             }
                         }
                         continue;
@@ -801,34 +810,37 @@ impl RouteSyncer {
         }
     }
 
-    /// Deletes a route we believe we programmed. True when it was deleted; gone already is not an
-    /// error (its interface went down or away and took it).
+    /// Deletes a route we believe we programmed: `Some(true)` when deleted, `Some(false)` when
+    /// it was gone already (its interface went down or away and took it), `None` on failure (the
+    /// error is in the report).
     async fn delete_believed(
         &mut self,
         h: &RtnlHandle,
         key: RouteKey,
         b: &Believed,
         report: &mut SyncReport,
-    ) -> bool {
+    ) -> Option<bool> {
         let msg = match self.build(&b.spec, b.oif) {
             Ok(m) => m,
             Err(e) => {
                 report.errors.push(e);
-                return false;
+                return None;
             }
         };
         self.stats.writes += 1;
         match h.handle().route().del(msg).execute().await {
             Ok(()) => {
                 report.deleted.push(key);
-                true
+                Some(true)
             }
             Err(e) => {
                 let err = RtnlError::kernel("deleting route", key.to_string(), e);
-                if !matches!(err.errno(), Some(libc::ESRCH | libc::ENODEV)) {
+                if matches!(err.errno(), Some(libc::ESRCH | libc::ENODEV)) {
+                    Some(false)
+                } else {
                     report.errors.push(err);
+                    None
                 }
-                false
             }
         }
     }
