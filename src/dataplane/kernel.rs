@@ -243,7 +243,6 @@ pub struct RealKernel {
     ns: Option<NetNs>,
     routes_v4: RouteSyncer,
     routes_v6: RouteSyncer,
-    route_groups: BTreeSet<String>,
     neigh: NeighSyncer,
     procsys: ProcSys,
 }
@@ -284,7 +283,6 @@ impl RealKernel {
             ns: ns_owned,
             routes_v4: RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, ownership.clone()),
             routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
-            route_groups: BTreeSet::new(),
             neigh: NeighSyncer::new(),
             procsys: ProcSys::new(procsys_ns),
         })
@@ -293,6 +291,16 @@ impl RealKernel {
     /// The rtnetlink handle (for dumps in one-shot commands).
     pub fn rtnl(&self) -> &RtnlHandle {
         &self.rtnl
+    }
+
+    /// Requests the route syncers sent so far, IPv4 and IPv6 (tests, metrics).
+    pub fn route_stats(&self) -> [crate::rtnl::routes::RouteSyncStats; 2] {
+        [self.routes_v4.stats(), self.routes_v6.stats()]
+    }
+
+    /// Requests the neighbour syncer sent so far.
+    pub fn neigh_stats(&self) -> crate::rtnl::neigh::NeighSyncStats {
+        self.neigh.stats()
     }
 
     /// `/proc/sys` of the target namespace.
@@ -349,22 +357,23 @@ impl Kernel for RealKernel {
         routes: &BTreeMap<String, Vec<RouteSpec>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError> {
-        for gone in self
-            .route_groups
-            .iter()
-            .filter(|g| !routes.contains_key(*g))
-        {
-            self.routes_v4.set_routes(gone.clone(), Vec::new());
-            self.routes_v6.set_routes(gone.clone(), Vec::new());
-        }
-        for (group, specs) in routes {
-            self.routes_v4.set_routes(group.clone(), specs.clone());
-            self.routes_v6.set_routes(group.clone(), specs.clone());
-        }
-        self.route_groups = routes.keys().cloned().collect();
-        if resync {
-            self.routes_v4.request_resync();
-            self.routes_v6.request_resync();
+        // Restating every group costs a comparison each, no copy unless it changed; the syncers
+        // then write only what changed (or dump and repair everything on a resync).
+        for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
+            let gone: Vec<String> = syncer
+                .groups()
+                .filter(|g| !routes.contains_key(*g))
+                .map(str::to_string)
+                .collect();
+            for g in gone {
+                syncer.set_routes(g, Vec::new());
+            }
+            for (group, specs) in routes {
+                syncer.update_routes(group, specs);
+            }
+            if resync {
+                syncer.request_resync();
+            }
         }
         let mut out = RoutesOutcome::default();
         for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
@@ -390,12 +399,45 @@ impl Kernel for RealKernel {
         changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<(), KernelError> {
-        let managed: Vec<String> = self.neigh_ifaces();
-        for iface in managed.iter().filter(|i| !neigh.contains_key(*i)) {
-            self.neigh.set_neighbours(iface, Vec::new());
+        // Interfaces that flapped since the last apply. The loop hands them to this phase only,
+        // after the routes phase; their routes (an admin down flushes them, §15) are re-asserted
+        // here, incrementally, so the routes phase never needs a dump to notice a flap.
+        // TODO(lead): pass `changed` to `Kernel::routes` too and move this there.
+        if !changed.is_empty() {
+            for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
+                for iface in changed {
+                    syncer.iface_changed(iface);
+                }
+                let rep = syncer
+                    .apply(&self.rtnl)
+                    .await
+                    .map_err(rtnl_err("re-asserting routes of changed interfaces"))?;
+                if let Some(e) = rep.errors.first() {
+                    // The syncer is stale now: the next routes phase dumps and repairs.
+                    return Err(KernelError::Other(format!(
+                        "{} route write(s) for changed interfaces failed, first: {}",
+                        rep.errors.len(),
+                        crate::ops::logging::chain(e)
+                    )));
+                }
+                tracing::debug!(
+                    changes = rep.changes(),
+                    moved_or_gone = rep.moved_or_gone.len(),
+                    "routes of changed interfaces re-asserted"
+                );
+            }
+        }
+        let gone: Vec<String> = self
+            .neigh
+            .managed_ifaces()
+            .filter(|i| !neigh.contains_key(*i))
+            .map(str::to_string)
+            .collect();
+        for iface in gone {
+            self.neigh.set_neighbours(&iface, Vec::new());
         }
         for (iface, entries) in neigh {
-            self.neigh.set_neighbours(iface, entries.iter().copied());
+            self.neigh.update_neighbours(iface, entries);
         }
         for iface in changed {
             self.neigh.iface_changed(iface);
@@ -488,12 +530,6 @@ impl Kernel for RealKernel {
             Err(Some(e)) => Err(rtnl_err("deleting conntrack entries")(e)),
             Err(None) => Ok(()),
         }
-    }
-}
-
-impl RealKernel {
-    fn neigh_ifaces(&self) -> Vec<String> {
-        self.neigh.managed_ifaces()
     }
 }
 

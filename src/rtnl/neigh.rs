@@ -43,6 +43,18 @@ pub struct NeighSyncer {
     to_delete: BTreeMap<String, BTreeSet<IpAddr>>,
     dirty: BTreeSet<String>,
     resync: bool,
+    stats: NeighSyncStats,
+}
+
+/// Counters of the requests a [`NeighSyncer`] sent, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NeighSyncStats {
+    /// Neighbour dumps (one per resync).
+    pub dumps: u64,
+    /// Single-link lookups (RTM_GETLINK by name), one per interface an apply looks at.
+    pub link_gets: u64,
+    /// Writes sent: RTM_NEWNEIGH and RTM_DELNEIGH.
+    pub writes: u64,
 }
 
 impl NeighSyncer {
@@ -85,9 +97,31 @@ impl NeighSyncer {
         }
     }
 
+    /// Like [`NeighSyncer::set_neighbours`], without copying anything when the entries of
+    /// `ifname` are unchanged (the daemon restates every interface on every apply).
+    pub fn update_neighbours(&mut self, ifname: &str, entries: &[(IpAddr, Mac)]) {
+        let current = self.desired.get(ifname);
+        let unchanged = match current {
+            None => entries.is_empty(),
+            // Duplicate addresses collapse in the map (last wins), so compare as a map would.
+            Some(cur) => {
+                cur.len() == entries.len()
+                    && entries.iter().all(|(ip, mac)| cur.get(ip) == Some(mac))
+            }
+        };
+        if !unchanged {
+            self.set_neighbours(ifname, entries.iter().copied());
+        }
+    }
+
     /// Interfaces that currently have desired entries.
-    pub fn managed_ifaces(&self) -> Vec<String> {
-        self.desired.keys().cloned().collect()
+    pub fn managed_ifaces(&self) -> impl Iterator<Item = &str> {
+        self.desired.keys().map(String::as_str)
+    }
+
+    /// The requests sent so far.
+    pub fn stats(&self) -> NeighSyncStats {
+        self.stats
     }
 
     /// The interface went down/up or was re-created: re-assert its entries on the next apply.
@@ -125,6 +159,7 @@ impl NeighSyncer {
                 .collect()
         };
         let kernel = if resync {
+            self.stats.dumps += 1;
             Some(dump_permanent(h).await?)
         } else {
             None
@@ -152,6 +187,7 @@ impl NeighSyncer {
         kernel: Option<&Vec<(u32, IpAddr)>>,
         report: &mut NeighReport,
     ) -> Result<()> {
+        self.stats.link_gets += 1;
         let link = match get_link(h, ifname).await? {
             Some(l) => l,
             None => {
@@ -179,6 +215,7 @@ impl NeighSyncer {
             msg.header.ifindex = link.index;
             msg.attributes
                 .push(NeighbourAttribute::Destination(neigh_addr(ip)));
+            self.stats.writes += 1;
             match h.handle().neighbours().del(msg).execute().await {
                 Ok(()) => report.deleted.push((ifname.to_string(), ip)),
                 Err(e) => {
@@ -201,6 +238,7 @@ impl NeighSyncer {
             return Ok(());
         }
         for (ip, mac) in wanted {
+            self.stats.writes += 1;
             h.handle()
                 .neighbours()
                 .add(link.index, ip)

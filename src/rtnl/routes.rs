@@ -17,8 +17,13 @@
 //! - An undesired route on a workload interface that does not carry one of our protocols (e.g. a
 //!   CNI plugin was faster than us) is deleted only after it has been seen for the grace period
 //!   (default 10 s, §15).
-//! - Every apply re-reads the table (a dump costs O(routes in the table)), so every apply is a
-//!   full resync; an apply with nothing dirty and nothing pending returns without I/O.
+//! - The steady state is O(change): the syncer keeps the routes it believes it programmed, and an
+//!   apply without a resync writes only the difference for keys whose desired route changed,
+//!   routes on interfaces reported changed ([`RouteSyncer::iface_changed`]) and parked routes —
+//!   one RTM_NEWROUTE for a new endpoint, no dump. A dump (O(routes + links)) happens on the
+//!   first apply, on [`RouteSyncer::request_resync`] (the refresh timer), after any failed write
+//!   and when a grace period ends; it repairs drift from outside, which an incremental apply does
+//!   not see. An apply with nothing changed and nothing pending returns without I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -33,7 +38,7 @@ use netlink_packet_route::route::{
 };
 use rtnetlink::RouteMessageBuilder;
 
-use super::link::{list_links, LinkState};
+use super::link::{get_link, list_links, LinkState};
 use super::{IpFamily, Result, RtnlError, RtnlHandle};
 
 /// `RTPROT_KERNEL` (uapi linux/rtnetlink.h): routes the kernel made from an address.
@@ -308,8 +313,8 @@ struct Decision<'k> {
     seen_unknown: BTreeSet<(RouteKey, u32)>,
     /// Those seen for the first time, with the time to record.
     first_seen_new: Vec<((RouteKey, u32), Instant)>,
-    /// Desired routes already in the kernel as wanted, by (route, interface index).
-    in_place: BTreeSet<(RouteKey, u32)>,
+    /// Desired routes already in the kernel as wanted: key → (route, interface index).
+    in_place: BTreeMap<RouteKey, (RouteSpec, Option<u32>)>,
 }
 
 /// A route as read back from the kernel, reduced to what the syncer compares.
@@ -348,7 +353,38 @@ impl KernelRoute {
     }
 }
 
+/// A desired route the syncer wrote (or found in place) and believes is in the kernel as wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Believed {
+    spec: RouteSpec,
+    /// The interface index it was resolved to (`None` for a blackhole or a gateway without dev).
+    oif: Option<u32>,
+}
+
+/// Counters of the requests a syncer sent, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteSyncStats {
+    /// Full applies: a route dump plus a link dump each.
+    pub dumps: u64,
+    /// Incremental applies (no dump).
+    pub incremental: u64,
+    /// Single-link lookups (RTM_GETLINK by name) of incremental applies.
+    pub link_gets: u64,
+    /// Route writes sent: RTM_NEWROUTE (create or replace) and RTM_DELROUTE.
+    pub writes: u64,
+}
+
+/// More parked interfaces than this are re-resolved with one link dump instead of one lookup
+/// each.
+const PARKED_LOOKUP_LIMIT: usize = 32;
+
 /// Reconciles one table of one family. Not shared: one owner task drives it.
+///
+/// It keeps the *believed* state — the desired routes it last wrote or found in place — so an
+/// apply without a resync diffs desired against believed for the keys that changed and writes
+/// only those (one RTM_NEWROUTE for a new endpoint), like `nft::reconcile::Reconciler` does for
+/// tables. A *full* apply (start of day, [`RouteSyncer::request_resync`], after any failure, when
+/// a grace period is due) dumps links and routes and repairs drift.
 #[derive(Debug)]
 pub struct RouteSyncer {
     family: IpFamily,
@@ -356,18 +392,27 @@ pub struct RouteSyncer {
     ownership: Ownership,
     grace: Duration,
     groups: BTreeMap<String, Vec<RouteSpec>>,
+    /// Which groups want each key (first group in order wins it).
+    key_groups: BTreeMap<RouteKey, BTreeSet<String>>,
     /// First time each unknown (route, interface index) was seen, for the grace period.
     first_seen: BTreeMap<(RouteKey, u32), Instant>,
-    /// Desired routes on an interface that the last apply left in the kernel, by (route,
-    /// interface index). When one stops being desired it is ours for certain and goes at once:
-    /// the grace period is only for routes someone else (a CNI plugin) wrote (§15).
-    programmed: BTreeSet<(RouteKey, u32)>,
-    dirty: bool,
-    pending: bool,
+    /// Desired routes the kernel holds as wanted, as far as we know. A believed route that stops
+    /// being desired is ours for certain and goes at once: the grace period is only for routes
+    /// someone else (a CNI plugin) wrote (§15).
+    believed: BTreeMap<RouteKey, Believed>,
+    /// Desired routes waiting for their interface (absent or down): key → interface name.
+    parked: BTreeMap<RouteKey, String>,
+    /// Keys whose desired route changed since the last apply.
+    changed_keys: BTreeSet<RouteKey>,
+    /// Interfaces reported changed (flapped, re-created) since the last apply.
+    changed_ifaces: BTreeSet<String>,
+    /// The believed state cannot be trusted: the next apply is a full one.
+    stale: bool,
+    stats: RouteSyncStats,
 }
 
 impl RouteSyncer {
-    /// A syncer for `table` (e.g. [`RT_TABLE_MAIN`]) and `family`.
+    /// A syncer for `table` (e.g. [`RT_TABLE_MAIN`]) and `family`. Its first apply is full.
     pub fn new(family: IpFamily, table: u32, ownership: Ownership) -> RouteSyncer {
         RouteSyncer {
             family,
@@ -375,10 +420,14 @@ impl RouteSyncer {
             ownership,
             grace: DEFAULT_GRACE,
             groups: BTreeMap::new(),
+            key_groups: BTreeMap::new(),
             first_seen: BTreeMap::new(),
-            programmed: BTreeSet::new(),
-            dirty: true,
-            pending: false,
+            believed: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            changed_keys: BTreeSet::new(),
+            changed_ifaces: BTreeSet::new(),
+            stale: true,
+            stats: RouteSyncStats::default(),
         }
     }
 
@@ -397,27 +446,86 @@ impl RouteSyncer {
             .into_iter()
             .filter(|r| IpFamily::of(&r.dst.addr()) == self.family)
             .collect();
-        let changed = if routes.is_empty() {
-            self.groups.remove(&group).is_some()
+        if self.groups.get(&group).map_or(&[][..], Vec::as_slice) == routes.as_slice() {
+            return;
+        }
+        let old = if routes.is_empty() {
+            self.groups.remove(&group)
         } else {
-            self.groups.insert(group, routes.clone()) != Some(routes)
-        };
-        self.dirty |= changed;
+            self.groups.insert(group.clone(), routes.clone())
+        }
+        .unwrap_or_default();
+        for spec in &old {
+            let key = spec.key();
+            self.changed_keys.insert(key);
+            if let Some(g) = self.key_groups.get_mut(&key) {
+                g.remove(&group);
+                if g.is_empty() {
+                    self.key_groups.remove(&key);
+                }
+            }
+        }
+        for spec in &routes {
+            let key = spec.key();
+            self.changed_keys.insert(key);
+            self.key_groups
+                .entry(key)
+                .or_default()
+                .insert(group.clone());
+        }
     }
 
-    /// Asks for a full resync on the next apply (timer, or after an interface event).
+    /// Like [`RouteSyncer::set_routes`], without copying anything when the group is unchanged
+    /// (the daemon restates every group on every apply).
+    pub fn update_routes(&mut self, group: &str, routes: &[RouteSpec]) {
+        let current = self.groups.get(group).map_or(&[][..], Vec::as_slice);
+        let mut same = current.iter();
+        let unchanged = routes
+            .iter()
+            .filter(|r| IpFamily::of(&r.dst.addr()) == self.family)
+            .all(|r| same.next() == Some(r))
+            && same.next().is_none();
+        if !unchanged {
+            self.set_routes(group, routes.to_vec());
+        }
+    }
+
+    /// The groups that have desired routes.
+    pub fn groups(&self) -> impl Iterator<Item = &str> {
+        self.groups.keys().map(String::as_str)
+    }
+
+    /// Asks for a full resync on the next apply (timer, start of day).
     pub fn request_resync(&mut self) {
-        self.dirty = true;
+        self.stale = true;
     }
 
-    /// True when an apply would do something (dirty, parked routes or grace periods pending).
+    /// The interface `ifname` flapped, appeared, vanished or was re-created: the next apply
+    /// re-resolves it and re-asserts its routes (an admin down flushes them, §15).
+    pub fn iface_changed(&mut self, ifname: &str) {
+        self.changed_ifaces.insert(ifname.to_string());
+    }
+
+    /// True when an apply would do something (a change, a resync, parked routes or grace
+    /// periods pending).
     pub fn needs_apply(&self) -> bool {
-        self.dirty || self.pending
+        self.stale
+            || !self.changed_keys.is_empty()
+            || !self.changed_ifaces.is_empty()
+            || !self.parked.is_empty()
+            || !self.first_seen.is_empty()
     }
 
-    /// Reconciles the kernel table with the desired routes: dump links and routes, diff, write.
-    /// Errors of single routes are collected in the report and leave the syncer dirty; only a
-    /// failing dump is returned as `Err`.
+    /// The requests sent so far.
+    pub fn stats(&self) -> RouteSyncStats {
+        self.stats
+    }
+
+    /// Reconciles the kernel table with the desired routes. Full (dump links and routes, diff
+    /// everything, repair drift) when a resync was asked for, after a failure, or when a grace
+    /// period is due; otherwise incremental: only changed keys, routes on changed interfaces and
+    /// parked routes are looked at, against the believed state, with no dump. Per-route failures
+    /// are in the report (and make the next apply full); a failing dump is returned as `Err`.
     pub async fn apply(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
         if !self.needs_apply() {
             return Ok(SyncReport {
@@ -425,48 +533,57 @@ impl RouteSyncer {
                 ..SyncReport::default()
             });
         }
-        self.dirty = true; // cleared only when the apply completes without errors
+        let now = Instant::now();
+        let grace_due = self.next_deadline().is_some_and(|t| t <= now);
+        if self.stale || grace_due {
+            self.apply_full(h, now).await
+        } else {
+            self.apply_incremental(h).await
+        }
+    }
+
+    async fn apply_full(&mut self, h: &RtnlHandle, now: Instant) -> Result<SyncReport> {
+        self.stale = true; // cleared only when the apply completes without errors
+        self.stats.dumps += 1;
         let links = list_links(h).await?;
         let kernel = self.dump(h).await?;
-        let now = Instant::now();
         let d = self.decide(&links, &kernel, now);
+        // Everything desired is looked at now: nothing is left over from before.
+        self.changed_keys.clear();
+        self.changed_ifaces.clear();
 
         let mut report = SyncReport {
             parked: d.parked.clone(),
             in_grace: d.in_grace.clone(),
             ..SyncReport::default()
         };
-        let mut programmed = d.in_place.clone();
+        let mut believed: BTreeMap<RouteKey, Believed> = d
+            .in_place
+            .iter()
+            .map(|(k, (spec, oif))| {
+                (
+                    *k,
+                    Believed {
+                        spec: spec.clone(),
+                        oif: *oif,
+                    },
+                )
+            })
+            .collect();
         for w in &d.writes {
-            let msg = match self.build(&w.spec, w.oif) {
-                Ok(m) => m,
-                Err(e) => {
-                    report.errors.push(e);
-                    continue;
-                }
-            };
-            let res = h.handle().route().add(msg).replace().execute().await;
-            if res.is_ok() {
-                programmed.extend(w.oif.map(|i| (w.key, i)));
-            }
-            match res {
-                Ok(()) => match w.existing {
-                    Some(k) => {
-                        if k.oif.is_some() && w.oif.is_some() && k.oif != w.oif {
-                            report.moved_or_gone.push(w.key.dst);
-                        }
-                        report.replaced.push(w.key);
-                    }
-                    None => report.added.push(w.key),
-                },
-                Err(e) => {
-                    report
-                        .errors
-                        .push(RtnlError::kernel("programming route", w.key.to_string(), e))
-                }
+            let existing = w.existing.map(|k| k.oif);
+            if self.write(h, &w.spec, w.oif, existing, &mut report).await {
+                believed.insert(
+                    w.key,
+                    Believed {
+                        spec: w.spec.clone(),
+                        oif: w.oif,
+                    },
+                );
             }
         }
         for k in &d.deletes {
+            self.stats.writes += 1;
             match h.handle().route().del(k.msg.clone()).execute().await {
                 Ok(()) => {
                     report.deleted.push(k.key);
@@ -476,9 +593,8 @@ impl RouteSyncer {
                     let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
                     // Gone already (its interface vanished meanwhile): that is the goal.
                     if err.errno() != Some(libc::ESRCH) {
-                        let id = (k.key, k.oif.unwrap_or(0));
-                        if self.programmed.contains(&id) {
-                            programmed.insert(id); // still ours to delete on the retry
+                        if let Some(b) = self.believed.get(&k.key).filter(|b| b.oif == k.oif) {
+                            believed.insert(k.key, b.clone()); // still ours to delete on the retry
                         }
                         report.errors.push(err);
                     }
@@ -489,13 +605,251 @@ impl RouteSyncer {
             self.first_seen.entry(*id).or_insert(*first);
         }
         self.first_seen.retain(|id, _| d.seen_unknown.contains(id));
-        self.programmed = programmed;
+        self.believed = believed;
+        self.parked = d.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
+        self.stale = !report.errors.is_empty();
+        self.log(&report, true);
+        Ok(report)
+    }
 
-        self.pending = !report.parked.is_empty() || !report.in_grace.is_empty();
-        self.dirty = !report.errors.is_empty();
+    /// The O(change) apply: desired against believed for the keys that may differ.
+    async fn apply_incremental(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
+        self.stats.incremental += 1;
+        let changed_ifaces = std::mem::take(&mut self.changed_ifaces);
+        let mut keys = std::mem::take(&mut self.changed_keys);
+        keys.extend(self.parked.keys().copied());
+        if !changed_ifaces.is_empty() {
+            keys.extend(
+                self.believed
+                    .iter()
+                    .filter(|(_, b)| {
+                        b.spec
+                            .target
+                            .ifname()
+                            .is_some_and(|i| changed_ifaces.contains(i))
+                    })
+                    .map(|(k, _)| *k),
+            );
+            for name in &changed_ifaces {
+                keys.extend(
+                    self.groups
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .map(RouteSpec::key),
+                );
+            }
+        }
+
+        // The interfaces the affected routes need, looked up by name (a re-created interface has
+        // a new index).
+        let wanted: Vec<(RouteKey, RouteSpec)> = keys
+            .iter()
+            .filter_map(|k| self.desired_for(k).map(|s| (*k, s.clone())))
+            .collect();
+        let names: BTreeSet<&str> = wanted
+            .iter()
+            .filter_map(|(_, s)| s.target.ifname())
+            .collect();
+        let links = match self.resolve(h, &names).await {
+            Ok(l) => l,
+            Err(e) => {
+                // Nothing was written; look at everything again next time.
+                self.changed_keys.extend(keys);
+                self.changed_ifaces.extend(changed_ifaces);
+                return Err(e);
+            }
+        };
+
+        let mut report = SyncReport::default();
+        let mut wanted = wanted.into_iter().peekable();
+        for key in keys {
+            let spec = match wanted.peek() {
+                Some((k, _)) if *k == key => wanted.next().map(|(_, s)| s),
+                _ => None,
+            };
+            let have = self.believed.get(&key).cloned();
+            let Some(spec) = spec else {
+                // No longer desired: ours for certain, delete at once.
+                self.parked.remove(&key);
+                if let Some(b) = self.believed.remove(&key) {
+                    match self.delete_believed(h, key, &b, &mut report).await {
+                        Some(true) => report.moved_or_gone.push(key.dst),
+                        Some(false) => {}
+                        // Still ours: the full apply that follows deletes it without a grace
+                        // period.
+                        None => {
+                            self.believed.insert(key, b);
+                        }
+                    }
+                }
+                continue;
+            };
+            let oif = match spec.target.ifname() {
+                None => None,
+                Some(name) => match links.get(name) {
+                    Some(l) if l.admin_up => Some(l.index),
+                    _ => {
+                        // Absent or down: the kernel refuses the route (ENETDOWN), and it
+                        // flushed any it had there (an admin down flushes routes of both
+                        // families; a deleted link takes its routes). One believed on another
+                        // interface is still in the kernel and leaves now.
+                        self.parked.insert(key, name.to_string());
+                        if let Some(b) = self.believed.remove(&key) {
+                            if b.spec.target.ifname() != Some(name) {
+                                match self.delete_believed(h, key, &b, &mut report).await {
+                                    Some(true) => report.moved_or_gone.push(key.dst),
+                                    Some(false) => {}
+                                    None => {
+                                        self.believed.insert(key, b);
+                                    }
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                },
+            };
+            self.parked.remove(&key);
+            let iface_changed = spec
+                .target
+                .ifname()
+                .is_some_and(|i| changed_ifaces.contains(i));
+            if !iface_changed
+                && have
+                    .as_ref()
+                    .is_some_and(|b| b.spec == spec && b.oif == oif)
+            {
+                continue;
+            }
+            let existing = have.map(|b| b.oif);
+            if self.write(h, &spec, oif, existing, &mut report).await {
+                self.believed.insert(key, Believed { spec, oif });
+            } else {
+                self.believed.remove(&key);
+            }
+        }
+        report.parked = self.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
+        report.in_grace = self.first_seen.keys().map(|(k, _)| *k).collect();
+        if !report.errors.is_empty() {
+            self.stale = true;
+        }
+        self.log(&report, false);
+        Ok(report)
+    }
+
+    /// The desired route of `key`: the first group (in order) that wants it, its first spec.
+    fn desired_for(&self, key: &RouteKey) -> Option<&RouteSpec> {
+        let group = self.key_groups.get(key)?.first()?;
+        self.groups.get(group)?.iter().find(|s| s.key() == *key)
+    }
+
+    /// Current state of the named interfaces: one lookup each, or one dump for many.
+    async fn resolve(
+        &mut self,
+        h: &RtnlHandle,
+        names: &BTreeSet<&str>,
+    ) -> Result<BTreeMap<String, LinkState>> {
+        if names.len() > PARKED_LOOKUP_LIMIT {
+            self.stats.link_gets += 1;
+            return Ok(list_links(h)
+                .await?
+                .into_iter()
+                .filter(|l| names.contains(l.name.as_str()))
+                .map(|l| (l.name.clone(), l))
+                .collect());
+        }
+        let mut out = BTreeMap::new();
+        for name in names {
+            self.stats.link_gets += 1;
+            if let Some(l) = get_link(h, name).await? {
+                out.insert(l.name.clone(), l);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes one route (create or replace); `existing` is the interface of the route the kernel
+    /// held under that key, when there was one. True on success.
+    async fn write(
+        &mut self,
+        h: &RtnlHandle,
+        spec: &RouteSpec,
+        oif: Option<u32>,
+        existing: Option<Option<u32>>,
+        report: &mut SyncReport,
+    ) -> bool {
+        let key = spec.key();
+        let msg = match self.build(spec, oif) {
+            Ok(m) => m,
+            Err(e) => {
+                report.errors.push(e);
+                return false;
+            }
+        };
+        self.stats.writes += 1;
+        match h.handle().route().add(msg).replace().execute().await {
+            Ok(()) => {
+                match existing {
+                    Some(old) => {
+                        if old.is_some() && oif.is_some() && old != oif {
+                            report.moved_or_gone.push(key.dst);
+                        }
+                        report.replaced.push(key);
+                    }
+                    None => report.added.push(key),
+                }
+                true
+            }
+            Err(e) => {
+                report
+                    .errors
+                    .push(RtnlError::kernel("programming route", key.to_string(), e));
+                false
+            }
+        }
+    }
+
+    /// Deletes a route we believe we programmed: `Some(true)` when deleted, `Some(false)` when
+    /// it was gone already (its interface went down or away and took it), `None` on failure (the
+    /// error is in the report).
+    async fn delete_believed(
+        &mut self,
+        h: &RtnlHandle,
+        key: RouteKey,
+        b: &Believed,
+        report: &mut SyncReport,
+    ) -> Option<bool> {
+        let msg = match self.build(&b.spec, b.oif) {
+            Ok(m) => m,
+            Err(e) => {
+                report.errors.push(e);
+                return None;
+            }
+        };
+        self.stats.writes += 1;
+        match h.handle().route().del(msg).execute().await {
+            Ok(()) => {
+                report.deleted.push(key);
+                Some(true)
+            }
+            Err(e) => {
+                let err = RtnlError::kernel("deleting route", key.to_string(), e);
+                if matches!(err.errno(), Some(libc::ESRCH | libc::ENODEV)) {
+                    Some(false)
+                } else {
+                    report.errors.push(err);
+                    None
+                }
+            }
+        }
+    }
+
+    fn log(&self, report: &SyncReport, full: bool) {
         tracing::debug!(
             family = ?self.family,
             table = self.table,
+            full,
             added = report.added.len(),
             replaced = report.replaced.len(),
             deleted = report.deleted.len(),
@@ -504,7 +858,6 @@ impl RouteSyncer {
             errors = report.errors.len(),
             "route sync"
         );
-        Ok(report)
     }
 
     /// What [`RouteSyncer::apply`] would do now, computed by the same decision code, without
@@ -582,7 +935,7 @@ impl RouteSyncer {
         for (key, (spec, oif)) in desired.iter() {
             let existing = kernel_by_key.get(key).copied();
             if existing.is_some_and(|k| self.matches(k, spec, *oif)) {
-                d.in_place.extend(oif.map(|i| (*key, i)));
+                d.in_place.insert(*key, (spec.clone(), *oif));
                 continue;
             }
             d.writes.push(Write {
@@ -606,7 +959,7 @@ impl RouteSyncer {
             }
             let on_workload = ifname.is_some_and(|n| (self.ownership.is_workload_iface)(n));
             let id = (k.key, k.oif.unwrap_or(0));
-            let ours_before = self.programmed.contains(&id);
+            let ours_before = self.believed.get(&k.key).is_some_and(|b| b.oif == k.oif);
             if on_workload && !ours_before && !self.ownership.protocols.contains(&k.protocol) {
                 d.seen_unknown.insert(id);
                 let first = match self.first_seen.get(&id) {
@@ -796,13 +1149,15 @@ mod tests {
     fn set_routes_tracks_dirtiness_and_family() {
         let own = Ownership::by_prefixes([80], vec!["cali".into()], None);
         let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
-        s.dirty = false;
+        s.stale = false;
         let r = RouteSpec::device("10.0.0.1/32".parse().unwrap(), "cali1", 80, 1024);
         s.set_routes("cali1", vec![r.clone()]);
         assert!(s.needs_apply());
-        s.dirty = false;
-        s.set_routes("cali1", vec![r]);
+        s.changed_keys.clear();
+        s.set_routes("cali1", vec![r.clone()]);
         assert!(!s.needs_apply(), "same routes again is not a change");
+        s.update_routes("cali1", &[r]);
+        assert!(!s.needs_apply(), "nor through update_routes");
         s.set_routes(
             "cali2",
             vec![RouteSpec::device(
@@ -815,6 +1170,24 @@ mod tests {
         assert!(!s.needs_apply(), "IPv6 route ignored by an IPv4 syncer");
         s.set_routes("cali1", vec![]);
         assert!(s.needs_apply());
-        assert!(s.groups.is_empty());
+        assert!(s.groups.is_empty() && s.key_groups.is_empty());
+    }
+
+    #[test]
+    fn first_group_wins_a_key_and_the_index_follows_changes() {
+        let own = Ownership::by_prefixes([80], vec!["cali".into()], None);
+        let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
+        let dst: IpNet = "10.0.0.1/32".parse().unwrap();
+        let a = RouteSpec::device(dst, "cali1", 80, 1024);
+        let b = RouteSpec::device(dst, "cali2", 80, 1024);
+        s.set_routes("cali2", vec![b.clone()]);
+        s.update_routes("cali1", std::slice::from_ref(&a));
+        assert_eq!(s.desired_for(&a.key()), Some(&a), "cali1 sorts first");
+        assert_eq!(s.changed_keys, BTreeSet::from([a.key()]));
+        s.set_routes("cali1", vec![]);
+        assert_eq!(s.desired_for(&a.key()), Some(&b));
+        s.set_routes("cali2", vec![]);
+        assert_eq!(s.desired_for(&a.key()), None);
+        assert!(s.key_groups.is_empty());
     }
 }

@@ -1,0 +1,384 @@
+//! Privileged: the route syncer is O(change) between resyncs. An apply without a resync writes
+//! exactly the changed routes and dumps nothing; drift from outside waits for the resync; a failed
+//! write makes the next apply a full one; a flapped interface gets its routes back without a
+//! dump; the daemon's kernel seam (`RealKernel`) drives it the same way. `ip -j route` is the
+//! oracle, the syncer's request counters say what was sent.
+
+mod rtnl_common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use felix_nft::dataplane::kernel::{Kernel, RealKernel};
+use felix_nft::dataplane::DataplaneConfig;
+use felix_nft::rtnl::link;
+use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN};
+use felix_nft::rtnl::{IpFamily, RtnlHandle};
+use rtnl_common::{in_netns_async, ip_json, run_in};
+
+const PROTO: u8 = 80;
+
+fn has(dst: &str, dev: &str) -> bool {
+    ip_json(None, &["route", "show", "table", "main"])
+        .iter()
+        .any(|r| r["dst"] == dst && r["dev"] == dev)
+}
+
+async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
+    link::create_veth(h, a, b).await.unwrap();
+    link::set_up(h, a, true).await.unwrap();
+    link::set_up(h, b, true).await.unwrap();
+}
+
+fn syncer() -> RouteSyncer {
+    RouteSyncer::new(
+        IpFamily::V4,
+        RT_TABLE_MAIN,
+        Ownership::by_prefixes([PROTO], vec!["cali".into()], None),
+    )
+}
+
+fn route(dst: &str, dev: &str) -> RouteSpec {
+    RouteSpec::device(dst.parse().unwrap(), dev, PROTO, 1024)
+}
+
+/// What happened between two counter readings.
+fn delta(after: RouteSyncStats, before: RouteSyncStats) -> RouteSyncStats {
+    RouteSyncStats {
+        dumps: after.dumps - before.dumps,
+        incremental: after.incremental - before.incremental,
+        link_gets: after.link_gets - before.link_gets,
+        writes: after.writes - before.writes,
+    }
+}
+
+#[test]
+fn an_added_route_is_one_write_and_no_dump() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        veth_up(&h, "cali2", "peer2").await;
+        let mut s = syncer();
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.errors.len()), (1, 0), "{r:?}");
+        assert_eq!(s.stats().dumps, 1, "the first apply is full");
+
+        let before = s.stats();
+        s.set_routes("cali2", vec![route("10.65.0.2/32", "cali2")]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.errors.len()), (1, 0), "{r:?}");
+        assert_eq!(
+            delta(s.stats(), before),
+            RouteSyncStats {
+                dumps: 0,
+                incremental: 1,
+                link_gets: 1,
+                writes: 1
+            },
+            "one lookup of cali2, one RTM_NEWROUTE, no dump"
+        );
+        assert!(has("10.65.0.2", "cali2") && has("10.65.0.1", "cali1"));
+
+        // Removal: one RTM_DELROUTE, no lookup, no dump.
+        let before = s.stats();
+        s.set_routes("cali2", vec![]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.deleted.len(), 1, "{r:?}");
+        assert_eq!(r.moved_or_gone, vec!["10.65.0.2/32".parse().unwrap()]);
+        let d = delta(s.stats(), before);
+        assert_eq!((d.dumps, d.link_gets, d.writes), (0, 0, 1), "{d:?}");
+        assert!(!has("10.65.0.2", "cali2"));
+
+        // A move to another interface: one replace, reported for conntrack cleanup.
+        let before = s.stats();
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali2")]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.replaced.len(), 1, "{r:?}");
+        assert_eq!(r.moved_or_gone, vec!["10.65.0.1/32".parse().unwrap()]);
+        assert_eq!(delta(s.stats(), before).writes, 1);
+        assert!(has("10.65.0.1", "cali2") && !has("10.65.0.1", "cali1"));
+
+        // Nothing changed: no I/O at all.
+        let before = s.stats();
+        assert!(s.apply(&h).await.unwrap().skipped);
+        assert_eq!(s.stats(), before);
+    });
+}
+
+#[test]
+fn drift_from_outside_waits_for_the_resync() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        let mut s = syncer();
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        assert_eq!(s.apply(&h).await.unwrap().added.len(), 1);
+
+        run_in(
+            None,
+            &["ip", "route", "del", "10.65.0.1/32", "dev", "cali1"],
+        );
+        assert!(!has("10.65.0.1", "cali1"));
+        // An unrelated change is applied incrementally and does not see the drift.
+        s.set_routes(
+            "blocks",
+            vec![RouteSpec::blackhole(
+                "10.65.8.0/26".parse().unwrap(),
+                PROTO,
+                0,
+            )],
+        );
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.changes()), (1, 1), "{r:?}");
+        assert_eq!(delta(s.stats(), before).dumps, 0);
+        assert!(!has("10.65.0.1", "cali1"), "not repaired without a resync");
+
+        // The refresh timer's resync dumps and repairs it.
+        s.request_resync();
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.changes()), (1, 1), "{r:?}");
+        assert_eq!(delta(s.stats(), before).dumps, 1);
+        assert!(has("10.65.0.1", "cali1"), "repaired by the resync");
+    });
+}
+
+#[test]
+fn a_failed_write_makes_the_next_apply_full() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        let mut s = syncer();
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        assert_eq!(s.apply(&h).await.unwrap().added.len(), 1);
+
+        // A preferred source that is no address of this host: the kernel refuses the route.
+        let bad = RouteSpec {
+            src: Some("10.250.0.1".parse().unwrap()),
+            ..route("10.65.0.9/32", "cali1")
+        };
+        s.set_routes("cali9", vec![bad]);
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.errors.len(), r.added.len()), (1, 0), "{r:?}");
+        assert_eq!(
+            delta(s.stats(), before).dumps,
+            0,
+            "the failing apply itself was incremental"
+        );
+        assert!(s.needs_apply(), "a failure leaves work to do");
+
+        // Meanwhile the kernel lost a route: the next apply, which has nothing new to write,
+        // re-reads everything because the last one failed — and so repairs it too.
+        run_in(
+            None,
+            &["ip", "route", "del", "10.65.0.1/32", "dev", "cali1"],
+        );
+        s.set_routes("cali9", vec![route("10.65.0.9/32", "cali1")]);
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert!(r.errors.is_empty(), "{r:?}");
+        assert_eq!(delta(s.stats(), before).dumps, 1, "full after a failure");
+        assert_eq!(
+            r.added.len(),
+            2,
+            "the fixed route and the repaired one: {r:?}"
+        );
+        assert!(has("10.65.0.9", "cali1") && has("10.65.0.1", "cali1"));
+
+        // Back to incremental.
+        let before = s.stats();
+        s.set_routes("cali9", vec![]);
+        assert_eq!(s.apply(&h).await.unwrap().deleted.len(), 1);
+        assert_eq!(delta(s.stats(), before).dumps, 0);
+    });
+}
+
+#[test]
+fn a_flapped_interface_gets_its_routes_back_without_a_dump() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        veth_up(&h, "cali2", "peer2").await;
+        let mut s = syncer();
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        s.set_routes("cali2", vec![route("10.65.0.2/32", "cali2")]);
+        assert_eq!(s.apply(&h).await.unwrap().added.len(), 2);
+
+        // Admin down flushes the route; the monitor's event becomes iface_changed.
+        link::set_up(&h, "cali1", false).await.unwrap();
+        assert!(!has("10.65.0.1", "cali1"), "the kernel flushed it");
+        s.iface_changed("cali1");
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.parked.len(), 1, "down: parked: {r:?}");
+        link::set_up(&h, "cali1", true).await.unwrap();
+        s.iface_changed("cali1");
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.parked.len()), (1, 0), "{r:?}");
+        let d = delta(s.stats(), before);
+        assert_eq!((d.dumps, d.writes), (0, 1), "{d:?}");
+        assert!(has("10.65.0.1", "cali1") && has("10.65.0.2", "cali2"));
+
+        // Re-created with a new index: re-resolved by name.
+        link::delete(&h, "cali1").await.unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        s.iface_changed("cali1");
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.changes(), 1, "{r:?}");
+        assert!(has("10.65.0.1", "cali1"));
+        assert_eq!(delta(s.stats(), before).dumps, 0);
+    });
+}
+
+/// The daemon's seam: routes and neighbours through `RealKernel`, a flap reported to the
+/// neighbours phase (as the loop does) restores the flushed route, all without a route dump.
+#[test]
+fn real_kernel_applies_routes_and_neighbours_incrementally() {
+    in_netns_async(|| async {
+        let cfg = DataplaneConfig::default();
+        let mut k = RealKernel::open(None, &cfg).unwrap();
+        let h = RtnlHandle::connect(None).unwrap();
+        for i in 1..=3 {
+            veth_up(&h, &format!("cali{i}"), &format!("peer{i}")).await;
+        }
+        let spec = |i: u32| {
+            RouteSpec::device(
+                format!("10.65.0.{i}/32").parse().unwrap(),
+                format!("cali{i}"),
+                cfg.route_protocol,
+                cfg.route_metric_v4,
+            )
+        };
+        let mac = |i: u8| [0xee, 0xee, 0, 0, 0, i];
+        let ip = |i: u32| -> IpAddr { format!("10.65.0.{i}").parse().unwrap() };
+        let mut routes = BTreeMap::new();
+        let mut neigh = BTreeMap::new();
+        for i in 1..=2u32 {
+            routes.insert(format!("cali{i}"), vec![spec(i)]);
+            neigh.insert(format!("cali{i}"), vec![(ip(i), mac(i as u8))]);
+        }
+        let none = BTreeSet::new();
+        k.routes(&routes, true).await.unwrap();
+        k.neighbours(&neigh, &none, true).await.unwrap();
+        let [v4, _] = k.route_stats();
+        assert_eq!(v4.dumps, 1);
+        let n0 = k.neigh_stats();
+        assert_eq!(n0.dumps, 1);
+
+        // One more endpoint: one route write, one neighbour write, no dumps.
+        routes.insert("cali3".into(), vec![spec(3)]);
+        neigh.insert("cali3".into(), vec![(ip(3), mac(3))]);
+        let out = k.routes(&routes, false).await.unwrap();
+        assert_eq!(out.changes, 1, "{out:?}");
+        k.neighbours(&neigh, &none, false).await.unwrap();
+        let [v4b, v6b] = k.route_stats();
+        assert_eq!((v4b.dumps, v4b.writes - v4.writes), (1, 1), "{v4b:?}");
+        assert_eq!(v6b.writes, 0, "no IPv6 routes");
+        let n1 = k.neigh_stats();
+        assert_eq!((n1.dumps, n1.writes - n0.writes), (1, 1), "{n1:?}");
+        assert!(has("10.65.0.3", "cali3"));
+
+        // cali1 flaps: the loop calls routes (nothing changed there) and then neighbours with
+        // the changed interface; the route comes back without a dump.
+        link::set_up(&h, "cali1", false).await.unwrap();
+        link::set_up(&h, "cali1", true).await.unwrap();
+        assert!(!has("10.65.0.1", "cali1"));
+        let out = k.routes(&routes, false).await.unwrap();
+        assert_eq!(out.changes, 0, "{out:?}");
+        k.neighbours(&neigh, &BTreeSet::from(["cali1".to_string()]), false)
+            .await
+            .unwrap();
+        assert!(has("10.65.0.1", "cali1"), "re-asserted after the flap");
+        assert_eq!(k.route_stats()[0].dumps, 1, "still no second dump");
+        let arp = ip_json(None, &["neigh", "show", "dev", "cali1"]);
+        assert!(
+            arp.iter()
+                .any(|n| n["dst"] == "10.65.0.1" && n["state"].to_string().contains("PERMANENT")),
+            "{arp:?}"
+        );
+    });
+}
+
+/// Adding one route with N workload interfaces and routes present (N = 1000, or
+/// `FELIX_NFT_ROUTES_N`): incremental apply vs the full apply (link dump + route dump + diff) that
+/// every apply used to be. Prints the numbers (`--nocapture`).
+///
+/// The host gets a global address on an interface made before the workloads, as a real node
+/// has: without one, every IPv4 route insert scans all interfaces for a source address
+/// (`fib_create_info` → `inet_select_addr` walks the whole device list when the route's device
+/// has no address), which makes each insert O(interfaces) and measures the wrong thing.
+#[test]
+fn one_route_among_many() {
+    in_netns_async(|| async {
+        let n: u32 = std::env::var("FELIX_NFT_ROUTES_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        let h = RtnlHandle::connect(None).unwrap();
+        link::set_up(&h, "lo", true).await.unwrap();
+        veth_up(&h, "eth0", "eth0p").await;
+        link::add_address(&h, "eth0", "192.168.200.1/24".parse().unwrap())
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let mut batch = String::new();
+        for i in 0..=n {
+            let (a, b) = (format!("cali{i:011x}"), format!("peer{i:011x}"));
+            batch.push_str(&format!(
+                "link add {a} type veth peer name {b}\nlink set {a} up\nlink set {b} up\n"
+            ));
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), batch).unwrap();
+        run_in(None, &["ip", "-batch", &file.path().to_string_lossy()]);
+        let mk = t.elapsed();
+        let dst = |i: u32| format!("10.{}.{}.{}/32", 64 + i / 65536, (i / 256) % 256, i % 256);
+        let mut s = syncer();
+        for i in 0..n {
+            let name = format!("cali{i:011x}");
+            s.set_routes(name.clone(), vec![route(&dst(i), &name)]);
+        }
+        let t = Instant::now();
+        let r = s.apply(&h).await.unwrap();
+        let full_load = t.elapsed();
+        assert_eq!((r.added.len(), r.errors.len()), (n as usize, 0));
+
+        let mut incr = Vec::new();
+        let mut full = Vec::new();
+        let name = format!("cali{n:011x}");
+        for rep in 0..5u32 {
+            let i = n + rep;
+            // Incremental: add one route (then remove it again).
+            s.set_routes(name.clone(), vec![route(&dst(i), &name)]);
+            let before = s.stats();
+            let t = Instant::now();
+            let r = s.apply(&h).await.unwrap();
+            incr.push(t.elapsed());
+            assert_eq!(r.added.len(), 1);
+            assert_eq!(delta(s.stats(), before).dumps, 0);
+            s.set_routes(name.clone(), vec![]);
+            assert_eq!(s.apply(&h).await.unwrap().deleted.len(), 1);
+            // Full (what every apply did before): the same add with a resync.
+            s.set_routes(name.clone(), vec![route(&dst(i), &name)]);
+            s.request_resync();
+            let t = Instant::now();
+            let r = s.apply(&h).await.unwrap();
+            full.push(t.elapsed());
+            assert_eq!(r.added.len(), 1);
+            s.set_routes(name.clone(), vec![]);
+            assert_eq!(s.apply(&h).await.unwrap().deleted.len(), 1);
+        }
+        incr.sort();
+        full.sort();
+        println!(
+            "{n} routes on {n} veths (made in {mk:?}; first apply {full_load:?}): add one route, \
+             median of 5: incremental {:?}, full {:?}",
+            incr[2], full[2]
+        );
+        assert!(incr[2] < full[2]);
+    });
+}
