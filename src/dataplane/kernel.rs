@@ -402,7 +402,6 @@ impl Kernel for RealKernel {
         // Interfaces that flapped since the last apply. The loop hands them to this phase only,
         // after the routes phase; their routes (an admin down flushes them, §15) are re-asserted
         // here, incrementally, so the routes phase never needs a dump to notice a flap.
-        // TODO(lead): pass `changed` to `Kernel::routes` too and move this there.
         if !changed.is_empty() {
             for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
                 for iface in changed {
