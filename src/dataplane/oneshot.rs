@@ -929,8 +929,11 @@ impl Snapshot {
             let mac = mac.as_ref().map(fmt_mac).unwrap_or_else(|| "-".into());
             let _ = writeln!(s, "neigh {ip} lladdr {mac} dev {dev}");
         }
-        for t in &self.tables {
-            s.push_str(&print::table(t));
+        // Megabytes at scale: sized once instead of grown (and copied) by doubling.
+        let printed: Vec<String> = self.tables.iter().map(print::table).collect();
+        s.reserve_exact(printed.iter().map(String::len).sum());
+        for t in printed {
+            s.push_str(&t);
         }
         s
     }
