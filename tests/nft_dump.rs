@@ -155,8 +155,8 @@ fn a_table_of_many_chains_and_sets_reads_back_as_committed() {
             nft_count(&["-a", "list", "table", "ip", "calico"], "# handle"),
             1 + t.chains.len() + t.sets.len() + rules
         );
-        let listed = ["\tset ", "\tmap "]
-            .map(|kind| nft_count(&["list", "table", "ip", "calico"], kind));
+        let listed =
+            ["\tset ", "\tmap "].map(|kind| nft_count(&["list", "table", "ip", "calico"], kind));
         assert_eq!(listed, [t.sets.len() - 1, 1]);
     });
 }
@@ -217,7 +217,9 @@ fn a_failing_consumer_leaves_the_socket_usable() {
         // was read to its end.
         let (req, seq) = big_chain(sock);
         let err = sock
-            .dump(&req, seq, |_| Err(NftError::Protocol("consumer gave up".into())))
+            .dump(&req, seq, |_| {
+                Err(NftError::Protocol("consumer gave up".into()))
+            })
             .unwrap_err();
         assert!(err.to_string().contains("consumer gave up"), "{err}");
         // The next dump on the same socket is not refused with EBUSY, and sees every rule.

@@ -165,7 +165,15 @@ pub fn dump_command(json: bool, target: &Target) -> ExitCode {
         let cfg = load_config(target)?;
         let ns = open_ns(target)?;
         let snap = block_on(snapshot(ns.as_ref(), &cfg))??;
-        let text = if json { snap.json() } else { snap.text() };
+        let text = if json {
+            snap.json()
+        } else {
+            // Table by table straight to stdout: the text of a mid-scale table is 10 MB, and
+            // one whole copy of it would be a sixth of the command's peak memory. A closed
+            // pipe (`| head`) is not a failure of the command.
+            let _ = snap.write_text(&mut std::io::stdout().lock());
+            String::new()
+        };
         // The process exits next: skip freeing the tables one allocation at a time.
         std::mem::forget(snap);
         Ok((text, EXIT_OK))
@@ -593,7 +601,13 @@ async fn converge_retaining(
                 .map_err(kern("planning nf_tables"))?;
             ch.table_ops = out.ops;
             ch.tables = out.plans;
-            return Ok((ch, Retained { _desired: desired, _kernel: kernel }));
+            return Ok((
+                ch,
+                Retained {
+                    _desired: desired,
+                    _kernel: kernel,
+                },
+            ));
         }
         Mode::DryRun => {
             let out = kernel
@@ -602,7 +616,13 @@ async fn converge_retaining(
                 .map_err(kern("validating the nf_tables batch (dry run)"))?;
             ch.table_ops = out.ops;
             ch.tables = out.plans;
-            return Ok((ch, Retained { _desired: desired, _kernel: kernel }));
+            return Ok((
+                ch,
+                Retained {
+                    _desired: desired,
+                    _kernel: kernel,
+                },
+            ));
         }
         Mode::Apply => {}
     }
@@ -905,6 +925,14 @@ fn table_counts(t: &Table) -> (usize, usize, usize, usize) {
 impl Snapshot {
     /// Human form: counts, then the tables in nft syntax, routes and neighbours.
     pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        // Writing to a Vec cannot fail, and every piece written is a String.
+        let _ = self.write_text(&mut out);
+        String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+    }
+
+    /// [`Snapshot::text`], written to `out` one table at a time.
+    pub fn write_text(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let mut s = String::new();
         let _ = writeln!(
             s,
@@ -929,13 +957,11 @@ impl Snapshot {
             let mac = mac.as_ref().map(fmt_mac).unwrap_or_else(|| "-".into());
             let _ = writeln!(s, "neigh {ip} lladdr {mac} dev {dev}");
         }
-        // Megabytes at scale: sized once instead of grown (and copied) by doubling.
-        let printed: Vec<String> = self.tables.iter().map(print::table).collect();
-        s.reserve_exact(printed.iter().map(String::len).sum());
-        for t in printed {
-            s.push_str(&t);
+        out.write_all(s.as_bytes())?;
+        for t in &self.tables {
+            out.write_all(print::table(t).as_bytes())?;
         }
-        s
+        out.flush()
     }
 
     /// JSON form: a summary per table (counts, and each chain's rules in debug form), routes and

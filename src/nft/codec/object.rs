@@ -488,6 +488,8 @@ fn decode_rule_attrs(family: Family, attrs: &[u8]) -> Result<RuleRef<'_>, CodecE
             NFTA_RULE_HANDLE => rule.handle = Some(a.be64(what)?),
             NFTA_RULE_USERDATA => rule.comment = decode_rule_udata(a.data),
             NFTA_RULE_EXPRESSIONS => {
+                // Sized once: growing by doubling cost 3–4 reallocations per rule.
+                rule.exprs.reserve_exact(a.nested().count());
                 for e in a.nested() {
                     let e = e?;
                     if e.ty == NFTA_LIST_ELEM {
@@ -704,6 +706,7 @@ fn decode_elems_attrs<'a>(
             NFTA_SET_ELEM_LIST_SET => set = Some(a.str_ref(what)?),
             NFTA_SET_ELEM_LIST_SET_ID => set_id = Some(a.be32(what)?),
             NFTA_SET_ELEM_LIST_ELEMENTS => {
+                out.reserve(a.nested().count());
                 for e in a.nested() {
                     out.push(decode_elem(e?.data)?);
                 }
