@@ -5,14 +5,19 @@
 //! flag, or duplicate keys in an element dump (the large-set rhashtable anomaly, netlink.md
 //! gotcha 10) make us read again. A failed read is an error, never an empty table; ENOENT on
 //! the table itself is the one "absent" answer.
+//!
+//! Cost (mid scale: 2.5k chains, 30k rules, 517 sets, 152k elements): the chains and the sets
+//! come in one dump each, the rules in one dump per chain and the elements in one per set, all
+//! decoded straight from the socket's receive buffer. A table-wide rule dump would be
+//! quadratic in the kernel (see `read_once`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use super::codec::{self, MsgWriter, Object};
 use super::consts::*;
 use super::error::NftError;
 use super::model::*;
-use super::socket::{NfSocket, Reply};
+use super::socket::{DumpEnd, Msg, NfSocket, Reply};
 
 /// What the kernel holds for one of our tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,34 +84,31 @@ fn rejected(what: &str, e: super::socket::ErrorReply) -> NftError {
     }
 }
 
-/// Result of one GET: objects, whether the dump was interrupted, or ENOENT.
+/// Result of one GET: the objects, or ENOENT.
 enum Got {
-    Objects(Vec<Object>, bool),
+    Objects(Vec<Object>),
     NotFound,
 }
 
+/// One GET of a single object (no dump).
 fn get(
     sock: &mut NfSocket,
     what: &str,
     msg: u16,
     family: Family,
-    dump: bool,
     attrs: impl FnOnce(&mut MsgWriter),
 ) -> Result<Got, NftError> {
     let seq = sock.take_seq(1);
     let mut w = MsgWriter::new();
-    let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
-    let m = w.begin_msg(msg_type(msg), flags, seq, family.nfproto(), 0);
+    let m = w.begin_msg(msg_type(msg), NLM_F_REQUEST, seq, family.nfproto(), 0);
     attrs(&mut w);
     w.end_msg(m).map_err(|source| NftError::Codec {
         op: format!("encoding the request for {what}"),
         source,
     })?;
-    let replies: Vec<Reply> = sock.request(&w.buf, seq, dump)?;
+    let replies: Vec<Reply> = sock.request(&w.buf, seq, false)?;
     let mut out = Vec::new();
-    let mut intr = false;
-    for r in replies {
-        intr |= r.flags & NLM_F_DUMP_INTR != 0;
+    for r in &replies {
         if let Some(e) = r.as_error() {
             match e.errno {
                 0 => continue,
@@ -114,35 +116,11 @@ fn get(
                 _ => return Err(rejected(what, e)),
             }
         }
-        if r.ty == NLMSG_DONE {
-            // A dump that failed midway reports its error in DONE's payload.
-            if let Some(b) = r.payload.get(..4) {
-                let err = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                if err < 0 {
-                    return Err(rejected(
-                        what,
-                        super::socket::ErrorReply {
-                            seq,
-                            errno: -err,
-                            ext_ack: None,
-                            attr_offset: None,
-                        },
-                    ));
-                }
-            }
-            continue;
+        if let Some(obj) = decode(what, r.borrow())? {
+            out.push(obj);
         }
-        if r.ty >> 8 != NFNL_SUBSYS_NFTABLES {
-            continue;
-        }
-        let obj =
-            codec::decode_message(r.ty & 0xff, &r.payload).map_err(|source| NftError::Codec {
-                op: format!("decoding {what}"),
-                source,
-            })?;
-        out.push(obj);
     }
-    Ok(Got::Objects(out, intr))
+    Ok(Got::Objects(out))
 }
 
 /// Reads one of our tables. `Ok(None)`: the kernel says the table does not exist.
@@ -189,11 +167,11 @@ enum Attempt {
 }
 
 fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt, NftError> {
-    let tmsg = match get(sock, "the table", NFT_MSG_GETTABLE, family, false, |w| {
+    let tmsg = match get(sock, "the table", NFT_MSG_GETTABLE, family, |w| {
         codec::put_table_ref(w, name)
     })? {
         Got::NotFound => return Ok(Attempt::Consistent(None)),
-        Got::Objects(objs, _) => objs.into_iter().find_map(|o| match o {
+        Got::Objects(objs) => objs.into_iter().find_map(|o| match o {
             Object::Table(t) if t.name == name && t.family == family => Some(t),
             _ => None,
         }),
@@ -205,76 +183,112 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
     };
     let mut table = Table::new(family, name);
     table.flags = tmsg.flags;
-    let mut interrupted = false;
 
-    let mut dump = |sock: &mut NfSocket, what: &str, msg: u16, attrs: &dyn Fn(&mut MsgWriter)| {
-        match get(sock, what, msg, family, true, attrs)? {
-            // The table vanished between GETTABLE and this dump: read again.
-            Got::NotFound => Ok(None),
-            Got::Objects(o, intr) => {
-                interrupted |= intr;
-                Ok::<_, NftError>(Some(o))
+    // Chains and sets: one table-wide dump each (a few hundred bytes per object).
+    let mut chains: Vec<Chain> = Vec::new();
+    let mut sets: Vec<Set> = Vec::new();
+    let mut interrupted = false;
+    let mut w = MsgWriter::new();
+    let end = run_dump(
+        sock,
+        &mut w,
+        NFT_MSG_GETCHAIN,
+        family,
+        |w| w.put_str(NFTA_CHAIN_TABLE, name),
+        |m| {
+            if let Some(Object::Chain(c)) = decode("chains", m)? {
+                if c.table == name && c.family == family {
+                    chains.push(c.chain);
+                }
             }
-        }
-    };
-    let Some(chains) = dump(sock, "chains", NFT_MSG_GETCHAIN, &|w| {
-        w.put_str(NFTA_CHAIN_TABLE, name)
-    })?
-    else {
-        return Ok(Attempt::Retry("table vanished"));
-    };
-    for o in chains {
-        if let Object::Chain(c) = o {
-            if c.table == name && c.family == family {
-                table.chains.insert(c.chain.name.clone(), c.chain);
+            Ok(())
+        },
+    )?;
+    if let Some(why) = check_end(end, "chains", &mut interrupted)? {
+        return Ok(Attempt::Retry(why));
+    }
+    let end = run_dump(
+        sock,
+        &mut w,
+        NFT_MSG_GETSET,
+        family,
+        |w| w.put_str(NFTA_SET_TABLE, name),
+        |m| {
+            if let Some(Object::Set(s)) = decode("sets", m)? {
+                if s.table == name && s.family == family {
+                    sets.push(s.set);
+                }
             }
+            Ok(())
+        },
+    )?;
+    if let Some(why) = check_end(end, "sets", &mut interrupted)? {
+        return Ok(Attempt::Retry(why));
+    }
+
+    // Rules: one dump per chain. A table-wide GETRULE dump restarts its walk at the table's
+    // first rule for every 32 KiB reply buffer (`__nf_tables_dump_rules` skips up to its saved
+    // index): quadratic, 90 ms of kernel time at mid scale (30k rules, 370 buffers) against
+    // 30 ms for 2548 per-chain dumps, one sendmsg and two reads each (measured, 6.18).
+    for c in chains.iter_mut() {
+        let end = run_dump(
+            sock,
+            &mut w,
+            NFT_MSG_GETRULE,
+            family,
+            |w| codec::put_rule_chain_ref(w, name, &c.name),
+            |m| {
+                if m.ty >> 8 != NFNL_SUBSYS_NFTABLES || m.ty & 0xff != NFT_MSG_NEWRULE {
+                    return Ok(());
+                }
+                let r = codec::decode_rule_ref(m.payload).map_err(|source| NftError::Codec {
+                    op: format!("decoding a rule of chain {}", c.name),
+                    source,
+                })?;
+                if r.table == name && r.family == family && r.chain == c.name {
+                    c.rules.push(r.rule);
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(why) = check_end(end, "rules", &mut interrupted)? {
+            return Ok(Attempt::Retry(why));
         }
     }
-    let Some(rules) = dump(sock, "rules", NFT_MSG_GETRULE, &|w| {
-        w.put_str(NFTA_RULE_TABLE, name)
-    })?
-    else {
-        return Ok(Attempt::Retry("table vanished"));
-    };
-    for o in rules {
-        if let Object::Rule(r) = o {
-            if r.table != name || r.family != family {
-                continue;
-            }
-            match table.chains.get_mut(&r.chain) {
-                Some(c) => c.rules.push(r.rule),
-                None => return Ok(Attempt::Retry("rule of an unknown chain")),
-            }
+    // Elements: one dump per set (the kernel has no table-wide element dump).
+    for set in sets.iter_mut() {
+        let end = run_dump(
+            sock,
+            &mut w,
+            NFT_MSG_GETSETELEM,
+            family,
+            |w| {
+                w.put_str(NFTA_SET_ELEM_LIST_TABLE, name);
+                w.put_str(NFTA_SET_ELEM_LIST_SET, &set.name);
+            },
+            |m| {
+                if m.ty >> 8 != NFNL_SUBSYS_NFTABLES || m.ty & 0xff != NFT_MSG_NEWSETELEM {
+                    return Ok(());
+                }
+                let before = set.elements.len();
+                let r =
+                    codec::decode_elems_into(m.payload, &mut set.elements).map_err(|source| {
+                        NftError::Codec {
+                            op: format!("decoding the elements of set {}", set.name),
+                            source,
+                        }
+                    })?;
+                if r.table != name || r.family != family || r.set != set.name {
+                    set.elements.truncate(before);
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(why) = check_end(end, "set elements", &mut interrupted)? {
+            return Ok(Attempt::Retry(why));
         }
     }
-    let Some(sets) = dump(sock, "sets", NFT_MSG_GETSET, &|w| {
-        w.put_str(NFTA_SET_TABLE, name)
-    })?
-    else {
-        return Ok(Attempt::Retry("table vanished"));
-    };
-    let mut set_map = BTreeMap::new();
-    for o in sets {
-        if let Object::Set(s) = o {
-            if s.table == name && s.family == family {
-                set_map.insert(s.set.name.clone(), s.set);
-            }
-        }
-    }
-    for (sname, set) in set_map.iter_mut() {
-        let what = format!("elements of set {sname}");
-        let Some(objs) = dump(sock, &what, NFT_MSG_GETSETELEM, &|w| {
-            w.put_str(NFTA_SET_ELEM_LIST_TABLE, name);
-            w.put_str(NFTA_SET_ELEM_LIST_SET, sname);
-        })?
-        else {
-            return Ok(Attempt::Retry("set vanished"));
-        };
-        for o in objs {
-            if let Object::Elems(e) = o {
-                set.elements.extend(e.elements);
-            }
-        }
+    for set in &sets {
         let mut seen = HashSet::with_capacity(set.elements.len());
         if !set
             .elements
@@ -284,12 +298,72 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
             return Ok(Attempt::Retry("duplicate elements in a set dump"));
         }
     }
-    table.sets = set_map;
     if interrupted {
         return Ok(Attempt::Retry("NLM_F_DUMP_INTR"));
     }
+    table.chains = chains.into_iter().map(|c| (c.name.clone(), c)).collect();
+    table.sets = sets.into_iter().map(|s| (s.name.clone(), s)).collect();
     Ok(Attempt::Consistent(Some(TableState {
         table,
         owner: tmsg.owner,
     })))
+}
+
+/// Runs one dump request for `family` with the attributes `attrs` writes; `on_msg` gets every
+/// reply borrowed from the receive buffer.
+fn run_dump(
+    sock: &mut NfSocket,
+    w: &mut MsgWriter,
+    msg: u16,
+    family: Family,
+    attrs: impl FnOnce(&mut MsgWriter),
+    on_msg: impl FnMut(Msg<'_>) -> Result<(), NftError>,
+) -> Result<DumpEnd, NftError> {
+    let seq = sock.take_seq(1);
+    w.buf.clear();
+    let m = w.begin_msg(
+        msg_type(msg),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        family.nfproto(),
+        0,
+    );
+    attrs(w);
+    w.end_msg(m).map_err(|source| NftError::Codec {
+        op: "encoding a dump request".into(),
+        source,
+    })?;
+    sock.dump(&w.buf, seq, on_msg)
+}
+
+/// `Ok(Some(why))`: read the table again (an object vanished under the dump).
+fn check_end(
+    end: DumpEnd,
+    what: &str,
+    interrupted: &mut bool,
+) -> Result<Option<&'static str>, NftError> {
+    match end {
+        DumpEnd::Done { interrupted: x } => {
+            *interrupted |= x;
+            Ok(None)
+        }
+        // The table or a set vanished between GETTABLE and this dump. (A vanished chain gives
+        // an empty rule dump instead, not ENOENT: the generation check in `read_table`
+        // catches that, as every other concurrent change.)
+        DumpEnd::Failed(e) if e.errno == libc::ENOENT => Ok(Some("an object vanished")),
+        DumpEnd::Failed(e) => Err(rejected(&format!("dumping {what}"), e)),
+    }
+}
+
+/// Decodes one nf_tables message of a dump; `None` for another subsystem's message.
+fn decode(what: &str, m: Msg<'_>) -> Result<Option<Object>, NftError> {
+    if m.ty >> 8 != NFNL_SUBSYS_NFTABLES {
+        return Ok(None);
+    }
+    codec::decode_message(m.ty & 0xff, m.payload)
+        .map(Some)
+        .map_err(|source| NftError::Codec {
+            op: format!("decoding {what}"),
+            source,
+        })
 }

@@ -37,6 +37,33 @@ pub struct ErrorReply {
 impl Reply {
     /// Parses an `NLMSG_ERROR` payload: `struct nlmsgerr` + extended-ACK TLVs.
     pub fn as_error(&self) -> Option<ErrorReply> {
+        self.borrow().as_error()
+    }
+
+    /// The same message, borrowed.
+    pub fn borrow(&self) -> Msg<'_> {
+        Msg {
+            ty: self.ty,
+            flags: self.flags,
+            seq: self.seq,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// One reply message borrowed from the receive buffer: dumps decode from here without copying.
+#[derive(Debug, Clone, Copy)]
+pub struct Msg<'a> {
+    pub ty: u16,
+    pub flags: u16,
+    pub seq: u32,
+    /// Everything after the 16-byte nlmsghdr.
+    pub payload: &'a [u8],
+}
+
+impl Msg<'_> {
+    /// Parses an `NLMSG_ERROR` payload: `struct nlmsgerr` + extended-ACK TLVs.
+    pub fn as_error(&self) -> Option<ErrorReply> {
         if self.ty != NLMSG_ERROR || self.payload.len() < 4 {
             return None;
         }
@@ -76,6 +103,22 @@ impl Reply {
 
 /// Splits a receive buffer into netlink messages.
 pub fn parse_replies(buf: &[u8], out: &mut Vec<Reply>) -> Result<(), NftError> {
+    for_each_msg(buf, |m| {
+        out.push(Reply {
+            ty: m.ty,
+            flags: m.flags,
+            seq: m.seq,
+            payload: m.payload.to_vec(),
+        });
+        Ok(())
+    })
+}
+
+/// Calls `f` with every netlink message of a receive buffer, borrowed.
+pub fn for_each_msg(
+    buf: &[u8],
+    mut f: impl FnMut(Msg<'_>) -> Result<(), NftError>,
+) -> Result<(), NftError> {
     let mut off = 0;
     while off + 16 <= buf.len() {
         let h = &buf[off..off + 16];
@@ -86,15 +129,26 @@ pub fn parse_replies(buf: &[u8], out: &mut Vec<Reply>) -> Result<(), NftError> {
                 buf.len()
             )));
         }
-        out.push(Reply {
+        f(Msg {
             ty: u16::from_ne_bytes([h[4], h[5]]),
             flags: u16::from_ne_bytes([h[6], h[7]]),
             seq: u32::from_ne_bytes([h[8], h[9], h[10], h[11]]),
-            payload: buf[off + 16..off + len].to_vec(),
-        });
+            payload: &buf[off + 16..off + len],
+        })?;
         off += len.div_ceil(4) * 4;
     }
     Ok(())
+}
+
+/// How one dump of [`NfSocket::dump`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DumpEnd {
+    /// `NLMSG_DONE`; `interrupted` if any part carried `NLM_F_DUMP_INTR` (the dumped objects
+    /// changed while the kernel was producing the dump).
+    Done { interrupted: bool },
+    /// The kernel refused the request (ENOENT: the object is gone), or the dump failed midway
+    /// (the errno `NLMSG_DONE` carried).
+    Failed(ErrorReply),
 }
 
 /// The nf_tables socket.
@@ -107,6 +161,15 @@ pub struct NfSocket {
 }
 
 const RCVBUF: usize = 4 << 20;
+/// How often [`NfSocket::dump`] asks again while another dump holds the socket.
+const MAX_BUSY_RETRIES: u32 = 64;
+
+/// The errno a failed dump reports in its `NLMSG_DONE` (payload: an `int`, negative on error).
+fn done_errno(payload: &[u8]) -> Option<i32> {
+    let b: [u8; 4] = payload.get(..4)?.try_into().ok()?;
+    let err = i32::from_ne_bytes(b);
+    (err < 0).then_some(-err)
+}
 const RECV_CHUNK: usize = 256 << 10;
 
 fn sockopt(fd: i32, opt: libc::c_int, val: usize) -> io::Result<()> {
@@ -212,6 +275,104 @@ impl NfSocket {
                 op: "recvmsg",
                 source,
             }),
+        }
+    }
+
+    /// One receive, each message handed to `f` borrowed from the receive buffer; `Ok(false)`
+    /// when nothing is queued and `wait` is false.
+    pub fn recv_with(
+        &mut self,
+        wait: bool,
+        f: impl FnMut(Msg<'_>) -> Result<(), NftError>,
+    ) -> Result<bool, NftError> {
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        self.buf.clear();
+        match self.sock.recv(&mut self.buf, flags) {
+            Ok(_) => {
+                for_each_msg(&self.buf, f)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(source) => Err(NftError::Socket {
+                op: "recvmsg",
+                source,
+            }),
+        }
+    }
+
+    /// Sends one dump request (encoded with sequence number `seq`) and hands every reply to
+    /// `on_msg` straight from the receive buffer; `NLMSG_DONE` and errors are not passed on.
+    /// Returns how the dump ended.
+    ///
+    /// One dump at a time: the kernel keeps one open dump per socket (`netlink_dump_start`),
+    /// and nf_tables sends `NLMSG_DONE` only when the reply before it has been read, so a
+    /// second request in the same `sendmsg` is always refused with `EBUSY` (measured on 6.18).
+    pub fn dump(
+        &mut self,
+        request: &[u8],
+        seq: u32,
+        mut on_msg: impl FnMut(Msg<'_>) -> Result<(), NftError>,
+    ) -> Result<DumpEnd, NftError> {
+        // EBUSY: a dump an earlier caller abandoned is still open; every read below advances
+        // it (its replies are skipped by seq), so asking again soon succeeds.
+        for _ in 0..MAX_BUSY_RETRIES {
+            match self.dump_once(request, seq, &mut on_msg)? {
+                DumpEnd::Failed(e) if e.errno == libc::EBUSY => continue,
+                end => return Ok(end),
+            }
+        }
+        Err(NftError::Protocol(format!(
+            "the kernel stayed busy with another dump on this socket after {MAX_BUSY_RETRIES} tries"
+        )))
+    }
+
+    fn dump_once(
+        &mut self,
+        request: &[u8],
+        seq: u32,
+        on_msg: &mut impl FnMut(Msg<'_>) -> Result<(), NftError>,
+    ) -> Result<DumpEnd, NftError> {
+        self.send_all(request)?;
+        let mut interrupted = false;
+        let mut end = None;
+        // A failure of `on_msg` is returned only after the dump is read to its end: an open
+        // dump would make every later request on this socket fail with EBUSY.
+        let mut failed = None;
+        while end.is_none() {
+            self.recv_with(true, |m| {
+                if m.seq != seq || end.is_some() {
+                    // A late reply to an earlier request: not ours to read.
+                    return Ok(());
+                }
+                interrupted |= m.flags & NLM_F_DUMP_INTR != 0;
+                match m.ty {
+                    NLMSG_ERROR => {
+                        end = Some(match m.as_error() {
+                            Some(e) if e.errno != 0 => DumpEnd::Failed(e),
+                            _ => DumpEnd::Done { interrupted },
+                        })
+                    }
+                    NLMSG_DONE => {
+                        end = Some(match done_errno(m.payload) {
+                            Some(errno) => DumpEnd::Failed(ErrorReply {
+                                seq,
+                                errno,
+                                ext_ack: None,
+                                attr_offset: None,
+                            }),
+                            None => DumpEnd::Done { interrupted },
+                        })
+                    }
+                    _ if failed.is_some() => {}
+                    _ => failed = on_msg(m).err(),
+                }
+                Ok(())
+            })?;
+        }
+        match (failed, end) {
+            (Some(e), _) => Err(e),
+            (None, Some(end)) => Ok(end),
+            (None, None) => Err(NftError::Protocol("a dump ended without an answer".into())),
         }
     }
 

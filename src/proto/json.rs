@@ -67,7 +67,18 @@ impl JsonError {
 }
 
 /// Decodes one message (any of the API types) from JSON text.
+///
+/// The text is decoded once without tracking field paths; only a failed decode runs again with
+/// `serde_path_to_error` to say where. Both accept exactly the same documents, and the path
+/// tracking (a segment pushed per field) doubled the time of loading a state document.
 pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
+    if let Ok(v) = serde_json::from_str(text) {
+        return Ok(v);
+    }
+    decode_tracked(text)
+}
+
+fn decode_tracked<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut de).map_err(JsonError::from_path_error)?;
     de.end().map_err(|e| JsonError {
@@ -79,8 +90,12 @@ pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
     Ok(value)
 }
 
-/// Decodes one message from an already parsed JSON value (positions are then unknown).
+/// Decodes one message from an already parsed JSON value (positions are then unknown). As
+/// [`decode`], paths are tracked only when the fast decode failed.
 pub fn decode_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, JsonError> {
+    if let Ok(v) = T::deserialize(&value) {
+        return Ok(v);
+    }
     serde_path_to_error::deserialize(value).map_err(JsonError::from_path_error)
 }
 

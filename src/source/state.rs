@@ -49,18 +49,22 @@ pub fn load(path: &Path) -> Result<Vec<ToDataplane>, StateError> {
 pub fn parse(text: &[u8], name: &str) -> Result<Vec<ToDataplane>, StateError> {
     let first = text.iter().find(|b| !b.is_ascii_whitespace());
     let results: Vec<Result<ToDataplane, Rejected>> = if first == Some(&b'[') {
-        // Parse the array's syntax first, then each element on its own, so that one bad element
-        // does not hide the others (serde_json cannot resume after an error mid-stream).
-        let elements: Vec<serde_json::Value> =
-            json::decode(std::str::from_utf8(text).map_err(|_| {
-                StateError::Syntax(JsonError {
-                    path: ".".into(),
-                    message: "the document is not UTF-8".into(),
-                    line: 0,
-                    column: 0,
-                })
-            })?)
-            .map_err(StateError::Syntax)?;
+        let text = std::str::from_utf8(text).map_err(|_| {
+            StateError::Syntax(JsonError {
+                path: ".".into(),
+                message: "the document is not UTF-8".into(),
+                line: 0,
+                column: 0,
+            })
+        })?;
+        // A valid document decodes in one pass, straight into messages.
+        if let Ok(messages) = serde_json::from_str::<Vec<ToDataplane>>(text) {
+            return Ok(messages);
+        }
+        // Else parse the array's syntax first, then each element on its own, so that one bad
+        // element does not hide the others (serde_json cannot resume after an error
+        // mid-stream).
+        let elements: Vec<serde_json::Value> = json::decode(text).map_err(StateError::Syntax)?;
         elements
             .into_iter()
             .enumerate()

@@ -164,17 +164,20 @@ impl<'a> Attr<'a> {
 
     /// A string attribute; the trailing NUL (and anything after it) is dropped.
     pub fn str(&self, what: &'static str) -> Result<String, CodecError> {
+        self.str_ref(what).map(str::to_owned)
+    }
+
+    /// [`Attr::str`], borrowed from the message (no allocation: dumps compare names in place).
+    pub fn str_ref(&self, what: &'static str) -> Result<&'a str, CodecError> {
         let end = self
             .data
             .iter()
             .position(|&b| b == 0)
             .unwrap_or(self.data.len());
-        std::str::from_utf8(&self.data[..end])
-            .map(str::to_owned)
-            .map_err(|_| CodecError::Utf8 {
-                what,
-                attr: self.ty,
-            })
+        std::str::from_utf8(&self.data[..end]).map_err(|_| CodecError::Utf8 {
+            what,
+            attr: self.ty,
+        })
     }
 
     pub fn nested(&self) -> Attrs<'a> {
@@ -183,10 +186,15 @@ impl<'a> Attr<'a> {
 
     /// The bytes inside `{ NFTA_DATA_VALUE { .. } }`.
     pub fn data_value(&self, what: &'static str) -> Result<Vec<u8>, CodecError> {
+        self.data_value_ref(what).map(<[u8]>::to_vec)
+    }
+
+    /// [`Attr::data_value`], borrowed from the message.
+    pub fn data_value_ref(&self, what: &'static str) -> Result<&'a [u8], CodecError> {
         for a in self.nested() {
             let a = a?;
             if a.ty == NFTA_DATA_VALUE {
-                return Ok(a.data.to_vec());
+                return Ok(a.data);
             }
         }
         Err(CodecError::Missing {

@@ -454,7 +454,7 @@ pub fn decode_expr(elem: &[u8]) -> Result<Expr, CodecError> {
     for a in Attrs::new(elem) {
         let a = a?;
         match a.ty {
-            NFTA_EXPR_NAME => name = Some(a.str("expression")?),
+            NFTA_EXPR_NAME => name = Some(a.str_ref("expression")?),
             NFTA_EXPR_DATA => data = a.data,
             _ => {}
         }
@@ -463,26 +463,50 @@ pub fn decode_expr(elem: &[u8]) -> Result<Expr, CodecError> {
         what: "expression",
         attr: NFTA_EXPR_NAME,
     })?;
-    let known = decode_known(&name, data)?;
+    let known = decode_known(name, data)?;
     Ok(known.unwrap_or_else(|| Expr::Other {
-        name,
+        name: name.to_owned(),
         data: data.to_vec(),
     }))
 }
 
 /// Attribute table of one expression: `get(ty)` finds an attribute; `all_in` checks that nothing
-/// outside the modelled set is present (else the expression is kept raw).
-struct Tb<'a>(Vec<Attr<'a>>);
+/// outside the modelled set is present (else the expression is kept raw). Up to
+/// [`Tb::INLINE`] attributes are indexed on the stack: a dump decodes ~10⁵ expressions, and a
+/// heap table per expression was a visible share of the read-back's user time.
+struct Tb<'a> {
+    inline: [Option<Attr<'a>>; Tb::INLINE],
+    more: Vec<Attr<'a>>,
+}
 
 impl<'a> Tb<'a> {
+    /// More attributes than any expression we model has (payload set: 7).
+    const INLINE: usize = 8;
+
     fn parse(data: &'a [u8]) -> Result<Tb<'a>, CodecError> {
-        Attrs::new(data).collect::<Result<Vec<_>, _>>().map(Tb)
+        let mut t = Tb {
+            inline: [None; Tb::INLINE],
+            more: Vec::new(),
+        };
+        for (i, a) in Attrs::new(data).enumerate() {
+            match t.inline.get_mut(i) {
+                Some(slot) => *slot = Some(a?),
+                None => t.more.push(a?),
+            }
+        }
+        Ok(t)
+    }
+    fn iter(&self) -> impl Iterator<Item = &Attr<'a>> {
+        self.inline
+            .iter()
+            .map_while(Option::as_ref)
+            .chain(&self.more)
     }
     fn get(&self, ty: u16) -> Option<&Attr<'a>> {
-        self.0.iter().find(|a| a.ty == ty)
+        self.iter().find(|a| a.ty == ty)
     }
     fn all_in(&self, allowed: &[u16]) -> bool {
-        self.0.iter().all(|a| allowed.contains(&a.ty))
+        self.iter().all(|a| allowed.contains(&a.ty))
     }
     fn u32(&self, ty: u16, what: &'static str) -> Result<Option<u32>, CodecError> {
         self.get(ty).map(|a| a.be32(what)).transpose()
