@@ -531,9 +531,22 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
         .unwrap()
         .chains
         .remove("a");
+    // Nothing changed on our side: nothing is sent, not even a GETGEN (drift is the refresh
+    // timer's to find).
+    assert_eq!(r.apply(std::slice::from_ref(&d)).unwrap().ops, 0);
+    assert_eq!(r.kernel.reads, 1);
+    // A change: the batch carries the believed generation, the kernel refuses it (ERESTART),
+    // the reconciler reads and diffs everything, and the foreign delete is repaired too.
+    d.chains.insert("c".into(), Chain::regular("c"));
     let rep = r.apply(std::slice::from_ref(&d)).unwrap();
     assert_eq!(r.kernel.reads, 2);
-    assert_eq!(rep.plans[0].ops, vec![Op::AddChain(Chain::regular("a"))]);
+    assert_eq!(
+        rep.plans[0].ops,
+        vec![
+            Op::AddChain(Chain::regular("a")),
+            Op::AddChain(Chain::regular("c"))
+        ]
+    );
     // Refresh timer.
     r.mark_stale();
     assert_eq!(r.apply(std::slice::from_ref(&d)).unwrap().ops, 0);

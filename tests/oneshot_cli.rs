@@ -225,7 +225,9 @@ fn apply_twice_is_a_no_op_the_second_time() {
     ns.veth("cali2b", "w2");
     let good = state_file("twice", GOOD);
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
-    let first = felix_nft(&args, &[]).ok();
+    // Each batch sent is logged at debug.
+    let debug = [("FELIX_LOGSEVERITYSCREEN", "debug")];
+    let first = felix_nft(&args, &debug).ok();
     assert!(first.table_ops() > 100, "{}", first.stdout);
     assert!(first.stderr.contains("nf_tables transaction done"));
     assert_eq!(
@@ -241,7 +243,7 @@ fn apply_twice_is_a_no_op_the_second_time() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let second = felix_nft(&args, &[]).ok();
+    let second = felix_nft(&args, &debug).ok();
     std::thread::sleep(std::time::Duration::from_millis(200));
     monitor.kill().unwrap();
     let events = String::from_utf8(monitor.wait_with_output().unwrap().stdout).unwrap();
@@ -638,7 +640,9 @@ fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
     );
     let good = state_file("orphan", GOOD);
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
-    let first = felix_nft(&args, &[]).ok();
+    // Each batch sent is logged at debug.
+    let debug = [("FELIX_LOGSEVERITYSCREEN", "debug")];
+    let first = felix_nft(&args, &debug).ok();
     assert!(first.table_ops() > 100, "{}", first.stdout);
     let second = felix_nft(&args, &[]).ok();
     assert_eq!(second.table_ops(), 0, "{}", second.stdout);

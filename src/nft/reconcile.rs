@@ -79,7 +79,8 @@ impl Nft {
         tracing::trace!(bytes = enc.bytes.len(), messages = n, "nf_tables batch");
         let start = std::time::Instant::now();
         txn::send_batch(&mut self.sock, &enc)?;
-        tracing::info!(
+        // The driver logs every apply at info; one line per transaction is debug.
+        tracing::debug!(
             messages = n,
             bytes = enc.bytes.len(),
             dry_run,
@@ -267,13 +268,14 @@ pub fn sync(
     }
 }
 
-/// A reconciler that remembers what it last committed, so the steady state costs a GETGEN,
-/// a diff and the batch — no dump (felix-dataplane.md §11 step 3: no post-write read-back).
+/// A reconciler that remembers what it last committed, so the steady state costs a diff and
+/// the batch — no dump, no GETGEN (felix-dataplane.md §11 step 3: no post-write read-back).
 ///
-/// It keeps the desired tables (one copy, with the ownership flags) and whether the kernel holds
-/// exactly them: that is trusted only while the ruleset generation is exactly the one our own
-/// last commit (or no-op check) saw; any other writer, a failure, or [`Reconciler::mark_stale`]
-/// (the refresh timer) makes the next apply read the kernel and diff everything.
+/// It keeps the desired tables (one copy, with the ownership flags) and the generation its own
+/// last commit (or read) left. A batch computed from that belief carries that generation, so the
+/// kernel refuses it (ERESTART) if anyone else wrote since; that, a failure, or
+/// [`Reconciler::mark_stale`] (the refresh timer) makes the next apply read the kernel and diff
+/// everything. An apply with nothing to change sends nothing at all.
 ///
 /// Two ways in: [`Reconciler::apply`] with the whole desired state (diffed whole), or
 /// [`Reconciler::apply_patches`] with what changed (diffed only where the patches touch, so an
@@ -361,9 +363,10 @@ impl<K: NftKernel> Reconciler<K> {
         if !same_tables {
             self.trusted = None;
         }
-        if self.trusted.is_some() && !self.opts.rebuild && !self.opts.dry_run {
-            let genid = self.kernel.generation()?;
-            if self.trusted == Some(genid) {
+        if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
+            // No GETGEN: the batch carries the generation we believe in, and the kernel
+            // refuses it (ERESTART) if anyone else wrote since — then we read and diff all.
+            {
                 let plans: Vec<Plan> = self
                     .desired
                     .iter()
@@ -470,9 +473,10 @@ impl<K: NftKernel> Reconciler<K> {
             new.flags = with_flags(new.flags);
             old.flags = new.flags;
         }
-        if self.trusted.is_some() && !self.opts.rebuild && !self.opts.dry_run {
-            let genid = self.kernel.generation()?;
-            if self.trusted == Some(genid) {
+        if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
+            // No GETGEN round trip: the batch carries the generation we believe in (see
+            // `apply_owned_inner`).
+            {
                 let mut plans = Vec::new();
                 let mut whole = false;
                 for (new, old) in &subs {
