@@ -9,6 +9,7 @@
 //! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel;
 //!   does not interpret messages.
 //! - [`rules`]: Calico's rule semantics as pure functions from the model to nft objects; no I/O.
+//!   `rules::incremental` re-renders only what an update touched and emits table patches.
 //! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps and diff; knows
 //!   nothing of Calico.
 //! - [`rtnl`]: routes, neighbours, links, per-interface sysctls, the interface monitor,

@@ -401,6 +401,11 @@ impl Batch {
         self.elements(NFT_MSG_DELSETELEM, family, table, set, elems)
     }
 
+    /// Reserves room for `bytes` more bytes, so a big batch is not copied while it grows.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.w.buf.reserve(bytes);
+    }
+
     /// Closes the batch: with END (and an ACK asked on it) to commit, without END for a dry-run.
     pub fn finish(mut self, commit: bool) -> Encoded {
         let end_seq = commit.then_some(self.next_seq);

@@ -71,6 +71,30 @@ impl Plan {
         self.ops.is_empty()
     }
 
+    /// A generous estimate of the encoded size, so the batch buffer is allocated once instead
+    /// of being copied as it doubles (a full load is tens of MB).
+    pub fn size_hint(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::AddRule { rule, .. } => {
+                    128 + rule.exprs.len() * 80 + rule.comment.as_ref().map_or(0, |c| c.len() + 8)
+                }
+                Op::AddElements { elements, .. } | Op::DelElements { elements, .. } => {
+                    64 + elements
+                        .iter()
+                        .map(|e| {
+                            48 + e.key.len()
+                                + e.key_end.as_ref().map_or(0, |k| k.len() + 8)
+                                + e.data.as_ref().map_or(0, |_| 64)
+                        })
+                        .sum::<usize>()
+                }
+                _ => 256,
+            })
+            .sum()
+    }
+
     /// Appends this plan's messages to a batch.
     pub fn encode(&self, b: &mut Batch) -> Result<(), CodecError> {
         let (f, t) = (self.family, self.table.as_str());

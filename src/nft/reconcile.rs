@@ -63,6 +63,8 @@ impl Nft {
     ) -> Result<usize, NftError> {
         let seq = self.sock.take_seq(0);
         let mut b = Batch::new(seq, genid);
+        let reserved: usize = plans.iter().map(Plan::size_hint).sum();
+        b.reserve(reserved);
         for p in plans {
             p.encode(&mut b).map_err(|source| NftError::Codec {
                 op: format!(
@@ -83,6 +85,7 @@ impl Nft {
         tracing::debug!(
             messages = n,
             bytes = enc.bytes.len(),
+            reserved,
             dry_run,
             duration_ms = start.elapsed().as_secs_f64() * 1e3,
             "nf_tables transaction done"
