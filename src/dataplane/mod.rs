@@ -627,11 +627,13 @@ impl Dataplane {
 
     /// The winning workload endpoint per interface name (§14.1: smallest id wins).
     fn workloads_by_iface(&self) -> BTreeMap<&str, (&WorkloadEndpointId, &WorkloadEndpoint)> {
-        let mut out = BTreeMap::new();
-        for (id, wep) in &self.model.workloads {
-            out.entry(wep.name.as_str()).or_insert((id, wep));
-        }
-        out
+        self.workload_ids
+            .iter()
+            .filter_map(|(iface, ids)| {
+                let id = ids.iter().next()?;
+                Some((iface.as_str(), (id, self.model.workloads.get(id)?)))
+            })
+            .collect()
     }
 
     /// The model the renderer sees: host addresses filled in, and host endpoints without a name
@@ -720,22 +722,11 @@ impl Dataplane {
     /// Renders all tables from scratch (what `rules::render` gives for
     /// [`Dataplane::render_model`], without copying the model).
     pub fn render_tables(&self) -> Result<Vec<Table>, RulesError> {
-        let heps = self.resolve_heps();
-        let mut inc = Incremental::new(rules::Renderer::new(self.cfg.rules.clone())?);
-        let patches = inc.update(
-            &Inputs {
-                model: &self.model,
-                workload_ids: &self.workload_ids,
-                host_endpoints: &heps,
-            },
-            &Changes {
-                all: true,
-                ..Changes::default()
-            },
-        );
-        let mut tables = Vec::new();
-        TablePatch::fold_all(patches, &mut tables);
-        Ok(tables)
+        rules::incremental::render_all(&Inputs {
+            model: &self.model,
+            workload_ids: &self.workload_ids,
+            host_endpoints: &self.resolve_heps(),
+        })
     }
 
     /// The desired routes, neighbours and per-interface configuration (no tables).

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::nft::build::TextTable;
-use crate::nft::model::{Chain, Element, ElementDelta, Family, Set, TablePatch};
+use crate::nft::model::{Chain, Element, ElementDelta, Family, Set, Table, TablePatch};
 use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpointId};
 
 use super::{
@@ -532,22 +532,18 @@ fn adjust<K: Ord + Clone>(
     }
 }
 
-/// Renders the whole model from scratch through the incremental path (for tests and
-/// benchmarks: must equal [`super::render`]).
-pub fn render_all(
-    model: &Model,
-    workload_ids: &BTreeMap<String, BTreeSet<WorkloadEndpointId>>,
-) -> Result<Vec<TablePatch>, RulesError> {
-    let mut inc = Incremental::new(Renderer::new(model.config.clone())?);
-    Ok(inc.update(
-        &Inputs {
-            model,
-            workload_ids,
-            host_endpoints: &model.host_endpoints,
-        },
+/// Renders everything from scratch through the incremental path, as whole tables (one-shot
+/// commands; equals [`super::render`] of the same inputs).
+pub fn render_all(inp: &Inputs) -> Result<Vec<Table>, RulesError> {
+    let mut inc = Incremental::new(Renderer::new(inp.model.config.clone())?);
+    let patches = inc.update(
+        inp,
         &Changes {
             all: true,
             ..Changes::default()
         },
-    ))
+    );
+    let mut tables = Vec::new();
+    TablePatch::fold_all(patches, &mut tables);
+    Ok(tables)
 }
