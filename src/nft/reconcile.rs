@@ -183,24 +183,33 @@ pub struct SyncReport {
     pub attempts: u32,
 }
 
+/// The owner flags the kernel and the options allow.
+fn ownership_flags(kernel: &mut dyn NftKernel, ownership: Ownership) -> Result<u32, NftError> {
+    Ok(match ownership {
+        Ownership::OwnerPersist if kernel.supports_owner_persist()? => {
+            table_flags::OWNER | table_flags::PERSIST
+        }
+        Ownership::Off | Ownership::OwnerPersist => 0,
+    })
+}
+
+/// `flags` with its owner bits replaced by `ownership` (from [`ownership_flags`]).
+fn with_owner_bits(flags: u32, ownership: u32) -> u32 {
+    (flags & !(table_flags::OWNER | table_flags::PERSIST)) | ownership
+}
+
 /// The desired tables with the owner flags the kernel and the options allow.
 pub fn with_ownership(
     kernel: &mut dyn NftKernel,
     desired: &[Table],
     ownership: Ownership,
 ) -> Result<Vec<Table>, NftError> {
-    let flags = match ownership {
-        Ownership::Off => 0,
-        Ownership::OwnerPersist if kernel.supports_owner_persist()? => {
-            table_flags::OWNER | table_flags::PERSIST
-        }
-        Ownership::OwnerPersist => 0,
-    };
+    let flags = ownership_flags(kernel, ownership)?;
     Ok(desired
         .iter()
         .map(|t| {
             let mut t = t.clone();
-            t.flags = (t.flags & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
+            t.flags = with_owner_bits(t.flags, flags);
             t
         })
         .collect())
@@ -319,13 +328,7 @@ impl<K: NftKernel> Reconciler<K> {
         if let Some(f) = self.flags {
             return Ok(f);
         }
-        let f = match self.opts.ownership {
-            Ownership::Off => 0,
-            Ownership::OwnerPersist if self.kernel.supports_owner_persist()? => {
-                table_flags::OWNER | table_flags::PERSIST
-            }
-            Ownership::OwnerPersist => 0,
-        };
+        let f = ownership_flags(&mut self.kernel, self.opts.ownership)?;
         self.flags = Some(f);
         Ok(f)
     }
@@ -355,7 +358,7 @@ impl<K: NftKernel> Reconciler<K> {
             }
         };
         for t in &mut desired {
-            t.flags = (t.flags & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
+            t.flags = with_owner_bits(t.flags, flags);
         }
         let same_tables = desired.len() == self.desired.len()
             && desired
@@ -468,12 +471,11 @@ impl<K: NftKernel> Reconciler<K> {
             subs.push((new, old));
         }
         let flags = self.table_flags()?;
-        let with_flags = |f: u32| (f & !(table_flags::OWNER | table_flags::PERSIST)) | flags;
         for t in &mut self.desired {
-            t.flags = with_flags(t.flags);
+            t.flags = with_owner_bits(t.flags, flags);
         }
         for (new, old) in &mut subs {
-            new.flags = with_flags(new.flags);
+            new.flags = with_owner_bits(new.flags, flags);
             old.flags = new.flags;
         }
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
