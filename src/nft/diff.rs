@@ -501,55 +501,33 @@ fn needs_rebuild(desired: &Table, actual: &Table) -> Option<String> {
 
 /// Everything to create `t` from nothing (after an optional delete).
 fn create_all(t: &Table, ops: &mut Vec<Op>) {
-    ops.push(Op::AddTable { flags: t.flags });
-    for s in t.sets.values() {
-        ops.push(Op::AddSet(def(s)));
-        if s.data.is_none() && !s.elements.is_empty() {
-            ops.push(Op::AddElements {
-                set: s.name.clone(),
-                elements: normalize_elements(s),
-            });
-        }
-    }
-    for c in t.chains.values() {
-        ops.push(Op::AddChain(Chain {
-            rules: Vec::new(),
-            ..c.clone()
-        }));
-    }
-    for c in t.chains.values() {
-        for (i, r) in c.rules.iter().enumerate() {
-            ops.push(Op::AddRule {
-                chain: c.name.clone(),
-                index: i,
-                rule: r.clone(),
-            });
-        }
-    }
-    for s in t.sets.values() {
-        if s.data.is_some() && !s.elements.is_empty() {
-            ops.push(Op::AddElements {
-                set: s.name.clone(),
-                elements: normalize_elements(s),
-            });
-        }
-    }
+    create_ops(t, ops, |c| c.rules.clone(), normalize_elements);
 }
 
-/// The plan that creates `t` from nothing, with its rules *moved* into the plan instead of
-/// copied (a full load's rules are most of its memory). Give them back with
-/// [`return_rules`] once the batch is encoded; until then `t`'s chains are empty.
-pub fn create_lending(t: &mut Table) -> Plan {
-    let rules: usize = t.chains.values().map(|c| c.rules.len()).sum();
-    let mut ops = Vec::with_capacity(1 + 2 * t.sets.len() + t.chains.len() + rules);
-    ops.push(Op::AddTable { flags: t.flags });
-    for s in t.sets.values_mut() {
-        ops.push(Op::AddSet(def(s)));
-        if s.data.is_none() && !s.elements.is_empty() {
+/// The operations that create `t`, in the order the kernel binds cheapest: table, sets (plain
+/// sets with their elements), chains, rules, then map elements (their verdicts point at the
+/// chains). `rules` and `elements` give what goes into the plan for a chain and a set (an empty
+/// list sends nothing).
+fn create_ops(
+    t: &Table,
+    ops: &mut Vec<Op>,
+    mut rules: impl FnMut(&Chain) -> Vec<Rule>,
+    mut elements: impl FnMut(&Set) -> Vec<Element>,
+) {
+    let mut add_elements = |ops: &mut Vec<Op>, s: &Set| {
+        let elements = elements(s);
+        if !elements.is_empty() {
             ops.push(Op::AddElements {
                 set: s.name.clone(),
-                elements: lend_elements(s),
+                elements,
             });
+        }
+    };
+    ops.push(Op::AddTable { flags: t.flags });
+    for s in t.sets.values() {
+        ops.push(Op::AddSet(def(s)));
+        if s.data.is_none() {
+            add_elements(ops, s);
         }
     }
     for c in t.chains.values() {
@@ -559,8 +537,8 @@ pub fn create_lending(t: &mut Table) -> Plan {
             rules: Vec::new(),
         }));
     }
-    for c in t.chains.values_mut() {
-        for (i, r) in std::mem::take(&mut c.rules).into_iter().enumerate() {
+    for c in t.chains.values() {
+        for (i, r) in rules(c).into_iter().enumerate() {
             ops.push(Op::AddRule {
                 chain: c.name.clone(),
                 index: i,
@@ -568,14 +546,35 @@ pub fn create_lending(t: &mut Table) -> Plan {
             });
         }
     }
-    for s in t.sets.values_mut() {
-        if s.data.is_some() && !s.elements.is_empty() {
-            ops.push(Op::AddElements {
-                set: s.name.clone(),
-                elements: lend_elements(s),
-            });
+    for s in t.sets.values() {
+        if s.data.is_some() {
+            add_elements(ops, s);
         }
     }
+}
+
+/// The plan that creates `t` from nothing, with its rules *moved* into the plan instead of
+/// copied (a full load's rules are most of its memory). Give them back with
+/// [`return_rules`] once the batch is encoded; until then `t`'s chains are empty.
+pub fn create_lending(t: &mut Table) -> Plan {
+    let mut rules: BTreeMap<String, Vec<Rule>> = t
+        .chains
+        .values_mut()
+        .map(|c| (c.name.clone(), std::mem::take(&mut c.rules)))
+        .collect();
+    let mut elements: BTreeMap<String, Vec<Element>> = t
+        .sets
+        .values_mut()
+        .map(|s| (s.name.clone(), lend_elements(s)))
+        .collect();
+    let n: usize = rules.values().map(Vec::len).sum();
+    let mut ops = Vec::with_capacity(1 + 2 * t.sets.len() + t.chains.len() + n);
+    create_ops(
+        t,
+        &mut ops,
+        |c| rules.remove(&c.name).unwrap_or_default(),
+        |s| elements.remove(&s.name).unwrap_or_default(),
+    );
     Plan {
         family: t.family,
         table: t.name.clone(),
