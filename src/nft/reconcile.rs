@@ -301,6 +301,8 @@ pub struct Reconciler<K: NftKernel> {
     trusted: Option<u32>,
     /// The table flags the kernel and the options allow (probed once).
     flags: Option<u32>,
+    /// Time spent in [`NftKernel::commit`] since [`Reconciler::take_commit_time`].
+    commit_time: Duration,
 }
 
 impl<K: NftKernel> Reconciler<K> {
@@ -311,7 +313,22 @@ impl<K: NftKernel> Reconciler<K> {
             desired: Vec::new(),
             trusted: None,
             flags: None,
+            commit_time: Duration::ZERO,
         }
+    }
+
+    /// Time spent committing batches (encode, `sendmsg`, the kernel's commit, the ACK) since
+    /// the last call: the kernel's share of an apply, for the daemon's log (issue 9).
+    pub fn take_commit_time(&mut self) -> Duration {
+        std::mem::take(&mut self.commit_time)
+    }
+
+    /// [`NftKernel::commit`], timed.
+    fn commit(&mut self, plans: &[Plan], genid: u32, dry_run: bool) -> Result<(), NftError> {
+        let start = std::time::Instant::now();
+        let r = self.kernel.commit(plans, Some(genid), dry_run);
+        self.commit_time += start.elapsed();
+        r
     }
 
     /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
@@ -521,7 +538,7 @@ impl<K: NftKernel> Reconciler<K> {
                 attempts: 1,
             }));
         }
-        match self.kernel.commit(&plans, Some(genid), false) {
+        match self.commit(&plans, genid, false) {
             Ok(()) => {
                 self.trusted = Some(genid.wrapping_add(1));
                 Ok(Some(SyncReport {
@@ -588,7 +605,7 @@ impl<K: NftKernel> Reconciler<K> {
                     attempts: attempt,
                 });
             }
-            let res = self.kernel.commit(&plans, Some(genid), self.opts.dry_run);
+            let res = self.commit(&plans, genid, self.opts.dry_run);
             give_back(&mut plans, &lent, &mut self.desired);
             match res {
                 Ok(()) => {
