@@ -3,7 +3,7 @@
 //! both end up here.
 //!
 //! Start-up order: configuration (bad die-on-fail values stop the start, exit 2) → logging →
-//! the target namespace → sockets (nf_tables worker thread, rtnetlink, monitor) → transports →
+//! the target namespace → sockets (nf_tables, rtnetlink, monitor) → transports →
 //! the loop. Nothing is written to the kernel before the datastore's `InSync` and the monitor's
 //! first sync. SIGTERM/SIGINT stop the loop and leave every rule, route and neighbour in place.
 

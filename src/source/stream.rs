@@ -341,6 +341,30 @@ mod tests {
     }
 
     #[test]
+    fn blocking_reader_counts_and_delivers_like_the_async_one() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let input = b"{\"in_sync\":{}}\n\nnot json\n{\"ipset_remove\":{\"id\":\"s:a\"}}";
+        let s = read_lines_blocking(&input[..], Arc::from("t"), &tx).unwrap();
+        assert_eq!((s.lines, s.decoded, s.rejected), (4, 2, 1));
+        assert!(!s.consumer_gone);
+        drop(tx);
+        let lines: Vec<(u64, bool)> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| match r {
+                Ok(u) => (line_of(&u.origin), true),
+                Err(e) => (line_of(&e.origin), false),
+            })
+            .collect();
+        assert_eq!(lines, vec![(1, true), (3, false), (4, true)]);
+    }
+
+    fn line_of(o: &Origin) -> u64 {
+        match o {
+            Origin::Line { line, .. } => *line,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn blank_and_non_utf8_lines() {
         let o = Origin::Line {
             stream: Arc::from("t"),
