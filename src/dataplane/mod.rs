@@ -838,7 +838,7 @@ impl Dataplane {
     pub fn statuses(
         &self,
     ) -> (
-        BTreeMap<&WorkloadEndpointId, (Status, &WorkloadEndpoint)>,
+        status::WorkloadStatuses<'_>,
         BTreeMap<HostEndpointId, Status>,
     ) {
         let mut w = BTreeMap::new();

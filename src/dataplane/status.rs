@@ -33,6 +33,9 @@ impl Status {
     }
 }
 
+/// Each workload endpoint's status, with the endpoint (borrowed from the model).
+pub type WorkloadStatuses<'a> = BTreeMap<&'a WorkloadEndpointId, (Status, &'a WorkloadEndpoint)>;
+
 /// Remembers what was last reported and turns a new snapshot into messages.
 #[derive(Debug, Default)]
 pub struct StatusReporter {
@@ -44,7 +47,7 @@ impl StatusReporter {
     /// Compares the snapshot with what was reported before; returns the messages to send.
     pub fn update(
         &mut self,
-        workloads: &BTreeMap<&WorkloadEndpointId, (Status, &WorkloadEndpoint)>,
+        workloads: &WorkloadStatuses,
         hosts: &BTreeMap<HostEndpointId, Status>,
     ) -> Vec<FromDataplane> {
         let mut out = Vec::new();
