@@ -3,7 +3,7 @@
 //! both end up here.
 //!
 //! Start-up order: configuration (bad die-on-fail values stop the start, exit 2) → logging →
-//! the target namespace → sockets (nf_tables worker thread, rtnetlink, monitor) → transports →
+//! the target namespace → sockets (nf_tables, rtnetlink, monitor) → transports →
 //! the loop. Nothing is written to the kernel before the datastore's `InSync` and the monitor's
 //! first sync. SIGTERM/SIGINT stop the loop and leave every rule, route and neighbour in place.
 
@@ -170,11 +170,16 @@ async fn run_async(
             // Felix gone = our job is done (§1.1).
             (rx, true)
         }
-        SourceSpec::Stdin => {
-            let (rx, reader) = source::stream::spawn_stdin();
-            stream_reader = Some(reader);
-            (rx, !opts.keep_running)
-        }
+        SourceSpec::Stdin => match source::stream::spawn_stdin() {
+            Ok((rx, reader)) => {
+                stream_reader = Some(reader);
+                (rx, !opts.keep_running)
+            }
+            Err(e) => {
+                tracing::error!(error = %chain(&e), "reading standard input");
+                return EXIT_FAILURE;
+            }
+        },
         SourceSpec::Unix(path) => match source::stream::UnixSource::bind(path) {
             Ok(l) => {
                 tracing::info!(path = %path.display(), "listening for JSON lines");
@@ -247,8 +252,8 @@ async fn run_async(
             _ => None,
         }
     } else if let Some(r) = stream_reader.filter(|_| ended) {
-        match r.await {
-            Ok(Err(e)) => Some(chain(&e)),
+        match tokio::task::spawn_blocking(move || r.join()).await {
+            Ok(Ok(Err(e))) => Some(chain(&e)),
             _ => None,
         }
     } else {

@@ -304,6 +304,7 @@ impl<K: Kernel> Driver<K> {
         self.summary.applies += 1;
         let mut failed: Option<KernelError> = None;
         let mut table_ops = 0;
+        let mut commit_time = Duration::ZERO;
 
         // 1. nf_tables: one transaction for both families.
         if self.dp.dirty.tables || self.resync_tables {
@@ -320,6 +321,7 @@ impl<K: Kernel> Driver<K> {
             match self.kernel.tables(patch, mode).await {
                 Ok(out) => {
                     table_ops = out.ops;
+                    commit_time = out.commit_time;
                     if mode == TableMode::Resync
                         && !model_changed
                         && out.ops > 0
@@ -501,10 +503,13 @@ impl<K: Kernel> Driver<K> {
                 self.send(m).await;
             }
         }
+        // The nf_tables commit's share is logged here rather than per transaction, so the cost
+        // of one apply can be read at info level (issue 9).
         tracing::info!(
             ok,
             table_ops,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
+            commit_ms = commit_time.as_secs_f64() * 1000.0,
             "apply"
         );
         Ok(())

@@ -1,14 +1,12 @@
 //! The seam between the loop and the kernel: one trait with a phase per kind of kernel object,
-//! called in the fixed apply order (§10.3). [`RealKernel`] is nf_tables over one long-lived socket
-//! on a dedicated thread (a batch runs synchronously inside `sendmsg`) plus rtnetlink on tokio;
-//! [`FakeKernel`] records calls and injects failures for loop tests.
+//! called in the fixed apply order (§10.3). [`RealKernel`] is nf_tables over one long-lived socket,
+//! committed from the loop's own thread (a batch runs synchronously inside `sendmsg`; see
+//! `NftSide`), plus rtnetlink on tokio; [`FakeKernel`] records calls and injects failures for
+//! loop tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
-
-use tokio::sync::oneshot;
 
 use crate::netns::NetNs;
 use crate::nft::model::{Table, TablePatch};
@@ -64,6 +62,8 @@ pub struct TablesOutcome {
     pub attempts: u32,
     /// The plans, printable (for `plan` and logs).
     pub plans: Vec<crate::nft::diff::Plan>,
+    /// Time in the kernel's hands: encoding and sending the batch, the commit, the ACK.
+    pub commit_time: Duration,
 }
 
 impl From<SyncReport> for TablesOutcome {
@@ -72,6 +72,7 @@ impl From<SyncReport> for TablesOutcome {
             ops: r.ops,
             attempts: r.attempts,
             plans: r.plans,
+            commit_time: Duration::ZERO,
         }
     }
 }
@@ -148,21 +149,24 @@ pub trait Kernel {
 
 type NftReply = Result<TablesOutcome, NftError>;
 
-struct NftRequest {
-    tables: TablesInput,
-    mode: TableMode,
-    reply: oneshot::Sender<NftReply>,
+/// The nf_tables side: one long-lived socket and the reconciler's believed state, driven from
+/// the loop's own thread.
+///
+/// Issue 9: an IP set member's commit takes 0.1–1 ms; handing it to a worker thread and waiting
+/// for the answer cost two wake-ups of an idle CPU (0.05–0.1 ms each, measured with
+/// `scripts/daemon-latency`), so the batch is sent from the calling thread instead. A batch
+/// runs synchronously inside `sendmsg` (a full load: seconds), so on a multi-threaded runtime
+/// the call runs under [`tokio::task::block_in_place`] (the runtime's other tasks go on
+/// elsewhere); on a current-thread runtime (one-shot commands, tests) it simply blocks, as
+/// nothing else there can make progress before the tables are done anyway.
+struct NftSide {
+    rec: Reconciler<Nft>,
 }
 
-/// The nf_tables worker: a thread that owns the socket and the believed state.
-struct NftWorker {
-    tx: std_mpsc::Sender<NftRequest>,
-}
-
-impl NftWorker {
-    fn start(ns: Option<&NetNs>, opts: SyncOptions) -> Result<NftWorker, KernelError> {
-        // The socket belongs to the namespace of the thread that opens it: open it here, inside
-        // the target namespace, then hand it to the worker.
+impl NftSide {
+    fn open(ns: Option<&NetNs>, opts: SyncOptions) -> Result<NftSide, KernelError> {
+        // The socket belongs to the namespace of the thread that opens it: open it inside the
+        // target namespace; it can be used from any thread afterwards.
         let nft = match ns {
             Some(ns) => ns
                 .run(Nft::open)
@@ -170,56 +174,56 @@ impl NftWorker {
             None => Nft::open(),
         }
         .map_err(KernelError::Nft)?;
-        let (tx, rx) = std_mpsc::channel::<NftRequest>();
-        std::thread::Builder::new()
-            .name("felix-nft-nftables".into())
-            .spawn(move || {
-                let mut rec = Reconciler::new(nft, opts);
-                for req in rx {
-                    let base = rec.opts.clone();
-                    match req.mode {
-                        TableMode::Incremental => {}
-                        TableMode::Resync => rec.mark_stale(),
-                        TableMode::Rebuild => {
-                            rec.mark_stale();
-                            rec.opts.rebuild = true;
-                        }
-                        TableMode::DryRun => {
-                            rec.mark_stale();
-                            rec.opts.dry_run = true;
-                        }
-                        TableMode::Plan => rec.mark_stale(),
-                    }
-                    let out = match (req.mode, req.tables) {
-                        (TableMode::Plan, TablesInput::Full(t)) => plan_only(&mut rec, &t),
-                        (TableMode::Plan, TablesInput::Patch(_)) => Err(NftError::Protocol(
-                            "a plan needs the whole desired state, not a patch".into(),
-                        )),
-                        (_, TablesInput::Full(t)) => rec.apply_owned(t).map(TablesOutcome::from),
-                        (_, TablesInput::Patch(p)) => rec.apply_patches(p).map(TablesOutcome::from),
-                    };
-                    if out.is_err() || matches!(req.mode, TableMode::DryRun | TableMode::Plan) {
-                        rec.mark_stale();
-                    }
-                    rec.opts = base;
-                    // The caller may have gone away (shutdown); nothing to do then.
-                    let _ = req.reply.send(out);
-                }
-            })
-            .map_err(|e| KernelError::Other(format!("starting the nftables thread: {e}")))?;
-        Ok(NftWorker { tx })
+        Ok(NftSide {
+            rec: Reconciler::new(nft, opts),
+        })
     }
 
-    async fn apply(&self, tables: TablesInput, mode: TableMode) -> NftReply {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(NftRequest {
-                tables,
-                mode,
-                reply,
-            })
-            .map_err(|_| NftError::Closed)?;
-        rx.await.map_err(|_| NftError::Closed)?
+    fn apply(&mut self, tables: TablesInput, mode: TableMode) -> NftReply {
+        blocking(|| self.apply_now(tables, mode))
+    }
+
+    fn apply_now(&mut self, tables: TablesInput, mode: TableMode) -> NftReply {
+        let rec = &mut self.rec;
+        let base = rec.opts.clone();
+        match mode {
+            TableMode::Incremental => {}
+            TableMode::Resync => rec.mark_stale(),
+            TableMode::Rebuild => {
+                rec.mark_stale();
+                rec.opts.rebuild = true;
+            }
+            TableMode::DryRun => {
+                rec.mark_stale();
+                rec.opts.dry_run = true;
+            }
+            TableMode::Plan => rec.mark_stale(),
+        }
+        let out = match (mode, tables) {
+            (TableMode::Plan, TablesInput::Full(t)) => plan_only(rec, &t),
+            (TableMode::Plan, TablesInput::Patch(_)) => Err(NftError::Protocol(
+                "a plan needs the whole desired state, not a patch".into(),
+            )),
+            (_, TablesInput::Full(t)) => rec.apply_owned(t).map(TablesOutcome::from),
+            (_, TablesInput::Patch(p)) => rec.apply_patches(p).map(TablesOutcome::from),
+        };
+        if out.is_err() || matches!(mode, TableMode::DryRun | TableMode::Plan) {
+            rec.mark_stale();
+        }
+        rec.opts = base;
+        let commit_time = rec.take_commit_time();
+        out.map(|o| TablesOutcome { commit_time, ..o })
+    }
+}
+
+/// Runs blocking kernel work from async code: under `block_in_place` on a multi-threaded
+/// runtime, directly elsewhere (a current-thread runtime cannot hand its tasks to another
+/// worker, and `block_in_place` would panic there).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -233,12 +237,13 @@ fn plan_only(rec: &mut Reconciler<Nft>, desired: &[Table]) -> NftReply {
         ops: plans.iter().map(|p| p.ops.len()).sum(),
         attempts: 1,
         plans,
+        commit_time: Duration::ZERO,
     })
 }
 
 /// nf_tables + rtnetlink + /proc/sys of one network namespace.
 pub struct RealKernel {
-    nft: NftWorker,
+    nft: NftSide,
     rtnl: RtnlHandle,
     ns: Option<NetNs>,
     routes_v4: RouteSyncer,
@@ -250,7 +255,7 @@ pub struct RealKernel {
 impl RealKernel {
     /// Opens every socket in `ns` (or the current namespace). Needs a tokio runtime.
     pub fn open(ns: Option<&NetNs>, cfg: &DataplaneConfig) -> Result<RealKernel, KernelError> {
-        let nft = NftWorker::start(
+        let nft = NftSide::open(
             ns,
             SyncOptions {
                 ownership: cfg.ownership,
@@ -309,10 +314,9 @@ impl RealKernel {
     }
 
     /// Computes the nf_tables plans without sending anything.
-    pub async fn plan_tables(&self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
+    pub async fn plan_tables(&mut self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
         self.nft
             .apply(TablesInput::Full(desired.to_vec()), TableMode::Plan)
-            .await
             .map_err(KernelError::Nft)
     }
 }
@@ -349,7 +353,7 @@ impl Kernel for RealKernel {
         input: TablesInput,
         mode: TableMode,
     ) -> Result<TablesOutcome, KernelError> {
-        self.nft.apply(input, mode).await.map_err(KernelError::Nft)
+        self.nft.apply(input, mode).map_err(KernelError::Nft)
     }
 
     async fn routes(
@@ -595,6 +599,7 @@ impl Kernel for FakeKernel {
             ops: usize::from(changed),
             attempts: 1,
             plans: Vec::new(),
+            commit_time: Duration::ZERO,
         })
     }
 

@@ -833,11 +833,12 @@ impl Dataplane {
         d
     }
 
-    /// Endpoint status as the kernel state now implies (§14.1, §14.4).
+    /// Endpoint status as the kernel state now implies (§14.1, §14.4). Workload endpoints are
+    /// borrowed: only those whose status changed are copied, into the report to Felix.
     pub fn statuses(
         &self,
     ) -> (
-        BTreeMap<WorkloadEndpointId, (Status, WorkloadEndpoint)>,
+        status::WorkloadStatuses<'_>,
         BTreeMap<HostEndpointId, Status>,
     ) {
         let mut w = BTreeMap::new();
@@ -846,7 +847,7 @@ impl Dataplane {
                 && self.ifaces.get(&wep.name).is_some_and(|i| i.oper_up)
                 && !self.conf_failed.contains(&wep.name);
             let st = if up { Status::Up } else { Status::Down };
-            w.insert(id.clone(), (st, wep.clone()));
+            w.insert(id, (st, wep));
         }
         let mut h = BTreeMap::new();
         for (id, hep) in &self.model.host_endpoints {

@@ -33,6 +33,9 @@ impl Status {
     }
 }
 
+/// Each workload endpoint's status, with the endpoint (borrowed from the model).
+pub type WorkloadStatuses<'a> = BTreeMap<&'a WorkloadEndpointId, (Status, &'a WorkloadEndpoint)>;
+
 /// Remembers what was last reported and turns a new snapshot into messages.
 #[derive(Debug, Default)]
 pub struct StatusReporter {
@@ -44,20 +47,20 @@ impl StatusReporter {
     /// Compares the snapshot with what was reported before; returns the messages to send.
     pub fn update(
         &mut self,
-        workloads: &BTreeMap<WorkloadEndpointId, (Status, WorkloadEndpoint)>,
+        workloads: &WorkloadStatuses,
         hosts: &BTreeMap<HostEndpointId, Status>,
     ) -> Vec<FromDataplane> {
         let mut out = Vec::new();
         for (id, (status, ep)) in workloads {
-            if self.workloads.get(id) != Some(status) {
-                self.workloads.insert(id.clone(), *status);
+            if self.workloads.get(*id) != Some(status) {
+                self.workloads.insert((*id).clone(), *status);
                 out.push(msg(Out::WorkloadEndpointStatusUpdate(
                     WorkloadEndpointStatusUpdate {
-                        id: Some(id.clone()),
+                        id: Some((*id).clone()),
                         status: Some(EndpointStatus {
                             status: status.as_str().into(),
                         }),
-                        endpoint: Some(ep.clone()),
+                        endpoint: Some((*ep).clone()),
                     },
                 )));
             }
@@ -127,13 +130,14 @@ mod tests {
         let mut r = StatusReporter::default();
         let ep = WorkloadEndpoint::default();
         let mut w = BTreeMap::new();
-        w.insert(wid("a"), (Status::Down, ep.clone()));
+        let a = wid("a");
+        w.insert(&a, (Status::Down, &ep));
         assert_eq!(r.update(&w, &BTreeMap::new()).len(), 1);
         assert!(
             r.update(&w, &BTreeMap::new()).is_empty(),
             "no change, no message"
         );
-        w.insert(wid("a"), (Status::Up, ep));
+        w.insert(&a, (Status::Up, &ep));
         let m = r.update(&w, &BTreeMap::new());
         assert!(matches!(
             &m[0].payload,

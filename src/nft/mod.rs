@@ -13,7 +13,8 @@
 //!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
 //!
 //! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
-//! from one dedicated thread that owns the socket (reference/netlink.md §8).
+//! from its loop's thread under `block_in_place`, never from a thread that polls tokio's
+//! reactor (reference/netlink.md §8; `dataplane::kernel` says why not a worker thread).
 
 pub mod batch;
 pub mod build;

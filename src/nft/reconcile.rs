@@ -301,6 +301,8 @@ pub struct Reconciler<K: NftKernel> {
     trusted: Option<u32>,
     /// The table flags the kernel and the options allow (probed once).
     flags: Option<u32>,
+    /// Time spent in [`NftKernel::commit`] since [`Reconciler::take_commit_time`].
+    commit_time: Duration,
 }
 
 impl<K: NftKernel> Reconciler<K> {
@@ -311,7 +313,22 @@ impl<K: NftKernel> Reconciler<K> {
             desired: Vec::new(),
             trusted: None,
             flags: None,
+            commit_time: Duration::ZERO,
         }
+    }
+
+    /// Time spent committing batches (encode, `sendmsg`, the kernel's commit, the ACK) since
+    /// the last call: the kernel's share of an apply, for the daemon's log (issue 9).
+    pub fn take_commit_time(&mut self) -> Duration {
+        std::mem::take(&mut self.commit_time)
+    }
+
+    /// [`NftKernel::commit`], timed.
+    fn commit(&mut self, plans: &[Plan], genid: u32, dry_run: bool) -> Result<(), NftError> {
+        let start = std::time::Instant::now();
+        let r = self.kernel.commit(plans, Some(genid), dry_run);
+        self.commit_time += start.elapsed();
+        r
     }
 
     /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
@@ -416,7 +433,7 @@ impl<K: NftKernel> Reconciler<K> {
         }
         // Fold first, so nothing we were told is lost if anything below fails.
         let mut subs: Vec<(Table, Table)> = Vec::new();
-        for p in patches {
+        for mut p in patches {
             let idx = match self
                 .desired
                 .iter()
@@ -436,6 +453,7 @@ impl<K: NftKernel> Reconciler<K> {
                 p.apply_to(t);
                 continue;
             }
+            sets_to_deltas(&mut p, t);
             let mut new = Table {
                 flags: t.flags,
                 ..Table::new(t.family, t.name.clone())
@@ -521,7 +539,7 @@ impl<K: NftKernel> Reconciler<K> {
                 attempts: 1,
             }));
         }
-        match self.kernel.commit(&plans, Some(genid), false) {
+        match self.commit(&plans, genid, false) {
             Ok(()) => {
                 self.trusted = Some(genid.wrapping_add(1));
                 Ok(Some(SyncReport {
@@ -588,7 +606,7 @@ impl<K: NftKernel> Reconciler<K> {
                     attempts: attempt,
                 });
             }
-            let res = self.kernel.commit(&plans, Some(genid), self.opts.dry_run);
+            let res = self.commit(&plans, genid, self.opts.dry_run);
             give_back(&mut plans, &lent, &mut self.desired);
             match res {
                 Ok(()) => {
@@ -606,6 +624,70 @@ impl<K: NftKernel> Reconciler<K> {
             }
         }
     }
+}
+
+/// Turns `p`'s whole-set replacements of plain sets (no map, no intervals) whose definition is
+/// unchanged into element deltas against `t`, by one merge of the two sorted element lists.
+///
+/// A Felix IP set that gained or lost a member comes re-rendered whole; as a delta neither the
+/// set is copied nor every element hashed to find the one that changed (the daemon's member
+/// path, issue 9). The fold and the diff give the same result either way. Element lists that
+/// are not strictly sorted are left alone (the diff handles them whole).
+fn sets_to_deltas(p: &mut TablePatch, t: &Table) {
+    let plain = |s: &Set| s.data.is_none() && s.flags & set_flags::INTERVAL == 0;
+    let strictly_sorted = |e: &[Element]| e.windows(2).all(|w| w[0] < w[1]);
+    let names: Vec<String> = p
+        .sets
+        .iter()
+        .filter_map(|(n, s)| {
+            let (s, cur) = (s.as_ref()?, t.sets.get(n)?);
+            let same_def = s.name == cur.name
+                && s.key == cur.key
+                && s.flags == cur.flags
+                && s.data == cur.data
+                && s.size == cur.size;
+            (same_def
+                && plain(s)
+                && !p.elements.contains_key(n)
+                && strictly_sorted(&s.elements)
+                && strictly_sorted(&cur.elements))
+            .then(|| n.clone())
+        })
+        .collect();
+    for n in names {
+        let (Some(Some(s)), Some(cur)) = (p.sets.remove(&n), t.sets.get(&n)) else {
+            continue;
+        };
+        let d = sorted_delta(&cur.elements, s.elements);
+        if !d.del.is_empty() || !d.add.is_empty() {
+            p.elements.insert(n, d);
+        }
+    }
+}
+
+/// What turns the strictly sorted `from` into the strictly sorted `to`: (in `from` only, in
+/// `to` only), both sorted.
+fn sorted_delta(from: &[Element], to: Vec<Element>) -> ElementDelta {
+    use std::cmp::Ordering;
+    let mut d = ElementDelta::default();
+    let mut old = from.iter().peekable();
+    for e in to {
+        loop {
+            match old.peek().map(|o| (*o).cmp(&e)) {
+                Some(Ordering::Less) => d.del.extend(old.next().cloned()),
+                Some(Ordering::Equal) => {
+                    old.next();
+                    break;
+                }
+                Some(Ordering::Greater) | None => {
+                    d.add.push(e);
+                    break;
+                }
+            }
+        }
+    }
+    d.del.extend(old.cloned());
+    d
 }
 
 /// Returns the rules lent to create-plans ((plan index, table index)) to their tables.
@@ -708,5 +790,129 @@ impl NftKernel for FakeKernel {
 
     fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
         Ok(self.persist)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elem(b: u8) -> Element {
+        Element {
+            key: vec![10, 0, 0, b],
+            key_end: None,
+            flags: 0,
+            data: None,
+        }
+    }
+
+    fn table_with(set: Set) -> Table {
+        let mut t = Table::new(Family::Ip, "calico");
+        t.sets.insert(set.name.clone(), set);
+        t
+    }
+
+    fn addr_set(name: &str, flags: u32, members: &[u8]) -> Set {
+        Set {
+            name: name.into(),
+            key: vec![DataType::Ipv4Addr],
+            flags,
+            data: None,
+            size: None,
+            elements: members.iter().map(|&b| elem(b)).collect(),
+        }
+    }
+
+    fn trusted(t: Table) -> Reconciler<FakeKernel> {
+        let mut r = Reconciler::new(FakeKernel::default(), SyncOptions::default());
+        r.apply(&[t]).unwrap();
+        r
+    }
+
+    #[test]
+    fn sorted_delta_gives_what_differs() {
+        let d = sorted_delta(
+            &[elem(1), elem(2), elem(3), elem(7)],
+            vec![elem(0), elem(1), elem(3), elem(4), elem(9)],
+        );
+        assert_eq!(d.del, vec![elem(2), elem(7)]);
+        assert_eq!(d.add, vec![elem(0), elem(4), elem(9)]);
+        let d = sorted_delta(&[], vec![elem(1)]);
+        assert_eq!((d.del, d.add), (vec![], vec![elem(1)]));
+        let d = sorted_delta(&[elem(1)], vec![]);
+        assert_eq!((d.del, d.add), (vec![elem(1)], vec![]));
+    }
+
+    /// A set re-rendered whole for one member goes to the kernel as that member only, and
+    /// both the kernel and the believed state end up holding the new set.
+    #[test]
+    fn whole_plain_set_replacement_commits_only_the_member() {
+        let mut r = trusted(table_with(addr_set("s", 0, &[1, 2, 3])));
+        let mut p = TablePatch::new(Family::Ip, "calico");
+        p.sets
+            .insert("s".into(), Some(addr_set("s", 0, &[1, 3, 4])));
+        let mut q = p.clone();
+        sets_to_deltas(&mut q, &r.desired()[0]);
+        assert!(q.sets.is_empty());
+        assert_eq!(
+            q.elements["s"],
+            ElementDelta {
+                del: vec![elem(2)],
+                add: vec![elem(4)],
+            }
+        );
+        let rep = r.apply_patches(vec![p]).unwrap();
+        assert_eq!(rep.plans.len(), 1);
+        assert_eq!(
+            rep.plans[0].ops,
+            vec![
+                diff::Op::DelElements {
+                    set: "s".into(),
+                    elements: vec![elem(2)],
+                },
+                diff::Op::AddElements {
+                    set: "s".into(),
+                    elements: vec![elem(4)],
+                },
+            ]
+        );
+        let want = addr_set("s", 0, &[1, 3, 4]);
+        assert_eq!(r.desired()[0].sets["s"], want);
+        let k = &r.kernel.tables[&(Family::Ip, "calico".to_string())];
+        assert_eq!(k.sets["s"], want);
+        assert_eq!(
+            r.kernel.reads, 1,
+            "the update was committed from the trusted state"
+        );
+    }
+
+    /// Interval sets and changed definitions keep the whole-set path; the result is the same.
+    #[test]
+    fn interval_and_redefined_sets_are_left_whole() {
+        for (old, new) in [
+            (
+                addr_set("s", set_flags::INTERVAL, &[1, 2]),
+                addr_set("s", set_flags::INTERVAL, &[1, 5]),
+            ),
+            (
+                addr_set("s", 0, &[1, 2]),
+                Set {
+                    size: Some(16),
+                    ..addr_set("s", 0, &[1, 5])
+                },
+            ),
+        ] {
+            let t = table_with(old.clone());
+            let mut p = TablePatch::new(Family::Ip, "calico");
+            p.sets.insert("s".into(), Some(new.clone()));
+            sets_to_deltas(&mut p, &t);
+            assert_eq!(p.sets.get("s"), Some(&Some(new.clone())));
+            assert!(p.elements.is_empty());
+            let mut r = trusted(t);
+            let mut p = TablePatch::new(Family::Ip, "calico");
+            p.sets.insert("s".into(), Some(new.clone()));
+            r.apply_patches(vec![p]).unwrap();
+            assert_eq!(r.desired()[0].sets["s"], new);
+        }
     }
 }

@@ -62,40 +62,86 @@ async fn read_lines_max<R: AsyncRead + Unpin>(
             .take(max_len as u64 + 1)
             .read_until(b'\n', &mut buf)
             .await
-            .map_err(|source| SourceError::Read {
-                stream: stream.to_string(),
-                source,
-            })?;
+            .map_err(|source| read_error(&stream, source))?;
         if n == 0 {
             return Ok(summary);
         }
-        summary.lines += 1;
-        let line = summary.lines;
-        if buf.last() != Some(&b'\n') && buf.len() > max_len {
-            return Err(SourceError::LineTooLong {
-                stream: stream.to_string(),
-                line,
-                max: max_len,
-            });
-        }
-        let Some(item) = decode_line(
-            &buf,
-            Origin::Line {
-                stream: stream.clone(),
-                line,
-            },
-        ) else {
+        let Some(item) = line_item(&buf, &stream, max_len, &mut summary)? else {
             continue;
         };
-        match &item {
-            Ok(_) => summary.decoded += 1,
-            Err(_) => summary.rejected += 1,
-        }
         if tx.send(item).await.is_err() {
             summary.consumer_gone = true;
             return Ok(summary);
         }
     }
+}
+
+/// [`read_lines`] with blocking reads, for a thread of its own.
+pub fn read_lines_blocking<R: std::io::Read>(
+    reader: R,
+    stream: Arc<str>,
+    tx: &mpsc::Sender<Received>,
+) -> Result<LineSummary, SourceError> {
+    use std::io::{BufRead, Read};
+    let mut reader = std::io::BufReader::new(reader);
+    let mut summary = LineSummary::default();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_LEN as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| read_error(&stream, source))?;
+        if n == 0 {
+            return Ok(summary);
+        }
+        let Some(item) = line_item(&buf, &stream, MAX_LINE_LEN, &mut summary)? else {
+            continue;
+        };
+        if tx.blocking_send(item).is_err() {
+            summary.consumer_gone = true;
+            return Ok(summary);
+        }
+    }
+}
+
+fn read_error(stream: &Arc<str>, source: std::io::Error) -> SourceError {
+    SourceError::Read {
+        stream: stream.to_string(),
+        source,
+    }
+}
+
+/// One line read into `buf` (with its newline, if any): counts it and decodes it. `None` for a
+/// blank line; an error when the line is longer than `max_len` (the stream ends).
+fn line_item(
+    buf: &[u8],
+    stream: &Arc<str>,
+    max_len: usize,
+    summary: &mut LineSummary,
+) -> Result<Option<Received>, SourceError> {
+    summary.lines += 1;
+    let line = summary.lines;
+    if buf.last() != Some(&b'\n') && buf.len() > max_len {
+        return Err(SourceError::LineTooLong {
+            stream: stream.to_string(),
+            line,
+            max: max_len,
+        });
+    }
+    let item = decode_line(
+        buf,
+        Origin::Line {
+            stream: stream.clone(),
+            line,
+        },
+    );
+    match &item {
+        Some(Ok(_)) => summary.decoded += 1,
+        Some(Err(_)) => summary.rejected += 1,
+        None => {}
+    }
+    Ok(item)
 }
 
 /// Decodes one line; `None` for a blank line.
@@ -121,12 +167,26 @@ pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
     })
 }
 
-/// Reads JSON lines from standard input on a task; the task ends at EOF.
-pub fn spawn_stdin() -> (
+/// Standard input's reader: its channel of messages, and its thread (which returns the summary).
+pub type StdinReader = (
     mpsc::Receiver<Received>,
-    JoinHandle<Result<LineSummary, SourceError>>,
-) {
-    spawn_reader(tokio::io::stdin(), "stdin")
+    std::thread::JoinHandle<Result<LineSummary, SourceError>>,
+);
+
+/// Reads JSON lines from standard input on a thread of its own with blocking reads, as fd 3 is
+/// read (issue 9): a line reaches the loop with one hand-off between threads, where tokio's
+/// stdin took two (its blocking pool, then the reading task), each a wake-up of an idle CPU.
+/// The thread ends at EOF, or when the receiver is dropped and the next line arrives.
+pub fn spawn_stdin() -> Result<StdinReader, SourceError> {
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let handle = std::thread::Builder::new()
+        .name("felix-nft-stdin".into())
+        .spawn(move || read_lines_blocking(std::io::stdin().lock(), Arc::from("stdin"), &tx))
+        .map_err(|source| SourceError::Spawn {
+            what: "stdin reader",
+            source,
+        })?;
+    Ok((rx, handle))
 }
 
 /// Reads JSON lines from any reader on a task; the task ends at EOF.
@@ -278,6 +338,30 @@ mod tests {
             "{err}"
         );
         assert!(rx.recv().await.unwrap().is_ok());
+    }
+
+    #[test]
+    fn blocking_reader_counts_and_delivers_like_the_async_one() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let input = b"{\"in_sync\":{}}\n\nnot json\n{\"ipset_remove\":{\"id\":\"s:a\"}}";
+        let s = read_lines_blocking(&input[..], Arc::from("t"), &tx).unwrap();
+        assert_eq!((s.lines, s.decoded, s.rejected), (4, 2, 1));
+        assert!(!s.consumer_gone);
+        drop(tx);
+        let lines: Vec<(u64, bool)> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| match r {
+                Ok(u) => (line_of(&u.origin), true),
+                Err(e) => (line_of(&e.origin), false),
+            })
+            .collect();
+        assert_eq!(lines, vec![(1, true), (3, false), (4, true)]);
+    }
+
+    fn line_of(o: &Origin) -> u64 {
+        match o {
+            Origin::Line { line, .. } => *line,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
