@@ -9,7 +9,8 @@
 //! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel;
 //!   does not interpret messages.
 //! - [`rules`]: Calico's rule semantics as pure functions from the model to nft objects; no I/O.
-//!   `rules::incremental` re-renders only what an update touched and emits table patches.
+//!   `rules::incremental` re-renders only what an update touched and emits table patches, and
+//!   decides which workloads live in the small side table (`rules::side`).
 //! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps and diff; knows
 //!   nothing of Calico.
 //! - [`rtnl`]: routes, neighbours, links, per-interface sysctls, the interface monitor,
@@ -47,3 +48,8 @@ pub mod testbed;
 /// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix
 /// that `cleanup` and the resync key off.
 pub const OWNER: &str = "calico";
+
+/// The side table of each family: workload endpoints added or changed since the last merge,
+/// so that a commit validates a small table instead of the whole ruleset (issue 9;
+/// [`rules::side`]).
+pub const SIDE_TABLE: &str = "calico-side";

@@ -63,6 +63,7 @@ fn rules(variant: u8) -> Vec<Rule> {
         2 => vec![Rule {
             action: "allow".into(),
             src_ip_set_ids: vec!["s:0".into()],
+            not_dst_ip_set_ids: vec!["s:1".into()],
             ..Default::default()
         }],
         _ => vec![
@@ -149,6 +150,8 @@ enum Op {
     PoolRemove(u8),
     HostMeta(u8, u8),
     Addrs(u8, u8),
+    /// One step of merging the side table back into the main one.
+    Merge,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -172,6 +175,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2).prop_map(Op::PoolRemove),
         1 => (0u8..2, 0u8..3).prop_map(|(i, a)| Op::HostMeta(i, a)),
         1 => (0u8..2, 0u8..3).prop_map(|(i, a)| Op::Addrs(i, a)),
+        2 => Just(Op::Merge),
     ]
 }
 
@@ -301,6 +305,10 @@ fn apply(dp: &mut Dataplane, op: &Op) {
             ipv4_addr: format!("192.168.1.{}", a + 1),
             ..Default::default()
         }),
+        Op::Merge => {
+            dp.request_side_merge();
+            return;
+        }
         Op::Addrs(i, a) => {
             let addrs: BTreeSet<ipnet::IpNet> = HOST_ADDRS[..=a as usize]
                 .iter()
@@ -345,13 +353,29 @@ fn differences(got: &[Table], want: &[Table]) -> Vec<String> {
     out
 }
 
+/// The full render of the dataplane's model with the incremental renderer's placement.
+fn oracle(dp: &Dataplane) -> Vec<Table> {
+    let (side, lingering) = dp.side_placement();
+    felix_nft::rules::render_placed(&dp.render_model(), &side, &lingering).unwrap()
+}
+
 fn check(dp: &mut Dataplane, store: &mut Vec<Table>) -> Result<(), TestCaseError> {
     let patches = dp.tables_patch();
     TablePatch::fold_all(patches, store);
-    let want = felix_nft::rules::render(&dp.render_model()).unwrap();
-    let diffs = differences(store, &want);
+    let diffs = differences(store, &oracle(dp));
     prop_assert!(diffs.is_empty(), "incremental != full render: {diffs:#?}");
     Ok(())
+}
+
+/// A dataplane whose side table holds at most `side` endpoints (0: no side table).
+fn dataplane(side: usize) -> Dataplane {
+    let mut cfg = DataplaneConfig::default();
+    cfg.rules.side_table_size = side;
+    Dataplane::new(cfg, 1).unwrap()
+}
+
+fn side_size() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0usize), Just(2), Just(256)]
 }
 
 proptest! {
@@ -361,8 +385,9 @@ proptest! {
     fn incremental_equals_full_render_after_every_step(
         ops in proptest::collection::vec(op(), 1..40),
         batch in 1usize..4,
+        side in side_size(),
     ) {
-        let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
+        let mut dp = dataplane(side);
         let mut store = Vec::new();
         check(&mut dp, &mut store)?;
         // Several updates may be recorded before one apply (the loop batches them).
@@ -379,7 +404,7 @@ proptest! {
 
 #[test]
 fn a_member_delta_patches_only_its_set() {
-    let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
+    let mut dp = dataplane(0);
     for op in [
         Op::Policy(0, 2),
         Op::IpSet(0, 0b11),
@@ -459,10 +484,11 @@ proptest! {
     fn patches_through_the_reconciler_converge_the_kernel(
         ops in proptest::collection::vec(op(), 1..30),
         batch in 1usize..4,
+        side in side_size(),
     ) {
         use felix_nft::nft::diff::canonical_table;
         use felix_nft::nft::reconcile::{FakeKernel, Ownership, Reconciler, SyncOptions};
-        let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
+        let mut dp = dataplane(side);
         let mut rec = Reconciler::new(
             FakeKernel::default(),
             SyncOptions { ownership: Ownership::Off, ..SyncOptions::default() },
@@ -473,13 +499,206 @@ proptest! {
                 apply(&mut dp, op);
             }
             rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
-            let want = felix_nft::rules::render(&dp.render_model()).unwrap();
+            let want = oracle(&dp);
             for w in &want {
                 let got = &rec.kernel.tables[&(w.family, w.name.clone())];
                 let (g, w) = (canonical_table(got), canonical_table(w));
                 prop_assert!(g == w, "kernel differs: {:#?}", differences(std::slice::from_ref(&g), std::slice::from_ref(&w)));
             }
         }
-        prop_assert_eq!(rec.kernel.reads, 2, "one read at the start (one per table), none after");
+        let tables = if side > 0 { 4 } else { 2 };
+        prop_assert_eq!(rec.kernel.reads, tables, "one read at the start (one per table), none after");
     }
+}
+
+fn wep(id: u8, ing: u8, eg: u8) -> Op {
+    Op::Wep {
+        id,
+        iface: id,
+        active: true,
+        ing,
+        eg,
+        prof: 0,
+        spoof: false,
+    }
+}
+
+fn names(ifaces: &[u8]) -> BTreeSet<String> {
+    ifaces.iter().map(|i| format!("cali{i}")).collect()
+}
+
+/// Checks that the main tables of `after` only lost objects or elements relative to `before`
+/// (the hand-off set may grow): no chain, rule, set or element added or changed, so the commit
+/// that made the change did not re-validate them.
+fn main_only_lost(before: &[Table], after: &[Table]) {
+    for a in after.iter().filter(|t| t.name == felix_nft::OWNER) {
+        let b = before
+            .iter()
+            .find(|b| b.family == a.family && b.name == a.name)
+            .expect("main table before");
+        for (name, c) in &a.chains {
+            assert_eq!(
+                Some(c),
+                b.chains.get(name),
+                "main chain {name} added or changed"
+            );
+        }
+        for (name, s) in &a.sets {
+            if name == "filter-cali-wl-side" {
+                continue;
+            }
+            let old = b.sets.get(name).expect("main set added");
+            assert!(
+                s.elements.iter().all(|e| old.elements.contains(e)),
+                "main set {name} gained elements"
+            );
+        }
+    }
+}
+
+/// The side table's whole life: after the first render the main table only loses objects and
+/// lists hand-offs (no rule or verdict-map element is ever added to it, so no commit
+/// re-validates it); a changed policy moves its main-table users out; a merge brings
+/// everything back in two steps, main first.
+#[test]
+fn main_only_loses_objects_until_a_merge_brings_them_back() {
+    let mut dp = dataplane(256);
+    let mut store = Vec::new();
+    let is_main = |p: &&TablePatch| p.name == felix_nft::OWNER;
+    let is_side = |p: &&TablePatch| p.name == felix_nft::SIDE_TABLE;
+    // Policy 0 (variant 2) uses IP sets s:0 and s:1; three endpoints use it or policy 1.
+    for op in [
+        Op::IpSet(0, 0b11),
+        Op::IpSet(1, 0b100),
+        Op::IpSet(2, 0b1),
+        Op::Policy(0, 2),
+        Op::Policy(1, 0),
+        wep(0, 0b01, 0b10),
+        wep(1, 0b01, 0b01),
+        wep(2, 0b10, 0b10),
+    ] {
+        apply(&mut dp, &op);
+    }
+    check(&mut dp, &mut store).unwrap();
+    assert!(!dp.side_pending());
+
+    // A new endpoint: main gets one element of its hand-off set, nothing else.
+    apply(&mut dp, &wep(3, 0b01, 0b01));
+    let p = dp.tables_patch();
+    for t in p.iter().filter(is_main) {
+        assert!(t.sets.is_empty(), "{t:#?}");
+        let keys: Vec<&String> = t.elements.keys().collect();
+        assert_eq!(keys, ["filter-cali-wl-side"], "{t:#?}");
+        assert_eq!(t.elements["filter-cali-wl-side"].add.len(), 1);
+    }
+    // The side table gets the endpoint's chains, policy 0's chain and the IP sets it uses
+    // (not s:2, which no side policy uses).
+    for t in p.iter().filter(is_side) {
+        let chains: Vec<&String> = t.chains.keys().collect();
+        assert!(chains.iter().any(|c| c.ends_with("tw-cali3")), "{chains:?}");
+        assert!(chains.iter().any(|c| c.contains("pol-0")), "{chains:?}");
+        let sets: Vec<&String> = t.sets.keys().collect();
+        assert!(sets.iter().any(|s| s.ends_with("s-0")), "{sets:?}");
+        assert!(sets.iter().any(|s| s.ends_with("s-1")), "{sets:?}");
+        assert!(!sets.iter().any(|s| s.ends_with("s-2")), "{sets:?}");
+    }
+    let before = store.clone();
+    TablePatch::fold_all(p, &mut store);
+    main_only_lost(&before, &store);
+    assert!(differences(&store, &oracle(&dp)).is_empty());
+    assert_eq!(dp.side_placement().0, names(&[3]));
+
+    // Policy 0 changes: its main users (0 and 1) move out; main only loses and lists.
+    apply(&mut dp, &Op::Policy(0, 1));
+    let before = store.clone();
+    TablePatch::fold_all(dp.tables_patch(), &mut store);
+    main_only_lost(&before, &store);
+    assert!(differences(&store, &oracle(&dp)).is_empty());
+    assert_eq!(dp.side_placement().0, names(&[0, 1, 3]));
+    let main_ip = |s: &[Table]| s.iter().find(|t| t.name == felix_nft::OWNER).cloned();
+    let listed = main_ip(&store).unwrap().sets["filter-cali-wl-side"]
+        .elements
+        .len();
+    assert_eq!(listed, 3);
+
+    // Merge, step 1: main gets them back; the side copies stay (nothing leaves the side table).
+    let sides = |s: &[Table]| -> Vec<Table> {
+        s.iter()
+            .filter(|t| t.name == felix_nft::SIDE_TABLE)
+            .cloned()
+            .collect()
+    };
+    dp.request_side_merge();
+    let before = store.clone();
+    TablePatch::fold_all(dp.tables_patch(), &mut store);
+    assert_eq!(
+        sides(&before),
+        sides(&store),
+        "step 1 leaves the side table alone"
+    );
+    assert!(differences(&store, &oracle(&dp)).is_empty());
+    assert_eq!(dp.side_placement(), (BTreeSet::new(), names(&[0, 1, 3])));
+    let listed = main_ip(&store).unwrap().sets["filter-cali-wl-side"]
+        .elements
+        .len();
+    assert_eq!(listed, 0, "nothing handed off any more");
+    // Step 2: the copies go; main is untouched.
+    dp.request_side_merge();
+    let p = dp.tables_patch();
+    let before = store.clone();
+    for t in p.iter().filter(is_side) {
+        assert!(
+            t.chains.values().all(Option::is_none),
+            "{:?}",
+            t.chains.keys()
+        );
+    }
+    TablePatch::fold_all(p, &mut store);
+    let mains = |s: &[Table]| -> Vec<Table> {
+        s.iter()
+            .filter(|t| t.name == felix_nft::OWNER)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(mains(&before), mains(&store), "step 2 leaves main alone");
+    assert!(differences(&store, &oracle(&dp)).is_empty());
+    assert!(!dp.side_pending());
+    // Nothing to merge: nothing to patch.
+    dp.request_side_merge();
+    assert!(dp.tables_patch().is_empty());
+}
+
+/// An endpoint whose policies would copy more IP set members into the side table than one
+/// validation of the main table costs goes to the main table instead.
+#[test]
+fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
+    let mut dp = dataplane(256);
+    let mut store = Vec::new();
+    let big: Vec<String> = (0..9000u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a40_0000 + i).to_string())
+        .collect();
+    dp.on_update(&msg(Payload::IpsetUpdate(IpSetUpdate {
+        id: "s:0".into(),
+        members: big,
+        r#type: IpSetType::Ip as i32,
+    })))
+    .unwrap();
+    for op in [
+        Op::IpSet(1, 0b1),
+        Op::Policy(0, 2),
+        Op::Policy(1, 0),
+        wep(0, 0b01, 0),
+    ] {
+        apply(&mut dp, &op);
+    }
+    check(&mut dp, &mut store).unwrap();
+    apply(&mut dp, &wep(1, 0b01, 0));
+    check(&mut dp, &mut store).unwrap();
+    assert!(!dp.side_pending(), "{:?}", dp.side_placement());
+    let main = store.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
+    assert!(main.chains.contains_key("filter-cali-tw-cali1"));
+    // One whose policy uses no big set still goes to the side table.
+    apply(&mut dp, &wep(2, 0, 0b10));
+    check(&mut dp, &mut store).unwrap();
+    assert_eq!(dp.side_placement().0, names(&[2]));
 }

@@ -322,7 +322,7 @@ fn equal_lists_share_one_set_and_no_set_is_anonymous() {
     }];
     model.workloads.insert(WorkloadEndpointId::default(), w);
     let tables = render(&model).unwrap();
-    for t in &tables {
+    for t in tables.iter().filter(|t| t.name == felix_nft::OWNER) {
         let shared: Vec<&Set> = t
             .sets
             .values()
@@ -383,16 +383,54 @@ fn ports_or_named_ports_use_a_scratch_block() {
 #[test]
 fn workload_dispatch_fails_closed_in_both_directions() {
     let tables = render(&Model::new(RulesConfig::default())).unwrap();
-    for t in &tables {
+    for t in tables.iter().filter(|t| t.name == felix_nft::OWNER) {
         for name in ["filter-cali-from-wl-dispatch", "filter-cali-to-wl-dispatch"] {
             let c = &t.chains[name];
-            assert_eq!(c.rules.len(), 2);
+            // Hand-off to the side table (an accept with a mark), the map, then drop.
+            assert_eq!(c.rules.len(), 3);
             assert!(
-                matches!(&c.rules[0].exprs[1], Expr::Lookup { set, dreg: Some(r), .. }
+                matches!(&c.rules[0].exprs[1], Expr::Lookup { set, dreg: None, .. }
+                if set == "filter-cali-wl-side")
+            );
+            assert!(
+                matches!(&c.rules[1].exprs[1], Expr::Lookup { set, dreg: Some(r), .. }
                 if set == name && *r == felix_nft::nft::model::Reg::VERDICT)
             );
-            assert_eq!(c.rules[1].exprs.last(), Some(&Expr::Verdict(Verdict::Drop)));
+            assert_eq!(c.rules[2].exprs.last(), Some(&Expr::Verdict(Verdict::Drop)));
         }
+    }
+    // The side table's dispatch base chains end in drop too: a handed-off interface it does
+    // not know is not let through.
+    let sides: Vec<_> = tables
+        .iter()
+        .filter(|t| t.name == felix_nft::SIDE_TABLE)
+        .collect();
+    assert_eq!(sides.len(), 2, "ip and ip6");
+    for t in sides {
+        for name in [
+            "filter-FORWARD-from-wl",
+            "filter-FORWARD-to-wl",
+            "filter-INPUT-from-wl",
+        ] {
+            let c = &t.chains[name];
+            assert!(c.base.is_some(), "{name} is a base chain");
+            assert_eq!(
+                c.rules.last().and_then(|r| r.exprs.last()),
+                Some(&Expr::Verdict(Verdict::Drop)),
+                "{name}"
+            );
+        }
+    }
+    // With the side table off (no room in the mark mask, or size 0) the dispatch is Felix's.
+    let tables = render(&Model::new(RulesConfig {
+        side_table_size: 0,
+        ..RulesConfig::default()
+    }))
+    .unwrap();
+    assert_eq!(tables.len(), 2);
+    for t in &tables {
+        assert_eq!(t.chains["filter-cali-from-wl-dispatch"].rules.len(), 2);
+        assert!(!t.sets.contains_key("filter-cali-wl-side"));
     }
 }
 

@@ -4,6 +4,9 @@
 //! tier, a `cali…` interface with no endpoint passes nothing (fail-closed dispatch), an
 //! admin-down endpoint passes nothing, and the profiles let the reverse direction through.
 //!
+//! The same flows are then measured with the workloads spread over the main and the side table
+//! (issue 9) in every way the daemon can place them: the verdicts must not change.
+//!
 //! Every namespace is made by the test: the host one by `common::in_private_netns`, the
 //! workload ones by `unshare -n sleep` children that the test kills when done.
 
@@ -20,7 +23,7 @@ use felix_nft::proto::types::{
     protocol::NumberOrName, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo,
     WorkloadEndpoint, WorkloadEndpointId,
 };
-use felix_nft::rules::{render_nft, Model, RulesConfig};
+use felix_nft::rules::{render_nft, render_text_placed, Model, RulesConfig};
 
 /// Runs a command (in the calling thread's namespace) and fails the test if it fails.
 fn run(args: &[&str]) {
@@ -236,9 +239,41 @@ fn connects(from: &Pod, to: SocketAddr) -> bool {
     .expect("client thread")
 }
 
+/// The ruleset with the workloads in `side` living in the side table and those in `lingering`
+/// in both tables (a half-done merge), as `nft -f` text.
+fn placed(side: &[&str], lingering: &[&str]) -> String {
+    let set = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+    render_text_placed(&model(), &set(side), &set(lingering))
+        .unwrap()
+        .iter()
+        .map(|t| t.to_nft())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
     let text = render_nft(&model()).unwrap();
+    assert!(
+        text.contains("table ip calico-side"),
+        "the side table is on by default"
+    );
+    // Every placement of the three endpoints the daemon can produce: each alone in the side
+    // table, all of them, a half-done merge.
+    let placements: Vec<(String, String)> = vec![
+        ("all in main".into(), text),
+        ("A in side".into(), placed(&["cali-a"], &[])),
+        ("B in side".into(), placed(&["cali-b"], &[])),
+        ("D in side".into(), placed(&["cali-d"], &[])),
+        (
+            "all in side".into(),
+            placed(&["cali-a", "cali-b", "cali-d"], &[]),
+        ),
+        (
+            "A lingering, B in side".into(),
+            placed(&["cali-b"], &["cali-a", "cali-d"]),
+        ),
+    ];
     common::in_private_netns(move || {
         // This thread's namespace is the test's own "host": nothing here touches the real host.
         run(&["ip", "link", "set", "lo", "up"]);
@@ -312,21 +347,34 @@ fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
 
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ruleset.nft");
-        std::fs::write(&path, &text).expect("writing ruleset");
-        run(&["nft", "-f", path.to_str().unwrap_or_default()]);
-
-        assert!(connects(&b, p80), "policy allows TCP 80 from B to A");
-        assert!(!connects(&b, p81), "end of tier drops TCP 81 from B to A");
-        assert!(
-            !connects(&c, p80),
-            "cali-c has no endpoint: dispatch must drop"
-        );
-        assert!(
-            !connects(&d, p80),
-            "cali-d is admin down: its egress chain drops"
-        );
         let b8080: SocketAddr = "10.65.0.3:8080".parse().unwrap();
-        assert!(connects(&a, b8080), "profiles allow A to B in both chains");
+        for (label, text) in &placements {
+            // The test's own namespace: flushing it touches nothing else.
+            run(&["nft", "flush", "ruleset"]);
+            std::fs::write(&path, text).expect("writing ruleset");
+            run(&["nft", "-f", path.to_str().unwrap_or_default()]);
+
+            assert!(
+                connects(&b, p80),
+                "{label}: policy allows TCP 80 from B to A"
+            );
+            assert!(
+                !connects(&b, p81),
+                "{label}: end of tier drops TCP 81 from B to A"
+            );
+            assert!(
+                !connects(&c, p80),
+                "{label}: cali-c has no endpoint: dispatch must drop"
+            );
+            assert!(
+                !connects(&d, p80),
+                "{label}: cali-d is admin down: its egress chain drops"
+            );
+            assert!(
+                connects(&a, b8080),
+                "{label}: profiles allow A to B in both chains"
+            );
+        }
         drop(b_server);
 
         stop.store(true, Ordering::Relaxed);

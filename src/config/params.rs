@@ -546,6 +546,8 @@ params! {
     // --- felix-nft's own ---
     nftables_table_owner: bool = "NftablesTableOwner", Kind::Bool, "true", OURS,
         "felix-nft: create our tables with the owner+persist flags (kernel 6.9+) so no other process can change them and they outlive us; false = plain tables.";
+    nftables_side_table_size: u32 = "NftablesSideTableSize", Kind::Int { min: 0, max: 4096 }, "256", OURS,
+        "felix-nft: how many workload endpoints the small side table holds: endpoints added or changed after the first sync go there, so a commit validates only that table (issue 9); 0 = one table.";
 }
 
 /// Felix parameters felix-nft recognises but does not model (datastore, Typha, BPF, usage

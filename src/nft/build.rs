@@ -691,6 +691,18 @@ impl RuleBuilder {
         self.verdict(Verdict::Goto(chain.to_string()))
     }
 
+    /// `iifname|oifname @set`: the interface name is in a set of names.
+    pub fn ifname_in_set(self, which: Iface, set: &str) -> Self {
+        let (key, word) = match which {
+            Iface::In => (MetaKey::IifName, "iifname"),
+            Iface::Out => (MetaKey::OifName, "oifname"),
+        };
+        self.push(
+            [Expr::Meta { key, dreg: Reg::R1 }, lookup(set, false)],
+            format!("{word} @{set}"),
+        )
+    }
+
     /// `iifname|oifname vmap @map`: verdict-map dispatch on the interface name.
     pub fn ifname_vmap(self, which: Iface, map: &str) -> Self {
         let (key, word) = match which {
@@ -1057,7 +1069,12 @@ pub fn addr_proto_port_element(addr: IpAddr, proto: u8, port: u16) -> Element {
     ]))
 }
 
-/// An `ifname : verdict` element.
+/// An element of a set of interface names.
+pub fn ifname_element(ifname: &str) -> Element {
+    key_element(ifname_key(ifname))
+}
+
+/// An `ifname : verdict` element of a dispatch map.
 pub fn ifname_verdict_element(ifname: &str, verdict: Verdict) -> Element {
     Element {
         key: ifname_key(ifname),

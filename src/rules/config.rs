@@ -152,6 +152,9 @@ pub struct RulesConfig {
     pub ipv6_enabled: bool,
     /// `FloatingIPs` = Enabled (OpenStack endpoints get them regardless).
     pub floating_ips_enabled: bool,
+    /// felix-nft's `NftablesSideTableSize`: workload endpoints the side table may hold (0 = no
+    /// side table; see [`crate::rules::side`]).
+    pub side_table_size: usize,
 }
 
 impl Default for RulesConfig {
@@ -206,6 +209,7 @@ impl Default for RulesConfig {
             service_loop_prevention: ServiceLoopPrevention::Drop,
             ipv6_enabled: true,
             floating_ips_enabled: false,
+            side_table_size: 256,
         }
     }
 }

@@ -52,6 +52,9 @@ pub struct EndpointChainSpec<'a> {
     pub packet_rate: Option<(u64, u32)>,
     /// QoS connection limit; TCP connections beyond it are reset.
     pub max_connections: Option<u32>,
+    /// Mark bits the terminal established-accept clears: the side table's hand-off bits for a
+    /// workload chain in the side table (so main does not resume after it), else 0.
+    pub side_exit: u32,
 }
 
 /// The policies of a tier in one direction, staged ones left out.
@@ -104,13 +107,13 @@ impl Renderer {
                     &[],
                 );
             }
-            c.push(
-                r().ct_state(est)
-                    .counter()
-                    .verdict(allow_verdict(spec.allow))
-                    .build(),
-                &[],
-            );
+            let b = r().ct_state(est).counter();
+            let b = if spec.side_exit != 0 && spec.allow == AllowAction::Accept {
+                b.mark_clear(spec.side_exit)
+            } else {
+                b
+            };
+            c.push(b.verdict(allow_verdict(spec.allow)).build(), &[]);
             if !self.cfg.disable_conntrack_invalid_check {
                 c.push(
                     self.deny(r().ct_state(ct_state::INVALID).counter(), layer)
@@ -230,6 +233,16 @@ impl Renderer {
     /// The two filter chains of a workload endpoint: `filter-cali-tw-<if>` (ingress policy)
     /// and `filter-cali-fw-<if>` (egress policy).
     pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
+        self.workload_chains_in(family, wep, false)
+    }
+
+    /// [`Renderer::workload_chains`] for the main table (`side` false) or the side table.
+    pub fn workload_chains_in(
+        &self,
+        family: Family,
+        wep: &WorkloadEndpoint,
+        side: bool,
+    ) -> Vec<TextChain> {
         let admin_up = wep.state == "active";
         let qos = wep.qos_controls.clone().unwrap_or_default();
         // Rate 0–10000 packets/s, burst 1–10000 (Felix's bounds); 0 means "no limit".
@@ -258,6 +271,11 @@ impl Renderer {
             max_connections: match dir {
                 Direction::Inbound => conns(qos.ingress_max_connections),
                 Direction::Outbound => conns(qos.egress_max_connections),
+            },
+            side_exit: if side {
+                self.marks.side_from | self.marks.side_to
+            } else {
+                0
             },
         };
         vec![
@@ -323,6 +341,7 @@ impl Renderer {
             workload_egress: false,
             packet_rate: None,
             max_connections: None,
+            side_exit: 0,
         };
         let fa = self.cfg.filter_allow_action;
         let specs = [

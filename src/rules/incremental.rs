@@ -9,8 +9,17 @@
 //! reference-counted. Which policies and profiles exist in the tables follows reference counts
 //! per (layer, direction) kept from each endpoint's references, as [`super::render`] computes them.
 //!
-//! The result is always exactly what [`super::render`] gives for the same model (the test
-//! `tests/rules_incremental.rs` checks this after every step of random update sequences).
+//! Placement (issue 9): with the side table on ([`super::side`]), a workload endpoint added or
+//! changed after the first render goes to the side table, and so do the main-table endpoints
+//! that use a policy or profile that changed; their chains leave the main table (deletes cost
+//! the kernel nothing) and appear in the small side table, with the policies, profiles and IP
+//! sets they reference copied there. A *merge* ([`Changes::merge_side`]) moves them back in two
+//! steps: first main gets them while the side copies stay, then the copies go. At most
+//! `NftablesSideTableSize` endpoints live in the side table; beyond that, changes go to main.
+//!
+//! The result is always exactly what [`super::render_text_placed`] gives for the same model and
+//! placement (the test `tests/rules_incremental.rs` checks this after every step of random
+//! update sequences).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,8 +28,9 @@ use crate::nft::model::{Chain, Element, ElementDelta, Family, Set, Table, TableP
 use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpointId};
 
 use super::{
-    names, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
-    render_profile, render_workload_derived, Direction, Layer, Model, Refs, Renderer, RulesError,
+    names, policy, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
+    render_profile, render_workload_derived, side, Direction, Layer, Model, Refs, Renderer,
+    RulesError,
 };
 
 /// What changed in the model since the last [`Incremental::update`].
@@ -37,11 +47,14 @@ pub struct Changes {
     pub policies: BTreeSet<PolicyId>,
     pub profiles: BTreeSet<String>,
     pub ipsets: BTreeSet<String>,
+    /// Move the side table's endpoints back to the main table (one step per update).
+    pub merge_side: bool,
 }
 
 impl Changes {
     pub fn any(&self) -> bool {
         self.all
+            || self.merge_side
             || self.base
             || self.host_endpoints
             || !self.workloads.is_empty()
@@ -53,6 +66,7 @@ impl Changes {
     /// Folds `other` into `self` (changes not yet rendered are kept across a failed apply).
     pub fn merge(&mut self, other: Changes) {
         self.all |= other.all;
+        self.merge_side |= other.merge_side;
         self.base |= other.base;
         self.host_endpoints |= other.host_endpoints;
         self.workloads.extend(other.workloads);
@@ -72,33 +86,54 @@ pub struct Inputs<'a> {
     pub host_endpoints: &'a BTreeMap<HostEndpointId, HostEndpoint>,
 }
 
+/// The table of a family an object lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tbl {
+    Main,
+    Side,
+}
+
+impl Tbl {
+    fn name(self) -> &'static str {
+        match self {
+            Tbl::Main => crate::OWNER,
+            Tbl::Side => crate::SIDE_TABLE,
+        }
+    }
+}
+
 /// The unit of re-rendering.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
     /// Static chains, internal sets, host dispatch, NAT-outgoing, CIDR block and the dispatch
-    /// maps in full (their workload elements change by deltas otherwise).
+    /// maps in full (their workload elements change by deltas otherwise); the side table's
+    /// base chains and maps.
     Base,
     /// RPF skip and floating IPs: they depend on the workloads as a whole.
     WorkloadDerived,
+    /// A workload interface's chains, in whichever tables it lives in.
     Workload(String),
     HostEndpoint(String),
-    IpSet(String),
-    Policy(Layer, PolicyId),
-    Profile(Layer, String),
+    IpSet(Tbl, String),
+    Policy(Tbl, Layer, PolicyId),
+    Profile(Tbl, Layer, String),
 }
 
-/// An endpoint that references policies and profiles.
+/// An endpoint that references policies and profiles (a workload once per table it is in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Source {
-    Workload(String),
+    Workload(Tbl, String),
     HostEndpoint(String),
 }
+
+/// An object: table, family, name.
+type Obj = (Tbl, Family, String);
 
 /// Object names one key produced.
 #[derive(Debug, Clone, Default)]
 struct Produced {
-    chains: Vec<(Family, String)>,
-    sets: Vec<(Family, String)>,
+    chains: Vec<Obj>,
+    sets: Vec<Obj>,
 }
 
 /// Reference counts of one policy or profile per direction.
@@ -108,40 +143,97 @@ type DirCounts = BTreeMap<Direction, u32>;
 pub struct Incremental {
     r: Renderer,
     families: Vec<Family>,
+    side_on: bool,
     produced: BTreeMap<Key, Produced>,
     /// Users of each set (content-addressed policy sets are shared).
-    set_users: BTreeMap<(Family, String), u32>,
-    policy_refs: BTreeMap<(Layer, PolicyId), DirCounts>,
-    profile_refs: BTreeMap<(Layer, String), DirCounts>,
+    set_users: BTreeMap<Obj, u32>,
+    policy_refs: BTreeMap<(Tbl, Layer, PolicyId), DirCounts>,
+    profile_refs: BTreeMap<(Tbl, Layer, String), DirCounts>,
     source_refs: BTreeMap<Source, Refs>,
+    /// Who references each policy and profile (any table, any layer).
+    policy_users: BTreeMap<PolicyId, BTreeSet<Source>>,
+    profile_users: BTreeMap<String, BTreeSet<Source>>,
+    /// The Felix IP sets each side-table policy/profile key references, and their counts.
+    side_ipsets_of: BTreeMap<Key, BTreeSet<String>>,
+    side_ipset_refs: BTreeMap<String, u32>,
     /// Host endpoint interfaces rendered last time.
     hep_ifaces: BTreeSet<String>,
-    /// The dispatch-map elements (from, to) of each workload interface in the tables.
-    wl_dispatch: BTreeMap<String, (Element, Element)>,
+    /// The dispatch-map elements (from, to) of each workload interface, per table.
+    wl_dispatch: BTreeMap<(Tbl, String), (Element, Element)>,
+    /// Interfaces whose endpoint lives in the side table (main hands them off).
+    side: BTreeSet<String>,
+    /// Interfaces in both tables, main active: the first half of a merge.
+    lingering: BTreeSet<String>,
+    /// The interfaces in main's `filter-cali-wl-side` set.
+    listed: BTreeSet<String>,
+    /// A fingerprint of each workload endpoint as last rendered: an update that repeats it
+    /// moves nothing.
+    rendered: BTreeMap<String, u64>,
 }
 
-/// Upserts and deletes collected during one update, per family.
+/// The most IP set members one update may copy into the side table. Copying costs the kernel
+/// about 1–2 µs per member; past this many (~10–15 ms) one validation of a large main table
+/// (~50 ms at 5,000 endpoints) is the better price, and 50 endpoints arriving together go to
+/// the main table in one commit.
+const MAX_SIDE_COPY: usize = 8192;
+
+/// A fingerprint of an endpoint's content (its protobuf encoding, hashed).
+fn fingerprint(wep: &crate::proto::types::WorkloadEndpoint) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    prost::Message::encode_to_vec(wep).hash(&mut h);
+    h.finish()
+}
+
+/// The endpoint that owns an interface (the smallest id wins, §14.1).
+fn winner<'a>(inp: &Inputs<'a>, iface: &str) -> Option<&'a crate::proto::types::WorkloadEndpoint> {
+    inp.workload_ids
+        .get(iface)
+        .and_then(|ids| ids.iter().next())
+        .and_then(|id| inp.model.workloads.get(id))
+}
+
+/// Upserts and deletes collected during one update.
 #[derive(Default)]
 struct Pending {
-    chains: BTreeMap<(Family, String), Option<Chain>>,
-    sets: BTreeMap<(Family, String), Option<Set>>,
-    /// Element deltas of the dispatch maps (every family).
-    elements: BTreeMap<String, ElementDelta>,
+    chains: BTreeMap<Obj, Option<Chain>>,
+    sets: BTreeMap<Obj, Option<Set>>,
+    /// Element deltas of the dispatch maps and the side set (every family).
+    elements: BTreeMap<(Tbl, String), ElementDelta>,
 }
 
 impl Incremental {
     pub fn new(r: Renderer) -> Incremental {
         Incremental {
             families: r.families(),
+            side_on: r.side_table_on(),
             r,
             produced: BTreeMap::new(),
             set_users: BTreeMap::new(),
             policy_refs: BTreeMap::new(),
             profile_refs: BTreeMap::new(),
             source_refs: BTreeMap::new(),
+            policy_users: BTreeMap::new(),
+            profile_users: BTreeMap::new(),
+            side_ipsets_of: BTreeMap::new(),
+            side_ipset_refs: BTreeMap::new(),
             hep_ifaces: BTreeSet::new(),
             wl_dispatch: BTreeMap::new(),
+            side: BTreeSet::new(),
+            lingering: BTreeSet::new(),
+            listed: BTreeSet::new(),
+            rendered: BTreeMap::new(),
         }
+    }
+
+    /// The placement: interfaces in the side table, and those in both tables (main active).
+    pub fn placement(&self) -> (&BTreeSet<String>, &BTreeSet<String>) {
+        (&self.side, &self.lingering)
+    }
+
+    /// Whether a merge has work: endpoints in the side table, or side copies to drop.
+    pub fn side_pending(&self) -> bool {
+        !self.side.is_empty() || !self.lingering.is_empty()
     }
 
     /// Re-renders what `changes` touches and returns the patches (one per table; empty
@@ -150,84 +242,123 @@ impl Incremental {
         let m = inp.model;
         let mut pending = Pending::default();
         let mut workloads: BTreeSet<String> = changes.workloads.clone();
-        let mut policies: BTreeSet<(Layer, PolicyId)> = BTreeSet::new();
-        let mut profiles: BTreeSet<(Layer, String)> = BTreeSet::new();
-        let mut ipsets: BTreeSet<String> = changes.ipsets.clone();
+        let mut policies: BTreeSet<(Tbl, Layer, PolicyId)> = BTreeSet::new();
+        let mut profiles: BTreeSet<(Tbl, Layer, String)> = BTreeSet::new();
+        let mut ipsets: BTreeSet<(Tbl, String)> = changes
+            .ipsets
+            .iter()
+            .flat_map(|id| [(Tbl::Main, id.clone()), (Tbl::Side, id.clone())])
+            .collect();
         let all = changes.all;
         if all {
             workloads.extend(inp.workload_ids.keys().cloned());
-            ipsets.extend(m.ipsets.keys().cloned());
+            ipsets.extend(m.ipsets.keys().map(|id| (Tbl::Main, id.clone())));
             for k in self.produced.keys() {
                 match k {
                     Key::Workload(i) => {
                         workloads.insert(i.clone());
                     }
-                    Key::IpSet(i) => {
-                        ipsets.insert(i.clone());
+                    Key::IpSet(t, i) => {
+                        ipsets.insert((*t, i.clone()));
                     }
-                    Key::Policy(l, id) => {
-                        policies.insert((*l, id.clone()));
+                    Key::Policy(t, l, id) => {
+                        policies.insert((*t, *l, id.clone()));
                     }
-                    Key::Profile(l, n) => {
-                        profiles.insert((*l, n.clone()));
+                    Key::Profile(t, l, n) => {
+                        profiles.insert((*t, *l, n.clone()));
                     }
                     _ => {}
                 }
             }
         }
-        // A changed policy or profile is re-rendered in every layer that references it.
+        self.place(inp, changes, &mut workloads);
+        // A changed policy or profile is re-rendered in every table and layer that references it.
         for id in &changes.policies {
-            for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
-                if self.policy_refs.contains_key(&(l, id.clone())) {
-                    policies.insert((l, id.clone()));
+            for t in [Tbl::Main, Tbl::Side] {
+                for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
+                    if self.policy_refs.contains_key(&(t, l, id.clone())) {
+                        policies.insert((t, l, id.clone()));
+                    }
                 }
             }
         }
         for n in &changes.profiles {
-            for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
-                if self.profile_refs.contains_key(&(l, n.clone())) {
-                    profiles.insert((l, n.clone()));
+            for t in [Tbl::Main, Tbl::Side] {
+                for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
+                    if self.profile_refs.contains_key(&(t, l, n.clone())) {
+                        profiles.insert((t, l, n.clone()));
+                    }
                 }
             }
         }
 
         // Workloads.
         for iface in &workloads {
-            let wep = inp
-                .workload_ids
-                .get(iface)
-                .and_then(|ids| ids.iter().next())
-                .and_then(|id| m.workloads.get(id));
-            let mut refs = Refs::default();
-            let mut chains = Vec::new();
-            if let Some(wep) = wep {
-                refs.workload(wep);
-                for &f in &self.families {
-                    chains.extend(
-                        self.r
-                            .workload_chains(f, wep)
-                            .into_iter()
-                            .map(|c| (f, c.chain)),
-                    );
-                }
-            }
-            // Dispatch elements: deltas, unless the base re-renders the maps whole below.
-            let now = wep.map(|_| self.r.workload_dispatch_elements(iface));
-            let before = match &now {
-                Some(n) => self.wl_dispatch.insert(iface.clone(), n.clone()),
-                None => self.wl_dispatch.remove(iface),
+            let wep = winner(inp, iface);
+            match wep {
+                Some(w) if self.side_on => self.rendered.insert(iface.clone(), fingerprint(w)),
+                _ => self.rendered.remove(iface),
             };
-            if before != now {
-                let maps = [
-                    Layer::Filter.chain(names::logical::FROM_WL_DISPATCH),
-                    Layer::Filter.chain(names::logical::TO_WL_DISPATCH),
-                ];
-                for (i, map) in maps.into_iter().enumerate() {
-                    let pick =
-                        |p: &(Element, Element)| if i == 0 { p.0.clone() } else { p.1.clone() };
-                    let d = pending.elements.entry(map).or_default();
-                    d.del.extend(before.as_ref().map(pick));
-                    d.add.extend(now.as_ref().map(pick));
+            let mut chains = Vec::new();
+            for t in [Tbl::Main, Tbl::Side] {
+                let here = wep.filter(|_| self.lives_in(t, iface));
+                let mut refs = Refs::default();
+                if let Some(wep) = here {
+                    refs.workload(wep);
+                    for &f in &self.families {
+                        chains.extend(
+                            self.r
+                                .workload_chains_in(f, wep, t == Tbl::Side)
+                                .into_iter()
+                                .map(|c| (t, f, c.chain)),
+                        );
+                    }
+                }
+                // Dispatch elements: deltas, unless the base re-renders the maps whole below.
+                let now = here.map(|_| self.r.workload_dispatch_elements(iface));
+                let key = (t, iface.clone());
+                let before = match &now {
+                    Some(n) => self.wl_dispatch.insert(key, n.clone()),
+                    None => self.wl_dispatch.remove(&key),
+                };
+                if before != now {
+                    let maps = [
+                        Layer::Filter.chain(names::logical::FROM_WL_DISPATCH),
+                        Layer::Filter.chain(names::logical::TO_WL_DISPATCH),
+                    ];
+                    for (i, map) in maps.into_iter().enumerate() {
+                        let pick = |p: &(Element, Element)| {
+                            if i == 0 {
+                                p.0.clone()
+                            } else {
+                                p.1.clone()
+                            }
+                        };
+                        let d = pending.elements.entry((t, map)).or_default();
+                        d.del.extend(before.as_ref().map(pick));
+                        d.add.extend(now.as_ref().map(pick));
+                    }
+                }
+                self.set_source_refs(
+                    Source::Workload(t, iface.clone()),
+                    refs,
+                    &mut policies,
+                    &mut profiles,
+                );
+            }
+            // Main's list of handed-off interfaces.
+            let listed = wep.is_some() && self.side_on && self.side.contains(iface);
+            if listed != self.listed.contains(iface) {
+                let d = pending
+                    .elements
+                    .entry((Tbl::Main, side::SIDE_IFACES.to_string()))
+                    .or_default();
+                if listed {
+                    self.listed.insert(iface.clone());
+                    d.add.push(side::side_iface_element(iface));
+                } else {
+                    self.listed.remove(iface);
+                    d.del.push(side::side_iface_element(iface));
                 }
             }
             self.replace(
@@ -235,12 +366,6 @@ impl Incremental {
                 chains,
                 Vec::new(),
                 &mut pending,
-            );
-            self.set_source_refs(
-                Source::Workload(iface.clone()),
-                refs,
-                &mut policies,
-                &mut profiles,
             );
         }
 
@@ -279,7 +404,7 @@ impl Incremental {
                         self.r
                             .host_endpoint_chains(f, iface, hep)
                             .into_iter()
-                            .map(|c| (f, c.chain)),
+                            .map(|c| (Tbl::Main, f, c.chain)),
                     );
                 }
                 self.replace(
@@ -301,64 +426,94 @@ impl Incremental {
         }
 
         // Policies and profiles, in the directions still referenced.
-        for (layer, id) in &policies {
-            let dirs = live_dirs(self.policy_refs.get(&(*layer, id.clone())));
+        for (t, layer, id) in &policies {
+            let dirs = live_dirs(self.policy_refs.get(&(*t, *layer, id.clone())));
             let (mut chains, mut sets) = (Vec::new(), Vec::new());
+            let mut uses = BTreeSet::new();
             if !dirs.is_empty() {
                 for &f in &self.families {
                     let (c, s) = render_policy(&self.r, f, m, (*layer, id), &dirs);
-                    chains.extend(c.into_iter().map(|c| (f, c.chain)));
-                    sets.extend(s.into_iter().map(|s| (f, s)));
+                    chains.extend(c.into_iter().map(|c| (*t, f, c.chain)));
+                    sets.extend(s.into_iter().map(|s| (*t, f, s)));
+                }
+                if let Some(p) = m.policies.get(id) {
+                    policy::policy_ipsets(p, &mut uses);
                 }
             } else {
-                self.policy_refs.remove(&(*layer, id.clone()));
+                self.policy_refs.remove(&(*t, *layer, id.clone()));
             }
-            self.replace(Key::Policy(*layer, id.clone()), chains, sets, &mut pending);
+            let key = Key::Policy(*t, *layer, id.clone());
+            if *t == Tbl::Side {
+                self.set_side_ipsets(key.clone(), uses, &mut ipsets);
+            }
+            self.replace(key, chains, sets, &mut pending);
         }
-        for (layer, name) in &profiles {
-            let dirs = live_dirs(self.profile_refs.get(&(*layer, name.clone())));
+        for (t, layer, name) in &profiles {
+            let dirs = live_dirs(self.profile_refs.get(&(*t, *layer, name.clone())));
             let (mut chains, mut sets) = (Vec::new(), Vec::new());
+            let mut uses = BTreeSet::new();
             if !dirs.is_empty() {
                 for &f in &self.families {
                     let (c, s) = render_profile(&self.r, f, m, (*layer, name), &dirs);
-                    chains.extend(c.into_iter().map(|c| (f, c.chain)));
-                    sets.extend(s.into_iter().map(|s| (f, s)));
+                    chains.extend(c.into_iter().map(|c| (*t, f, c.chain)));
+                    sets.extend(s.into_iter().map(|s| (*t, f, s)));
+                }
+                if let Some(p) = m.profiles.get(name) {
+                    policy::profile_ipsets(p, &mut uses);
                 }
             } else {
-                self.profile_refs.remove(&(*layer, name.clone()));
+                self.profile_refs.remove(&(*t, *layer, name.clone()));
             }
-            self.replace(
-                Key::Profile(*layer, name.clone()),
-                chains,
-                sets,
-                &mut pending,
-            );
+            let key = Key::Profile(*t, *layer, name.clone());
+            if *t == Tbl::Side {
+                self.set_side_ipsets(key.clone(), uses, &mut ipsets);
+            }
+            self.replace(key, chains, sets, &mut pending);
         }
 
-        // Felix IP sets.
-        for id in &ipsets {
+        // Felix IP sets: all of them in main, the referenced ones in the side table.
+        for (t, id) in &ipsets {
+            let wanted = *t == Tbl::Main || self.side_ipset_refs.contains_key(id);
             let mut sets = Vec::new();
-            if let Some((kind, members)) = m.ipsets.get(id) {
+            if let Some((kind, members)) = m.ipsets.get(id).filter(|_| wanted) {
                 let members: Vec<String> = members.iter().cloned().collect();
                 for &f in &self.families {
-                    sets.push((f, self.r.ipset(f, id, *kind, &members)));
+                    sets.push((*t, f, self.r.ipset(f, id, *kind, &members)));
                 }
             }
-            self.replace(Key::IpSet(id.clone()), Vec::new(), sets, &mut pending);
+            self.replace(Key::IpSet(*t, id.clone()), Vec::new(), sets, &mut pending);
         }
 
         // The base: whenever anything global or the host endpoints changed.
         if all || changes.base || changes.host_endpoints {
             let (mut chains, mut sets) = (Vec::new(), Vec::new());
+            let of = |t: Tbl| {
+                self.wl_dispatch
+                    .iter()
+                    .filter(move |((tt, _), _)| *tt == t)
+                    .map(|(_, e)| e.clone())
+            };
             for &f in &self.families {
                 let mut t = TextTable::new(f, crate::OWNER);
                 render_base_head(&self.r, f, m, &mut t);
-                for s in render_dispatch_maps(&self.r, self.wl_dispatch.values().cloned(), &heps) {
+                for s in render_dispatch_maps(&self.r, of(Tbl::Main), &heps) {
                     t.add_set(s);
                 }
                 render_hep_statics(&self.r, f, m, &heps, &mut t);
-                chains.extend(t.table.chains.into_values().map(|c| (f, c)));
-                sets.extend(t.table.sets.into_values().map(|s| (f, s)));
+                chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
+                sets.extend(t.table.sets.into_values().map(|s| (Tbl::Main, f, s)));
+                if self.side_on {
+                    let mut list = self.r.side_ifaces_set();
+                    list.elements = self
+                        .listed
+                        .iter()
+                        .map(|i| side::side_iface_element(i))
+                        .collect();
+                    sets.push((Tbl::Main, f, list));
+                    let (c, s) = self.r.side_base(f, of(Tbl::Side));
+                    chains.extend(c.into_iter().map(|c| (Tbl::Side, f, c.chain)));
+                    sets.extend(s.into_iter().map(|s| (Tbl::Side, f, s)));
+                }
             }
             self.replace(Key::Base, chains, sets, &mut pending);
             // The maps went whole.
@@ -382,12 +537,151 @@ impl Incremental {
             for &f in &self.families {
                 let mut t = TextTable::new(f, crate::OWNER);
                 render_workload_derived(&self.r, f, m, winners.iter().copied(), &mut t);
-                chains.extend(t.table.chains.into_values().map(|c| (f, c)));
+                chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
             }
             self.replace(Key::WorkloadDerived, chains, Vec::new(), &mut pending);
         }
 
         self.patches(pending)
+    }
+
+    /// Whether a workload interface's chains live in table `t`.
+    fn lives_in(&self, t: Tbl, iface: &str) -> bool {
+        match t {
+            Tbl::Main => !self.side.contains(iface),
+            Tbl::Side => self.side.contains(iface) || self.lingering.contains(iface),
+        }
+    }
+
+    /// Decides which table each endpoint lives in for this update; every interface whose
+    /// placement changes joins `workloads` (re-rendered in its new tables).
+    fn place(&mut self, inp: &Inputs, changes: &Changes, workloads: &mut BTreeSet<String>) {
+        if changes.all || !self.side_on {
+            workloads.extend(std::mem::take(&mut self.side));
+            workloads.extend(std::mem::take(&mut self.lingering));
+            return;
+        }
+        let cap = self.r.cfg.side_table_size;
+        // A merge, one step at a time: drop the side copies, or hand the side's endpoints
+        // back to main while the copies stay (a packet handed off just before the commit
+        // still finds its endpoint).
+        if changes.merge_side {
+            if self.lingering.is_empty() {
+                self.lingering = std::mem::take(&mut self.side);
+                workloads.extend(self.lingering.iter().cloned());
+            } else {
+                workloads.extend(std::mem::take(&mut self.lingering));
+            }
+        }
+        // Endpoints added or changed go to the side table while it has room, unless the IP
+        // sets they would copy there cost more than validating the main table once.
+        let mut moving = BTreeSet::new();
+        for iface in &changes.workloads {
+            let Some(wep) = winner(inp, iface) else {
+                self.side.remove(iface);
+                self.lingering.remove(iface);
+                continue;
+            };
+            let changed = self.rendered.get(iface) != Some(&fingerprint(wep));
+            if changed && !self.side.contains(iface) {
+                moving.insert(iface.clone());
+            }
+        }
+        if self.side.len() + moving.len() <= cap && self.copy_cost(inp, &moving) <= MAX_SIDE_COPY {
+            for i in moving {
+                self.lingering.remove(&i);
+                self.side.insert(i);
+            }
+        }
+        // The main-table users of a changed policy or profile move to the side table (all of
+        // them or none), so main's copy loses its users instead of changing.
+        let mut users: BTreeSet<String> = BTreeSet::new();
+        let of_main = |s: &BTreeSet<Source>, out: &mut BTreeSet<String>| {
+            for src in s {
+                if let Source::Workload(Tbl::Main, i) = src {
+                    out.insert(i.clone());
+                }
+            }
+        };
+        for id in &changes.policies {
+            if let Some(s) = self.policy_users.get(id) {
+                of_main(s, &mut users);
+            }
+        }
+        for n in &changes.profiles {
+            if let Some(s) = self.profile_users.get(n) {
+                of_main(s, &mut users);
+            }
+        }
+        users.retain(|i| !self.side.contains(i));
+        if !users.is_empty()
+            && self.side.len() + users.len() <= cap
+            && self.copy_cost(inp, &users) <= MAX_SIDE_COPY
+        {
+            for i in users {
+                self.lingering.remove(&i);
+                self.side.insert(i.clone());
+                workloads.insert(i);
+            }
+        }
+    }
+
+    /// How many IP set members moving `ifaces` to the side table would copy there (sets their
+    /// policies and profiles use that the side table does not have yet).
+    fn copy_cost(&self, inp: &Inputs, ifaces: &BTreeSet<String>) -> usize {
+        let m = inp.model;
+        let mut ids = BTreeSet::new();
+        for wep in ifaces.iter().filter_map(|i| winner(inp, i)) {
+            let mut refs = Refs::default();
+            refs.workload(wep);
+            for (_, id) in refs.policies.keys() {
+                if let Some(p) = m.policies.get(id) {
+                    policy::policy_ipsets(p, &mut ids);
+                }
+            }
+            for (_, name) in refs.profiles.keys() {
+                if let Some(p) = m.profiles.get(name) {
+                    policy::profile_ipsets(p, &mut ids);
+                }
+            }
+        }
+        ids.iter()
+            .filter(|id| !self.side_ipset_refs.contains_key(*id))
+            .filter_map(|id| m.ipsets.get(id))
+            .map(|(_, members)| members.len())
+            .sum()
+    }
+
+    /// Records the Felix IP sets a side-table policy/profile key references; sets whose use
+    /// count starts or ends join `ipsets`.
+    fn set_side_ipsets(
+        &mut self,
+        key: Key,
+        uses: BTreeSet<String>,
+        ipsets: &mut BTreeSet<(Tbl, String)>,
+    ) {
+        let old = if uses.is_empty() {
+            self.side_ipsets_of.remove(&key)
+        } else {
+            self.side_ipsets_of.insert(key, uses.clone())
+        }
+        .unwrap_or_default();
+        for id in uses.difference(&old) {
+            let n = self.side_ipset_refs.entry(id.clone()).or_default();
+            *n += 1;
+            if *n == 1 {
+                ipsets.insert((Tbl::Side, id.clone()));
+            }
+        }
+        for id in old.difference(&uses) {
+            if let Some(n) = self.side_ipset_refs.get_mut(id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.side_ipset_refs.remove(id);
+                    ipsets.insert((Tbl::Side, id.clone()));
+                }
+            }
+        }
     }
 
     /// Records `source`'s new references; policies/profiles whose direction set changed are
@@ -396,28 +690,54 @@ impl Incremental {
         &mut self,
         source: Source,
         refs: Refs,
-        policies: &mut BTreeSet<(Layer, PolicyId)>,
-        profiles: &mut BTreeSet<(Layer, String)>,
+        policies: &mut BTreeSet<(Tbl, Layer, PolicyId)>,
+        profiles: &mut BTreeSet<(Tbl, Layer, String)>,
     ) {
         let old = if refs.policies.is_empty() && refs.profiles.is_empty() {
             self.source_refs.remove(&source)
         } else {
-            self.source_refs.insert(source, refs.clone())
+            self.source_refs.insert(source.clone(), refs.clone())
         }
         .unwrap_or_default();
         if old == refs {
             return;
         }
-        adjust(
-            &mut self.policy_refs,
+        let t = match source {
+            Source::Workload(t, _) => t,
+            Source::HostEndpoint(_) => Tbl::Main,
+        };
+        users(
+            &mut self.policy_users,
+            &source,
             &old.policies,
             &refs.policies,
-            policies,
         );
-        adjust(
-            &mut self.profile_refs,
+        users(
+            &mut self.profile_users,
+            &source,
             &old.profiles,
             &refs.profiles,
+        );
+        let in_t = |m: &BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>| {
+            m.iter()
+                .map(|((l, id), d)| ((t, *l, id.clone()), d.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        adjust(
+            &mut self.policy_refs,
+            &in_t(&old.policies),
+            &in_t(&refs.policies),
+            policies,
+        );
+        let in_t = |m: &BTreeMap<(Layer, String), BTreeSet<Direction>>| {
+            m.iter()
+                .map(|((l, n), d)| ((t, *l, n.clone()), d.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        adjust(
+            &mut self.profile_refs,
+            &in_t(&old.profiles),
+            &in_t(&refs.profiles),
             profiles,
         );
     }
@@ -426,19 +746,19 @@ impl Incremental {
     fn replace(
         &mut self,
         key: Key,
-        chains: Vec<(Family, Chain)>,
-        sets: Vec<(Family, Set)>,
+        chains: Vec<(Tbl, Family, Chain)>,
+        sets: Vec<(Tbl, Family, Set)>,
         pending: &mut Pending,
     ) {
         let mut now = Produced::default();
-        for (f, c) in chains {
-            now.chains.push((f, c.name.clone()));
-            pending.chains.insert((f, c.name.clone()), Some(c));
+        for (t, f, c) in chains {
+            now.chains.push((t, f, c.name.clone()));
+            pending.chains.insert((t, f, c.name.clone()), Some(c));
         }
         // Users are counted up before the old ones are counted down, so a set this key keeps
         // never drops to zero in between.
-        for (f, s) in sets {
-            let k = (f, s.name.clone());
+        for (t, f, s) in sets {
+            let k = (t, f, s.name.clone());
             *self.set_users.entry(k.clone()).or_default() += 1;
             now.sets.push(k.clone());
             pending.sets.insert(k, Some(s));
@@ -449,7 +769,7 @@ impl Incremental {
             self.produced.insert(key, now.clone())
         }
         .unwrap_or_default();
-        let kept: BTreeSet<&(Family, String)> = now.chains.iter().collect();
+        let kept: BTreeSet<&Obj> = now.chains.iter().collect();
         for c in old.chains {
             if !kept.contains(&c) {
                 pending.chains.insert(c, None);
@@ -466,33 +786,57 @@ impl Incremental {
     }
 
     fn patches(&self, pending: Pending) -> Vec<TablePatch> {
-        let mut out: BTreeMap<Family, TablePatch> = BTreeMap::new();
-        for ((f, name), c) in pending.chains {
-            out.entry(f)
-                .or_insert_with(|| TablePatch::new(f, crate::OWNER))
-                .chains
-                .insert(name, c);
+        let mut out: BTreeMap<(Tbl, Family), TablePatch> = BTreeMap::new();
+        fn patch(
+            out: &mut BTreeMap<(Tbl, Family), TablePatch>,
+            t: Tbl,
+            f: Family,
+        ) -> &mut TablePatch {
+            out.entry((t, f))
+                .or_insert_with(|| TablePatch::new(f, t.name()))
         }
-        for ((f, name), s) in pending.sets {
-            out.entry(f)
-                .or_insert_with(|| TablePatch::new(f, crate::OWNER))
-                .sets
-                .insert(name, s);
+        for ((t, f, name), c) in pending.chains {
+            patch(&mut out, t, f).chains.insert(name, c);
         }
-        for (map, mut d) in pending.elements {
+        for ((t, f, name), s) in pending.sets {
+            patch(&mut out, t, f).sets.insert(name, s);
+        }
+        for ((t, map), mut d) in pending.elements {
             d.del.sort();
             d.add.sort();
             if d.del.is_empty() && d.add.is_empty() {
                 continue;
             }
             for &f in &self.families {
-                out.entry(f)
-                    .or_insert_with(|| TablePatch::new(f, crate::OWNER))
+                patch(&mut out, t, f)
                     .elements
                     .insert(map.clone(), d.clone());
             }
         }
         out.into_values().filter(|p| !p.is_empty()).collect()
+    }
+}
+
+/// Moves `source` between the user lists of the policies (or profiles) it stopped and started
+/// referencing.
+fn users<K: Ord + Clone>(
+    lists: &mut BTreeMap<K, BTreeSet<Source>>,
+    source: &Source,
+    old: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+    new: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+) {
+    for (_, k) in old.keys() {
+        if !new.keys().any(|(_, n)| n == k) {
+            if let Some(s) = lists.get_mut(k) {
+                s.remove(source);
+                if s.is_empty() {
+                    lists.remove(k);
+                }
+            }
+        }
+    }
+    for (_, k) in new.keys() {
+        lists.entry(k.clone()).or_default().insert(source.clone());
     }
 }
 

@@ -1,6 +1,8 @@
 //! Mark bits (reference §4): allocated from the configured mask, lowest free bit first, in the
-//! order accept, pass, drop, scratch0, scratch1; the bits left over form the endpoint-mark field
-//! (used by Felix only in kube-proxy IPVS mode, which nftables mode does not support).
+//! order accept, pass, drop, scratch0, scratch1; then, from the top of what is left, felix-nft's
+//! two side-table hand-off bits (see [`crate::rules::side`]); the bits left over form the
+//! endpoint-mark field (used by Felix only in kube-proxy IPVS mode, which nftables mode does not
+//! support).
 
 use crate::rules::RulesError;
 
@@ -17,6 +19,11 @@ pub struct MarkBits {
     pub scratch0: u32,
     /// Short-lived: the second OR block.
     pub scratch1: u32,
+    /// "Handed to the side table at the from-workload dispatch" (0 when
+    /// the mask has no room: no side table).
+    pub side_from: u32,
+    /// "Handed to the side table at the to-workload dispatch" (0 when the mask has no room).
+    pub side_to: u32,
     /// The remaining bits of the mask.
     pub endpoint: u32,
 }
@@ -46,17 +53,34 @@ impl MarkBits {
         let drop = next("drop")?;
         let scratch0 = next("scratch0")?;
         let scratch1 = next("scratch1")?;
+        // The side-table hand-off bits come from the top, so the endpoint field keeps its low bits.
+        let (side_from, side_to) = if free.count_ones() >= 2 {
+            let hi = |f: u32| 1u32 << (31 - f.leading_zeros());
+            let a = hi(free);
+            let b = hi(free & !a);
+            free &= !(a | b);
+            (b, a)
+        } else {
+            (0, 0)
+        };
         Ok(MarkBits {
             accept,
             pass,
             drop,
             scratch0,
             scratch1,
+            side_from,
+            side_to,
             endpoint: free,
         })
     }
 
     /// The bits cleared at Calico's entry points: accept|pass|scratch0|scratch1 (§4).
+    /// Whether the side-table hand-off bits were allocated.
+    pub fn can_side(&self) -> bool {
+        self.side_from != 0 && self.side_to != 0
+    }
+
     pub fn all(&self) -> u32 {
         self.accept | self.pass | self.scratch0 | self.scratch1
     }
@@ -71,8 +95,9 @@ mod tests {
         let m = MarkBits::allocate(0xffff_0000).unwrap();
         assert_eq!(
             (m.accept, m.pass, m.drop, m.scratch0, m.scratch1, m.endpoint),
-            (0x10000, 0x20000, 0x40000, 0x80000, 0x100000, 0xffe0_0000)
+            (0x10000, 0x20000, 0x40000, 0x80000, 0x100000, 0x3fe0_0000)
         );
+        assert_eq!((m.side_from, m.side_to), (0x4000_0000, 0x8000_0000));
     }
 
     #[test]
@@ -83,10 +108,15 @@ mod tests {
             (m.accept, m.pass, m.drop, m.scratch0, m.scratch1),
             (0x1, 0x4, 0x10, 0x40, 0x100)
         );
+        // One bit left over: no side table, the endpoint field keeps it.
         assert_eq!(m.endpoint, 0x8000_0000);
+        assert!(!m.can_side());
         // Exactly five bits: nothing left for the endpoint field.
         let m = MarkBits::allocate(0x1f0).unwrap();
         assert_eq!((m.accept, m.scratch1, m.endpoint), (0x10, 0x100, 0));
+        // Seven bits: the top two are the side-table hand-off bits.
+        let m = MarkBits::allocate(0x7f0).unwrap();
+        assert_eq!((m.side_from, m.side_to, m.endpoint), (0x200, 0x400, 0));
         // The top bit is usable.
         let m = MarkBits::allocate(0xf800_0000).unwrap();
         assert_eq!((m.accept, m.scratch1), (0x0800_0000, 0x8000_0000));

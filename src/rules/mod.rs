@@ -3,7 +3,8 @@
 //! sets. Pure: model in, [`crate::nft::model`] objects out; no I/O, no netlink.
 //!
 //! Everything goes into one table per family (`ip calico`, `ip6 calico`; [`crate::OWNER`]),
-//! with Felix's iptables tables folded in as chain-name prefixes (`filter-cali-FORWARD`, §6.1).
+//! with Felix's iptables tables folded in as chain-name prefixes (`filter-cali-FORWARD`, §6.1),
+//! except the workload endpoints placed in the small side table ([`side`], issue 9).
 //! The API is granular so the dataplane managers can re-render only what changed:
 //!
 //! | what | function |
@@ -14,8 +15,9 @@
 //! | workload | [`Renderer::workload_chains`], [`Renderer::workload_dispatch_elements`] |
 //! | host endpoint | [`Renderer::host_endpoint_chains`], [`Renderer::host_dispatch_elements`] |
 //! | policy / profile | [`Renderer::policy_chains`], [`Renderer::profile_chains`] (with their shared sets) |
-//! | everything | [`render`], [`render_text`], [`render_nft`] over a [`Model`] |
-//! | what changed | [`incremental::Incremental`]: patches per update (issue 9); equals [`render`] |
+//! | side table (issue 9) | [`Renderer::side_base`], [`Renderer::side_resume_chains`], [`Renderer::side_ifaces_set`], [`Renderer::workload_chains_in`] |
+//! | everything | [`render`], [`render_text`], [`render_nft`] over a [`Model`]; [`render_text_placed`] with a side-table placement |
+//! | what changed | [`incremental::Incremental`]: patches per update (issue 9); equals [`render_text_placed`] |
 //!
 //! Chains come as [`TextChain`]s: the object-model chain plus the `nft` text of each rule,
 //! built in lockstep by [`crate::nft::build`]. [`TextChain::chain`] is what the codec commits.
@@ -42,6 +44,7 @@ pub mod marks;
 pub mod names;
 pub mod policy;
 pub mod sets;
+pub mod side;
 pub mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -338,6 +341,11 @@ pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &
     for c in r.static_chains(family) {
         t.add_chain(c);
     }
+    if r.side_table_on() {
+        for c in r.side_resume_chains(family) {
+            t.add_chain(c);
+        }
+    }
 
     // Internal sets, filled from pools, hosts and VTEPs.
     let v6 = family == Family::Ip6;
@@ -400,24 +408,6 @@ pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &
         .map(|a| a.to_string())
         .collect();
     t.add_set(r.ipset(family, internal_sets::THIS_HOST, IpSetType::Ip, &this_host));
-}
-
-/// The objects that depend on the whole set of endpoints (second part): the dispatch maps and
-/// their elements, the host dispatch chains, RPF skip, NAT-outgoing, floating IPs, CIDR block.
-pub(crate) fn render_base_tail(
-    r: &Renderer,
-    family: Family,
-    model: &Model,
-    weps: &BTreeMap<&str, &WorkloadEndpoint>,
-    heps: &BTreeMap<&str, &HostEndpoint>,
-    t: &mut TextTable,
-) {
-    let wl_elements = weps.keys().map(|i| r.workload_dispatch_elements(i));
-    for m in render_dispatch_maps(r, wl_elements, heps) {
-        t.add_set(m);
-    }
-    render_hep_statics(r, family, model, heps, t);
-    render_workload_derived(r, family, model, weps.values().copied(), t);
 }
 
 /// The dispatch maps with the workload elements given ((from, to) per interface) and those of
@@ -541,19 +531,48 @@ pub(crate) fn render_profile(
     }
 }
 
-/// Renders the whole model as tables with the `nft` text of every rule.
+/// Renders the whole model as tables with the `nft` text of every rule, every workload in the
+/// main table (the side table, when on, is empty).
 pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
+    render_text_placed(model, &BTreeSet::new(), &BTreeSet::new())
+}
+
+/// Renders the whole model with the workload interfaces in `side` living in the side table
+/// ([`side`]) and those in `lingering` in both tables (main active, the side copy about to
+/// go: the first half of a merge). The oracle for [`incremental::Incremental`]'s placement.
+pub fn render_text_placed(
+    model: &Model,
+    side: &BTreeSet<String>,
+    lingering: &BTreeSet<String>,
+) -> Result<Vec<TextTable>, RulesError> {
     let r = Renderer::new(model.config.clone())?;
+    let side_on = r.side_table_on();
     let weps = model.workloads_by_iface();
+    let in_side = |i: &str| side_on && (side.contains(i) || lingering.contains(i));
+    let in_main = |i: &str| !side_on || !side.contains(i);
+    let main_weps: BTreeMap<&str, &WorkloadEndpoint> = weps
+        .iter()
+        .filter(|(i, _)| in_main(i))
+        .map(|(i, w)| (*i, *w))
+        .collect();
+    let side_weps: BTreeMap<&str, &WorkloadEndpoint> = weps
+        .iter()
+        .filter(|(i, _)| in_side(i))
+        .map(|(i, w)| (*i, *w))
+        .collect();
     let heps = model.host_endpoints_by_iface();
     let mut refs = Refs::default();
-    for wep in weps.values() {
+    for wep in main_weps.values() {
         refs.workload(wep);
     }
     for (iface, hep) in &heps {
         refs.host_endpoint(iface, hep);
     }
-    let mut tables = Vec::new();
+    let mut side_refs = Refs::default();
+    for wep in side_weps.values() {
+        side_refs.workload(wep);
+    }
+    let (mut tables, mut side_tables) = (Vec::new(), Vec::new());
     for family in r.families() {
         let mut t = TextTable::new(family, crate::OWNER);
         render_base_head(&r, family, model, &mut t);
@@ -565,7 +584,7 @@ pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
         }
 
         // Endpoints.
-        for wep in weps.values() {
+        for wep in main_weps.values() {
             for c in r.workload_chains(family, wep) {
                 t.add_chain(c);
             }
@@ -575,29 +594,92 @@ pub fn render_text(model: &Model) -> Result<Vec<TextTable>, RulesError> {
                 t.add_chain(c);
             }
         }
-        render_base_tail(&r, family, model, &weps, &heps, &mut t);
-
-        // Referenced policies and profiles, in the layers and directions they are used.
-        for ((layer, id), dirs) in &refs.policies {
-            let dirs: Vec<Direction> = dirs.iter().copied().collect();
-            let (chains, sets) = render_policy(&r, family, model, (*layer, id), &dirs);
-            chains.into_iter().for_each(|c| t.add_chain(c));
-            sets.into_iter().for_each(|s| t.add_set(s));
+        let wl_elements = main_weps.keys().map(|i| r.workload_dispatch_elements(i));
+        for m in render_dispatch_maps(&r, wl_elements, &heps) {
+            t.add_set(m);
         }
-        for ((layer, name), dirs) in &refs.profiles {
-            let dirs: Vec<Direction> = dirs.iter().copied().collect();
-            let (chains, sets) = render_profile(&r, family, model, (*layer, name), &dirs);
-            chains.into_iter().for_each(|c| t.add_chain(c));
-            sets.into_iter().for_each(|s| t.add_set(s));
+        if side_on {
+            let mut set = r.side_ifaces_set();
+            set.elements = weps
+                .keys()
+                .filter(|i| side.contains(**i))
+                .map(|i| side::side_iface_element(i))
+                .collect();
+            t.add_set(set);
         }
+        render_hep_statics(&r, family, model, &heps, &mut t);
+        render_workload_derived(&r, family, model, weps.values().copied(), &mut t);
+        render_refs(&r, family, model, &refs, &mut t);
         tables.push(t);
+
+        if side_on {
+            let mut t = TextTable::new(family, crate::SIDE_TABLE);
+            let wl_elements = side_weps.keys().map(|i| r.workload_dispatch_elements(i));
+            let (chains, maps) = r.side_base(family, wl_elements);
+            chains.into_iter().for_each(|c| t.add_chain(c));
+            maps.into_iter().for_each(|m| t.add_set(m));
+            for wep in side_weps.values() {
+                for c in r.workload_chains_in(family, wep, true) {
+                    t.add_chain(c);
+                }
+            }
+            render_refs(&r, family, model, &side_refs, &mut t);
+            let mut ids = BTreeSet::new();
+            for (_, id) in side_refs.policies.keys() {
+                if let Some(p) = model.policies.get(id) {
+                    policy::policy_ipsets(p, &mut ids);
+                }
+            }
+            for (_, name) in side_refs.profiles.keys() {
+                if let Some(p) = model.profiles.get(name) {
+                    policy::profile_ipsets(p, &mut ids);
+                }
+            }
+            for id in ids {
+                if let Some((kind, members)) = model.ipsets.get(&id) {
+                    let members: Vec<String> = members.iter().cloned().collect();
+                    t.add_set(r.ipset(family, &id, *kind, &members));
+                }
+            }
+            side_tables.push(t);
+        }
     }
+    tables.extend(side_tables);
     Ok(tables)
 }
 
-/// Renders the whole model as object-model tables (`ip`, then `ip6` when enabled).
+/// The referenced policies and profiles, in the layers and directions they are used.
+fn render_refs(r: &Renderer, family: Family, model: &Model, refs: &Refs, t: &mut TextTable) {
+    for ((layer, id), dirs) in &refs.policies {
+        let dirs: Vec<Direction> = dirs.iter().copied().collect();
+        let (chains, sets) = render_policy(r, family, model, (*layer, id), &dirs);
+        chains.into_iter().for_each(|c| t.add_chain(c));
+        sets.into_iter().for_each(|s| t.add_set(s));
+    }
+    for ((layer, name), dirs) in &refs.profiles {
+        let dirs: Vec<Direction> = dirs.iter().copied().collect();
+        let (chains, sets) = render_profile(r, family, model, (*layer, name), &dirs);
+        chains.into_iter().for_each(|c| t.add_chain(c));
+        sets.into_iter().for_each(|s| t.add_set(s));
+    }
+}
+
+/// Renders the whole model as object-model tables (`ip`, then `ip6` when enabled; then the
+/// empty side tables when they are on).
 pub fn render(model: &Model) -> Result<Vec<Table>, RulesError> {
     Ok(render_text(model)?.into_iter().map(|t| t.table).collect())
+}
+
+/// [`render_text_placed`] as object-model tables: main `ip` (and `ip6`), then the side tables.
+pub fn render_placed(
+    model: &Model,
+    side: &BTreeSet<String>,
+    lingering: &BTreeSet<String>,
+) -> Result<Vec<Table>, RulesError> {
+    Ok(render_text_placed(model, side, lingering)?
+        .into_iter()
+        .map(|t| t.table)
+        .collect())
 }
 
 /// Renders the whole model as `nft -f` text.

@@ -80,7 +80,6 @@ impl Renderer {
     /// The 14 base chains with their hook rules (§6.2–6.3). Every base chain exists, even
     /// when empty, with policy accept.
     pub fn base_chains(&self, family: Family) -> Vec<TextChain> {
-        let m = self.marks;
         let r = || RuleBuilder::new(family);
         BASE_CHAINS
             .iter()
@@ -114,17 +113,7 @@ impl Renderer {
                 match name {
                     "filter-FORWARD" => {
                         c.start_appends();
-                        c.push(
-                            r().mark_has(m.accept)
-                                .counter()
-                                .verdict(self.filter_allow())
-                                .build(),
-                            &["Policy explicitly accepted packet."],
-                        );
-                        c.push(
-                            r().counter().mark_set_or(m.accept).build(),
-                            &["Mark packet as forwarded for mangle POSTROUTING"],
-                        );
+                        self.forward_tail(family, &mut c);
                     }
                     "nat-POSTROUTING" => {
                         c.start_appends();
@@ -140,6 +129,35 @@ impl Renderer {
                 c.finish()
             })
             .collect()
+    }
+
+    /// `filter-FORWARD`'s rules after `cali-FORWARD` (§6.3): accept what policy accepted, mark
+    /// the rest as forwarded for mangle POSTROUTING.
+    pub(crate) fn forward_tail(&self, family: Family, c: &mut ChainBuilder) {
+        let m = self.marks;
+        let r = || RuleBuilder::new(family);
+        c.push(
+            r().mark_has(m.accept)
+                .counter()
+                .verdict(self.filter_allow())
+                .build(),
+            &["Policy explicitly accepted packet."],
+        );
+        c.push(
+            r().counter().mark_set_or(m.accept).build(),
+            &["Mark packet as forwarded for mangle POSTROUTING"],
+        );
+    }
+
+    /// `cali-wl-to-host`'s last rule: the configured `DefaultEndpointToHostAction` (§7.3).
+    pub(crate) fn endpoint_to_host_rule(&self, family: Family) -> build::BuiltRule {
+        let b = RuleBuilder::new(family).counter();
+        match self.cfg.endpoint_to_host_action {
+            EndpointToHostAction::Drop => self.deny(b, Layer::Filter),
+            EndpointToHostAction::Accept => b.accept(),
+            EndpointToHostAction::Return => b.ret(),
+        }
+        .build()
     }
 
     /// The Felix-internal sets the static chains reference, empty (fill them with
@@ -408,13 +426,10 @@ impl Renderer {
             r().counter().jump(&f(logical::FROM_WL_DISPATCH)).build(),
             &[],
         );
-        let b = r().counter();
-        let b = match cfg.endpoint_to_host_action {
-            EndpointToHostAction::Drop => self.deny(b, Layer::Filter),
-            EndpointToHostAction::Accept => b.accept(),
-            EndpointToHostAction::Return => b.ret(),
-        };
-        c.push(b.build(), &["Configured DefaultEndpointToHostAction"]);
+        c.push(
+            self.endpoint_to_host_rule(family),
+            &["Configured DefaultEndpointToHostAction"],
+        );
         out.push(c.finish());
 
         // filter cali-OUTPUT (§7.4)
@@ -491,6 +506,9 @@ impl Renderer {
             (f(logical::TO_WL_DISPATCH), Iface::Out),
         ] {
             let mut c = ChainBuilder::new(&name);
+            if self.side_table_on() {
+                self.side_handoff(family, which, &mut c);
+            }
             c.push(r().ifname_vmap(which, &name).build(), &[]);
             c.push(
                 self.deny(r().counter(), Layer::Filter).build(),
