@@ -125,7 +125,8 @@ async fn one_apply_runs_the_phases_in_the_fixed_order() {
             Call::Globals,
             Call::Tables {
                 mode: TableMode::Resync,
-                tables: 2
+                // Main and side table of both families.
+                tables: 4
             },
             Call::Routes {
                 groups: 1,
@@ -321,4 +322,42 @@ async fn route_sync_disabled_leaves_nothing_dirty() {
         .iter()
         .any(|c| matches!(c, Call::Routes { .. })));
     drop((tx, itx));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idle() {
+    let mut d = driver(FakeKernel::default());
+    let (tx, rx) = mpsc::channel(16);
+    let (itx, irx) = mpsc::channel(16);
+    itx.send(IfaceEvent::InSync).await.unwrap();
+    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
+    tx.send(msg(IN_SYNC)).await.unwrap();
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<()>();
+    let feeder = async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tx.send(msg(&wep(2, "cali0000000002"))).await.unwrap();
+        // Well past the 2 s of quiet after which the side table merges back (two commits).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let _ = seen_tx.send(());
+        drop(tx);
+        drop(itx);
+    };
+    let (res, ()) = tokio::join!(d.run(rx, irx, std::future::pending()), feeder);
+    res.unwrap();
+    assert!(seen_rx.try_recv().is_ok());
+    // First sync, the side-table add, then the merge's two steps.
+    assert_eq!(d.kernel.commits, 4, "{:?}", d.kernel.calls);
+    assert!(!d.dp.side_pending());
+    let table = |name: &str| {
+        d.kernel
+            .desired
+            .iter()
+            .find(|t| t.family == felix_nft::nft::model::Family::Ip && t.name == name)
+            .cloned()
+            .unwrap()
+    };
+    let (main, side) = (table(felix_nft::OWNER), table(felix_nft::SIDE_TABLE));
+    assert!(main.chains.contains_key("filter-cali-tw-cali0000000002"));
+    assert!(!side.chains.contains_key("filter-cali-tw-cali0000000002"));
+    assert!(main.sets["filter-cali-wl-side"].elements.is_empty());
 }

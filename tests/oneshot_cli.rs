@@ -394,7 +394,7 @@ fn route_sync_disabled_skips_route_work() {
         .contains("routes and neighbours: skipped (RouteSyncDisabled)"));
     assert_eq!(
         clean.line("removed: "),
-        "removed: 2 table(s), 0 route(s), 0 neighbour(s)"
+        "removed: 4 table(s), 0 route(s), 0 neighbour(s)"
     );
     assert!(ns.ip(&["route", "show"]).contains("10.65.0.2 dev cali1a"));
 }
@@ -439,10 +439,11 @@ fn cleanup_removes_ours_only_and_is_idempotent() {
     let dump = felix_nft(&["dump", "--netns", ns.name()], &[]).ok();
     assert!(dump
         .stdout
-        .starts_with("tables: 2, routes: 2, neighbours: 2\n"));
+        .starts_with("tables: 4, routes: 2, neighbours: 2\n"));
     let json = felix_nft(&["dump", "--json", "--netns", ns.name()], &[]).ok();
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    assert_eq!(v["tables"].as_array().unwrap().len(), 2);
+    // Main and side table of both families.
+    assert_eq!(v["tables"].as_array().unwrap().len(), 4);
     assert!(v["tables"][0]["rules"].as_u64().unwrap() > 50);
     assert_eq!(v["routes"].as_array().unwrap().len(), 2);
     assert_eq!(v["neighbours"][0]["lladdr"], "ee:ee:ee:ee:ee:01");
@@ -450,7 +451,7 @@ fn cleanup_removes_ours_only_and_is_idempotent() {
     let clean = felix_nft(&["cleanup", "--netns", ns.name()], &[]).ok();
     assert_eq!(
         clean.line("removed: "),
-        "removed: 2 table(s), 2 route(s), 2 neighbour(s)"
+        "removed: 4 table(s), 2 route(s), 2 neighbour(s)"
     );
     let tables = ns.exec(&["nft", "list", "tables"]);
     assert!(!tables.contains("calico"), "{tables}");

@@ -444,6 +444,11 @@ fn run_in_process(
         for s in round {
             c.push(s.op, fx.apply(&s.msgs)?, true);
         }
+        // What the daemon does once it has been idle: merge the side table back (two commits;
+        // their sum is one sample).
+        if let Some(s) = fx.merge_side()? {
+            c.push("merge_side", s, true);
+        }
     }
     if let Some(k) = run::peak_rss_kb().filter(|_| hwm) {
         let s = Sample {
@@ -664,9 +669,11 @@ pub fn nft_counts(json: &str) -> Counts {
         } else if let Some(s) = o.get("set").or_else(|| o.get("map")) {
             let n = s["elem"].as_array().map_or(0, Vec::len);
             c.elements += n;
+            // The side table holds copies of the sets its endpoints use: count each set once.
             if s["name"]
                 .as_str()
                 .is_some_and(|n| n.starts_with("cali40s-"))
+                && s["table"].as_str() != Some(crate::SIDE_TABLE)
             {
                 c.workload_members += n;
             }

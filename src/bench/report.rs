@@ -11,7 +11,7 @@ use super::workload::Scale;
 use super::{BenchError, Options, BACKENDS};
 
 /// Rows of the table, in order.
-pub const ROWS: [&str; 11] = [
+pub const ROWS: [&str; 12] = [
     "full",
     "full_ipset",
     "add_ep",
@@ -22,6 +22,7 @@ pub const ROWS: [&str; 11] = [
     "add_50_ep",
     "del_50_ep",
     "noop",
+    "merge_side",
     "read_back",
 ];
 
@@ -37,6 +38,7 @@ fn row_label(op: &str) -> &'static str {
         "add_50_ep" => "add 50 endpoints at once",
         "del_50_ep" => "remove those 50 endpoints",
         "noop" => "empty update",
+        "merge_side" => "merge side table (idle, per round)",
         "read_back" => "read back",
         _ => "?",
     }

@@ -327,6 +327,18 @@ impl InProcess {
         Ok(sample)
     }
 
+    /// Merges the side table back into the main one as the idle daemon does (both steps),
+    /// timed as one sample; `None` when there was nothing to merge.
+    pub fn merge_side(&mut self) -> Result<Option<Sample>, BenchError> {
+        let mut total: Option<Sample> = None;
+        while self.dp.side_pending() {
+            self.dp.request_side_merge();
+            let s = self.apply(&[])?;
+            total = Some(total.map_or(s, |t| t.plus(s)));
+        }
+        Ok(total)
+    }
+
     /// Reads our tables back over the same socket (the refresh path's dump).
     pub fn read_back(&mut self) -> Result<(Sample, Counts), BenchError> {
         let tables = self.tables.clone();
@@ -356,7 +368,7 @@ impl InProcess {
                         .filter(|e| e.flags & elem_flags::INTERVAL_END == 0)
                         .count();
                     c.elements += n;
-                    if sname.starts_with("cali40s-bench") {
+                    if sname.starts_with("cali40s-bench") && name != crate::SIDE_TABLE {
                         c.workload_members += n;
                     }
                 }

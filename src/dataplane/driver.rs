@@ -556,6 +556,8 @@ impl<K: Kernel> Driver<K> {
         let mut updates_open = true;
         let mut ifaces_open = true;
         let mut throttled_until: Option<TokioInstant> = None;
+        // The side table merges back after a quiet spell (reset by every apply).
+        let mut merge_at: Option<TokioInstant> = None;
         loop {
             // Apply when allowed.
             let due = self.retry_at.is_none_or(|t| t <= TokioInstant::now());
@@ -565,6 +567,10 @@ impl<K: Kernel> Driver<K> {
                     Ok(()) => {
                         throttled_until = None;
                         self.apply().await?;
+                        merge_at = self
+                            .dp
+                            .side_pending()
+                            .then(|| TokioInstant::now() + self.dp.cfg.side_merge_after);
                     }
                     Err(wait) => throttled_until = Some(TokioInstant::now() + wait),
                 }
@@ -579,6 +585,7 @@ impl<K: Kernel> Driver<K> {
                 Some(health_at),
                 self.retry_at.filter(|_| self.wants_apply()),
                 self.grace_at,
+                merge_at,
                 throttled_until.filter(|_| self.wants_apply()),
             ]
             .into_iter()
@@ -630,6 +637,10 @@ impl<K: Kernel> Driver<K> {
                     if t >= nft_refresh {
                         nft_refresh = t + every(self.dp.cfg.nft_refresh);
                         self.resync_tables = true;
+                    }
+                    if merge_at.is_some_and(|m| t >= m) {
+                        merge_at = None;
+                        self.dp.request_side_merge();
                     }
                     if self.grace_at.is_some_and(|g| t >= g) {
                         self.grace_at = None;

@@ -88,6 +88,9 @@ pub struct DataplaneConfig {
     pub reporting_interval: Duration,
     /// `EndpointReportingEnabled`: send per-endpoint status to Felix.
     pub endpoint_reporting: bool,
+    /// How long the daemon waits without an apply before it merges the side table back into
+    /// the main one (one validation of the big table, paid when nothing else is waiting).
+    pub side_merge_after: Duration,
 }
 
 impl Default for DataplaneConfig {
@@ -111,6 +114,7 @@ impl Default for DataplaneConfig {
             iface_refresh: Duration::from_secs(90),
             reporting_interval: Duration::from_secs(30),
             endpoint_reporting: true,
+            side_merge_after: Duration::from_secs(2),
         }
     }
 }
@@ -192,6 +196,7 @@ impl DataplaneConfig {
             },
             ipv6_enabled: c.ipv6_support,
             floating_ips_enabled: c.floating_ips == cfg::EnabledDisabled::Enabled,
+            side_table_size: c.nftables_side_table_size as usize,
         };
         DataplaneConfig {
             rules,
@@ -223,6 +228,7 @@ impl DataplaneConfig {
             iface_refresh: c.interface_refresh_interval,
             reporting_interval: c.reporting_interval_secs,
             endpoint_reporting: true,
+            side_merge_after: Duration::from_secs(2),
         }
     }
 
@@ -681,6 +687,27 @@ impl Dataplane {
             },
             &changes,
         )
+    }
+
+    /// Whether the side table holds endpoints (or copies) that a merge would move.
+    pub fn side_pending(&self) -> bool {
+        self.inc.side_pending()
+    }
+
+    /// Where the workload interfaces live: (in the side table, in both tables while a merge is
+    /// half done). Everything else is in the main table.
+    pub fn side_placement(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let (side, lingering) = self.inc.placement();
+        (side.clone(), lingering.clone())
+    }
+
+    /// Asks the next [`Dataplane::tables_patch`] for one step of merging the side table back
+    /// into the main one (see [`rules::incremental`]).
+    pub fn request_side_merge(&mut self) {
+        if self.inc.side_pending() {
+            self.changes.merge_side = true;
+            self.dirty.tables = true;
+        }
     }
 
     /// Whether endpoint statuses may have changed since [`Dataplane::take_status_dirty`].

@@ -866,7 +866,13 @@ fn open_nft(ns: Option<&NetNs>) -> Result<Nft, OneShotError> {
     })
 }
 
-const OUR_TABLES: [(Family, &str); 2] = [(Family::Ip, crate::OWNER), (Family::Ip6, crate::OWNER)];
+/// Every table felix-nft may own: the main and side tables of both families.
+const OUR_TABLES: [(Family, &str); 4] = [
+    (Family::Ip, crate::OWNER),
+    (Family::Ip6, crate::OWNER),
+    (Family::Ip, crate::SIDE_TABLE),
+    (Family::Ip6, crate::SIDE_TABLE),
+];
 
 async fn our_neighbours(
     h: &RtnlHandle,

@@ -637,7 +637,7 @@ impl std::fmt::Display for TableSummary {
     }
 }
 
-/// Reads our tables of both families in `host` over nf_tables netlink.
+/// Reads our tables (main and side, both families) in `host` over nf_tables netlink.
 fn read_tables(host: &NetNs) -> Result<Vec<TableSummary>, DemoError> {
     // The socket is bound to the namespace it was opened in.
     let mut nft = host.run(Nft::open)?.map_err(|source| DemoError::Nft {
@@ -645,13 +645,16 @@ fn read_tables(host: &NetNs) -> Result<Vec<TableSummary>, DemoError> {
         source,
     })?;
     let mut out = Vec::new();
-    for (family, label) in [(Family::Ip, "ip"), (Family::Ip6, "ip6")] {
-        let state = read_table(nft.socket(), family, OWNER).map_err(|source| DemoError::Nft {
-            what: format!("table {label} {OWNER}"),
-            source,
-        })?;
-        if let Some(state) = state {
-            out.push(TableSummary::of(label, &state.table));
+    for name in [OWNER, crate::SIDE_TABLE] {
+        for (family, label) in [(Family::Ip, "ip"), (Family::Ip6, "ip6")] {
+            let state =
+                read_table(nft.socket(), family, name).map_err(|source| DemoError::Nft {
+                    what: format!("table {label} {name}"),
+                    source,
+                })?;
+            if let Some(state) = state {
+                out.push(TableSummary::of(label, &state.table));
+            }
         }
     }
     Ok(out)
