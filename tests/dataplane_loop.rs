@@ -361,3 +361,46 @@ async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idl
     assert!(!side.chains.contains_key("filter-cali-tw-cali0000000002"));
     assert!(main.sets["filter-cali-wl-side"].elements.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_update_restates_only_its_own_routes_and_neighbours() {
+    // Issue 9: the host phases of an endpoint change cost that endpoint's interface, not a
+    // pass over every workload.
+    let mut d = driver(FakeKernel::default());
+    run(
+        &mut d,
+        vec![
+            msg(&wep(1, "cali0000000001")),
+            msg(&wep(2, "cali0000000002")),
+            msg(&wep(3, "cali0000000003")),
+            msg(IN_SYNC),
+        ],
+        vec![IfaceEvent::InSync],
+    )
+    .await
+    .unwrap();
+    assert!(d.kernel.calls.contains(&Call::Routes {
+        groups: 3,
+        resync: true
+    }));
+    d.kernel.calls.clear();
+    let m: ToDataplane = json::decode(&wep(4, "cali0000000004")).unwrap();
+    d.dp.on_update(&m).unwrap();
+    d.apply().await.unwrap();
+    assert!(
+        d.kernel.calls.contains(&Call::Routes {
+            groups: 1,
+            resync: false
+        }),
+        "{:?}",
+        d.kernel.calls
+    );
+    assert!(
+        d.kernel.calls.contains(&Call::Neighbours {
+            ifaces: 1,
+            resync: false
+        }),
+        "{:?}",
+        d.kernel.calls
+    );
+}

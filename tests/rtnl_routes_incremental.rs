@@ -262,19 +262,25 @@ fn real_kernel_applies_routes_and_neighbours_incrementally() {
             neigh.insert(format!("cali{i}"), vec![(ip(i), mac(i as u8))]);
         }
         let none = BTreeSet::new();
-        k.routes(&routes, true).await.unwrap();
-        k.neighbours(&neigh, &none, true).await.unwrap();
+        k.routes(&routes, None, true).await.unwrap();
+        k.neighbours(&neigh, None, &none, true).await.unwrap();
         let [v4, _] = k.route_stats();
         assert_eq!(v4.dumps, 1);
         let n0 = k.neigh_stats();
         assert_eq!(n0.dumps, 1);
 
-        // One more endpoint: one route write, one neighbour write, no dumps.
+        // One more endpoint, stated for its interface only (the loop's scope): one route write,
+        // one neighbour write, no dumps.
+        let only3 = BTreeSet::from(["cali3".to_string()]);
+        let routes3 = BTreeMap::from([("cali3".to_string(), vec![spec(3)])]);
+        let neigh3 = BTreeMap::from([("cali3".to_string(), vec![(ip(3), mac(3))])]);
+        let out = k.routes(&routes3, Some(&only3), false).await.unwrap();
+        assert_eq!(out.changes, 1, "{out:?}");
+        k.neighbours(&neigh3, Some(&only3), &none, false)
+            .await
+            .unwrap();
         routes.insert("cali3".into(), vec![spec(3)]);
         neigh.insert("cali3".into(), vec![(ip(3), mac(3))]);
-        let out = k.routes(&routes, false).await.unwrap();
-        assert_eq!(out.changes, 1, "{out:?}");
-        k.neighbours(&neigh, &none, false).await.unwrap();
         let [v4b, v6b] = k.route_stats();
         assert_eq!((v4b.dumps, v4b.writes - v4.writes), (1, 1), "{v4b:?}");
         assert_eq!(v6b.writes, 0, "no IPv6 routes");
@@ -287,9 +293,9 @@ fn real_kernel_applies_routes_and_neighbours_incrementally() {
         link::set_up(&h, "cali1", false).await.unwrap();
         link::set_up(&h, "cali1", true).await.unwrap();
         assert!(!has("10.65.0.1", "cali1"));
-        let out = k.routes(&routes, false).await.unwrap();
+        let out = k.routes(&routes, None, false).await.unwrap();
         assert_eq!(out.changes, 0, "{out:?}");
-        k.neighbours(&neigh, &BTreeSet::from(["cali1".to_string()]), false)
+        k.neighbours(&neigh, None, &BTreeSet::from(["cali1".to_string()]), false)
             .await
             .unwrap();
         assert!(has("10.65.0.1", "cali1"), "re-asserted after the flap");
@@ -300,6 +306,26 @@ fn real_kernel_applies_routes_and_neighbours_incrementally() {
                 .any(|n| n["dst"] == "10.65.0.1" && n["state"].to_string().contains("PERMANENT")),
             "{arp:?}"
         );
+
+        // cali2's endpoint goes: scoped to cali2 and absent from the maps, its route and ARP
+        // entry leave; the others stay.
+        let only2 = BTreeSet::from(["cali2".to_string()]);
+        let out = k
+            .routes(&BTreeMap::new(), Some(&only2), false)
+            .await
+            .unwrap();
+        assert_eq!(out.changes, 1, "{out:?}");
+        k.neighbours(&BTreeMap::new(), Some(&only2), &none, false)
+            .await
+            .unwrap();
+        assert!(!has("10.65.0.2", "cali2"));
+        assert!(has("10.65.0.1", "cali1") && has("10.65.0.3", "cali3"));
+        let arp = ip_json(None, &["neigh", "show", "dev", "cali2"]);
+        assert!(
+            !arp.iter().any(|n| n["dst"] == "10.65.0.2"),
+            "ARP entry removed: {arp:?}"
+        );
+        assert_eq!(k.route_stats()[0].dumps, 1, "no dump for any of it");
     });
 }
 

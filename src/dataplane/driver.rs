@@ -290,8 +290,18 @@ impl<K: Kernel> Driver<K> {
         let host_work = !self.dp.dirty.ifaces.is_empty()
             || (!self.dp.cfg.route_sync_disabled
                 && (self.dp.dirty.routes || self.dp.dirty.neighbours || self.resync_routes));
+        // Only the workload interfaces that changed (and those to configure), unless a resync
+        // or something global asks for all of them.
+        let scope: Option<BTreeSet<String>> = if self.resync_routes {
+            None
+        } else {
+            self.dp.dirty.host_scope.clone().map(|mut s| {
+                s.extend(self.dp.dirty.ifaces.iter().cloned());
+                s
+            })
+        };
         let desired = if host_work {
-            self.dp.desired_host()
+            self.dp.desired_host_in(scope.as_ref())
         } else {
             super::Desired::default()
         };
@@ -370,7 +380,7 @@ impl<K: Kernel> Driver<K> {
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
             match self
                 .kernel
-                .routes(&desired.routes, self.resync_routes)
+                .routes(&desired.routes, scope.as_ref(), self.resync_routes)
                 .await
             {
                 Ok(out) => {
@@ -407,7 +417,12 @@ impl<K: Kernel> Driver<K> {
             let changed = std::mem::take(&mut self.changed_ifaces);
             match self
                 .kernel
-                .neighbours(&desired.neighbours, &changed, self.resync_routes)
+                .neighbours(
+                    &desired.neighbours,
+                    scope.as_ref(),
+                    &changed,
+                    self.resync_routes,
+                )
                 .await
             {
                 Ok(()) => self.dp.dirty.neighbours = false,
@@ -425,6 +440,8 @@ impl<K: Kernel> Driver<K> {
         }
         if !self.dp.dirty.routes && !self.dp.dirty.neighbours {
             self.resync_routes = false;
+            // Done: from now on only what changes.
+            self.dp.dirty.host_scope = Some(BTreeSet::new());
         }
 
         // 4. Per-interface configuration of workload interfaces that are up (§14.2).
@@ -645,6 +662,7 @@ impl<K: Kernel> Driver<K> {
                     if self.grace_at.is_some_and(|g| t >= g) {
                         self.grace_at = None;
                         self.dp.dirty.routes = true;
+                        self.dp.dirty.host_scope = None;
                     }
                     if t >= route_refresh {
                         route_refresh = t + every(self.dp.cfg.route_refresh);

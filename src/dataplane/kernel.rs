@@ -124,16 +124,21 @@ pub trait Kernel {
         input: TablesInput,
         mode: TableMode,
     ) -> Result<TablesOutcome, KernelError>;
-    /// Routes (both families), grouped by owner.
+    /// Routes (both families), grouped by owner. With `only`, the groups named there are
+    /// restated (absent from `routes`: none) and every other group stays as it is; without,
+    /// `routes` is the whole desired state.
     async fn routes(
         &mut self,
         routes: &BTreeMap<String, Vec<RouteSpec>>,
+        only: Option<&BTreeSet<String>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError>;
-    /// Permanent neighbours per interface; `changed` lists interfaces that flapped.
+    /// Permanent neighbours per interface (`only` as for routes); `changed` lists interfaces
+    /// that flapped.
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        only: Option<&BTreeSet<String>>,
         changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<(), KernelError>;
@@ -359,21 +364,31 @@ impl Kernel for RealKernel {
     async fn routes(
         &mut self,
         routes: &BTreeMap<String, Vec<RouteSpec>>,
+        only: Option<&BTreeSet<String>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError> {
-        // Restating every group costs a comparison each, no copy unless it changed; the syncers
-        // then write only what changed (or dump and repair everything on a resync).
+        // Restating a group costs a comparison, no copy unless it changed; the syncers then
+        // write only what changed (or dump and repair everything on a resync).
         for syncer in [&mut self.routes_v4, &mut self.routes_v6] {
-            let gone: Vec<String> = syncer
-                .groups()
-                .filter(|g| !routes.contains_key(*g))
-                .map(str::to_string)
-                .collect();
-            for g in gone {
-                syncer.set_routes(g, Vec::new());
-            }
-            for (group, specs) in routes {
-                syncer.update_routes(group, specs);
+            match only {
+                Some(groups) => {
+                    for g in groups {
+                        syncer.update_routes(g, routes.get(g).map_or(&[][..], Vec::as_slice));
+                    }
+                }
+                None => {
+                    let gone: Vec<String> = syncer
+                        .groups()
+                        .filter(|g| !routes.contains_key(*g))
+                        .map(str::to_string)
+                        .collect();
+                    for g in gone {
+                        syncer.set_routes(g, Vec::new());
+                    }
+                    for (group, specs) in routes {
+                        syncer.update_routes(group, specs);
+                    }
+                }
             }
             if resync {
                 syncer.request_resync();
@@ -400,6 +415,7 @@ impl Kernel for RealKernel {
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        only: Option<&BTreeSet<String>>,
         changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<(), KernelError> {
@@ -430,17 +446,27 @@ impl Kernel for RealKernel {
                 );
             }
         }
-        let gone: Vec<String> = self
-            .neigh
-            .managed_ifaces()
-            .filter(|i| !neigh.contains_key(*i))
-            .map(str::to_string)
-            .collect();
-        for iface in gone {
-            self.neigh.set_neighbours(&iface, Vec::new());
-        }
-        for (iface, entries) in neigh {
-            self.neigh.update_neighbours(iface, entries);
+        match only {
+            Some(ifaces) => {
+                for iface in ifaces {
+                    let entries = neigh.get(iface).map_or(&[][..], Vec::as_slice);
+                    self.neigh.update_neighbours(iface, entries);
+                }
+            }
+            None => {
+                let gone: Vec<String> = self
+                    .neigh
+                    .managed_ifaces()
+                    .filter(|i| !neigh.contains_key(*i))
+                    .map(str::to_string)
+                    .collect();
+                for iface in gone {
+                    self.neigh.set_neighbours(&iface, Vec::new());
+                }
+                for (iface, entries) in neigh {
+                    self.neigh.update_neighbours(iface, entries);
+                }
+            }
         }
         for iface in changed {
             self.neigh.iface_changed(iface);
@@ -606,10 +632,11 @@ impl Kernel for FakeKernel {
     async fn routes(
         &mut self,
         routes: &BTreeMap<String, Vec<RouteSpec>>,
+        only: Option<&BTreeSet<String>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError> {
         self.calls.push(Call::Routes {
-            groups: routes.len(),
+            groups: only.map_or(routes.len(), BTreeSet::len),
             resync,
         });
         Ok(RoutesOutcome {
@@ -621,11 +648,12 @@ impl Kernel for FakeKernel {
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
+        only: Option<&BTreeSet<String>>,
         _changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<(), KernelError> {
         self.calls.push(Call::Neighbours {
-            ifaces: neigh.len(),
+            ifaces: only.map_or(neigh.len(), BTreeSet::len),
             resync,
         });
         Ok(())

@@ -313,6 +313,11 @@ pub struct Dirty {
     pub neighbours: bool,
     /// Interfaces to (re)configure.
     pub ifaces: BTreeSet<String>,
+    /// The workload interfaces whose routes and neighbours may have changed since the host
+    /// phases last completed; `None`: all of them (start of day, routes from Felix, a retry).
+    /// An endpoint update then costs the host phases its own interfaces, not every workload's
+    /// (issue 9).
+    pub host_scope: Option<BTreeSet<String>>,
 }
 
 impl Dirty {
@@ -327,6 +332,14 @@ impl Dirty {
             routes: true,
             neighbours: true,
             ifaces: BTreeSet::new(),
+            host_scope: None,
+        }
+    }
+
+    /// Adds a workload interface to the host phases' scope (a no-op when the scope is all).
+    fn scope(&mut self, iface: &str) {
+        if let Some(s) = &mut self.host_scope {
+            s.insert(iface.to_string());
         }
     }
 }
@@ -407,11 +420,13 @@ impl Dataplane {
             Payload::RouteUpdate(u) => {
                 self.routes.insert(u.dst.clone(), u.clone());
                 self.dirty.routes = true;
+                self.dirty.host_scope = None;
                 return Ok(());
             }
             Payload::RouteRemove(r) => {
                 if self.routes.remove(&r.dst).is_some() {
                     self.dirty.routes = true;
+                    self.dirty.host_scope = None;
                 }
                 return Ok(());
             }
@@ -508,6 +523,7 @@ impl Dataplane {
         self.dirty.neighbours = true;
         for i in ifaces {
             self.conf_failed.remove(&i);
+            self.dirty.scope(&i);
             self.dirty.ifaces.insert(i);
         }
     }
@@ -589,6 +605,7 @@ impl Dataplane {
             // (§15); sysctls are applied when it comes up (§14.2). Status may change.
             self.dirty.routes = true;
             self.dirty.neighbours = true;
+            self.dirty.scope(name);
             if came_up {
                 self.conf_failed.remove(name);
                 self.dirty.ifaces.insert(name.to_string());
@@ -758,8 +775,23 @@ impl Dataplane {
 
     /// The desired routes, neighbours and per-interface configuration (no tables).
     pub fn desired_host(&self) -> Desired {
+        self.desired_host_in(None)
+    }
+
+    /// [`Dataplane::desired_host`] for the workload interfaces in `scope` only (no blackhole
+    /// routes); `None`: everything.
+    pub fn desired_host_in(&self, scope: Option<&BTreeSet<String>>) -> Desired {
         let mut d = Desired::default();
-        let weps = self.workloads_by_iface();
+        let weps: BTreeMap<&str, (&WorkloadEndpointId, &WorkloadEndpoint)> = match scope {
+            None => self.workloads_by_iface(),
+            Some(ifaces) => ifaces
+                .iter()
+                .filter_map(|iface| {
+                    let id = self.workload_ids.get(iface)?.iter().next()?;
+                    Some((iface.as_str(), (id, self.model.workloads.get(id)?)))
+                })
+                .collect(),
+        };
         for (iface, (id, wep)) in &weps {
             let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
             d.iface_conf.insert(
@@ -828,7 +860,7 @@ impl Dataplane {
                 d.neighbours.insert(iface.to_string(), neigh);
             }
         }
-        if !self.cfg.route_sync_disabled {
+        if !self.cfg.route_sync_disabled && scope.is_none() {
             let blackholes: Vec<RouteSpec> = self
                 .routes
                 .values()
