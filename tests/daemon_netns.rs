@@ -610,3 +610,95 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
         drop(stdin);
     }
 }
+
+#[test]
+fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
+    // Issue 9: a workload added after the first sync lives in the side table (its verdicts
+    // unchanged), a profile change moves its other users there too, and after 2 s without an
+    // apply everything is back in the main table — with real TCP deciding at every step.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let _l = listen(&w2.ns, 80);
+    let mut child = felix_nft(&h)
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
+    let eventually = |what: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    };
+    // Empty until the table exists.
+    let table = |name: &str| {
+        let out = sh(
+            "ip",
+            &["netns", "exec", &h.0, "nft", "list", "table", "ip", name],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let side = || table("calico-side");
+    let main = || table("calico");
+    let tw = |w: &Workload| format!("chain filter-cali-tw-{} ", w.iface);
+    send(ALLOW_ALL);
+    send(&wep_update(&w1, 1, "allow-all"));
+    send(IN_SYNC);
+    assert!(
+        eventually(&|| main().contains(&tw(&w1))),
+        "first sync: w1 in main"
+    );
+
+    // w2 arrives: side table, and the flow to it passes.
+    send(&wep_update(&w2, 2, "allow-all"));
+    assert!(
+        eventually(&|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        "w1 → w2:80 never passed"
+    );
+    assert!(
+        side().contains(&tw(&w2)),
+        "w2 in the side table: {}",
+        side()
+    );
+    assert!(!main().contains(&tw(&w2)), "w2 not in main");
+
+    // The profile changes: denied; w1 (a main-table user) moves to the side table too.
+    send(DENY_80);
+    assert!(
+        eventually(&|| !tcp_ok(&w1.ns, &w2.ip, 80)),
+        "denied flow still passes"
+    );
+    let s = side();
+    assert!(s.contains(&tw(&w1)) && s.contains(&tw(&w2)), "{s}");
+
+    // Quiet: the merge brings both back to main; the verdict holds.
+    assert!(
+        eventually(&|| !side().contains("chain filter-cali-tw-")),
+        "side table never emptied: {}",
+        side()
+    );
+    let m = main();
+    assert!(m.contains(&tw(&w1)) && m.contains(&tw(&w2)), "{m}");
+    assert!(!tcp_ok(&w1.ns, &w2.ip, 80), "denied after the merge");
+    send(ALLOW_ALL);
+    assert!(
+        eventually(&|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        "flow did not come back"
+    );
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
