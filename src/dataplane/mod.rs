@@ -432,10 +432,11 @@ impl Dataplane {
             }
             Payload::WorkloadEndpointUpdate(u) => {
                 let name = u.endpoint.as_ref().map(|e| e.name.clone());
-                let old =
-                    u.id.as_ref()
-                        .and_then(|id| self.model.workloads.get(id))
-                        .map(|e| e.name.clone());
+                let before = u.id.as_ref().and_then(|id| self.model.workloads.get(id));
+                // Felix repeats endpoints unchanged (resyncs): nothing to render then, and the
+                // endpoint must not move to the side table. The host side is still re-asserted.
+                let unchanged = before.is_some() && before == u.endpoint.as_ref();
+                let old = before.map(|e| e.name.clone());
                 if let Some(id) = &u.id {
                     if let Some(o) = &old {
                         self.forget_workload_iface(o, id);
@@ -448,7 +449,9 @@ impl Dataplane {
                     }
                 }
                 let ifaces: Vec<String> = old.into_iter().chain(name).collect();
-                self.changes.workloads.extend(ifaces.iter().cloned());
+                if !unchanged {
+                    self.changes.workloads.extend(ifaces.iter().cloned());
+                }
                 self.mark_endpoint(ifaces);
             }
             Payload::WorkloadEndpointRemove(r) => {

@@ -166,9 +166,6 @@ pub struct Incremental {
     lingering: BTreeSet<String>,
     /// The interfaces in main's `filter-cali-wl-side` set.
     listed: BTreeSet<String>,
-    /// A fingerprint of each workload endpoint as last rendered: an update that repeats it
-    /// moves nothing.
-    rendered: BTreeMap<String, u64>,
 }
 
 /// The most IP set members one update may copy into the side table. Copying costs the kernel
@@ -176,14 +173,6 @@ pub struct Incremental {
 /// (~50 ms at 5,000 endpoints) is the better price, and 50 endpoints arriving together go to
 /// the main table in one commit.
 const MAX_SIDE_COPY: usize = 8192;
-
-/// A fingerprint of an endpoint's content (its protobuf encoding, hashed).
-fn fingerprint(wep: &crate::proto::types::WorkloadEndpoint) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    prost::Message::encode_to_vec(wep).hash(&mut h);
-    h.finish()
-}
 
 /// The endpoint that owns an interface (the smallest id wins, §14.1).
 fn winner<'a>(inp: &Inputs<'a>, iface: &str) -> Option<&'a crate::proto::types::WorkloadEndpoint> {
@@ -222,7 +211,6 @@ impl Incremental {
             side: BTreeSet::new(),
             lingering: BTreeSet::new(),
             listed: BTreeSet::new(),
-            rendered: BTreeMap::new(),
         }
     }
 
@@ -295,10 +283,6 @@ impl Incremental {
         // Workloads.
         for iface in &workloads {
             let wep = winner(inp, iface);
-            match wep {
-                Some(w) if self.side_on => self.rendered.insert(iface.clone(), fingerprint(w)),
-                _ => self.rendered.remove(iface),
-            };
             let mut chains = Vec::new();
             for t in [Tbl::Main, Tbl::Side] {
                 let here = wep.filter(|_| self.lives_in(t, iface));
@@ -577,13 +561,10 @@ impl Incremental {
         // sets they would copy there cost more than validating the main table once.
         let mut moving = BTreeSet::new();
         for iface in &changes.workloads {
-            let Some(wep) = winner(inp, iface) else {
+            if winner(inp, iface).is_none() {
                 self.side.remove(iface);
                 self.lingering.remove(iface);
-                continue;
-            };
-            let changed = self.rendered.get(iface) != Some(&fingerprint(wep));
-            if changed && !self.side.contains(iface) {
+            } else if !self.side.contains(iface) {
                 moving.insert(iface.clone());
             }
         }
