@@ -421,7 +421,10 @@ impl Incremental {
                     sets.extend(s.into_iter().map(|s| (*t, f, s)));
                 }
                 if let Some(p) = m.policies.get(id) {
-                    policy::policy_ipsets(p, &mut uses);
+                    policy::rules_ipsets(
+                        p.inbound_rules.iter().chain(&p.outbound_rules),
+                        &mut uses,
+                    );
                 }
             } else {
                 self.policy_refs.remove(&(*t, *layer, id.clone()));
@@ -443,7 +446,10 @@ impl Incremental {
                     sets.extend(s.into_iter().map(|s| (*t, f, s)));
                 }
                 if let Some(p) = m.profiles.get(name) {
-                    policy::profile_ipsets(p, &mut uses);
+                    policy::rules_ipsets(
+                        p.inbound_rules.iter().chain(&p.outbound_rules),
+                        &mut uses,
+                    );
                 }
             } else {
                 self.profile_refs.remove(&(*t, *layer, name.clone()));
@@ -611,21 +617,12 @@ impl Incremental {
     /// policies and profiles use that the side table does not have yet).
     fn copy_cost(&self, inp: &Inputs, ifaces: &BTreeSet<String>) -> usize {
         let m = inp.model;
-        let mut ids = BTreeSet::new();
+        let mut refs = Refs::default();
         for wep in ifaces.iter().filter_map(|i| winner(inp, i)) {
-            let mut refs = Refs::default();
             refs.workload(wep);
-            for (_, id) in refs.policies.keys() {
-                if let Some(p) = m.policies.get(id) {
-                    policy::policy_ipsets(p, &mut ids);
-                }
-            }
-            for (_, name) in refs.profiles.keys() {
-                if let Some(p) = m.profiles.get(name) {
-                    policy::profile_ipsets(p, &mut ids);
-                }
-            }
         }
+        let mut ids = BTreeSet::new();
+        refs.ipsets(m, &mut ids);
         ids.iter()
             .filter(|id| !self.side_ipset_refs.contains_key(*id))
             .filter_map(|id| m.ipsets.get(id))
@@ -699,26 +696,16 @@ impl Incremental {
             &old.profiles,
             &refs.profiles,
         );
-        let in_t = |m: &BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>| {
-            m.iter()
-                .map(|((l, id), d)| ((t, *l, id.clone()), d.clone()))
-                .collect::<BTreeMap<_, _>>()
-        };
         adjust(
             &mut self.policy_refs,
-            &in_t(&old.policies),
-            &in_t(&refs.policies),
+            &in_table(t, &old.policies),
+            &in_table(t, &refs.policies),
             policies,
         );
-        let in_t = |m: &BTreeMap<(Layer, String), BTreeSet<Direction>>| {
-            m.iter()
-                .map(|((l, n), d)| ((t, *l, n.clone()), d.clone()))
-                .collect::<BTreeMap<_, _>>()
-        };
         adjust(
             &mut self.profile_refs,
-            &in_t(&old.profiles),
-            &in_t(&refs.profiles),
+            &in_table(t, &old.profiles),
+            &in_table(t, &refs.profiles),
             profiles,
         );
     }
@@ -796,6 +783,16 @@ impl Incremental {
         }
         out.into_values().filter(|p| !p.is_empty()).collect()
     }
+}
+
+/// References per (layer, policy or profile) as references in table `t`.
+fn in_table<K: Ord + Clone>(
+    t: Tbl,
+    refs: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+) -> BTreeMap<(Tbl, Layer, K), BTreeSet<Direction>> {
+    refs.iter()
+        .map(|((l, k), d)| ((t, *l, k.clone()), d.clone()))
+        .collect()
 }
 
 /// Moves `source` between the user lists of the policies (or profiles) it stopped and started

@@ -316,6 +316,21 @@ impl Refs {
         }
     }
 
+    /// Adds the Felix IP sets the referenced policies and profiles use (both directions;
+    /// ones the model does not have yet included) to `out`.
+    pub(crate) fn ipsets(&self, model: &Model, out: &mut BTreeSet<String>) {
+        for (_, id) in self.policies.keys() {
+            if let Some(p) = model.policies.get(id) {
+                policy::rules_ipsets(p.inbound_rules.iter().chain(&p.outbound_rules), out);
+            }
+        }
+        for (_, name) in self.profiles.keys() {
+            if let Some(p) = model.profiles.get(name) {
+                policy::rules_ipsets(p.inbound_rules.iter().chain(&p.outbound_rules), out);
+            }
+        }
+    }
+
     /// What a host endpoint references, in every layer it has chains in.
     pub(crate) fn host_endpoint(&mut self, iface: &str, hep: &HostEndpoint) {
         self.tiers(Layer::Filter, &hep.tiers, &BOTH);
@@ -625,16 +640,7 @@ pub fn render_text_placed(
             }
             render_refs(&r, family, model, &side_refs, &mut t);
             let mut ids = BTreeSet::new();
-            for (_, id) in side_refs.policies.keys() {
-                if let Some(p) = model.policies.get(id) {
-                    policy::policy_ipsets(p, &mut ids);
-                }
-            }
-            for (_, name) in side_refs.profiles.keys() {
-                if let Some(p) = model.profiles.get(name) {
-                    policy::profile_ipsets(p, &mut ids);
-                }
-            }
+            side_refs.ipsets(model, &mut ids);
             for id in ids {
                 if let Some((kind, members)) = model.ipsets.get(&id) {
                     let members: Vec<String> = members.iter().cloned().collect();

@@ -151,37 +151,23 @@ fn port_ranges(list: &[PortRange]) -> Vec<(u16, u16)> {
 
 /// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
 /// (named ports) of its IDs, so the order carries no meaning and must not change the output.
-/// Adds the Felix IP sets one rule references (every `*_ip_set_ids` field) to `out`.
-pub fn rule_ipsets(rule: &Rule, out: &mut BTreeSet<String>) {
-    for list in [
-        &rule.src_ip_set_ids,
-        &rule.src_named_port_ip_set_ids,
-        &rule.dst_ip_set_ids,
-        &rule.dst_ip_port_set_ids,
-        &rule.dst_named_port_ip_set_ids,
-        &rule.not_src_ip_set_ids,
-        &rule.not_src_named_port_ip_set_ids,
-        &rule.not_dst_ip_set_ids,
-        &rule.not_dst_named_port_ip_set_ids,
-    ] {
-        out.extend(list.iter().cloned());
+/// Adds the Felix IP sets `rules` reference (every `*_ip_set_ids` field) to `out`.
+pub fn rules_ipsets<'a>(rules: impl IntoIterator<Item = &'a Rule>, out: &mut BTreeSet<String>) {
+    for rule in rules {
+        for list in [
+            &rule.src_ip_set_ids,
+            &rule.src_named_port_ip_set_ids,
+            &rule.dst_ip_set_ids,
+            &rule.dst_ip_port_set_ids,
+            &rule.dst_named_port_ip_set_ids,
+            &rule.not_src_ip_set_ids,
+            &rule.not_src_named_port_ip_set_ids,
+            &rule.not_dst_ip_set_ids,
+            &rule.not_dst_named_port_ip_set_ids,
+        ] {
+            out.extend(list.iter().cloned());
+        }
     }
-}
-
-/// Adds the Felix IP sets a policy's rules (both directions) reference to `out`.
-pub fn policy_ipsets(p: &Policy, out: &mut BTreeSet<String>) {
-    p.inbound_rules
-        .iter()
-        .chain(&p.outbound_rules)
-        .for_each(|r| rule_ipsets(r, out));
-}
-
-/// Adds the Felix IP sets a profile's rules (both directions) reference to `out`.
-pub fn profile_ipsets(p: &Profile, out: &mut BTreeSet<String>) {
-    p.inbound_rules
-        .iter()
-        .chain(&p.outbound_rules)
-        .for_each(|r| rule_ipsets(r, out));
 }
 
 fn sorted(ids: &[String]) -> Vec<&String> {

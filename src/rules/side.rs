@@ -112,7 +112,6 @@ impl Renderer {
     pub fn side_resume_chains(&self, family: Family) -> Vec<TextChain> {
         let m = self.marks;
         let r = || RuleBuilder::new(family);
-        let f = |n: &str| Layer::Filter.chain(n);
         let prefix = format!(
             "{}*",
             self.cfg
@@ -128,19 +127,15 @@ impl Renderer {
         // After the from-workload dispatch: the rest of cali-FORWARD, then filter-FORWARD's tail.
         let mut a = base("filter-FORWARD-after-from-wl", Hook::Forward, 2);
         gate(&mut a, m.side_from);
-        a.push(
-            r().oifname(&prefix)
-                .counter()
-                .jump(&f(logical::TO_WL_DISPATCH))
-                .build(),
-            &[],
-        );
+        a.push(self.wl_dispatch_jump(family, Iface::Out, &prefix), &[]);
         self.forward_after_workloads(family, &mut a);
+        self.forward_tail(family, &mut a);
 
         // After the to-workload dispatch.
         let mut b = base("filter-FORWARD-after-to-wl", Hook::Forward, 4);
         gate(&mut b, m.side_to);
         self.forward_after_workloads(family, &mut b);
+        self.forward_tail(family, &mut b);
 
         // After the from-workload dispatch of cali-wl-to-host: its default action.
         let mut i = base("filter-INPUT-after-from-wl", Hook::Input, 2);
@@ -151,16 +146,6 @@ impl Renderer {
         );
 
         vec![a.finish(), b.finish(), i.finish()]
-    }
-
-    /// What Felix's forward path runs after the workload dispatch: the rest of `cali-FORWARD`
-    /// (host-endpoint forward policy, CIDR block) and `filter-FORWARD`'s tail.
-    fn forward_after_workloads(&self, family: Family, c: &mut ChainBuilder) {
-        let r = || RuleBuilder::new(family);
-        let f = |n: &str| Layer::Filter.chain(n);
-        c.push(r().counter().jump(&f(logical::TO_HEP_FORWARD)).build(), &[]);
-        c.push(r().counter().jump(&f(logical::CIDR_BLOCK)).build(), &[]);
-        self.forward_tail(family, c);
     }
 
     /// The side table's fixed objects: its three base chains and its two dispatch maps with the

@@ -131,6 +131,35 @@ impl Renderer {
             .collect()
     }
 
+    /// `cali-FORWARD`'s jump to a workload dispatch chain for interfaces `prefix` (`cali*`).
+    pub(crate) fn wl_dispatch_jump(
+        &self,
+        family: Family,
+        which: Iface,
+        prefix: &str,
+    ) -> build::BuiltRule {
+        let (b, chain) = match which {
+            Iface::In => (
+                RuleBuilder::new(family).iifname(prefix),
+                logical::FROM_WL_DISPATCH,
+            ),
+            Iface::Out => (
+                RuleBuilder::new(family).oifname(prefix),
+                logical::TO_WL_DISPATCH,
+            ),
+        };
+        b.counter().jump(&Layer::Filter.chain(chain)).build()
+    }
+
+    /// `cali-FORWARD`'s rules after the workload dispatch (§7.1): host-endpoint forward policy
+    /// of the outgoing interface, then the CIDR block.
+    pub(crate) fn forward_after_workloads(&self, family: Family, c: &mut ChainBuilder) {
+        let r = || RuleBuilder::new(family);
+        let f = |n: &str| Layer::Filter.chain(n);
+        c.push(r().counter().jump(&f(logical::TO_HEP_FORWARD)).build(), &[]);
+        c.push(r().counter().jump(&f(logical::CIDR_BLOCK)).build(), &[]);
+    }
+
     /// `filter-FORWARD`'s rules after `cali-FORWARD` (§6.3): accept what policy accepted, mark
     /// the rest as forwarded for mangle POSTROUTING.
     pub(crate) fn forward_tail(&self, family: Family, c: &mut ChainBuilder) {
@@ -303,23 +332,10 @@ impl Renderer {
             &[],
         );
         for p in &prefixes {
-            c.push(
-                r().iifname(p)
-                    .counter()
-                    .jump(&f(logical::FROM_WL_DISPATCH))
-                    .build(),
-                &[],
-            );
-            c.push(
-                r().oifname(p)
-                    .counter()
-                    .jump(&f(logical::TO_WL_DISPATCH))
-                    .build(),
-                &[],
-            );
+            c.push(self.wl_dispatch_jump(family, Iface::In, p), &[]);
+            c.push(self.wl_dispatch_jump(family, Iface::Out, p), &[]);
         }
-        c.push(r().counter().jump(&f(logical::TO_HEP_FORWARD)).build(), &[]);
-        c.push(r().counter().jump(&f(logical::CIDR_BLOCK)).build(), &[]);
+        self.forward_after_workloads(family, &mut c);
         out.push(c.finish());
 
         // filter cali-INPUT (§7.2)
