@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -340,34 +340,18 @@ fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
     let _l = listen(&w2.ns, 80);
-    let mut child = felix_nft(&h)
-        .args(["run", "--source", "stdin", "--netns", &h.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (child, mut stdin) = spawn_stdin(&h);
     let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
     send(ALLOW_ALL);
     send(&wep_update(&w1, 1, "allow-all"));
     send(&wep_update(&w2, 2, "allow-all"));
     send(IN_SYNC);
-    let eventually = |want: bool| {
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(15) {
-            if tcp_ok(&w1.ns, &w2.ip, 80) == want {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
-    };
-    assert!(eventually(true), "allowed flow never passed");
+    let passes = |want: bool| eventually(|| tcp_ok(&w1.ns, &w2.ip, 80) == want);
+    assert!(passes(true), "allowed flow never passed");
     send(DENY_80);
-    assert!(eventually(false), "denied flow still passes");
+    assert!(passes(false), "denied flow still passes");
     send(ALLOW_ALL);
-    assert!(eventually(true), "flow did not come back");
+    assert!(passes(true), "flow did not come back");
     drop(stdin);
     let out = wait_output(child, Duration::from_secs(30));
     assert!(
@@ -375,6 +359,31 @@ fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `run --source stdin` in `host`'s namespace, exiting at the end of its input.
+fn spawn_stdin(host: &Ns) -> (Child, ChildStdin) {
+    let mut child = felix_nft(host)
+        .args(["run", "--source", "stdin", "--netns", &host.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let stdin = child.stdin.take().expect("stdin");
+    (child, stdin)
+}
+
+/// Polls `what` for up to 15 s.
+fn eventually(what: impl Fn() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(15) {
+        if what() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
 
 /// Spawns the binary as Felix would: no arguments, fds 3 and 4 are pipes, in `host`'s namespace.
@@ -620,25 +629,8 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
     let _l = listen(&w2.ns, 80);
-    let mut child = felix_nft(&h)
-        .args(["run", "--source", "stdin", "--netns", &h.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (child, mut stdin) = spawn_stdin(&h);
     let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
-    let eventually = |what: &dyn Fn() -> bool| {
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(15) {
-            if what() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    };
     // Empty until the table exists.
     let table = |name: &str| {
         let out = sh(
@@ -654,14 +646,14 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     send(&wep_update(&w1, 1, "allow-all"));
     send(IN_SYNC);
     assert!(
-        eventually(&|| main().contains(&tw(&w1))),
+        eventually(|| main().contains(&tw(&w1))),
         "first sync: w1 in main"
     );
 
     // w2 arrives: side table, and the flow to it passes.
     send(&wep_update(&w2, 2, "allow-all"));
     assert!(
-        eventually(&|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
         "w1 → w2:80 never passed"
     );
     assert!(
@@ -674,7 +666,7 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     // The profile changes: denied; w1 (a main-table user) moves to the side table too.
     send(DENY_80);
     assert!(
-        eventually(&|| !tcp_ok(&w1.ns, &w2.ip, 80)),
+        eventually(|| !tcp_ok(&w1.ns, &w2.ip, 80)),
         "denied flow still passes"
     );
     let s = side();
@@ -682,7 +674,7 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
 
     // Quiet: the merge brings both back to main; the verdict holds.
     assert!(
-        eventually(&|| !side().contains("chain filter-cali-tw-")),
+        eventually(|| !side().contains("chain filter-cali-tw-")),
         "side table never emptied: {}",
         side()
     );
@@ -691,7 +683,7 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     assert!(!tcp_ok(&w1.ns, &w2.ip, 80), "denied after the merge");
     send(ALLOW_ALL);
     assert!(
-        eventually(&|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
         "flow did not come back"
     );
     drop(stdin);
