@@ -51,7 +51,8 @@ fn rule(chain: usize, i: usize) -> Rule {
                 bytes: 0,
             },
             Expr::Verdict(Verdict::Jump(format!("filter-cali-pi-{}", i % 100))),
-        ],
+        ]
+        .into(),
         comment: Some(format!("cali:{chain:08x}{i:08x};")),
         handle: None,
     }

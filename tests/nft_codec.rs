@@ -392,7 +392,7 @@ fn hand_built_rules_encode_to_nft_bytes() {
             table: "t".into(),
             chain: chain.into(),
             rule: Rule {
-                exprs,
+                exprs: exprs.into(),
                 comment: comment.map(Into::into),
                 handle: None,
             },
@@ -814,7 +814,7 @@ mod prop {
                 family: Family::Ip6,
                 table: "calico".into(),
                 chain: "filter-cali-tw-cali12".into(),
-                rule: Rule { exprs, comment, handle },
+                rule: Rule { exprs: exprs.into(), comment, handle },
             });
             let bytes = codec::encode_object(&obj).unwrap();
             prop_assert_eq!(codec::decode_message(NFT_MSG_NEWRULE, &bytes).unwrap(), obj);
@@ -883,7 +883,7 @@ fn comment_over_kernel_limit_is_refused() {
         table: "t".into(),
         chain: "c".into(),
         rule: Rule {
-            exprs: vec![],
+            exprs: vec![].into(),
             comment: Some("x".repeat(254)),
             handle: None,
         },
@@ -891,7 +891,7 @@ fn comment_over_kernel_limit_is_refused() {
     assert!(codec::encode_object(&obj).is_err());
     let ok = Object::Rule(RuleMsg {
         rule: Rule {
-            exprs: vec![],
+            exprs: vec![].into(),
             comment: Some("x".repeat(253)),
             handle: None,
         },

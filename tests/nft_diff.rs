@@ -142,7 +142,8 @@ fn rule(v: Verdict, comment: &str, packets: u64) -> Rule {
                 bytes: packets * 60,
             },
             Expr::Verdict(v),
-        ],
+        ]
+        .into(),
         comment: Some(comment.into()),
         handle: Some(packets),
     }
@@ -423,7 +424,7 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 });
                 exprs.push(Expr::Verdict(verdict));
                 c.rules.push(Rule {
-                    exprs,
+                    exprs: exprs.into(),
                     comment: Some(format!("cali:{r}")),
                     handle: None,
                 });

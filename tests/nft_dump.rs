@@ -36,7 +36,8 @@ fn rule(i: u32, comment: bool) -> Rule {
                 bytes: 0,
             },
             Expr::Verdict(Verdict::Accept),
-        ],
+        ]
+        .into(),
         comment: comment.then(|| format!("cali:{i:016x};")),
         handle: None,
     }

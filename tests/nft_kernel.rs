@@ -336,7 +336,8 @@ fn random_table(rng: &mut Rng) -> Table {
                     } else {
                         Verdict::Drop
                     }),
-                ],
+                ]
+                .into(),
                 comment: Some(format!("cali:{}-{r}", rng.below(3))),
                 handle: None,
             });
@@ -393,7 +394,8 @@ fn random_table(rng: &mut Rng) -> Table {
                 dreg: Some(Reg::VERDICT),
                 invert: false,
             },
-        ],
+        ]
+        .into(),
         comment: Some("cali:dispatch".into()),
         handle: None,
     });
@@ -417,7 +419,8 @@ fn random_table(rng: &mut Rng) -> Table {
                     data: vec![0; 4],
                 },
                 Expr::Verdict(Verdict::Accept),
-            ],
+            ]
+            .into(),
             comment: Some("cali:accept-mark".into()),
             handle: None,
         });
@@ -468,7 +471,7 @@ fn small_table() -> Table {
     let mut t = Table::new(Family::Ip, "calico");
     let mut c = Chain::regular("filter-cali-tw-cali12");
     c.rules.push(Rule {
-        exprs: vec![Expr::Verdict(Verdict::Accept)],
+        exprs: vec![Expr::Verdict(Verdict::Accept)].into(),
         comment: Some("cali:ok".into()),
         handle: None,
     });
@@ -507,7 +510,7 @@ fn bad_plan() -> Plan {
                 chain: "filter-cali-tw-cali12".into(),
                 index: 3,
                 rule: Rule {
-                    exprs: vec![Expr::Verdict(Verdict::Jump("no-such-chain".into()))],
+                    exprs: vec![Expr::Verdict(Verdict::Jump("no-such-chain".into()))].into(),
                     comment: Some("cali:bad".into()),
                     handle: None,
                 },
@@ -794,7 +797,8 @@ fn kernel_filled_defaults_are_not_differences() {
                     proto_max: None,
                     flags: 0,
                 },
-            ],
+            ]
+            .into(),
             comment: Some("cali:snat".into()),
             handle: None,
         });
@@ -815,7 +819,8 @@ fn kernel_filled_defaults_are_not_differences() {
                     proto_min: Some(Reg::R1),
                     proto_max: None,
                 },
-            ],
+            ]
+            .into(),
             comment: Some("cali:masq".into()),
             handle: None,
         });
@@ -835,7 +840,8 @@ fn kernel_filled_defaults_are_not_differences() {
                     flags: None,
                 },
                 Expr::Verdict(Verdict::Drop),
-            ],
+            ]
+            .into(),
             comment: Some("cali:log".into()),
             handle: None,
         });
@@ -922,7 +928,8 @@ fn ten_thousand_rules_go_in_one_transaction() {
                             bytes: 0,
                         },
                         Expr::Verdict(Verdict::Accept),
-                    ],
+                    ]
+                    .into(),
                     comment: Some(format!("cali:{c:08x}{i:08x};")),
                     handle: None,
                 });

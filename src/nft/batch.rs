@@ -233,13 +233,26 @@ impl Batch {
             let new_set = |e: &Expr| matches!(e, Expr::Lookup { set_id: None, set, .. } if ids.contains_key(set.as_str()));
             if rule.exprs.iter().any(new_set) {
                 let mut r = rule.clone();
-                for e in &mut r.exprs {
-                    if let Expr::Lookup { set, set_id, .. } = e {
-                        if set_id.is_none() {
-                            *set_id = ids.get(set.as_str()).copied();
-                        }
-                    }
-                }
+                r.exprs = r
+                    .exprs
+                    .iter()
+                    .map(|e| match e {
+                        Expr::Lookup {
+                            set,
+                            set_id: None,
+                            sreg,
+                            dreg,
+                            invert,
+                        } => Expr::Lookup {
+                            set: set.clone(),
+                            set_id: ids.get(set.as_str()).copied(),
+                            sreg: *sreg,
+                            dreg: *dreg,
+                            invert: *invert,
+                        },
+                        e => e.clone(),
+                    })
+                    .collect();
                 owned = r;
                 rule = &owned;
             }

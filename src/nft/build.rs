@@ -1115,7 +1115,7 @@ impl TextChain {
         };
         self.texts.push(text);
         self.chain.rules.push(Rule {
-            exprs: rule.exprs,
+            exprs: rule.exprs.into(),
             comment,
             handle: None,
         });

@@ -244,36 +244,39 @@ pub fn rule_eq(a: &Rule, b: &Rule) -> bool {
     if a.comment != b.comment || a.exprs.len() != b.exprs.len() {
         return false;
     }
-    a.exprs.iter().zip(&b.exprs).all(|(x, y)| match (x, y) {
-        (Expr::Counter { .. }, Expr::Counter { .. }) => true,
-        (
-            Expr::Lookup {
-                set,
-                sreg,
-                dreg,
-                invert,
-                ..
-            },
-            Expr::Lookup {
-                set: s2,
-                sreg: r2,
-                dreg: d2,
-                invert: i2,
-                ..
-            },
-        ) => set == s2 && sreg == r2 && dreg == d2 && invert == i2,
-        (Expr::Nat { .. } | Expr::Masq { .. } | Expr::Log { .. }, _) => {
-            let one = |e: &Expr| {
-                canonical_rule(&Rule {
-                    exprs: vec![e.clone()],
-                    comment: None,
-                    handle: None,
-                })
-            };
-            one(x) == one(y)
-        }
-        _ => x == y,
-    })
+    a.exprs
+        .iter()
+        .zip(b.exprs.iter())
+        .all(|(x, y)| match (x, y) {
+            (Expr::Counter { .. }, Expr::Counter { .. }) => true,
+            (
+                Expr::Lookup {
+                    set,
+                    sreg,
+                    dreg,
+                    invert,
+                    ..
+                },
+                Expr::Lookup {
+                    set: s2,
+                    sreg: r2,
+                    dreg: d2,
+                    invert: i2,
+                    ..
+                },
+            ) => set == s2 && sreg == r2 && dreg == d2 && invert == i2,
+            (Expr::Nat { .. } | Expr::Masq { .. } | Expr::Log { .. }, _) => {
+                let one = |e: &Expr| {
+                    canonical_rule(&Rule {
+                        exprs: [e.clone()].into(),
+                        comment: None,
+                        handle: None,
+                    })
+                };
+                one(x) == one(y)
+            }
+            _ => x == y,
+        })
 }
 
 /// `[start, end)` of an interval set, with the value of an interval map's range.
@@ -939,7 +942,7 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
             t.chains.remove(name);
         }
         Op::AddRule { chain, rule, .. } => {
-            for e in &rule.exprs {
+            for e in rule.exprs.iter() {
                 match e {
                     Expr::Lookup { set, .. } if !t.sets.contains_key(set) => {
                         return Err(err("ENOENT", format!("set {set} in a rule of {chain}")))

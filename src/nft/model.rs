@@ -268,10 +268,80 @@ impl Chain {
     }
 }
 
+/// A rule's expressions. Shared: rules with the same expressions (the thousands of endpoint
+/// chains repeat a few bodies; only their comments differ) hold one copy, and copying a rule
+/// copies a pointer (issue 9: desired state was ~0.5 KiB per rule).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exprs(std::sync::Arc<[Expr]>);
+
+impl Exprs {
+    /// Whether both hold the very same copy.
+    pub fn shares(&self, other: &Exprs) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// How many rules hold this copy.
+    pub fn holders(&self) -> usize {
+        std::sync::Arc::strong_count(&self.0)
+    }
+}
+
+impl std::ops::Deref for Exprs {
+    type Target = [Expr];
+    fn deref(&self) -> &[Expr] {
+        &self.0
+    }
+}
+
+impl std::hash::Hash for Exprs {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As the slice hashes: `Exprs` is looked up by `&[Expr]` (`Borrow`).
+        self.0[..].hash(state)
+    }
+}
+
+impl std::borrow::Borrow<[Expr]> for Exprs {
+    fn borrow(&self) -> &[Expr] {
+        &self.0
+    }
+}
+
+impl From<Vec<Expr>> for Exprs {
+    fn from(v: Vec<Expr>) -> Exprs {
+        Exprs(v.into())
+    }
+}
+
+impl<const N: usize> From<[Expr; N]> for Exprs {
+    fn from(a: [Expr; N]) -> Exprs {
+        Exprs(std::sync::Arc::new(a))
+    }
+}
+
+impl FromIterator<Expr> for Exprs {
+    fn from_iter<I: IntoIterator<Item = Expr>>(it: I) -> Exprs {
+        Exprs(it.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a Exprs {
+    type Item = &'a Expr;
+    type IntoIter = std::slice::Iter<'a, Expr>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl PartialEq<Vec<Expr>> for Exprs {
+    fn eq(&self, other: &Vec<Expr>) -> bool {
+        self.0[..] == other[..]
+    }
+}
+
 /// One rule: a list of expressions evaluated in order, plus its userdata comment.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Rule {
-    pub exprs: Vec<Expr>,
+    pub exprs: Exprs,
     /// Rule userdata comment (libnftnl udata TLV type 0; at most 255 bytes + NUL, netlink.md
     /// gotcha 9). Our identity comments live here (`cali:<hash>; ...`).
     pub comment: Option<String>,
@@ -461,7 +531,7 @@ pub enum LimitType {
 
 /// One kernel expression. Each variant maps 1:1 to an nf_tables expression type; see the
 /// uapi (`linux/netfilter/nf_tables.h`) for the attribute of each field.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// `meta load <key> => reg`
     Meta { key: MetaKey, dreg: Reg },

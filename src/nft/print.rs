@@ -357,7 +357,7 @@ pub fn expr(e: &Expr) -> String {
 /// A rule: one expression per line, then its comment.
 pub fn rule(r: &Rule) -> String {
     let mut s = String::new();
-    for e in &r.exprs {
+    for e in r.exprs.iter() {
         let _ = writeln!(s, "  {}", expr(e));
     }
     if let Some(c) = &r.comment {

@@ -74,7 +74,7 @@ pub fn put_rule(w: &mut MsgWriter, table: &str, chain: &str, r: &Rule) -> Result
         w.put_be64(NFTA_RULE_HANDLE, h);
     }
     let n = w.begin_nest(NFTA_RULE_EXPRESSIONS);
-    for e in &r.exprs {
+    for e in r.exprs.iter() {
         put_expr(w, e);
     }
     w.end_nest(n);
@@ -489,13 +489,14 @@ fn decode_rule_attrs(family: Family, attrs: &[u8]) -> Result<RuleRef<'_>, CodecE
             NFTA_RULE_USERDATA => rule.comment = decode_rule_udata(a.data),
             NFTA_RULE_EXPRESSIONS => {
                 // Sized once: growing by doubling cost 3–4 reallocations per rule.
-                rule.exprs.reserve_exact(a.nested().count());
+                let mut exprs = Vec::with_capacity(a.nested().count());
                 for e in a.nested() {
                     let e = e?;
                     if e.ty == NFTA_LIST_ELEM {
-                        rule.exprs.push(decode_expr(e.data)?);
+                        exprs.push(decode_expr(e.data)?);
                     }
                 }
+                rule.exprs = exprs.into();
             }
             _ => {}
         }
