@@ -702,3 +702,34 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
     check(&mut dp, &mut store).unwrap();
     assert_eq!(dp.side_placement().0, names(&[2]));
 }
+
+/// Rules with the same expressions hold one copy of them (issue 9's memory), whether the
+/// endpoints arrive in one render or one at a time; the comments (rule ids) stay per chain.
+#[test]
+fn endpoints_with_the_same_policies_share_their_rule_bodies() {
+    let mut dp = dataplane(0);
+    let mut store = Vec::new();
+    for op in [Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)] {
+        apply(&mut dp, &op);
+    }
+    check(&mut dp, &mut store).unwrap();
+    apply(&mut dp, &wep(1, 0b01, 0b10));
+    check(&mut dp, &mut store).unwrap();
+    let shared_in = |tables: &[Table]| {
+        let main = tables.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
+        let (a, b) = (
+            &main.chains["filter-cali-tw-cali0"],
+            &main.chains["filter-cali-tw-cali1"],
+        );
+        assert_eq!(a.rules.len(), b.rules.len());
+        for (x, y) in a.rules.iter().zip(&b.rules) {
+            assert_eq!(x.exprs, y.exprs);
+            assert!(x.exprs.shares(&y.exprs), "{:?}", x.exprs);
+            assert_ne!(x.comment, y.comment, "rule ids are per chain");
+        }
+    };
+    // The second endpoint came in an update of its own.
+    shared_in(&store);
+    // And in one full render.
+    shared_in(&dp.render_tables().unwrap());
+}
