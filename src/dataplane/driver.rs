@@ -514,10 +514,12 @@ impl<K: Kernel> Driver<K> {
             }
         }
         // 6. Status (after DataplaneInSync on the first apply), when it may have changed.
-        if self.dp.take_status_dirty() && self.dp.cfg.endpoint_reporting {
-            let (w, h) = self.dp.statuses();
-            for m in self.status.update(&w, &h) {
-                self.send(m).await;
+        if let Some(scope) = self.dp.take_status_dirty() {
+            if self.dp.cfg.endpoint_reporting {
+                let (w, h) = self.dp.statuses_in(&scope);
+                for m in self.status.update_in(&w, &h, &scope) {
+                    self.send(m).await;
+                }
             }
         }
         // The nf_tables commit's share is logged here rather than per transaction, so the cost

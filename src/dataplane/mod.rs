@@ -355,8 +355,8 @@ pub struct Dataplane {
     workload_ids: BTreeMap<String, BTreeSet<WorkloadEndpointId>>,
     /// Host endpoints with interface-less ones resolved (§14.4), as last rendered.
     heps_resolved: BTreeMap<HostEndpointId, HostEndpoint>,
-    /// Endpoint statuses may have changed since they were last computed.
-    status_dirty: bool,
+    /// Endpoints whose status may have changed since it was last computed.
+    status_dirty: status::StatusScope,
     /// Felix's route updates by destination (for blackhole routes of local IPAM blocks).
     routes: BTreeMap<String, RouteUpdate>,
     ifaces: BTreeMap<String, IfaceInfo>,
@@ -383,7 +383,7 @@ impl Dataplane {
             },
             workload_ids: BTreeMap::new(),
             heps_resolved: BTreeMap::new(),
-            status_dirty: true,
+            status_dirty: status::StatusScope::everything(),
             cfg,
             routes: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -452,6 +452,7 @@ impl Dataplane {
                 if !unchanged {
                     self.changes.workloads.extend(ifaces.iter().cloned());
                 }
+                self.status_dirty.workloads.extend(u.id.clone());
                 self.mark_endpoint(ifaces);
             }
             Payload::WorkloadEndpointRemove(r) => {
@@ -463,11 +464,12 @@ impl Dataplane {
                     self.forget_workload_iface(o, id);
                 }
                 self.changes.workloads.extend(old.iter().cloned());
+                self.status_dirty.workloads.extend(r.id.clone());
                 self.mark_endpoint(old);
             }
             Payload::HostEndpointUpdate(_) | Payload::HostEndpointRemove(_) => {
                 self.changes.host_endpoints = true;
-                self.status_dirty = true;
+                self.status_dirty.hosts = true;
             }
             Payload::IpsetUpdate(u) => {
                 self.changes.ipsets.insert(u.id.clone());
@@ -521,10 +523,10 @@ impl Dataplane {
     }
 
     fn mark_endpoint(&mut self, ifaces: impl IntoIterator<Item = String>) {
-        self.status_dirty = true;
         self.dirty.routes = true;
         self.dirty.neighbours = true;
         for i in ifaces {
+            self.status_of_iface(&i);
             self.conf_failed.remove(&i);
             self.dirty.scope(&i);
             self.dirty.ifaces.insert(i);
@@ -534,9 +536,13 @@ impl Dataplane {
     /// Records what the interface monitor reported.
     pub fn on_iface(&mut self, ev: &crate::rtnl::monitor::IfaceEvent) {
         use crate::rtnl::monitor::IfaceEvent as E;
-        self.status_dirty = true;
+        // Host endpoints resolve by interface names and addresses; they are few.
+        self.status_dirty.hosts = true;
         match ev {
-            E::InSync => self.ifaces_in_sync = true,
+            E::InSync => {
+                self.ifaces_in_sync = true;
+                self.status_dirty.all = true;
+            }
             E::Link(l) => {
                 let e = self.ifaces.entry(l.name.clone()).or_default();
                 let came_up = l.oper_up && !e.oper_up;
@@ -603,6 +609,7 @@ impl Dataplane {
     }
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
+        self.status_of_iface(name);
         if self.cfg.is_workload_iface(name) {
             // Routes and ARP entries of a workload interface are (re)asserted when it flaps
             // (§15); sysctls are applied when it comes up (§14.2). Status may change.
@@ -642,8 +649,15 @@ impl Dataplane {
 
     /// Records that configuring `iface` failed (its endpoint goes `down` until it succeeds).
     pub fn iface_conf_failed(&mut self, iface: &str) {
-        self.status_dirty = true;
+        self.status_of_iface(iface);
         self.conf_failed.insert(iface.to_string());
+    }
+
+    /// The status of the workload endpoints on `iface` may have changed.
+    fn status_of_iface(&mut self, iface: &str) {
+        if let Some(ids) = self.workload_ids.get(iface) {
+            self.status_dirty.workloads.extend(ids.iter().cloned());
+        }
     }
 
     /// Known interfaces.
@@ -730,9 +744,10 @@ impl Dataplane {
         }
     }
 
-    /// Whether endpoint statuses may have changed since [`Dataplane::take_status_dirty`].
-    pub fn take_status_dirty(&mut self) -> bool {
-        std::mem::take(&mut self.status_dirty)
+    /// The endpoints whose status may have changed since the last call; `None` when none.
+    pub fn take_status_dirty(&mut self) -> Option<status::StatusScope> {
+        let scope = std::mem::take(&mut self.status_dirty);
+        (!scope.is_empty()).then_some(scope)
     }
 
     /// Interfaces a host endpoint without a name resolves to: non-workload interfaces holding one
@@ -903,15 +918,46 @@ impl Dataplane {
         status::WorkloadStatuses<'_>,
         BTreeMap<HostEndpointId, Status>,
     ) {
-        let mut w = BTreeMap::new();
-        for (id, wep) in &self.model.workloads {
+        self.statuses_in(&status::StatusScope::everything())
+    }
+
+    /// [`Dataplane::statuses`] of the endpoints in `scope` only (workloads of `scope` that no
+    /// longer exist are left out; host endpoints: all or none).
+    pub fn statuses_in(
+        &self,
+        scope: &status::StatusScope,
+    ) -> (
+        status::WorkloadStatuses<'_>,
+        BTreeMap<HostEndpointId, Status>,
+    ) {
+        let status = |wep: &WorkloadEndpoint| {
             let up = wep.state == "active"
                 && self.ifaces.get(&wep.name).is_some_and(|i| i.oper_up)
                 && !self.conf_failed.contains(&wep.name);
-            let st = if up { Status::Up } else { Status::Down };
-            w.insert(id, (st, wep));
-        }
+            if up {
+                Status::Up
+            } else {
+                Status::Down
+            }
+        };
+        let w = if scope.all {
+            self.model
+                .workloads
+                .iter()
+                .map(|(id, wep)| (id, (status(wep), wep)))
+                .collect()
+        } else {
+            scope
+                .workloads
+                .iter()
+                .filter_map(|id| self.model.workloads.get_key_value(id))
+                .map(|(id, wep)| (id, (status(wep), wep)))
+                .collect()
+        };
         let mut h = BTreeMap::new();
+        if !(scope.all || scope.hosts) {
+            return (w, h);
+        }
         for (id, hep) in &self.model.host_endpoints {
             let st = if hep.name == "*" {
                 Status::Up
