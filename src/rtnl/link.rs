@@ -60,15 +60,16 @@ impl LinkState {
 
 /// Dumps every link in the handle's namespace.
 pub async fn list_links(h: &RtnlHandle) -> Result<Vec<LinkState>> {
-    let msgs: Vec<LinkMessage> = h
-        .handle()
+    // Reduced as they arrive: a parsed link message with its statistics is kilobytes, and
+    // thousands of them at once were most of the daemon's first-sync memory beyond the tables.
+    h.handle()
         .link()
         .get()
         .execute()
+        .try_filter_map(|m| std::future::ready(Ok(LinkState::from_message(&m))))
         .try_collect()
         .await
-        .map_err(|e| RtnlError::kernel("dumping", "links", e))?;
-    Ok(msgs.iter().filter_map(LinkState::from_message).collect())
+        .map_err(|e| RtnlError::kernel("dumping", "links", e))
 }
 
 /// Looks up one link by name; `Ok(None)` when it does not exist.
@@ -235,18 +236,14 @@ pub fn address_of(msg: &AddressMessage) -> Option<IpNet> {
 
 /// Dumps all addresses of both families: (interface index, address).
 pub async fn list_addresses(h: &RtnlHandle) -> Result<Vec<(u32, IpNet)>> {
-    let msgs: Vec<AddressMessage> = h
-        .handle()
+    h.handle()
         .address()
         .get()
         .execute()
+        .try_filter_map(|m| std::future::ready(Ok(address_of(&m).map(|a| (m.header.index, a)))))
         .try_collect()
         .await
-        .map_err(|e| RtnlError::kernel("dumping", "addresses", e))?;
-    Ok(msgs
-        .iter()
-        .filter_map(|m| Some((m.header.index, address_of(m)?)))
-        .collect())
+        .map_err(|e| RtnlError::kernel("dumping", "addresses", e))
 }
 
 /// Adds a route to `dst` in the main table: through `via` when given, else directly on `dev`

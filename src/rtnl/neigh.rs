@@ -272,65 +272,49 @@ pub struct PermanentNeighbour {
 /// Every permanent neighbour entry of the handle's namespace, both families (`felix-nft dump`,
 /// `plan`, `cleanup`: the caller keeps those on its workload interfaces).
 pub async fn list_permanent(h: &RtnlHandle) -> Result<Vec<PermanentNeighbour>> {
-    let msgs: Vec<NeighbourMessage> = h
-        .handle()
+    h.handle()
         .neighbours()
         .get()
         .execute()
+        .try_filter_map(|m| std::future::ready(Ok(permanent(&m))))
         .try_collect()
         .await
-        .map_err(|e| RtnlError::kernel("dumping", "neighbours", e))?;
-    Ok(msgs
-        .iter()
-        .filter(|m| m.header.state == NeighbourState::Permanent)
-        .filter_map(|m| {
-            let mut ip = None;
-            let mut mac = None;
-            for a in &m.attributes {
-                match a {
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
-                        ip = Some(IpAddr::V4(*v4))
-                    }
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
-                        ip = Some(IpAddr::V6(*v6))
-                    }
-                    NeighbourAttribute::LinkLayerAddress(l) => mac = <Mac>::try_from(&l[..]).ok(),
-                    _ => {}
-                }
+        .map_err(|e| RtnlError::kernel("dumping", "neighbours", e))
+}
+
+/// A permanent entry, reduced (`None` for any other state). Dumps reduce each message as it
+/// arrives instead of collecting them parsed first.
+fn permanent(m: &NeighbourMessage) -> Option<PermanentNeighbour> {
+    if m.header.state != NeighbourState::Permanent {
+        return None;
+    }
+    let mut ip = None;
+    let mut mac = None;
+    for a in &m.attributes {
+        match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                ip = Some(IpAddr::V4(*v4))
             }
-            Some(PermanentNeighbour {
-                ifindex: m.header.ifindex,
-                ip: ip?,
-                mac,
-            })
-        })
-        .collect())
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                ip = Some(IpAddr::V6(*v6))
+            }
+            NeighbourAttribute::LinkLayerAddress(l) => mac = <Mac>::try_from(&l[..]).ok(),
+            _ => {}
+        }
+    }
+    Some(PermanentNeighbour {
+        ifindex: m.header.ifindex,
+        ip: ip?,
+        mac,
+    })
 }
 
 /// All permanent neighbour entries: (interface index, address).
 async fn dump_permanent(h: &RtnlHandle) -> Result<Vec<(u32, IpAddr)>> {
-    let msgs: Vec<NeighbourMessage> = h
-        .handle()
-        .neighbours()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| RtnlError::kernel("dumping", "neighbours", e))?;
-    Ok(msgs
-        .iter()
-        .filter(|m| m.header.state == NeighbourState::Permanent)
-        .filter_map(|m| {
-            m.attributes.iter().find_map(|a| match a {
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
-                    Some((m.header.ifindex, IpAddr::V4(*v4)))
-                }
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
-                    Some((m.header.ifindex, IpAddr::V6(*v6)))
-                }
-                _ => None,
-            })
-        })
+    Ok(list_permanent(h)
+        .await?
+        .into_iter()
+        .map(|n| (n.ifindex, n.ip))
         .collect())
 }
 

@@ -989,15 +989,14 @@ impl RouteSyncer {
             IpFamily::V4 => RouteMessageBuilder::<Ipv4Addr>::new().build(),
             IpFamily::V6 => RouteMessageBuilder::<Ipv6Addr>::new().build(),
         };
-        let msgs: Vec<RouteMessage> = h
-            .handle()
+        h.handle()
             .route()
             .get(req)
             .execute()
+            .try_filter_map(|m| std::future::ready(Ok(self.parse(m))))
             .try_collect()
             .await
-            .map_err(|e| RtnlError::kernel("dumping routes of table", self.table.to_string(), e))?;
-        Ok(msgs.into_iter().filter_map(|m| self.parse(m)).collect())
+            .map_err(|e| RtnlError::kernel("dumping routes of table", self.table.to_string(), e))
     }
 
     /// Reduces a dumped route; `None` for routes outside our table or that no one may own
