@@ -92,9 +92,9 @@ fn big_table() -> Table {
             key,
             key_end: None,
             flags: 0,
-            data: Some(ElemData::Verdict(Verdict::Goto(format!(
+            data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(
                 "filter-cali-tw-cali{c:08}"
-            )))),
+            ))))),
         });
     }
     t.sets.insert(vmap.name.clone(), vmap);

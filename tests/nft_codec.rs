@@ -336,13 +336,13 @@ fn hand_built_objects_encode_to_nft_bytes() {
     let ic = vec![
         Element {
             key: vec![10, 0, 0, 0, 0, 80, 0, 0],
-            key_end: Some(vec![10, 255, 255, 255, 0, 90, 0, 0]),
+            key_end: Some(vec![10, 255, 255, 255, 0, 90, 0, 0].into()),
             flags: 0,
             data: None,
         },
         Element {
             key: vec![192, 168, 0, 1, 0, 22, 0, 0],
-            key_end: Some(vec![192, 168, 0, 1, 0, 22, 0, 0]),
+            key_end: Some(vec![192, 168, 0, 1, 0, 22, 0, 0].into()),
             flags: 0,
             data: None,
         },
@@ -350,15 +350,15 @@ fn hand_built_objects_encode_to_nft_bytes() {
     assert_eq!(elems("ic", 7, ic), find(NFT_MSG_NEWSETELEM, b"ic\0"));
     let vmap = vec![
         Element {
-            data: Some(ElemData::Verdict(Verdict::Goto("c2".into()))),
+            data: Some(Box::new(ElemData::Verdict(Verdict::Goto("c2".into())))),
             ..el(ifname("cali1234"), 0)
         },
         Element {
-            data: Some(ElemData::Verdict(Verdict::Jump("c2".into()))),
+            data: Some(Box::new(ElemData::Verdict(Verdict::Jump("c2".into())))),
             ..el(ifname("cali5678"), 0)
         },
         Element {
-            data: Some(ElemData::Verdict(Verdict::Drop)),
+            data: Some(Box::new(ElemData::Verdict(Verdict::Drop))),
             ..el(ifname("eth1"), 0)
         },
     ];
@@ -368,11 +368,11 @@ fn hand_built_objects_encode_to_nft_bytes() {
     );
     let mm = vec![
         Element {
-            data: Some(ElemData::Value(1u32.to_ne_bytes().to_vec())),
+            data: Some(Box::new(ElemData::Value(1u32.to_ne_bytes().to_vec()))),
             ..el(v4([10, 0, 0, 1]), 0)
         },
         Element {
-            data: Some(ElemData::Value(2u32.to_ne_bytes().to_vec())),
+            data: Some(Box::new(ElemData::Value(2u32.to_ne_bytes().to_vec()))),
             ..el(v4([10, 0, 0, 2]), 0)
         },
     ];
@@ -799,9 +799,9 @@ mod prop {
         )
             .prop_map(|(key, key_end, flags, data)| Element {
                 key,
-                key_end,
+                key_end: key_end.map(Vec::into_boxed_slice),
                 flags,
-                data,
+                data: data.map(Box::new),
             })
     }
 

@@ -476,11 +476,11 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 key,
                 key_end: None,
                 flags: 0,
-                data: Some(ElemData::Verdict(if goto {
+                data: Some(Box::new(ElemData::Verdict(if goto {
                     Verdict::Goto(target)
                 } else {
                     Verdict::Jump(target)
-                })),
+                }))),
             });
         }
         t.sets.insert("dispatch".into(), disp);

@@ -103,9 +103,9 @@ fn many_objects() -> Table {
             key,
             key_end: None,
             flags: 0,
-            data: Some(ElemData::Verdict(Verdict::Goto(format!(
+            data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(
                 "filter-cali-pi-{c:05}"
-            )))),
+            ))))),
         });
     }
     t.sets.insert(vmap.name.clone(), vmap);

@@ -347,11 +347,11 @@ fn random_table(rng: &mut Rng) -> Table {
                 key: ifname(&format!("cali{i}")),
                 key_end: None,
                 flags: 0,
-                data: Some(ElemData::Verdict(if rng.chance(50) {
+                data: Some(Box::new(ElemData::Verdict(if rng.chance(50) {
                     Verdict::Goto(name.clone())
                 } else {
                     Verdict::Jump(name.clone())
-                })),
+                }))),
             });
         }
         t.chains.insert(name, c);
@@ -939,7 +939,7 @@ fn ten_thousand_rules_go_in_one_transaction() {
                 key: ifname(&format!("cali{c:08}")),
                 key_end: None,
                 flags: 0,
-                data: Some(ElemData::Verdict(Verdict::Goto(name))),
+                data: Some(Box::new(ElemData::Verdict(Verdict::Goto(name)))),
             });
         }
         t.sets.insert(vmap.name.clone(), vmap);

@@ -995,7 +995,7 @@ fn debug_expr(e: &Expr) -> String {
 
 /// One set element in `nft --debug=netlink` notation.
 fn debug_element(e: &felix_nft::nft::model::Element) -> String {
-    let data = match &e.data {
+    let data = match e.data.as_deref() {
         Some(felix_nft::nft::model::ElemData::Verdict(v)) => format!("{} ", verdict(v)),
         Some(felix_nft::nft::model::ElemData::Value(b)) => format!("{} ", words(b)),
         None => String::new(),

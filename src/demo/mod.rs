@@ -930,7 +930,7 @@ mod tests {
             key: key.to_vec(),
             key_end: None,
             flags,
-            data,
+            data: data.map(Box::new),
         }
     }
 

@@ -1080,7 +1080,7 @@ pub fn ifname_verdict_element(ifname: &str, verdict: Verdict) -> Element {
         key: ifname_key(ifname),
         key_end: None,
         flags: 0,
-        data: Some(ElemData::Verdict(verdict)),
+        data: Some(Box::new(ElemData::Verdict(verdict))),
     }
 }
 
@@ -1317,7 +1317,7 @@ fn elements_text(set: &Set) -> Vec<String> {
         .iter()
         .map(|e| {
             let k = key_text(&set.key, &e.key);
-            match &e.data {
+            match e.data.as_deref() {
                 Some(ElemData::Verdict(v)) => format!("{k} : {}", verdict_text(v)),
                 Some(ElemData::Value(b)) => match set.data {
                     Some(t) => format!("{k} : {}", value_text(t, b)),

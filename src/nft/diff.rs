@@ -280,7 +280,7 @@ pub fn rule_eq(a: &Rule, b: &Rule) -> bool {
 }
 
 /// `[start, end)` of an interval set, with the value of an interval map's range.
-type KeyRange = (Vec<u8>, Option<Vec<u8>>, Option<ElemData>);
+type KeyRange = (Vec<u8>, Option<Vec<u8>>, Option<Box<ElemData>>);
 
 fn is_interval(s: &Set) -> bool {
     s.flags & set_flags::INTERVAL != 0 && s.key.len() == 1
@@ -301,7 +301,7 @@ fn ranges(elems: &[Element]) -> Vec<KeyRange> {
     // The elements are read as start/end pairs whose union is the set: count nesting depth, so
     // overlapping pairs (10.0.0.0/8 with 10.1.0.0/16 inside) give their union.
     let mut out = Vec::new();
-    let mut open: Option<(Vec<u8>, Option<ElemData>)> = None;
+    let mut open: Option<(Vec<u8>, Option<Box<ElemData>>)> = None;
     let mut depth = 0usize;
     for e in sorted {
         if e.flags & elem_flags::INTERVAL_END != 0 {
@@ -795,7 +795,7 @@ fn references_chain(t: &Table, chain: &str) -> bool {
     }) || t.sets.values().any(|s| {
         s.elements
             .iter()
-            .any(|e| matches!(&e.data, Some(ElemData::Verdict(v)) if jumps(v)))
+            .any(|e| matches!(e.data.as_deref(), Some(ElemData::Verdict(v)) if jumps(v)))
     })
 }
 

@@ -392,7 +392,7 @@ pub fn element(e: &Element) -> String {
     if e.flags & elem_flags::INTERVAL_END != 0 {
         s.push_str(" [end]");
     }
-    match &e.data {
+    match e.data.as_deref() {
         None => {}
         Some(ElemData::Verdict(v)) => {
             let _ = write!(s, " : {}", verdict(v));

@@ -202,7 +202,7 @@ pub fn elem_size_hint(e: &Element) -> usize {
         + e.key_end
             .as_ref()
             .map_or(0, |k| 12 + k.len().div_ceil(4) * 4)
-        + match &e.data {
+        + match e.data.as_deref() {
             None => 0,
             Some(ElemData::Value(v)) => 12 + v.len().div_ceil(4) * 4,
             Some(ElemData::Verdict(Verdict::Jump(c) | Verdict::Goto(c))) => {
@@ -236,7 +236,7 @@ pub fn put_elems(
         if let Some(k) = &e.key_end {
             w.put_data_value(NFTA_SET_ELEM_KEY_END, k);
         }
-        match &e.data {
+        match e.data.as_deref() {
             None => {}
             Some(ElemData::Value(v)) => w.put_data_value(NFTA_SET_ELEM_DATA, v),
             Some(ElemData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, v),
@@ -741,14 +741,18 @@ fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
         let x = x?;
         match x.ty {
             NFTA_SET_ELEM_KEY => el.key = x.data_value(what)?,
-            NFTA_SET_ELEM_KEY_END => el.key_end = Some(x.data_value(what)?),
+            NFTA_SET_ELEM_KEY_END => el.key_end = Some(x.data_value(what)?.into_boxed_slice()),
             NFTA_SET_ELEM_FLAGS => el.flags = x.be32(what)?,
             NFTA_SET_ELEM_DATA => {
                 for d in x.nested() {
                     let d = d?;
                     match d.ty {
-                        NFTA_DATA_VALUE => el.data = Some(ElemData::Value(d.data.to_vec())),
-                        NFTA_DATA_VERDICT => el.data = Some(ElemData::Verdict(decode_verdict(&d)?)),
+                        NFTA_DATA_VALUE => {
+                            el.data = Some(Box::new(ElemData::Value(d.data.to_vec())))
+                        }
+                        NFTA_DATA_VERDICT => {
+                            el.data = Some(Box::new(ElemData::Verdict(decode_verdict(&d)?)))
+                        }
                         _ => {}
                     }
                 }
