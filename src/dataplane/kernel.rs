@@ -13,6 +13,7 @@ use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, SyncReport};
 use crate::nft::NftError;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
+use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{Ownership as RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
@@ -218,17 +219,6 @@ impl NftSide {
         rec.opts = base;
         let commit_time = rec.take_commit_time();
         out.map(|o| TablesOutcome { commit_time, ..o })
-    }
-}
-
-/// Runs blocking kernel work from async code: under `block_in_place` on a multi-threaded
-/// runtime, directly elsewhere (a current-thread runtime cannot hand its tasks to another
-/// worker, and `block_in_place` would panic there).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
     }
 }
 

@@ -6,8 +6,10 @@
 //! tokio runtime: no tokio worker ever runs while inside a foreign namespace.
 
 use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, TokioSocket};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr, TokioSocket};
 
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
@@ -38,6 +40,27 @@ pub fn socket_in(ns: Option<&NetNs>, protocol: isize) -> Result<Socket> {
 pub struct RtnlHandle {
     handle: rtnetlink::Handle,
     ns: String,
+    /// A plain socket in the same namespace for dumps reduced as they arrive
+    /// ([`RtnlHandle::dump`]).
+    dumper: Arc<Mutex<Socket>>,
+}
+
+/// Sequence numbers of [`RtnlHandle::dump`] requests.
+static DUMP_SEQ: AtomicU32 = AtomicU32::new(1);
+
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+
+/// Runs blocking kernel work from async code: under `block_in_place` on a multi-threaded
+/// runtime, directly elsewhere (a current-thread runtime cannot hand its tasks to another
+/// worker, and `block_in_place` would panic there).
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 impl RtnlHandle {
@@ -45,11 +68,91 @@ impl RtnlHandle {
     /// current tokio runtime.
     pub fn connect(ns: Option<&NetNs>) -> Result<RtnlHandle> {
         let socket = socket_in(ns, NETLINK_ROUTE)?;
+        let dumper = Arc::new(Mutex::new(socket_in(ns, NETLINK_ROUTE)?));
         let label = ns.map(NetNs::label).unwrap_or(CURRENT_NS).to_string();
         let socket = into_tokio(socket, &label, "connecting rtnetlink")?;
         let (conn, handle, _unsolicited) = rtnetlink::from_socket(socket);
         tokio::spawn(conn);
-        Ok(RtnlHandle { handle, ns: label })
+        Ok(RtnlHandle {
+            handle,
+            ns: label,
+            dumper,
+        })
+    }
+
+    /// Dumps with request type `request` (`body`: the family header and attributes) and hands
+    /// the payload of each `reply` message to `keep`, collecting what it returns.
+    ///
+    /// Through the typed handle, `rtnetlink`'s connection task parses a whole dump and queues
+    /// it before the caller sees the first message: kilobytes per link, 33 MB at once for 2,000
+    /// veth interfaces (measured; the daemon's first sync peaked there). Here one message is
+    /// looked at at a time. Blocking, one dump at a time per handle.
+    pub fn dump<T>(
+        &self,
+        request: u16,
+        reply: u16,
+        body: &[u8],
+        op: &'static str,
+        mut keep: impl FnMut(&[u8]) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        let fail = |source: std::io::Error| RtnlError::Socket {
+            op,
+            ns: self.ns.clone(),
+            source,
+        };
+        blocking(|| {
+            let sock = self
+                .dumper
+                .lock()
+                .map_err(|_| fail(std::io::Error::other("dump socket lock poisoned")))?;
+            let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
+            let len = NLMSG_HDRLEN + body.len();
+            let mut msg = Vec::with_capacity(len);
+            msg.extend_from_slice(&(len as u32).to_ne_bytes());
+            msg.extend_from_slice(&request.to_ne_bytes());
+            let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+            msg.extend_from_slice(&flags.to_ne_bytes());
+            msg.extend_from_slice(&seq.to_ne_bytes());
+            msg.extend_from_slice(&0u32.to_ne_bytes());
+            msg.extend_from_slice(body);
+            sock.send_to(&msg, &SocketAddr::new(0, 0), 0)
+                .map_err(fail)?;
+            let mut out = Vec::new();
+            loop {
+                let (buf, _) = sock.recv_from_full().map_err(fail)?;
+                let mut rest = &buf[..];
+                while rest.len() >= NLMSG_HDRLEN {
+                    let word = |at: usize| rest[at..at + 4].try_into().map(u32::from_ne_bytes);
+                    let (Ok(mlen), Ok(mseq)) = (word(0), word(8)) else {
+                        break;
+                    };
+                    let mlen = mlen as usize;
+                    if mlen < NLMSG_HDRLEN || mlen > rest.len() {
+                        break;
+                    }
+                    let ty = u16::from_ne_bytes([rest[4], rest[5]]);
+                    let payload = &rest[NLMSG_HDRLEN..mlen];
+                    rest = &rest[((mlen + 3) & !3).min(rest.len())..];
+                    if mseq != seq {
+                        continue;
+                    }
+                    match ty {
+                        NLMSG_DONE => return Ok(out),
+                        NLMSG_ERROR => {
+                            let code = payload
+                                .get(..4)
+                                .and_then(|b| b.try_into().ok())
+                                .map_or(0, i32::from_ne_bytes);
+                            if code != 0 {
+                                return Err(fail(std::io::Error::from_raw_os_error(-code)));
+                            }
+                        }
+                        t if t == reply => out.extend(keep(payload)),
+                        _ => {}
+                    }
+                }
+            }
+        })
     }
 
     /// The typed `rtnetlink` handle.

@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 use futures::TryStreamExt;
 use ipnet::IpNet;
+use netlink_packet_core::Parseable;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::RouteScope;
@@ -58,18 +59,29 @@ impl LinkState {
     }
 }
 
-/// Dumps every link in the handle's namespace.
+/// Dumps every link in the handle's namespace (without statistics), each reduced to a
+/// [`LinkState`] as it is read ([`RtnlHandle::dump`]).
 pub async fn list_links(h: &RtnlHandle) -> Result<Vec<LinkState>> {
-    // Reduced as they arrive: a parsed link message with its statistics is kilobytes, and
-    // thousands of them at once were most of the daemon's first-sync memory beyond the tables.
-    h.handle()
-        .link()
-        .get()
-        .execute()
-        .try_filter_map(|m| std::future::ready(Ok(LinkState::from_message(&m))))
-        .try_collect()
-        .await
-        .map_err(|e| RtnlError::kernel("dumping", "links", e))
+    const RTM_NEWLINK: u16 = 16;
+    const RTM_GETLINK: u16 = 18;
+    const IFLA_EXT_MASK: u16 = 29;
+    const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+    // struct ifinfomsg (any family, any link), then IFLA_EXT_MASK.
+    let mut body = vec![0u8; 16];
+    body.extend_from_slice(&8u16.to_ne_bytes());
+    body.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    body.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    h.dump(
+        RTM_GETLINK,
+        RTM_NEWLINK,
+        &body,
+        "dumping links",
+        |payload| {
+            LinkMessage::parse(payload)
+                .ok()
+                .and_then(|m| LinkState::from_message(&m))
+        },
+    )
 }
 
 /// Looks up one link by name; `Ok(None)` when it does not exist.
