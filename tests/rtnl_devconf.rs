@@ -149,3 +149,57 @@ fn sysctls_land_in_the_target_namespace_only() {
         assert!(!e.is_vanished_interface(), "{e}");
     });
 }
+
+/// The agent's IPv4 per-interface path (`ProcSys::set_ipv4_iface`, one namespace entry for all
+/// four files): the values land, zero included, in the target namespace only; a vanished
+/// interface is the benign error; a setting without a file is refused before anything is written.
+#[test]
+fn ipv4_interface_settings_through_proc_land_in_the_target_namespace_only() {
+    in_netns_async(|| async {
+        let target = new_netns();
+        let other = new_netns();
+        for ns in [&target, &other] {
+            let h = RtnlHandle::connect(Some(ns)).unwrap();
+            link::create_veth(&h, "cali1", "peer1").await.unwrap();
+            link::set_up(&h, "cali1", true).await.unwrap();
+        }
+        let before_other = snapshot(&other);
+        let sys = ProcSys::new(Some(target.try_clone().unwrap()));
+        sys.set_ipv4_iface("cali1", &[(Ipv4Conf::RpFilter, 2)])
+            .unwrap();
+        assert_eq!(get(&target, "net/ipv4/conf/cali1/rp_filter"), "2");
+        sys.set_ipv4_iface(
+            "cali1",
+            &[
+                (Ipv4Conf::RouteLocalnet, 1),
+                (Ipv4Conf::ProxyArp, 1),
+                (Ipv4Conf::Forwarding, 1),
+                (Ipv4Conf::RpFilter, 0),
+            ],
+        )
+        .unwrap();
+        for (f, v) in [
+            ("net/ipv4/conf/cali1/rp_filter", "0"),
+            ("net/ipv4/conf/cali1/proxy_arp", "1"),
+            ("net/ipv4/conf/cali1/forwarding", "1"),
+            ("net/ipv4/conf/cali1/route_localnet", "1"),
+        ] {
+            assert_eq!(get(&target, f), v, "{f}");
+        }
+        assert_eq!(snapshot(&other), before_other);
+
+        let e = sys
+            .set_ipv4_iface("gone0", &[(Ipv4Conf::ProxyArp, 1)])
+            .unwrap_err();
+        assert!(e.is_vanished_interface(), "{e}");
+        let e = sys
+            .set_ipv4_iface("cali1", &[(Ipv4Conf::ProxyArp, 0), (Ipv4Conf::Other(2), 1)])
+            .unwrap_err();
+        assert!(!e.is_vanished_interface(), "{e}");
+        assert_eq!(
+            get(&target, "net/ipv4/conf/cali1/proxy_arp"),
+            "1",
+            "nothing written"
+        );
+    })
+}

@@ -493,18 +493,17 @@ impl Kernel for RealKernel {
             Err(e) => tracing::debug!(ifname = iface, error = %e, "accept_ra not set"),
             Ok(()) => {}
         }
-        devconf::set_ipv4_conf(
-            &self.rtnl,
-            iface,
-            &[
-                (Ipv4Conf::RouteLocalnet, 1),
-                (Ipv4Conf::ProxyArp, 1),
-                (Ipv4Conf::Forwarding, 1),
-                (Ipv4Conf::RpFilter, conf.rp_filter),
-            ],
-        )
-        .await
-        .map_err(rtnl_err("setting IPv4 interface configuration"))?;
+        self.procsys
+            .set_ipv4_iface(
+                iface,
+                &[
+                    (Ipv4Conf::RouteLocalnet, 1),
+                    (Ipv4Conf::ProxyArp, 1),
+                    (Ipv4Conf::Forwarding, 1),
+                    (Ipv4Conf::RpFilter, conf.rp_filter),
+                ],
+            )
+            .map_err(rtnl_err("setting IPv4 interface configuration"))?;
         if let Err(e) = devconf::set_proxy_delay(&self.rtnl, iface, 0).await {
             if e.is_vanished_interface() {
                 return Err(rtnl_err("setting proxy_delay")(e));

@@ -2,10 +2,12 @@
 //!
 //! Where the kernel offers it, netlink:
 //! - IPv4 per-interface conf (`forwarding`, `proxy_arp`, `rp_filter`, `route_localnet`, …):
-//!   RTM_SETLINK with `IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF { <devconf id>: u32 } } }`. The
-//!   nested attribute is built by hand ([`inet_conf_nla`]) because the typed builder
-//!   (`AfSpecInet::DevConfRequest`) silently drops every field equal to 0, so `rp_filter=0`
-//!   would be acknowledged and not applied (netlink.md §5, verified there).
+//!   RTM_SETLINK with `IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF { <devconf id>: u32 } } }`
+//!   ([`set_ipv4_conf`]). The nested attribute is built by hand ([`inet_conf_nla`]) because the
+//!   typed builder (`AfSpecInet::DevConfRequest`) silently drops every field equal to 0, so
+//!   `rp_filter=0` would be acknowledged and not applied (netlink.md §5, verified there). The
+//!   agent itself writes these through `/proc/sys` ([`ProcSys::set_ipv4_iface`]): each SETLINK
+//!   makes IPv6 walk its whole routing table, O(interfaces) per interface configured.
 //! - `proxy_delay`: RTM_SETNEIGHTBL on table `arp_cache` with
 //!   `NDTA_PARMS { NDTPA_IFINDEX, NDTPA_PROXY_DELAY (ms, u64) }`.
 //!
@@ -64,6 +66,17 @@ impl Ipv4Conf {
             Ipv4Conf::RpFilter => 8,
             Ipv4Conf::RouteLocalnet => 26,
             Ipv4Conf::Other(id) => id,
+        }
+    }
+
+    /// The file under `/proc/sys/net/ipv4/conf/<ifname>/` (`None` for [`Ipv4Conf::Other`]).
+    pub fn file(self) -> Option<&'static str> {
+        match self {
+            Ipv4Conf::Forwarding => Some("forwarding"),
+            Ipv4Conf::ProxyArp => Some("proxy_arp"),
+            Ipv4Conf::RpFilter => Some("rp_filter"),
+            Ipv4Conf::RouteLocalnet => Some("route_localnet"),
+            Ipv4Conf::Other(_) => None,
         }
     }
 }
@@ -244,6 +257,58 @@ impl ProcSys {
     fn iface_exists(&self, ifname: &str) -> Result<bool> {
         let dir = self.root.join("net/ipv4/conf").join(ifname);
         self.in_ns(|| Path::new(&dir).exists())
+    }
+
+    /// Sets IPv4 per-interface settings through `/proc/sys/net/ipv4/conf/<ifname>/`, entering
+    /// the namespace once for all of them. This is what the agent uses: the netlink way
+    /// ([`set_ipv4_conf`]) makes the kernel announce a link change (NETDEV_CHANGE), and IPv6
+    /// answers that by walking its whole routing table (`rt6_sync_up` → `fib6_ifup`), so
+    /// configuring n interfaces cost O(n²): 39 s for the first sync of 5,000 endpoints with
+    /// their interfaces present (issue 9, `perf`). The proc handlers do what Felix's writes do
+    /// (RTM_NEWNETCONF, LRO off on forwarding) and no walk.
+    pub fn set_ipv4_iface(&self, ifname: &str, settings: &[(Ipv4Conf, u32)]) -> Result<()> {
+        if ifname.contains('/') || ifname == "." || ifname == ".." {
+            return Err(RtnlError::NoSuchInterface {
+                op: "writing interface sysctl",
+                ifname: ifname.to_string(),
+            });
+        }
+        let mut files = Vec::with_capacity(settings.len());
+        for (conf, value) in settings {
+            let file = conf.file().ok_or_else(|| RtnlError::Sysctl {
+                op: "naming",
+                path: PathBuf::from(format!("net/ipv4/conf/{ifname}/<devconf {}>", conf.id())),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "no /proc/sys file for it"),
+            })?;
+            files.push((
+                self.root.join(format!("net/ipv4/conf/{ifname}/{file}")),
+                value,
+            ));
+        }
+        let res = self.in_ns(|| {
+            for (path, value) in &files {
+                if let Err(e) = write_once(path, value.to_string().as_bytes()) {
+                    return Err((path.clone(), e));
+                }
+            }
+            Ok(())
+        })?;
+        match res {
+            Ok(()) => Ok(()),
+            Err((_, source))
+                if source.kind() == io::ErrorKind::NotFound && !self.iface_exists(ifname)? =>
+            {
+                Err(RtnlError::NoSuchInterface {
+                    op: "writing interface sysctl",
+                    ifname: ifname.to_string(),
+                })
+            }
+            Err((path, source)) => Err(RtnlError::Sysctl {
+                op: "writing",
+                path,
+                source,
+            }),
+        }
     }
 
     /// Sets an IPv6 per-interface setting (`net.ipv6.conf.<ifname>.<key>`).
