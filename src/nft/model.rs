@@ -332,6 +332,7 @@ impl<'a> IntoIterator for &'a Exprs {
     }
 }
 
+// Callers written against the former `Vec<Expr>` field still compare with a vector.
 impl PartialEq<Vec<Expr>> for Exprs {
     fn eq(&self, other: &Vec<Expr>) -> bool {
         self.0[..] == other[..]

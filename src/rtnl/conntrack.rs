@@ -21,7 +21,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::handle::socket_in;
+use super::handle::{
+    messages_with_seq, nlmsg_errno, socket_in, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
+};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
 
@@ -30,8 +32,6 @@ const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
 
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
@@ -45,7 +45,6 @@ const CTA_TUPLE_IP: u16 = 1;
 const CTA_IP_V4_SRC: u16 = 1;
 const CTA_IP_V6_SRC: u16 = 3;
 
-const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
 
 /// What a delete did.
@@ -80,7 +79,7 @@ pub fn delete_by_source(ns: Option<&NetNs>, ip: IpAddr) -> Result<ConntrackRepor
     let mut victims: Vec<Vec<u8>> = Vec::new();
     'dump: loop {
         let buf = recv(&sock, &object)?;
-        for (ty, payload) in messages(&buf) {
+        for (ty, payload, _) in messages_with_seq(&buf) {
             match ty {
                 NLMSG_DONE => break 'dump,
                 NLMSG_ERROR => {
@@ -178,38 +177,6 @@ fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> 
     b
 }
 
-/// Splits a datagram into (type, payload after nlmsghdr).
-fn messages(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    messages_with_seq(buf).map(|(t, p, _)| (t, p))
-}
-
-fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
-    std::iter::from_fn(move || {
-        if buf.len() < NLMSG_HDRLEN {
-            return None;
-        }
-        let len = u32::from_ne_bytes(buf[0..4].try_into().ok()?) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            return None;
-        }
-        let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
-        let seq = u32::from_ne_bytes(buf[8..12].try_into().ok()?);
-        let payload = &buf[NLMSG_HDRLEN..len];
-        buf = &buf[align4(len).min(buf.len())..];
-        Some((ty, payload, seq))
-    })
-}
-
-/// `nlmsgerr.error` as a positive errno, `None` for an ACK (0).
-fn nlmsg_errno(payload: &[u8]) -> Option<i32> {
-    let code = i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?);
-    (code != 0).then_some(-code)
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
 /// Iterates (type without flags, value) over a run of netlink attributes.
 fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
@@ -225,6 +192,10 @@ fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         buf = &buf[align4(len).min(buf.len())..];
         Some((ty, value))
     })
+}
+
+fn align4(n: usize) -> usize {
+    (n + 3) & !3
 }
 
 fn put_attr(out: &mut Vec<u8>, ty: u16, value: &[u8]) {

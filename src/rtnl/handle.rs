@@ -48,9 +48,35 @@ pub struct RtnlHandle {
 /// Sequence numbers of [`RtnlHandle::dump`] requests.
 static DUMP_SEQ: AtomicU32 = AtomicU32::new(1);
 
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
+/// `struct nlmsghdr`'s size, and the two control message types.
+pub(crate) const NLMSG_HDRLEN: usize = 16;
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
+
+/// The messages of one netlink datagram: (type, payload, sequence number). Stops at the first
+/// malformed header.
+pub(crate) fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
+    std::iter::from_fn(move || {
+        if buf.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(buf[0..4].try_into().ok()?) as usize;
+        if len < NLMSG_HDRLEN || len > buf.len() {
+            return None;
+        }
+        let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
+        let seq = u32::from_ne_bytes(buf[8..12].try_into().ok()?);
+        let payload = &buf[NLMSG_HDRLEN..len];
+        buf = &buf[((len + 3) & !3).min(buf.len())..];
+        Some((ty, payload, seq))
+    })
+}
+
+/// `nlmsgerr.error` as a positive errno, `None` for an ACK (0).
+pub(crate) fn nlmsg_errno(payload: &[u8]) -> Option<i32> {
+    let code = i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?);
+    (code != 0).then_some(-code)
+}
 
 /// Runs blocking kernel work from async code: under `block_in_place` on a multi-threaded
 /// runtime, directly elsewhere (a current-thread runtime cannot hand its tasks to another
@@ -120,31 +146,15 @@ impl RtnlHandle {
             let mut out = Vec::new();
             loop {
                 let (buf, _) = sock.recv_from_full().map_err(fail)?;
-                let mut rest = &buf[..];
-                while rest.len() >= NLMSG_HDRLEN {
-                    let word = |at: usize| rest[at..at + 4].try_into().map(u32::from_ne_bytes);
-                    let (Ok(mlen), Ok(mseq)) = (word(0), word(8)) else {
-                        break;
-                    };
-                    let mlen = mlen as usize;
-                    if mlen < NLMSG_HDRLEN || mlen > rest.len() {
-                        break;
-                    }
-                    let ty = u16::from_ne_bytes([rest[4], rest[5]]);
-                    let payload = &rest[NLMSG_HDRLEN..mlen];
-                    rest = &rest[((mlen + 3) & !3).min(rest.len())..];
+                for (ty, payload, mseq) in messages_with_seq(&buf) {
                     if mseq != seq {
                         continue;
                     }
                     match ty {
                         NLMSG_DONE => return Ok(out),
                         NLMSG_ERROR => {
-                            let code = payload
-                                .get(..4)
-                                .and_then(|b| b.try_into().ok())
-                                .map_or(0, i32::from_ne_bytes);
-                            if code != 0 {
-                                return Err(fail(std::io::Error::from_raw_os_error(-code)));
+                            if let Some(errno) = nlmsg_errno(payload) {
+                                return Err(fail(std::io::Error::from_raw_os_error(errno)));
                             }
                         }
                         t if t == reply => out.extend(keep(payload)),
