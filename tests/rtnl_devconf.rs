@@ -42,16 +42,22 @@ fn get(ns: &NetNs, rel: &str) -> String {
     read_sysctl(Some(ns), &format!("/proc/sys/{rel}"))
 }
 
+/// A target and another namespace, each with an up veth `cali1` (same name on purpose: a write
+/// that lands in the wrong namespace shows).
+async fn two_namespaces_with_cali1() -> (NetNs, NetNs) {
+    let (target, other) = (new_netns(), new_netns());
+    for ns in [&target, &other] {
+        let h = RtnlHandle::connect(Some(ns)).unwrap();
+        link::create_veth(&h, "cali1", "peer1").await.unwrap();
+        link::set_up(&h, "cali1", true).await.unwrap();
+    }
+    (target, other)
+}
+
 #[test]
 fn sysctls_land_in_the_target_namespace_only() {
     in_netns_async(|| async {
-        let target = new_netns();
-        let other = new_netns();
-        for ns in [&target, &other] {
-            let h = RtnlHandle::connect(Some(ns)).unwrap();
-            link::create_veth(&h, "cali1", "peer1").await.unwrap();
-            link::set_up(&h, "cali1", true).await.unwrap();
-        }
+        let (target, other) = two_namespaces_with_cali1().await;
         let before_other = snapshot(&other);
 
         let h = RtnlHandle::connect(Some(&target)).unwrap();
@@ -156,13 +162,7 @@ fn sysctls_land_in_the_target_namespace_only() {
 #[test]
 fn ipv4_interface_settings_through_proc_land_in_the_target_namespace_only() {
     in_netns_async(|| async {
-        let target = new_netns();
-        let other = new_netns();
-        for ns in [&target, &other] {
-            let h = RtnlHandle::connect(Some(ns)).unwrap();
-            link::create_veth(&h, "cali1", "peer1").await.unwrap();
-            link::set_up(&h, "cali1", true).await.unwrap();
-        }
+        let (target, other) = two_namespaces_with_cali1().await;
         let before_other = snapshot(&other);
         let sys = ProcSys::new(Some(target.try_clone().unwrap()));
         sys.set_ipv4_iface("cali1", &[(Ipv4Conf::RpFilter, 2)])
