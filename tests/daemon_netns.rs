@@ -336,11 +336,15 @@ fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
 #[test]
 fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
     // One running daemon, three policy states; real TCP flows decide (§8.1, §9.4, §22.4).
-    let h = host();
-    let w1 = workload(&h, 1);
-    let w2 = workload(&h, 2);
-    let _l = listen(&w2.ns, 80);
-    let (child, mut stdin) = spawn_stdin(&h);
+    // The host namespace lives as long as `_h`.
+    let StdinBed {
+        h: _h,
+        w1,
+        w2,
+        _listener,
+        child,
+        mut stdin,
+    } = stdin_bed();
     let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
     send(ALLOW_ALL);
     send(&wep_update(&w1, 1, "allow-all"));
@@ -352,6 +356,37 @@ fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
     assert!(passes(false), "denied flow still passes");
     send(ALLOW_ALL);
     assert!(passes(true), "flow did not come back");
+    exits_cleanly(child, stdin);
+}
+
+/// Two workloads (w2 listening on tcp/80) and the daemon fed from stdin, in a host namespace.
+struct StdinBed {
+    h: Ns,
+    w1: Workload,
+    w2: Workload,
+    _listener: Listener,
+    child: Child,
+    stdin: ChildStdin,
+}
+
+fn stdin_bed() -> StdinBed {
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let _listener = listen(&w2.ns, 80);
+    let (child, stdin) = spawn_stdin(&h);
+    StdinBed {
+        h,
+        w1,
+        w2,
+        _listener,
+        child,
+        stdin,
+    }
+}
+
+/// Closes the daemon's input; it must exit 0 within 30 s.
+fn exits_cleanly(child: Child, stdin: ChildStdin) {
     drop(stdin);
     let out = wait_output(child, Duration::from_secs(30));
     assert!(
@@ -625,11 +660,14 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     // Issue 9: a workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an
     // apply everything is back in the main table — with real TCP deciding at every step.
-    let h = host();
-    let w1 = workload(&h, 1);
-    let w2 = workload(&h, 2);
-    let _l = listen(&w2.ns, 80);
-    let (child, mut stdin) = spawn_stdin(&h);
+    let StdinBed {
+        h,
+        w1,
+        w2,
+        _listener,
+        child,
+        mut stdin,
+    } = stdin_bed();
     let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
     // Empty until the table exists.
     let table = |name: &str| {
@@ -686,11 +724,5 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
         eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
         "flow did not come back"
     );
-    drop(stdin);
-    let out = wait_output(child, Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    exits_cleanly(child, stdin);
 }
