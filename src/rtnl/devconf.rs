@@ -233,23 +233,44 @@ impl ProcSys {
     /// Writes a per-interface file (`net/<family>/conf/<ifname>/<key>`); a missing interface
     /// directory is [`RtnlError::NoSuchInterface`].
     pub fn write_iface(&self, family: &str, ifname: &str, key: &str, value: &str) -> Result<()> {
+        self.write_iface_files(family, ifname, &[(key, value.to_string())])
+    }
+
+    /// Writes several files of one interface's `net/<family>/conf/<ifname>/`, in order, with one
+    /// entry into the namespace; stops at the first failure.
+    fn write_iface_files(
+        &self,
+        family: &str,
+        ifname: &str,
+        files: &[(&str, String)],
+    ) -> Result<()> {
+        let gone = || RtnlError::NoSuchInterface {
+            op: "writing interface sysctl",
+            ifname: ifname.to_string(),
+        };
         if ifname.contains('/') || ifname == "." || ifname == ".." {
-            return Err(RtnlError::NoSuchInterface {
-                op: "writing interface sysctl",
-                ifname: ifname.to_string(),
-            });
+            return Err(gone());
         }
-        let rel = format!("net/{family}/conf/{ifname}/{key}");
-        match self.write(&rel, value) {
-            Err(RtnlError::Sysctl { source, .. })
+        let dir = self.root.join(format!("net/{family}/conf/{ifname}"));
+        let res = self.in_ns(|| {
+            for (key, value) in files {
+                let path = dir.join(key);
+                write_once(&path, value.as_bytes()).map_err(|e| (path, e))?;
+            }
+            Ok(())
+        })?;
+        match res {
+            Ok(()) => Ok(()),
+            Err((_, source))
                 if source.kind() == io::ErrorKind::NotFound && !self.iface_exists(ifname)? =>
             {
-                Err(RtnlError::NoSuchInterface {
-                    op: "writing interface sysctl",
-                    ifname: ifname.to_string(),
-                })
+                Err(gone())
             }
-            other => other,
+            Err((path, source)) => Err(RtnlError::Sysctl {
+                op: "writing",
+                path,
+                source,
+            }),
         }
     }
 
@@ -267,48 +288,18 @@ impl ProcSys {
     /// their interfaces present (issue 9, `perf`). The proc handlers do what Felix's writes do
     /// (RTM_NEWNETCONF, LRO off on forwarding) and no walk.
     pub fn set_ipv4_iface(&self, ifname: &str, settings: &[(Ipv4Conf, u32)]) -> Result<()> {
-        if ifname.contains('/') || ifname == "." || ifname == ".." {
-            return Err(RtnlError::NoSuchInterface {
-                op: "writing interface sysctl",
-                ifname: ifname.to_string(),
-            });
-        }
-        let mut files = Vec::with_capacity(settings.len());
-        for (conf, value) in settings {
-            let file = conf.file().ok_or_else(|| RtnlError::Sysctl {
-                op: "naming",
-                path: PathBuf::from(format!("net/ipv4/conf/{ifname}/<devconf {}>", conf.id())),
-                source: io::Error::new(io::ErrorKind::InvalidInput, "no /proc/sys file for it"),
-            })?;
-            files.push((
-                self.root.join(format!("net/ipv4/conf/{ifname}/{file}")),
-                value,
-            ));
-        }
-        let res = self.in_ns(|| {
-            for (path, value) in &files {
-                if let Err(e) = write_once(path, value.to_string().as_bytes()) {
-                    return Err((path.clone(), e));
-                }
-            }
-            Ok(())
-        })?;
-        match res {
-            Ok(()) => Ok(()),
-            Err((_, source))
-                if source.kind() == io::ErrorKind::NotFound && !self.iface_exists(ifname)? =>
-            {
-                Err(RtnlError::NoSuchInterface {
-                    op: "writing interface sysctl",
-                    ifname: ifname.to_string(),
-                })
-            }
-            Err((path, source)) => Err(RtnlError::Sysctl {
-                op: "writing",
-                path,
-                source,
-            }),
-        }
+        let files = settings
+            .iter()
+            .map(|(conf, value)| {
+                let file = conf.file().ok_or_else(|| RtnlError::Sysctl {
+                    op: "naming",
+                    path: PathBuf::from(format!("net/ipv4/conf/{ifname}/<devconf {}>", conf.id())),
+                    source: io::Error::new(io::ErrorKind::InvalidInput, "no /proc/sys file for it"),
+                })?;
+                Ok((file, value.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.write_iface_files("ipv4", ifname, &files)
     }
 
     /// Sets an IPv6 per-interface setting (`net.ipv6.conf.<ifname>.<key>`).
