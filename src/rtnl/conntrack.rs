@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
 use super::handle::{
-    messages_with_seq, nlmsg_errno, socket_in, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
+    messages_with_seq, nl_request, nlmsg_errno, socket_in, NLMSG_DONE, NLMSG_ERROR,
 };
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
@@ -165,16 +165,14 @@ fn wait_ack(sock: &Socket, seq: u32, object: &str) -> Result<i32> {
 
 /// Builds one ctnetlink message.
 fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
-    let mut b = Vec::with_capacity(len);
-    b.extend_from_slice(&(len as u32).to_ne_bytes());
-    b.extend_from_slice(&(NFNL_SUBSYS_CTNETLINK << 8 | msg).to_ne_bytes());
-    b.extend_from_slice(&flags.to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(&[family, 0, 0, 0]); // nfgenmsg: version 0, res_id 0 (BE)
-    b.extend_from_slice(attrs);
-    b
+    // nfgenmsg: family, version 0, res_id 0 (BE).
+    let nfgenmsg = [family, 0, 0, 0];
+    nl_request(
+        NFNL_SUBSYS_CTNETLINK << 8 | msg,
+        flags,
+        seq,
+        &[&nfgenmsg, attrs],
+    )
 }
 
 /// Iterates (type without flags, value) over a run of netlink attributes.

@@ -53,6 +53,21 @@ pub(crate) const NLMSG_HDRLEN: usize = 16;
 pub(crate) const NLMSG_ERROR: u16 = 2;
 pub(crate) const NLMSG_DONE: u16 = 3;
 
+/// One netlink request: `struct nlmsghdr` (port id 0: the kernel) followed by `parts`.
+pub(crate) fn nl_request(ty: u16, flags: u16, seq: u32, parts: &[&[u8]]) -> Vec<u8> {
+    let len = NLMSG_HDRLEN + parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut msg = Vec::with_capacity(len);
+    msg.extend_from_slice(&(len as u32).to_ne_bytes());
+    msg.extend_from_slice(&ty.to_ne_bytes());
+    msg.extend_from_slice(&flags.to_ne_bytes());
+    msg.extend_from_slice(&seq.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    for p in parts {
+        msg.extend_from_slice(p);
+    }
+    msg
+}
+
 /// The messages of one netlink datagram: (type, payload, sequence number). Stops at the first
 /// malformed header.
 pub(crate) fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
@@ -132,15 +147,8 @@ impl RtnlHandle {
                 .lock()
                 .map_err(|_| fail(std::io::Error::other("dump socket lock poisoned")))?;
             let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
-            let len = NLMSG_HDRLEN + body.len();
-            let mut msg = Vec::with_capacity(len);
-            msg.extend_from_slice(&(len as u32).to_ne_bytes());
-            msg.extend_from_slice(&request.to_ne_bytes());
             let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-            msg.extend_from_slice(&flags.to_ne_bytes());
-            msg.extend_from_slice(&seq.to_ne_bytes());
-            msg.extend_from_slice(&0u32.to_ne_bytes());
-            msg.extend_from_slice(body);
+            let msg = nl_request(request, flags, seq, &[body]);
             sock.send_to(&msg, &SocketAddr::new(0, 0), 0)
                 .map_err(fail)?;
             let mut out = Vec::new();
