@@ -168,19 +168,11 @@ fn felix_nft(host: &Ns) -> Command {
 
 /// Runs `felix-nft run --source stdin --netns host` over `lines` and waits for it to exit.
 fn run_stdin(host: &Ns, lines: &[&str]) -> Output {
-    let mut child = felix_nft(host)
-        .args(["run", "--source", "stdin", "--netns", &host.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    {
-        let mut stdin = child.stdin.take().expect("stdin");
-        for l in lines {
-            writeln!(stdin, "{l}").expect("writing to felix-nft");
-        }
+    let (child, mut stdin) = spawn_stdin(host, Stdio::piped());
+    for l in lines {
+        writeln!(stdin, "{l}").expect("writing to felix-nft");
     }
+    drop(stdin);
     wait_output(child, Duration::from_secs(60))
 }
 
@@ -374,7 +366,7 @@ fn stdin_bed() -> StdinBed {
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
     let _listener = listen(&w2.ns, 80);
-    let (child, stdin) = spawn_stdin(&h);
+    let (child, stdin) = spawn_stdin(&h, Stdio::null());
     StdinBed {
         h,
         w1,
@@ -396,12 +388,14 @@ fn exits_cleanly(child: Child, stdin: ChildStdin) {
     );
 }
 
-/// `run --source stdin` in `host`'s namespace, exiting at the end of its input.
-fn spawn_stdin(host: &Ns) -> (Child, ChildStdin) {
+/// `run --source stdin` in `host`'s namespace, exiting at the end of its input. `stdout` takes
+/// its status reports: piped only when the caller reads them after the exit (a long run would
+/// fill the pipe).
+fn spawn_stdin(host: &Ns, stdout: Stdio) -> (Child, ChildStdin) {
     let mut child = felix_nft(host)
         .args(["run", "--source", "stdin", "--netns", &host.0])
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning felix-nft");
