@@ -14,7 +14,7 @@ use felix_nft::proto::types::{
     protocol::NumberOrName, IpSetType, Policy, PolicyId, PortRange, Profile, Protocol, Rule,
     TierInfo, WorkloadEndpoint, WorkloadEndpointId,
 };
-use felix_nft::rules::{render, render_nft, Model, RulesConfig};
+use felix_nft::rules::{render, render_nft, Members, Model, RulesConfig};
 
 fn model(endpoints: usize) -> Model {
     let policies = (endpoints / 5).max(1);
@@ -27,11 +27,13 @@ fn model(endpoints: usize) -> Model {
     for s in 0..policies {
         m.ipsets.insert(
             format!("s:sel{s}"),
-            (
+            Members::parse(
                 IpSetType::Net,
                 (0..20)
                     .map(|i| format!("10.{}.{}.0/24", s % 250, i))
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str),
             ),
         );
     }

@@ -16,7 +16,7 @@ use felix_nft::proto::types::{
     VxlanTunnelEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId,
 };
 use felix_nft::rules::{
-    render, render_nft, DenyAction, Model, NatOutgoingExclusions, RateLimit, RulesConfig,
+    render, render_nft, DenyAction, Members, Model, NatOutgoingExclusions, RateLimit, RulesConfig,
 };
 
 fn proto(name: &str) -> Option<Protocol> {
@@ -429,10 +429,7 @@ fn every_match() -> Model {
         ("n:notsrc", IpSetType::IpAndPort, vec!["10.6.0.1,tcp:1234"]),
         ("svc:abc", IpSetType::IpAndPort, vec!["10.96.0.10,udp:53"]),
     ] {
-        m.ipsets.insert(
-            id.into(),
-            (kind, members.into_iter().map(String::from).collect()),
-        );
+        m.ipsets.insert(id.into(), Members::parse(kind, members));
     }
     let every = Rule {
         action: "allow".into(),
@@ -554,12 +551,9 @@ fn ipv6() -> Model {
     m.workloads.insert(wep_id("six"), w);
     m.ipsets.insert(
         "s:mixed".into(),
-        (
+        Members::parse(
             IpSetType::Net,
-            ["10.7.0.0/16", "fd00:7::/64", "fd00:7::/48"]
-                .into_iter()
-                .map(String::from)
-                .collect(),
+            ["10.7.0.0/16", "fd00:7::/64", "fd00:7::/48"],
         ),
     );
     m.policies.insert(

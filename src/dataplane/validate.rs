@@ -14,7 +14,7 @@ use ipnet::IpNet;
 
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{IpSetType, Policy, PolicyId, Profile, Rule, TierInfo, ToDataplane};
-use crate::rules::Model;
+use crate::rules::{Members, Model};
 
 /// Linux `IFNAMSIZ` − 1.
 pub const MAX_IFNAME_LEN: usize = 15;
@@ -172,9 +172,10 @@ impl Ctx<'_> {
                         "references an IP set that has not been sent (IPSetUpdate must come first)",
                     ))
                 }
-                Some((kind, _)) => {
+                Some(members) => {
+                    let kind = members.kind();
                     if let Some(w) = want {
-                        if *kind != w {
+                        if kind != w {
                             return Err(self.err(
                                 format!("{field}[{i}]"),
                                 id,
@@ -333,14 +334,14 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
         }
         Payload::IpsetDeltaUpdate(d) => {
             c.id = d.id.clone();
-            let Some((kind, _)) = model.ipsets.get(&d.id) else {
+            let Some(kind) = model.ipsets.get(&d.id).map(Members::kind) else {
                 return Err(c.err(
                     "id",
                     &d.id,
                     "delta for an IP set that has not been sent (IPSetUpdate must come first)",
                 ));
             };
-            members(&c, "added_members", *kind, &d.added_members)?;
+            members(&c, "added_members", kind, &d.added_members)?;
         }
         Payload::IpsetRemove(r) => {
             c.id = r.id.clone();

@@ -29,8 +29,8 @@ use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpoi
 
 use super::{
     names, policy, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
-    render_profile, render_workload_derived, side, Direction, Layer, Model, Refs, Renderer,
-    RulesError,
+    render_profile, render_workload_derived, side, Direction, Layer, Members, Model, Refs,
+    Renderer, RulesError,
 };
 
 /// What changed in the model since the last [`Incremental::update`].
@@ -491,10 +491,9 @@ impl Incremental {
         for (t, id) in &ipsets {
             let wanted = *t == Tbl::Main || self.side_ipset_refs.contains_key(id);
             let mut sets = Vec::new();
-            if let Some((kind, members)) = m.ipsets.get(id).filter(|_| wanted) {
-                let members: Vec<String> = members.iter().cloned().collect();
+            if let Some(members) = m.ipsets.get(id).filter(|_| wanted) {
                 for &f in &self.families {
-                    sets.push((*t, f, self.r.ipset(f, id, *kind, &members)));
+                    sets.push((*t, f, self.r.ipset(f, id, members)));
                 }
             }
             self.replace(Key::IpSet(*t, id.clone()), Vec::new(), sets, &mut pending);
@@ -652,7 +651,7 @@ impl Incremental {
         ids.iter()
             .filter(|id| !self.side_ipset_refs.contains_key(*id))
             .filter_map(|id| m.ipsets.get(id))
-            .map(|(_, members)| members.len())
+            .map(Members::len)
             .sum()
     }
 

@@ -66,6 +66,7 @@ pub use endpoint::{EndpointChainSpec, EndpointKind};
 pub use marks::MarkBits;
 pub use names::{Direction, Layer};
 pub use policy::PolicyChains;
+pub use sets::Members;
 use statics::internal_sets;
 
 /// Errors of the renderer: only configuration can be wrong; a model is always renderable.
@@ -131,7 +132,7 @@ pub struct Model {
     /// Active profiles by name.
     pub profiles: BTreeMap<String, Profile>,
     /// IP sets by ID: type and members (member order does not matter).
-    pub ipsets: BTreeMap<String, (IpSetType, BTreeSet<String>)>,
+    pub ipsets: BTreeMap<String, Members>,
     /// IPAM pools by ID (fill `masq-ipam-pools`, `network-ip-pools`, NAT outgoing).
     pub pools: BTreeMap<String, IpamPool>,
     /// Calico hosts by name (fill `all-hosts-net`).
@@ -160,15 +161,17 @@ impl Model {
         match p {
             Payload::IpsetUpdate(u) => {
                 let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
-                self.ipsets
-                    .insert(u.id.clone(), (kind, u.members.iter().cloned().collect()));
+                let members = Members::parse(kind, u.members.iter().map(String::as_str));
+                self.ipsets.insert(u.id.clone(), members);
             }
             Payload::IpsetDeltaUpdate(d) => {
-                if let Some((_, members)) = self.ipsets.get_mut(&d.id) {
+                if let Some(members) = self.ipsets.get_mut(&d.id) {
                     for m in &d.removed_members {
                         members.remove(m);
                     }
-                    members.extend(d.added_members.iter().cloned());
+                    for m in &d.added_members {
+                        members.insert(m);
+                    }
                 }
             }
             Payload::IpsetRemove(r) => {
@@ -416,13 +419,25 @@ pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &
     }
 
     // `this-host`: the addresses of this host's own interfaces.
-    let this_host: Vec<String> = model
-        .this_host
-        .iter()
-        .filter(|a| a.is_ipv6() == v6)
-        .map(|a| a.to_string())
-        .collect();
-    t.add_set(r.ipset(family, internal_sets::THIS_HOST, IpSetType::Ip, &this_host));
+    let this_host = Members::Ip {
+        v4: model
+            .this_host
+            .iter()
+            .filter_map(|a| match a {
+                std::net::IpAddr::V4(a) => Some(*a),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect(),
+        v6: model
+            .this_host
+            .iter()
+            .filter_map(|a| match a {
+                std::net::IpAddr::V6(a) => Some(*a),
+                std::net::IpAddr::V4(_) => None,
+            })
+            .collect(),
+    };
+    t.add_set(r.ipset(family, internal_sets::THIS_HOST, &this_host));
 }
 
 /// The dispatch maps with the workload elements given ((from, to) per interface) and those of
@@ -593,9 +608,8 @@ pub fn render_text_placed(
         render_base_head(&r, family, model, &mut t);
 
         // Felix IP sets.
-        for (id, (kind, members)) in &model.ipsets {
-            let members: Vec<String> = members.iter().cloned().collect();
-            t.add_set(r.ipset(family, id, *kind, &members));
+        for (id, members) in &model.ipsets {
+            t.add_set(r.ipset(family, id, members));
         }
 
         // Endpoints.
@@ -642,9 +656,8 @@ pub fn render_text_placed(
             let mut ids = BTreeSet::new();
             side_refs.ipsets(model, &mut ids);
             for id in ids {
-                if let Some((kind, members)) = model.ipsets.get(&id) {
-                    let members: Vec<String> = members.iter().cloned().collect();
-                    t.add_set(r.ipset(family, &id, *kind, &members));
+                if let Some(members) = model.ipsets.get(&id) {
+                    t.add_set(r.ipset(family, &id, members));
                 }
             }
             side_tables.push(t);

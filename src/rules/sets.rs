@@ -1,9 +1,10 @@
-//! Felix IP sets as nftables sets (reference §6.4, §13): types mapped, members split by family,
-//! `NET` members de-overlapped, `IP_AND_PORT` members parsed.
+//! Felix IP sets as nftables sets (reference §6.4, §13): members parsed once when recorded and
+//! split by family, types mapped, `NET` members de-overlapped.
 
-use std::net::IpAddr;
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use tracing::warn;
 
 use crate::nft::build;
@@ -37,6 +38,123 @@ fn parse_net(s: &str) -> Option<IpNet> {
         .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
+/// One IP set's members as the model keeps them: parsed when recorded, by family, in sets (so
+/// sorted and without duplicates). As strings, a mid-scale node's 100,000 members were about
+/// 5 MB of the daemon's memory; as addresses they are a fifth of that, and rendering them
+/// parses nothing (issue 9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Members {
+    /// `IP`: addresses; a `/32` or `/128` member is its address.
+    Ip {
+        v4: BTreeSet<Ipv4Addr>,
+        v6: BTreeSet<Ipv6Addr>,
+    },
+    /// `NET`: networks with their host bits cleared; a bare address is its host network.
+    Net {
+        v4: BTreeSet<Ipv4Net>,
+        v6: BTreeSet<Ipv6Net>,
+    },
+    /// `IP_AND_PORT`: (address, IP protocol, port).
+    IpAndPort(BTreeSet<(IpAddr, u8, u16)>),
+}
+
+/// What one member string is in a set of some type.
+enum Parsed {
+    Addr(IpAddr),
+    Net(IpNet),
+    AddrPort(IpAddr, u8, u16),
+}
+
+impl Members {
+    /// No members.
+    pub fn new(kind: IpSetType) -> Members {
+        match kind {
+            IpSetType::Ip => Members::Ip {
+                v4: BTreeSet::new(),
+                v6: BTreeSet::new(),
+            },
+            IpSetType::Net => Members::Net {
+                v4: BTreeSet::new(),
+                v6: BTreeSet::new(),
+            },
+            IpSetType::IpAndPort => Members::IpAndPort(BTreeSet::new()),
+        }
+    }
+
+    /// A set of type `kind` holding `members`; members that do not parse as that type are
+    /// logged and left out (the input is validated before it is recorded).
+    pub fn parse<'a>(kind: IpSetType, members: impl IntoIterator<Item = &'a str>) -> Members {
+        let mut out = Members::new(kind);
+        for m in members {
+            out.insert(m);
+        }
+        out
+    }
+
+    /// The set's type.
+    pub fn kind(&self) -> IpSetType {
+        match self {
+            Members::Ip { .. } => IpSetType::Ip,
+            Members::Net { .. } => IpSetType::Net,
+            Members::IpAndPort(_) => IpSetType::IpAndPort,
+        }
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        match self {
+            Members::Ip { v4, v6 } => v4.len() + v6.len(),
+            Members::Net { v4, v6 } => v4.len() + v6.len(),
+            Members::IpAndPort(m) => m.len(),
+        }
+    }
+
+    /// No members.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn parsed(&self, m: &str) -> Option<Parsed> {
+        let p = match self {
+            Members::Ip { .. } => parse_net(m)
+                .filter(|n| n.prefix_len() == n.max_prefix_len())
+                .map(|n| Parsed::Addr(n.addr())),
+            Members::Net { .. } => parse_net(m).map(Parsed::Net),
+            Members::IpAndPort(_) => {
+                parse_ip_and_port(m).map(|(a, p, n)| Parsed::AddrPort(a, p, n))
+            }
+        };
+        if p.is_none() {
+            warn!(member = %m, kind = ?self.kind(), "ignoring unparsable IP set member");
+        }
+        p
+    }
+
+    /// Adds a member given as Felix sends it.
+    pub fn insert(&mut self, m: &str) {
+        match (self.parsed(m), self) {
+            (Some(Parsed::Addr(IpAddr::V4(a))), Members::Ip { v4, .. }) => drop(v4.insert(a)),
+            (Some(Parsed::Addr(IpAddr::V6(a))), Members::Ip { v6, .. }) => drop(v6.insert(a)),
+            (Some(Parsed::Net(IpNet::V4(n))), Members::Net { v4, .. }) => drop(v4.insert(n)),
+            (Some(Parsed::Net(IpNet::V6(n))), Members::Net { v6, .. }) => drop(v6.insert(n)),
+            (Some(Parsed::AddrPort(a, p, n)), Members::IpAndPort(s)) => drop(s.insert((a, p, n))),
+            _ => {}
+        }
+    }
+
+    /// Removes a member given as Felix sends it.
+    pub fn remove(&mut self, m: &str) {
+        match (self.parsed(m), self) {
+            (Some(Parsed::Addr(IpAddr::V4(a))), Members::Ip { v4, .. }) => drop(v4.remove(&a)),
+            (Some(Parsed::Addr(IpAddr::V6(a))), Members::Ip { v6, .. }) => drop(v6.remove(&a)),
+            (Some(Parsed::Net(IpNet::V4(n))), Members::Net { v4, .. }) => drop(v4.remove(&n)),
+            (Some(Parsed::Net(IpNet::V6(n))), Members::Net { v6, .. }) => drop(v6.remove(&n)),
+            (Some(Parsed::AddrPort(a, p, n)), Members::IpAndPort(s)) => drop(s.remove(&(a, p, n))),
+            _ => {}
+        }
+    }
+}
+
 impl Renderer {
     /// The elements of a `NET` set for one family, overlaps merged (never fails on overlap:
     /// a covering CIDR absorbs what it contains, §23.1).
@@ -58,9 +176,9 @@ impl Renderer {
         build::cidr_interval_elements(&nets, family == Family::Ip6)
     }
 
-    /// A Felix IP set (`IpSetUpdate` id, type and members) as the set in one family's table.
-    /// Members of the other family are dropped; the result does not depend on member order.
-    pub fn ipset(&self, family: Family, id: &str, kind: IpSetType, members: &[String]) -> Set {
+    /// A Felix IP set (`IpSetUpdate` id and members) as the set in one family's table.
+    /// Members of the other family are left out; the result does not depend on member order.
+    pub fn ipset(&self, family: Family, id: &str, members: &Members) -> Set {
         let v6 = family == Family::Ip6;
         let addr_type = if v6 {
             DataType::Ipv6Addr
@@ -68,41 +186,37 @@ impl Renderer {
             DataType::Ipv4Addr
         };
         let name = ipset_name(family, id);
-        match kind {
-            IpSetType::Ip => {
-                let addrs = members.iter().filter_map(|m| {
-                    let n = parse_net(m)?;
-                    // IP sets hold addresses; a /32 or /128 is stripped to its address.
-                    (n.prefix_len() == n.max_prefix_len() && n.addr().is_ipv6() == v6)
-                        .then_some(n.addr())
-                });
+        match members {
+            Members::Ip { v4, v6: six } => {
                 let mut set = build::new_set(&name, vec![addr_type], 0, None);
-                set.elements = build::addr_elements(addrs);
+                set.elements = if v6 {
+                    build::addr_elements(six.iter().map(|a| IpAddr::V6(*a)))
+                } else {
+                    build::addr_elements(v4.iter().map(|a| IpAddr::V4(*a)))
+                };
                 set
             }
-            IpSetType::Net => {
+            Members::Net { v4, v6: six } => {
                 let mut set = build::new_set(&name, vec![addr_type], set_flags::INTERVAL, None);
-                set.elements = self.net_set_elements(family, members.iter().map(String::as_str));
+                let nets: Vec<IpNet> = if v6 {
+                    six.iter().map(|n| IpNet::V6(*n)).collect()
+                } else {
+                    v4.iter().map(|n| IpNet::V4(*n)).collect()
+                };
+                set.elements = build::cidr_interval_elements(&nets, v6);
                 set
             }
-            IpSetType::IpAndPort => {
+            Members::IpAndPort(m) => {
                 let mut set = build::new_set(
                     &name,
                     vec![addr_type, DataType::InetProto, DataType::InetService],
                     0,
                     None,
                 );
-                let mut elements: Vec<Element> = members
+                let mut elements: Vec<Element> = m
                     .iter()
-                    .filter_map(|m| {
-                        let p = parse_ip_and_port(m);
-                        if p.is_none() {
-                            warn!(member = %m, "ignoring unparsable IP_AND_PORT member");
-                        }
-                        p
-                    })
                     .filter(|(a, _, _)| a.is_ipv6() == v6)
-                    .map(|(a, proto, port)| build::addr_proto_port_element(a, proto, port))
+                    .map(|&(a, proto, port)| build::addr_proto_port_element(a, proto, port))
                     .collect();
                 elements.sort();
                 elements.dedup();
@@ -136,21 +250,59 @@ mod tests {
     }
 
     #[test]
+    fn members_are_kept_parsed_and_compared_as_addresses() {
+        let mut ip = Members::parse(IpSetType::Ip, ["10.0.0.1", "10.0.0.2/32", "fd00::1", "x"]);
+        assert_eq!(ip.kind(), IpSetType::Ip);
+        // "x" and a network are not addresses: left out.
+        ip.insert("10.1.0.0/16");
+        assert_eq!(ip.len(), 3);
+        // The same address however it is written.
+        ip.insert("10.0.0.1/32");
+        assert_eq!(ip.len(), 3);
+        ip.remove("10.0.0.2");
+        ip.remove("fd00::1/128");
+        assert_eq!(
+            ip,
+            Members::Ip {
+                v4: ["10.0.0.1".parse().unwrap()].into(),
+                v6: BTreeSet::new()
+            }
+        );
+
+        let mut net = Members::parse(IpSetType::Net, ["10.0.0.5/24", "10.2.0.1"]);
+        assert_eq!(net.len(), 2);
+        net.remove("10.0.0.0/24");
+        assert_eq!(
+            net,
+            Members::Net {
+                v4: ["10.2.0.1/32".parse().unwrap()].into(),
+                v6: BTreeSet::new()
+            }
+        );
+
+        let mut ipp = Members::parse(IpSetType::IpAndPort, ["10.0.0.5,tcp:80", "10.0.0.5,udp:80"]);
+        ipp.remove("10.0.0.5,TCP:80");
+        assert_eq!(ipp.len(), 1);
+        assert_eq!(ipp.kind(), IpSetType::IpAndPort);
+        assert!(!ipp.is_empty());
+    }
+
+    #[test]
     fn mixed_family_members_split() {
-        let members: Vec<String> = ["10.0.0.1/32", "fd00::1/128", "10.0.0.2", "fd00::2"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let v4 = r().ipset(Family::Ip, "s:x", IpSetType::Ip, &members);
-        let v6 = r().ipset(Family::Ip6, "s:x", IpSetType::Ip, &members);
+        let members = Members::parse(
+            IpSetType::Ip,
+            ["10.0.0.1/32", "fd00::1/128", "10.0.0.2", "fd00::2"],
+        );
+        let v4 = r().ipset(Family::Ip, "s:x", &members);
+        let v6 = r().ipset(Family::Ip6, "s:x", &members);
         assert_eq!(v4.name, "cali40s-x");
         assert_eq!(v6.name, "cali60s-x");
         assert_eq!(v4.elements.len(), 2);
         assert_eq!(v6.elements.len(), 2);
         assert!(v4.elements.iter().all(|e| e.key.len() == 4));
         assert!(v6.elements.iter().all(|e| e.key.len() == 16));
-        let ipp: Vec<String> = vec!["10.0.0.5,tcp:80".into(), "fd00::5,udp:53".into()];
-        let s4 = r().ipset(Family::Ip, "n:x", IpSetType::IpAndPort, &ipp);
+        let ipp = Members::parse(IpSetType::IpAndPort, ["10.0.0.5,tcp:80", "fd00::5,udp:53"]);
+        let s4 = r().ipset(Family::Ip, "n:x", &ipp);
         assert_eq!(s4.elements.len(), 1);
         assert_eq!(
             s4.elements[0].key,
@@ -160,11 +312,11 @@ mod tests {
 
     #[test]
     fn net_members_are_de_overlapped() {
-        let members: Vec<String> = ["10.0.0.0/16", "10.0.5.0/24", "10.0.0.7/32", "10.1.0.0/16"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let s = r().ipset(Family::Ip, "s:y", IpSetType::Net, &members);
+        let members = Members::parse(
+            IpSetType::Net,
+            ["10.0.0.0/16", "10.0.5.0/24", "10.0.0.7/32", "10.1.0.0/16"],
+        );
+        let s = r().ipset(Family::Ip, "s:y", &members);
         // 10.0/16 swallows the /24 and the /32, and touches 10.1/16: one range 10.0.0.0–10.1.255.255.
         assert_eq!(s.elements.len(), 3);
         assert_eq!(s.elements[1].key, vec![10, 0, 0, 0]);
