@@ -204,7 +204,7 @@ fn a_chain_whose_rules_differ_is_flushed_and_rewritten_and_order_is_references_f
         matches!(p.ops[0], Op::FlushChain(ref c) if c == "keep"),
         "{ops:?}"
     );
-    assert!(matches!(p.ops[1], Op::AddRule { ref chain, .. } if chain == "keep"));
+    assert!(matches!(p.ops[1], Op::AddRule { ref chain, .. } if &**chain == "keep"));
     assert_eq!(
         p.ops[2..],
         [
@@ -544,8 +544,8 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
     assert_eq!(
         rep.plans[0].ops,
         vec![
-            Op::AddChain(Chain::regular("a")),
-            Op::AddChain(Chain::regular("c"))
+            Op::AddChain(Box::new(Chain::regular("a"))),
+            Op::AddChain(Box::new(Chain::regular("c")))
         ]
     );
     // Refresh timer.
@@ -620,7 +620,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     assert!(ops.contains(&Op::DelChain("c".into())), "{ops:?}");
     assert!(
         !ops.iter()
-            .any(|o| matches!(o, Op::AddRule { chain, .. } if chain == "a")),
+            .any(|o| matches!(o, Op::AddRule { chain, .. } if &**chain == "a")),
         "{ops:?}"
     );
     assert_eq!(
@@ -650,7 +650,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     assert_eq!(r.kernel.reads, 2);
     assert!(rep.plans[0]
         .ops
-        .contains(&Op::AddChain(Chain::regular("a"))));
+        .contains(&Op::AddChain(Box::new(Chain::regular("a")))));
     assert_eq!(
         canonical_table(&r.kernel.tables[&key]),
         canonical_table(&r.desired()[0])

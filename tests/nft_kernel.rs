@@ -499,12 +499,12 @@ fn bad_plan() -> Plan {
         family: Family::Ip,
         table: "calico".into(),
         ops: vec![
-            Op::AddSet(set.clone()),
+            Op::AddSet(Box::new(set.clone())),
             Op::AddElements {
                 set: set.name.clone(),
                 elements: set.elements.clone(),
             },
-            Op::AddChain(Chain::regular("filter-cali-fw-cali12")),
+            Op::AddChain(Box::new(Chain::regular("filter-cali-fw-cali12"))),
             Op::FlushChain("filter-cali-tw-cali12".into()),
             Op::AddRule {
                 chain: "filter-cali-tw-cali12".into(),

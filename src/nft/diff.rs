@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
+use std::sync::Arc;
 
 use super::batch::Batch;
 use super::codec::CodecError;
@@ -35,8 +36,9 @@ pub enum Op {
         flags: u32,
     },
     DelTable,
-    /// NEWSET without elements.
-    AddSet(Set),
+    /// NEWSET without elements. (Boxed, as is `AddChain`'s chain: an `Op` is as big as its
+    /// biggest variant, and a full load is mostly `AddRule`s.)
+    AddSet(Box<Set>),
     DelSet(String),
     AddElements {
         set: String,
@@ -47,12 +49,13 @@ pub enum Op {
         elements: Vec<Element>,
     },
     /// NEWCHAIN without rules (also updates a base chain's policy).
-    AddChain(Chain),
+    AddChain(Box<Chain>),
     FlushChain(String),
     DelChain(String),
-    /// NEWRULE appended to `chain`; `index` is its position, for messages.
+    /// NEWRULE appended to `chain`; `index` is its position, for messages. The chain's name
+    /// is shared by all its rules' operations.
     AddRule {
-        chain: String,
+        chain: Arc<str>,
         index: usize,
         rule: Rule,
     },
@@ -528,22 +531,23 @@ fn create_ops(
     };
     ops.push(Op::AddTable { flags: t.flags });
     for s in t.sets.values() {
-        ops.push(Op::AddSet(def(s)));
+        ops.push(Op::AddSet(Box::new(def(s))));
         if s.data.is_none() {
             add_elements(ops, s);
         }
     }
     for c in t.chains.values() {
-        ops.push(Op::AddChain(Chain {
+        ops.push(Op::AddChain(Box::new(Chain {
             name: c.name.clone(),
             base: c.base.clone(),
             rules: Vec::new(),
-        }));
+        })));
     }
     for c in t.chains.values() {
+        let name: Arc<str> = c.name.as_str().into();
         for (i, r) in rules(c).into_iter().enumerate() {
             ops.push(Op::AddRule {
-                chain: c.name.clone(),
+                chain: name.clone(),
                 index: i,
                 rule: r,
             });
@@ -615,7 +619,7 @@ pub fn return_rules(plan: &mut Plan, t: &mut Table) {
     for op in &mut plan.ops {
         match op {
             Op::AddRule { chain, rule, .. } => {
-                if let Some(c) = t.chains.get_mut(chain.as_str()) {
+                if let Some(c) = t.chains.get_mut(&**chain) {
                     c.rules.push(std::mem::take(rule));
                 }
             }
@@ -656,7 +660,7 @@ pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
     // 2. sets, plain-set elements.
     for (name, ds) in &desired.sets {
         match actual.sets.get(name) {
-            None => ops.push(Op::AddSet(def(ds))),
+            None => ops.push(Op::AddSet(Box::new(def(ds)))),
             Some(as_) if ds.data.is_none() => push_delta(&mut ops, name, element_delta(ds, as_)),
             Some(_) => {}
         }
@@ -674,10 +678,11 @@ pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
             Some(ac) => dc.base.as_ref().map(|b| &b.policy) != ac.base.as_ref().map(|b| &b.policy),
         };
         if changed {
-            ops.push(Op::AddChain(Chain {
+            ops.push(Op::AddChain(Box::new(Chain {
+                name: dc.name.clone(),
+                base: dc.base.clone(),
                 rules: Vec::new(),
-                ..dc.clone()
-            }));
+            })));
         }
     }
     // 4. rules: wholesale rewrite of chains whose rules differ.
@@ -692,9 +697,10 @@ pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
         if actual_rules.is_some_and(|ar| !ar.is_empty()) {
             ops.push(Op::FlushChain(name.clone()));
         }
+        let chain: Arc<str> = name.as_str().into();
         for (i, r) in dc.rules.iter().enumerate() {
             ops.push(Op::AddRule {
-                chain: name.clone(),
+                chain: chain.clone(),
                 index: i,
                 rule: r.clone(),
             });
@@ -958,7 +964,7 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
             let mut r = rule.clone();
             r.handle = None;
             t.chains
-                .get_mut(chain)
+                .get_mut(&**chain)
                 .ok_or_else(|| err("ENOENT", format!("chain {chain}")))?
                 .rules
                 .push(r);
