@@ -1088,13 +1088,14 @@ pub fn ifname_verdict_element(ifname: &str, verdict: Verdict) -> Element {
 // Text: tables, chains and sets in `nft -f` syntax
 // -----------------------------------------------------------------------------------------------
 
-/// A chain together with the nft text of each of its rules (`texts[i]` is `chain.rules[i]`,
-/// comment included): the renderer's output before it is reduced to the object model.
+/// A chain together with the nft text of each of its rules (`texts[i]` is `chain.rules[i]`
+/// without its comment, which the rule carries): the renderer's output before it is reduced to
+/// the object model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextChain {
     /// The chain as the codec commits it.
     pub chain: Chain,
-    /// The nft text of each rule, comment included.
+    /// The nft text of each rule, without its comment.
     pub texts: Vec<String>,
 }
 
@@ -1109,11 +1110,9 @@ impl TextChain {
 
     /// Appends a rule with an optional userdata comment.
     pub fn push(&mut self, rule: BuiltRule, comment: Option<String>) {
-        let text = match &comment {
-            Some(c) => format!("{} comment {}", rule.text, quote(c)),
-            None => rule.text,
-        };
-        self.texts.push(text);
+        // The comment joins the text only when the text is printed ([`chain_text`]): a full
+        // load renders every rule, and printing is for tests and tools.
+        self.texts.push(rule.text);
         self.chain.rules.push(Rule {
             exprs: rule.exprs.into(),
             comment,
@@ -1188,14 +1187,22 @@ fn base_text(b: &BaseChain) -> String {
     )
 }
 
-/// A chain in nft syntax, given the text of each rule.
+/// A chain in nft syntax, given the text of each rule without its comment (the comment is the
+/// rule's own).
 pub fn chain_text(chain: &Chain, rule_texts: &[String]) -> String {
     let mut out = format!("\tchain {} {{\n", chain.name);
     if let Some(b) = &chain.base {
         out.push_str(&base_text(b));
     }
-    for t in rule_texts {
-        let _ = writeln!(out, "\t\t{t}");
+    for (i, t) in rule_texts.iter().enumerate() {
+        match chain.rules.get(i).and_then(|r| r.comment.as_deref()) {
+            Some(c) => {
+                let _ = writeln!(out, "\t\t{t} comment {}", quote(c));
+            }
+            None => {
+                let _ = writeln!(out, "\t\t{t}");
+            }
+        }
     }
     out.push_str("\t}\n");
     out

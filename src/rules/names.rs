@@ -224,15 +224,15 @@ pub fn shared_set_name(family: Family, kind: char, canonical: &str) -> String {
 
 /// Escapes a human comment: any char outside `[A-Za-z0-9_ @%+=:,./-]` becomes `_` (§5.4).
 pub fn escape_comment(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || " _@%+=:,./-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    s.chars().map(escape_char).collect()
+}
+
+fn escape_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() || " _@%+=:,./-".contains(c) {
+        c
+    } else {
+        '_'
+    }
 }
 
 /// Builds one chain while computing Felix's rule identity hashes (§5.4):
@@ -240,16 +240,19 @@ pub fn escape_comment(s: &str) -> String {
 /// rule's userdata comment is `cali:<id>;` followed by the escaped human comments.
 #[derive(Clone, Debug)]
 pub struct ChainBuilder {
-    hash: Vec<u8>,
+    hash: [u8; 28],
     out: TextChain,
+    /// Where each rule's comment is written before it is copied out.
+    scratch: String,
 }
 
 impl ChainBuilder {
     /// A regular chain.
     pub fn new(name: &str) -> ChainBuilder {
         ChainBuilder {
-            hash: Sha224::digest(name.as_bytes()).to_vec(),
+            hash: Sha224::digest(name.as_bytes()).into(),
             out: TextChain::new(name),
+            scratch: String::new(),
         }
     }
 
@@ -264,7 +267,7 @@ impl ChainBuilder {
     /// fresh hash chain under `<name>*appends*`.
     pub fn start_appends(&mut self) {
         let name = format!("{}*appends*", self.out.chain.name);
-        self.hash = Sha224::digest(name.as_bytes()).to_vec();
+        self.hash = Sha224::digest(name.as_bytes()).into();
     }
 
     /// The chain's name.
@@ -285,19 +288,23 @@ impl ChainBuilder {
     /// Appends a rule with its human comments.
     pub fn push(&mut self, rule: BuiltRule, comments: &[&str]) {
         let mut h = Sha224::new();
-        h.update(&self.hash);
+        h.update(self.hash);
         h.update(rule.text.as_bytes());
-        self.hash = h.finalize().to_vec();
-        let id = URL_SAFE_NO_PAD.encode(&self.hash);
-        let mut comment = format!("cali:{};", &id[..16]);
-        for c in comments {
-            let c = escape_comment(c);
-            if !c.is_empty() {
-                comment.push(' ');
-                comment.push_str(&c);
-            }
+        self.hash = h.finalize().into();
+        // Every rule of a full load comes through here: the comment is written in place. The
+        // first 16 characters of the hash's base64 are those of its first 12 bytes.
+        let comment = &mut self.scratch;
+        comment.clear();
+        comment.push_str("cali:");
+        URL_SAFE_NO_PAD.encode_string(&self.hash[..12], comment);
+        comment.push(';');
+        for c in comments.iter().filter(|c| !c.is_empty()) {
+            comment.push(' ');
+            comment.extend(c.chars().map(escape_char));
         }
         comment.truncate(MAX_COMMENT_LEN);
+        // An exact-size copy: the scratch buffer's spare capacity would stay with every rule.
+        let comment = comment.clone();
         self.out.push(rule, Some(comment));
     }
 
