@@ -8,6 +8,7 @@
 //! and duplicate ids inside one message.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -89,6 +90,25 @@ pub fn policy_label(id: &PolicyId) -> String {
     s
 }
 
+/// A field's path, formatted only when an error names it (validation runs for every rule of
+/// every message): `base` followed by `suffix` (`.src_net`).
+struct Sub<'a>(&'a dyn fmt::Display, &'a str);
+
+impl fmt::Display for Sub<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.0, self.1)
+    }
+}
+
+/// `base[index]`, formatted only when an error names it.
+struct Idx<'a>(&'a dyn fmt::Display, usize);
+
+impl fmt::Display for Idx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
 struct Ctx<'a> {
     message: &'static str,
     id: String,
@@ -106,17 +126,11 @@ impl Ctx<'_> {
         }
     }
 
-    fn cidr(&self, field: String, v: &str) -> Result<(), InputError> {
-        if v.parse::<IpNet>().is_ok() || v.parse::<IpAddr>().is_ok() {
-            Ok(())
-        } else {
-            Err(self.err(field, v, "not an IP address or CIDR"))
-        }
-    }
-
-    fn cidrs(&self, field: &str, vs: &[String]) -> Result<(), InputError> {
+    fn cidrs(&self, field: &dyn fmt::Display, vs: &[String]) -> Result<(), InputError> {
         for (i, v) in vs.iter().enumerate() {
-            self.cidr(format!("{field}[{i}]"), v)?;
+            if v.parse::<IpNet>().is_err() && v.parse::<IpAddr>().is_err() {
+                return Err(self.err(format!("{field}[{i}]"), v, "not an IP address or CIDR"));
+            }
         }
         Ok(())
     }
@@ -159,7 +173,7 @@ impl Ctx<'_> {
 
     fn sets_exist(
         &self,
-        field: &str,
+        field: &dyn fmt::Display,
         ids: &[String],
         want: Option<IpSetType>,
     ) -> Result<(), InputError> {
@@ -196,15 +210,19 @@ impl Ctx<'_> {
     ) -> Result<(), InputError> {
         let mut seen = BTreeSet::new();
         for item in items {
-            let shown = format!("{item:?}");
-            if !seen.insert(item) {
-                return Err(self.err(field, shown, "duplicate id"));
+            if seen.contains(&item) {
+                return Err(self.err(field, format!("{item:?}"), "duplicate id"));
             }
+            seen.insert(item);
         }
         Ok(())
     }
 
-    fn ports(&self, field: &str, ports: &[crate::proto::PortRange]) -> Result<(), InputError> {
+    fn ports(
+        &self,
+        field: &dyn fmt::Display,
+        ports: &[crate::proto::PortRange],
+    ) -> Result<(), InputError> {
         for (i, p) in ports.iter().enumerate() {
             if !(0..=65535).contains(&p.first) || !(0..=65535).contains(&p.last) || p.first > p.last
             {
@@ -218,7 +236,7 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn rule(&self, field: &str, r: &Rule) -> Result<(), InputError> {
+    fn rule(&self, field: &dyn fmt::Display, r: &Rule) -> Result<(), InputError> {
         match r.action.to_ascii_lowercase().as_str() {
             "" | "allow" | "deny" | "pass" | "next-tier" | "log" => {}
             other => {
@@ -229,49 +247,49 @@ impl Ctx<'_> {
                 ))
             }
         }
-        self.cidrs(&format!("{field}.src_net"), &r.src_net)?;
-        self.cidrs(&format!("{field}.dst_net"), &r.dst_net)?;
-        self.cidrs(&format!("{field}.not_src_net"), &r.not_src_net)?;
-        self.cidrs(&format!("{field}.not_dst_net"), &r.not_dst_net)?;
-        self.ports(&format!("{field}.src_ports"), &r.src_ports)?;
-        self.ports(&format!("{field}.dst_ports"), &r.dst_ports)?;
-        self.ports(&format!("{field}.not_src_ports"), &r.not_src_ports)?;
-        self.ports(&format!("{field}.not_dst_ports"), &r.not_dst_ports)?;
-        self.sets_exist(&format!("{field}.src_ip_set_ids"), &r.src_ip_set_ids, None)?;
-        self.sets_exist(&format!("{field}.dst_ip_set_ids"), &r.dst_ip_set_ids, None)?;
+        self.cidrs(&Sub(field, ".src_net"), &r.src_net)?;
+        self.cidrs(&Sub(field, ".dst_net"), &r.dst_net)?;
+        self.cidrs(&Sub(field, ".not_src_net"), &r.not_src_net)?;
+        self.cidrs(&Sub(field, ".not_dst_net"), &r.not_dst_net)?;
+        self.ports(&Sub(field, ".src_ports"), &r.src_ports)?;
+        self.ports(&Sub(field, ".dst_ports"), &r.dst_ports)?;
+        self.ports(&Sub(field, ".not_src_ports"), &r.not_src_ports)?;
+        self.ports(&Sub(field, ".not_dst_ports"), &r.not_dst_ports)?;
+        self.sets_exist(&Sub(field, ".src_ip_set_ids"), &r.src_ip_set_ids, None)?;
+        self.sets_exist(&Sub(field, ".dst_ip_set_ids"), &r.dst_ip_set_ids, None)?;
         self.sets_exist(
-            &format!("{field}.not_src_ip_set_ids"),
+            &Sub(field, ".not_src_ip_set_ids"),
             &r.not_src_ip_set_ids,
             None,
         )?;
         self.sets_exist(
-            &format!("{field}.not_dst_ip_set_ids"),
+            &Sub(field, ".not_dst_ip_set_ids"),
             &r.not_dst_ip_set_ids,
             None,
         )?;
         let ipp = Some(IpSetType::IpAndPort);
         self.sets_exist(
-            &format!("{field}.src_named_port_ip_set_ids"),
+            &Sub(field, ".src_named_port_ip_set_ids"),
             &r.src_named_port_ip_set_ids,
             ipp,
         )?;
         self.sets_exist(
-            &format!("{field}.dst_named_port_ip_set_ids"),
+            &Sub(field, ".dst_named_port_ip_set_ids"),
             &r.dst_named_port_ip_set_ids,
             ipp,
         )?;
         self.sets_exist(
-            &format!("{field}.not_src_named_port_ip_set_ids"),
+            &Sub(field, ".not_src_named_port_ip_set_ids"),
             &r.not_src_named_port_ip_set_ids,
             ipp,
         )?;
         self.sets_exist(
-            &format!("{field}.not_dst_named_port_ip_set_ids"),
+            &Sub(field, ".not_dst_named_port_ip_set_ids"),
             &r.not_dst_named_port_ip_set_ids,
             ipp,
         )?;
         self.sets_exist(
-            &format!("{field}.dst_ip_port_set_ids"),
+            &Sub(field, ".dst_ip_port_set_ids"),
             &r.dst_ip_port_set_ids,
             ipp,
         )?;
@@ -280,7 +298,7 @@ impl Ctx<'_> {
 
     fn rules(&self, field: &str, rules: &[Rule]) -> Result<(), InputError> {
         for (i, r) in rules.iter().enumerate() {
-            self.rule(&format!("{field}[{i}]"), r)?;
+            self.rule(&Idx(&field, i), r)?;
         }
         Ok(())
     }
@@ -392,8 +410,8 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
             if !e.mac.is_empty() && parse_mac(&e.mac).is_none() {
                 return Err(c.err("endpoint.mac", &e.mac, "not a MAC address"));
             }
-            c.cidrs("endpoint.ipv4_nets", &e.ipv4_nets)?;
-            c.cidrs("endpoint.ipv6_nets", &e.ipv6_nets)?;
+            c.cidrs(&"endpoint.ipv4_nets", &e.ipv4_nets)?;
+            c.cidrs(&"endpoint.ipv6_nets", &e.ipv6_nets)?;
             for (i, n) in e.ipv4_nets.iter().enumerate() {
                 if n.parse::<IpNet>()
                     .map(|n| !matches!(n, IpNet::V4(_)))
@@ -411,7 +429,7 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
                 }
             }
             c.cidrs(
-                "endpoint.allow_spoofed_source_prefixes",
+                &"endpoint.allow_spoofed_source_prefixes",
                 &e.allow_spoofed_source_prefixes,
             )?;
             for (i, nat) in e.ipv4_nat.iter().chain(&e.ipv6_nat).enumerate() {
@@ -430,8 +448,8 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
                 return Err(c.err("endpoint", "", "the endpoint is required"));
             };
             c.ifname("endpoint.name", &e.name, true)?;
-            c.cidrs("endpoint.expected_ipv4_addrs", &e.expected_ipv4_addrs)?;
-            c.cidrs("endpoint.expected_ipv6_addrs", &e.expected_ipv6_addrs)?;
+            c.cidrs(&"endpoint.expected_ipv4_addrs", &e.expected_ipv4_addrs)?;
+            c.cidrs(&"endpoint.expected_ipv6_addrs", &e.expected_ipv6_addrs)?;
             c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
             c.tiers("endpoint.tiers", &e.tiers)?;
             c.tiers("endpoint.untracked_tiers", &e.untracked_tiers)?;
@@ -452,9 +470,9 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
         }
         Payload::GlobalBgpConfigUpdate(u) => {
             c.id = "global".into();
-            c.cidrs("service_cluster_cidrs", &u.service_cluster_cidrs)?;
-            c.cidrs("service_external_cidrs", &u.service_external_cidrs)?;
-            c.cidrs("service_loadbalancer_cidrs", &u.service_loadbalancer_cidrs)?;
+            c.cidrs(&"service_cluster_cidrs", &u.service_cluster_cidrs)?;
+            c.cidrs(&"service_external_cidrs", &u.service_external_cidrs)?;
+            c.cidrs(&"service_loadbalancer_cidrs", &u.service_loadbalancer_cidrs)?;
         }
         _ => {}
     }
