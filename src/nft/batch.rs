@@ -27,8 +27,24 @@ pub struct Batch {
     descs: Vec<Desc>,
     next_set_id: u32,
     /// Sets created in this batch, per table → their `NFTA_SET_ID`.
-    set_ids: HashMap<(Family, String), HashMap<String, u32>>,
+    set_ids: SetIds,
 }
+
+/// The ids of the sets a batch creates in one table (a handful of tables: found without building
+/// a key, which would be an allocation per rule).
+fn table_set_ids<'a>(
+    set_ids: &'a SetIds,
+    family: Family,
+    table: &str,
+) -> Option<&'a HashMap<String, u32>> {
+    set_ids
+        .iter()
+        .find(|((f, t), _)| *f == family && t == table)
+        .map(|(_, ids)| ids)
+}
+
+/// Per table, the `NFTA_SET_ID` of each set the batch creates.
+type SetIds = HashMap<(Family, String), HashMap<String, u32>>;
 
 /// A finished batch.
 #[derive(Debug, Clone)]
@@ -274,43 +290,12 @@ impl Batch {
         index: usize,
         rule: &Rule,
     ) -> Result<(), CodecError> {
-        // Lookups of sets created in this batch carry their id, as nft does.
-        let owned;
-        let mut rule = rule;
-        let ids = if self.set_ids.is_empty() {
-            None
-        } else {
-            self.set_ids.get(&(family, table.to_owned()))
-        };
-        if let Some(ids) = ids {
-            let new_set = |e: &Expr| matches!(e, Expr::Lookup { set_id: None, set, .. } if ids.contains_key(set.as_str()));
-            if rule.exprs.iter().any(new_set) {
-                let mut r = rule.clone();
-                r.exprs = r
-                    .exprs
-                    .iter()
-                    .map(|e| match e {
-                        Expr::Lookup {
-                            set,
-                            set_id: None,
-                            sreg,
-                            dreg,
-                            invert,
-                        } => Expr::Lookup {
-                            set: set.clone(),
-                            set_id: ids.get(set.as_str()).copied(),
-                            sreg: *sreg,
-                            dreg: *dreg,
-                            invert: *invert,
-                        },
-                        e => e.clone(),
-                    })
-                    .collect();
-                owned = r;
-                rule = &owned;
-            }
-        }
-        self.msg_desc(
+        // Lookups of sets created in this batch carry their id, as nft does. (The map is taken
+        // out while the message is written.)
+        let set_ids = std::mem::take(&mut self.set_ids);
+        let ids = table_set_ids(&set_ids, family, table);
+        let set_id = |set: &str| ids.and_then(|ids| ids.get(set)).copied();
+        let res = self.msg_desc(
             NFT_MSG_NEWRULE,
             NLM_F_CREATE | NLM_F_APPEND,
             family,
@@ -318,8 +303,10 @@ impl Batch {
                 offset,
                 index: index as u32,
             },
-            |w| codec::put_rule(w, table, chain, rule),
-        )
+            |w| codec::put_rule_in(w, table, chain, rule, &set_id),
+        );
+        self.set_ids = set_ids;
+        res
     }
 
     /// DELRULE of one rule by handle.
@@ -390,9 +377,7 @@ impl Batch {
         set: &str,
         elems: &[Element],
     ) -> Result<(), CodecError> {
-        let set_id = self
-            .set_ids
-            .get(&(family, table.to_owned()))
+        let set_id = table_set_ids(&self.set_ids, family, table)
             .and_then(|ids| ids.get(set))
             .copied();
         let verb = if ty == NFT_MSG_NEWSETELEM {

@@ -75,6 +75,20 @@ impl MsgWriter {
         self.pad();
     }
 
+    /// One attribute whose bytes are `parts`, one after the other.
+    pub fn put_parts(&mut self, ty: u16, parts: &[&[u8]]) {
+        let len = 4 + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > NLA_MAX_LEN {
+            self.overflow.get_or_insert((ty, len));
+        }
+        self.buf.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.buf.extend_from_slice(&ty.to_ne_bytes());
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.pad();
+    }
+
     pub fn put_u8(&mut self, ty: u16, v: u8) {
         self.put(ty, &[v]);
     }

@@ -187,6 +187,12 @@ pub(crate) fn decode_verdict(a: &Attr<'_>) -> Result<Verdict, CodecError> {
 
 /// Appends `NFTA_LIST_ELEM { NAME, DATA { .. } }` for one expression.
 pub fn put_expr(w: &mut MsgWriter, e: &Expr) {
+    put_expr_in(w, e, &|_| None)
+}
+
+/// [`put_expr`], a lookup without a set id taking its id from `set_id(set name)` (sets created
+/// in the same batch).
+pub fn put_expr_in(w: &mut MsgWriter, e: &Expr, set_id: &dyn Fn(&str) -> Option<u32>) {
     let elem = w.begin_nest(NFTA_LIST_ELEM);
     w.put_str(NFTA_EXPR_NAME, expr_name(e));
     if let Expr::Other { data, .. } = e {
@@ -201,7 +207,7 @@ pub fn put_expr(w: &mut MsgWriter, e: &Expr) {
         return;
     }
     let d = w.begin_nest(NFTA_EXPR_DATA);
-    put_expr_data(w, e);
+    put_expr_data(w, e, set_id);
     w.end_nest(d);
     w.end_nest(elem);
 }
@@ -210,7 +216,7 @@ fn put_reg(w: &mut MsgWriter, ty: u16, r: Reg) {
     w.put_be32(ty, r.0);
 }
 
-fn put_expr_data(w: &mut MsgWriter, e: &Expr) {
+fn put_expr_data(w: &mut MsgWriter, e: &Expr, new_set_id: &dyn Fn(&str) -> Option<u32>) {
     match e {
         Expr::Meta { key, dreg } => {
             w.put_be32(NFTA_META_KEY, meta_key_num(*key));
@@ -288,8 +294,8 @@ fn put_expr_data(w: &mut MsgWriter, e: &Expr) {
                 put_reg(w, NFTA_LOOKUP_DREG, *d);
             }
             w.put_str(NFTA_LOOKUP_SET, set);
-            if let Some(id) = set_id {
-                w.put_be32(NFTA_LOOKUP_SET_ID, *id);
+            if let Some(id) = set_id.or_else(|| new_set_id(set)) {
+                w.put_be32(NFTA_LOOKUP_SET_ID, id);
             }
             if *invert {
                 w.put_be32(NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);

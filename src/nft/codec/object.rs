@@ -2,7 +2,7 @@
 //! libnftnl's `*_nlmsg_build_payload`, so the bytes equal nft's).
 
 use super::attr::{Attrs, MsgWriter};
-use super::expr::{decode_expr, decode_verdict, put_expr, put_verdict};
+use super::expr::{decode_expr, decode_verdict, put_expr_in, put_verdict};
 use super::CodecError;
 use crate::nft::consts::*;
 use crate::nft::model::*;
@@ -49,8 +49,9 @@ pub fn put_chain_ref(w: &mut MsgWriter, table: &str, chain: &str) {
     w.put_str(NFTA_CHAIN_NAME, chain);
 }
 
-/// Rule userdata: libnftnl TLV `NFTNL_UDATA_RULE_COMMENT`, NUL-terminated (netlink.md gotcha 9).
-fn rule_udata(comment: &str) -> Result<Vec<u8>, CodecError> {
+/// Rule userdata: libnftnl TLV `NFTNL_UDATA_RULE_COMMENT`, NUL-terminated (netlink.md gotcha 9),
+/// written straight into the message.
+fn put_rule_udata(w: &mut MsgWriter, comment: &str) -> Result<(), CodecError> {
     let len = comment.len() + 1;
     if len > u8::MAX as usize || 2 + len > NFT_USERDATA_MAXLEN {
         return Err(CodecError::Invalid(format!(
@@ -58,16 +59,31 @@ fn rule_udata(comment: &str) -> Result<Vec<u8>, CodecError> {
             comment.len()
         )));
     }
-    let mut u = Vec::with_capacity(2 + len);
-    u.push(NFTNL_UDATA_RULE_COMMENT);
-    u.push(len as u8);
-    u.extend_from_slice(comment.as_bytes());
-    u.push(0);
-    Ok(u)
+    w.put_parts(
+        NFTA_RULE_USERDATA,
+        &[
+            &[NFTNL_UDATA_RULE_COMMENT, len as u8],
+            comment.as_bytes(),
+            &[0],
+        ],
+    );
+    Ok(())
 }
 
 /// A rule (NEWRULE; with its handle when it has one, for REPLACE).
 pub fn put_rule(w: &mut MsgWriter, table: &str, chain: &str, r: &Rule) -> Result<(), CodecError> {
+    put_rule_in(w, table, chain, r, &|_| None)
+}
+
+/// [`put_rule`], lookups without a set id taking it from `set_id(set name)` (sets created in
+/// the same batch, as nft sends them).
+pub fn put_rule_in(
+    w: &mut MsgWriter,
+    table: &str,
+    chain: &str,
+    r: &Rule,
+    set_id: &dyn Fn(&str) -> Option<u32>,
+) -> Result<(), CodecError> {
     w.put_str(NFTA_RULE_TABLE, table);
     w.put_str(NFTA_RULE_CHAIN, chain);
     if let Some(h) = r.handle {
@@ -75,11 +91,11 @@ pub fn put_rule(w: &mut MsgWriter, table: &str, chain: &str, r: &Rule) -> Result
     }
     let n = w.begin_nest(NFTA_RULE_EXPRESSIONS);
     for e in r.exprs.iter() {
-        put_expr(w, e);
+        put_expr_in(w, e, set_id);
     }
     w.end_nest(n);
     if let Some(c) = &r.comment {
-        w.put(NFTA_RULE_USERDATA, &rule_udata(c)?);
+        put_rule_udata(w, c)?;
     }
     Ok(())
 }
