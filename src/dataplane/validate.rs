@@ -488,7 +488,9 @@ fn members(
     for (i, m) in members.iter().enumerate() {
         let ok = match kind {
             IpSetType::Ip => m.parse::<IpAddr>().is_ok() || single_host(m),
-            IpSetType::Net => m.parse::<IpNet>().is_ok() || m.parse::<IpAddr>().is_ok(),
+            // (Only a CIDR has a '/', never an address: one parse each.)
+            IpSetType::Net if m.contains('/') => m.parse::<IpNet>().is_ok(),
+            IpSetType::Net => m.parse::<IpAddr>().is_ok(),
             IpSetType::IpAndPort => crate::rules::sets::parse_ip_and_port(m).is_some(),
         };
         if !ok {
@@ -587,7 +589,16 @@ pub fn validate_all(base: &Model, msgs: &[ToDataplane]) -> Vec<(usize, InputErro
                         }
                     }
                 }
-                model.apply(m);
+                match &m.payload {
+                    // What follows is validated against the set's existence and type only:
+                    // its members (checked above) need not be parsed into this model again.
+                    Some(Payload::IpsetUpdate(u)) => {
+                        let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
+                        model.ipsets.insert(u.id.clone(), Members::new(kind));
+                    }
+                    Some(Payload::IpsetDeltaUpdate(_)) => {}
+                    _ => model.apply(m),
+                }
             }
             Err(e) => errors.push((i, e)),
         }
