@@ -167,7 +167,7 @@ pub struct Incremental {
     /// The interfaces in main's `filter-cali-wl-side` set.
     listed: BTreeSet<String>,
     /// One copy of each rule body rendered (see [`Incremental::share`]).
-    bodies: HashSet<Exprs>,
+    bodies: HashSet<Exprs, foldhash::fast::RandomState>,
     /// `bodies.len()` after the last sweep of unused bodies.
     bodies_swept: usize,
 }
@@ -215,7 +215,7 @@ impl Incremental {
             side: BTreeSet::new(),
             lingering: BTreeSet::new(),
             listed: BTreeSet::new(),
-            bodies: HashSet::new(),
+            bodies: HashSet::default(),
             bodies_swept: 0,
         }
     }
@@ -696,15 +696,13 @@ impl Incremental {
         policies: &mut BTreeSet<(Tbl, Layer, PolicyId)>,
         profiles: &mut BTreeSet<(Tbl, Layer, String)>,
     ) {
-        let old = if refs.policies.is_empty() && refs.profiles.is_empty() {
-            self.source_refs.remove(&source)
-        } else {
-            self.source_refs.insert(source.clone(), refs.clone())
-        }
-        .unwrap_or_default();
-        if old == refs {
+        if self.source_refs.get(&source).map_or(
+            refs.policies.is_empty() && refs.profiles.is_empty(),
+            |old| *old == refs,
+        ) {
             return;
         }
+        let old = self.source_refs.remove(&source).unwrap_or_default();
         let t = match source {
             Source::Workload(t, _) => t,
             Source::HostEndpoint(_) => Tbl::Main,
@@ -733,6 +731,9 @@ impl Incremental {
             &in_table(t, &refs.profiles),
             profiles,
         );
+        if !(refs.policies.is_empty() && refs.profiles.is_empty()) {
+            self.source_refs.insert(source, refs);
+        }
     }
 
     /// Makes `key` produce exactly `chains` and `sets` from now on.
