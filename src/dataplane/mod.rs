@@ -404,31 +404,44 @@ impl Dataplane {
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
         validate::validate(&self.model, msg)?;
+        self.record(msg);
+        Ok(())
+    }
+
+    /// [`Dataplane::on_update`] for a message already validated in its place in a sequence
+    /// ([`validate::validate_all`], as `apply` does before it touches anything): a state
+    /// document is not validated twice.
+    pub fn on_validated_update(&mut self, msg: &ToDataplane) {
+        self.record(msg);
+    }
+
+    /// Records a valid message.
+    fn record(&mut self, msg: &ToDataplane) {
         let Some(p) = &msg.payload else {
-            return Ok(());
+            return;
         };
         match p {
             Payload::InSync(_) => {
                 self.datastore_in_sync = true;
-                return Ok(());
+                return;
             }
             Payload::ConfigUpdate(_) => {
                 // Felix restarts its driver whenever a resolved value changes (§1.4), so the
                 // configuration the agent started with stays in force.
-                return Ok(());
+                return;
             }
             Payload::RouteUpdate(u) => {
                 self.routes.insert(u.dst.clone(), u.clone());
                 self.dirty.routes = true;
                 self.dirty.host_scope = None;
-                return Ok(());
+                return;
             }
             Payload::RouteRemove(r) => {
                 if self.routes.remove(&r.dst).is_some() {
                     self.dirty.routes = true;
                     self.dirty.host_scope = None;
                 }
-                return Ok(());
+                return;
             }
             Payload::WorkloadEndpointUpdate(u) => {
                 let name = u.endpoint.as_ref().map(|e| e.name.clone());
@@ -506,11 +519,10 @@ impl Dataplane {
                 self.changes.base = true;
             }
             // Nothing else reaches the tables (rules::Model::apply ignores it).
-            _ => return Ok(()),
+            _ => return,
         }
         self.model.apply(msg);
         self.dirty.tables |= self.changes.any();
-        Ok(())
     }
 
     fn forget_workload_iface(&mut self, iface: &str, id: &WorkloadEndpointId) {

@@ -288,6 +288,14 @@ pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<ToDataplane>
             source,
         },
     })?;
+    validated(cfg, msgs)
+}
+
+/// `msgs` if they are valid as a sequence (each against the state the ones before it make).
+fn validated(
+    cfg: &DataplaneConfig,
+    msgs: Vec<ToDataplane>,
+) -> Result<Vec<ToDataplane>, OneShotError> {
     let base = Dataplane::new(cfg.clone(), 1).map_err(OneShotError::Render)?;
     let errors = validate::validate_all(base.model(), &msgs);
     if errors.is_empty() {
@@ -520,13 +528,15 @@ async fn feed_ifaces(
     Ok(links)
 }
 
-/// Builds the dataplane from the document and runs (or plans) the phases once.
+/// Builds the dataplane from the document and runs (or plans) the phases once. The messages
+/// are validated first, as a whole; any error changes nothing.
 pub async fn converge(
     ns: Option<&NetNs>,
     cfg: &DataplaneConfig,
     msgs: Vec<ToDataplane>,
     mode: Mode,
 ) -> Result<Changes, OneShotError> {
+    let msgs = validated(cfg, msgs)?;
     converge_retaining(ns, cfg, msgs, mode)
         .await
         .map(|(changes, _)| changes)
@@ -539,6 +549,7 @@ pub struct Retained {
     _kernel: RealKernel,
 }
 
+/// [`converge`] of messages [`load_state`] validated.
 async fn converge_retaining(
     ns: Option<&NetNs>,
     cfg: &DataplaneConfig,
@@ -549,11 +560,9 @@ async fn converge_retaining(
     let default_rp = kernel.procsys().default_rp_filter();
     let mut dp = Dataplane::new(cfg.clone(), default_rp).map_err(OneShotError::Render)?;
     let links = feed_ifaces(&mut dp, kernel.rtnl(), cfg).await?;
-    for (i, m) in msgs.iter().enumerate() {
-        // Validated as a whole already; a failure here would be a bug in validate_all.
-        if let Err(e) = dp.on_update(m) {
-            return Err(OneShotError::Invalid(vec![(i, e)]));
-        }
+    // Validated as a whole by `load_state` (validate_all), message by message in order.
+    for m in &msgs {
+        dp.on_validated_update(m);
     }
     // The model holds what it needs: the document's messages are not needed any more, and
     // peak memory is reached later, in the nf_tables phase.
