@@ -592,6 +592,10 @@ pub fn create_lending(t: &mut Table) -> Plan {
 /// The elements to send for `s`: moved out of it when they are already in normal form (the
 /// renderer's output is), so [`return_rules`] can give them back; a normalised copy otherwise.
 fn lend_elements(s: &mut Set) -> Vec<Element> {
+    if !is_interval(s) && s.elements.windows(2).all(|w| w[0] < w[1]) {
+        // Strictly sorted is the normal form of a plain set: nothing to copy or compare.
+        return std::mem::take(&mut s.elements);
+    }
     let norm = normalize_elements(s);
     // Interval sets as nft (and our renderer) write them open with an `INTERVAL_END` at zero
     // marking the gap below the first range; that is the same set.
