@@ -8,70 +8,12 @@ use felix_nft::dataplane::driver::{Driver, DriverError, LoopOptions};
 use felix_nft::dataplane::kernel::{Call, FakeKernel, TableMode};
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::{json, ToDataplane};
-use felix_nft::rtnl::link::LinkState;
 use felix_nft::rtnl::monitor::IfaceEvent;
-use felix_nft::source::{Origin, Received, Update};
+use felix_nft::source::Received;
 use tokio::sync::mpsc;
 
-fn msg(text: &str) -> Received {
-    let message: ToDataplane = json::decode(text).expect("test message");
-    Ok(Update {
-        origin: Origin::Item { index: 0 },
-        message,
-    })
-}
-
-const IN_SYNC: &str = r#"{"in_sync":{}}"#;
-
-fn wep(n: u32, iface: &str) -> String {
-    format!(
-        r#"{{"workload_endpoint_update":{{"id":{{"orchestrator_id":"k8s","workload_id":"w{n}","endpoint_id":"eth0"}},"endpoint":{{"state":"active","name":"{iface}","mac":"ee:ee:ee:ee:ee:0{}","ipv4_nets":["10.65.0.{n}/32"],"profile_ids":["kns.default"]}}}}}}"#,
-        n % 10
-    )
-}
-
-fn link(name: &str, index: u32, up: bool) -> IfaceEvent {
-    IfaceEvent::Link(LinkState {
-        index,
-        name: name.into(),
-        admin_up: up,
-        oper_up: up,
-        mac: vec![0xee; 6],
-    })
-}
-
-fn driver(kernel: FakeKernel) -> Driver<FakeKernel> {
-    let dp = Dataplane::new(DataplaneConfig::default(), 1).expect("default config renders");
-    Driver::new(
-        dp,
-        kernel,
-        LoopOptions {
-            exit_on_eof: true,
-            ..LoopOptions::default()
-        },
-        None,
-        None,
-    )
-}
-
-/// Feeds the messages and interface events, closes the input, and runs the loop to its end.
-async fn run(
-    d: &mut Driver<FakeKernel>,
-    msgs: Vec<Received>,
-    ifaces: Vec<IfaceEvent>,
-) -> Result<(), DriverError> {
-    let (tx, rx) = mpsc::channel(1024);
-    let (itx, irx) = mpsc::channel(64);
-    for i in ifaces {
-        itx.send(i).await.expect("iface channel");
-    }
-    for m in msgs {
-        tx.send(m).await.expect("update channel");
-    }
-    drop(tx);
-    let _keep_monitor_open = itx;
-    d.run(rx, irx, std::future::pending()).await
-}
+mod loop_common;
+use loop_common::{driver, link, msg, run, wep, IN_SYNC};
 
 fn table_calls(k: &FakeKernel) -> Vec<TableMode> {
     k.calls

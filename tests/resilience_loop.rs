@@ -18,10 +18,7 @@ use tokio::time::sleep;
 
 fn msg(text: &str) -> Received {
     let message: ToDataplane = json::decode(text).expect("test message");
-    Ok(Update {
-        origin: Origin::Item { index: 0 },
-        message,
-    })
+    Ok(Update::new(Origin::Item { index: 0 }, message))
 }
 
 const IN_SYNC: &str = r#"{"in_sync":{}}"#;

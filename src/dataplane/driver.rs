@@ -167,6 +167,8 @@ pub struct Driver<K: Kernel> {
     grace_at: Option<TokioInstant>,
     summary: RunSummary,
     started: Instant,
+    /// When the oldest update the next apply carries was read (its end-to-end latency).
+    pending_since: Option<Instant>,
 }
 
 impl<K: Kernel> Driver<K> {
@@ -198,6 +200,7 @@ impl<K: Kernel> Driver<K> {
             grace_at: None,
             summary: RunSummary::default(),
             started: Instant::now(),
+            pending_since: None,
         }
     }
 
@@ -234,6 +237,9 @@ impl<K: Kernel> Driver<K> {
                 if let Err(e) = self.dp.on_update(&u.message) {
                     self.summary.rejected += 1;
                     tracing::error!(origin = %u.origin, error = %e, "update rejected; the previous state stays programmed");
+                } else if self.dp.dirty.any() {
+                    // Something to apply: the next apply carries this update.
+                    self.pending_since.get_or_insert(u.received);
                 }
             }
             Err(rej) => {
@@ -523,12 +529,15 @@ impl<K: Kernel> Driver<K> {
             }
         }
         // The nf_tables commit's share is logged here rather than per transaction, so the cost
-        // of one apply can be read at info level (issue 9).
+        // of one apply can be read at info level (issue 9); so is the time since the oldest
+        // update it carries was read (absent when only timers or interfaces asked for it).
+        let since_read = self.pending_since.take().map(|t| t.elapsed());
         tracing::info!(
             ok,
             table_ops,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             commit_ms = commit_time.as_secs_f64() * 1000.0,
+            since_read_ms = since_read.map(|d| d.as_secs_f64() * 1000.0),
             "apply"
         );
         Ok(())

@@ -798,10 +798,7 @@ impl Agent {
 
     fn send(&self, messages: Vec<ToDataplane>) -> Result<(), DemoError> {
         for (index, message) in messages.into_iter().enumerate() {
-            let u = Update {
-                origin: Origin::Item { index },
-                message,
-            };
+            let u = Update::new(Origin::Item { index }, message);
             if self.updates.blocking_send(Ok(u)).is_err() {
                 return Err(DemoError::AgentGone {
                     what: "taking the example state",

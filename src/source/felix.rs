@@ -101,8 +101,13 @@ fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSumm
         };
         summary.frames += 1;
         let origin = Origin::Frame { index };
+        let received = std::time::Instant::now();
         let item = match decode_to_dataplane(&body) {
-            Ok(message) => Ok(Update { origin, message }),
+            Ok(message) => Ok(Update {
+                origin,
+                message,
+                received,
+            }),
             Err(e) => {
                 summary.rejected += 1;
                 Err(Rejected {

@@ -15,6 +15,7 @@ pub mod stream;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::proto::frame::FrameError;
 use crate::proto::json::{self, JsonError};
@@ -45,11 +46,25 @@ impl fmt::Display for Origin {
     }
 }
 
-/// One decoded message and where it came from.
+/// One decoded message, where it came from and when it was read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Update {
     pub origin: Origin,
     pub message: ToDataplane,
+    /// When the transport had read it (before decoding): where the daemon's end-to-end
+    /// latency of an update starts (the `apply` log line's `since_read_ms`).
+    pub received: Instant,
+}
+
+impl Update {
+    /// A message read just now.
+    pub fn new(origin: Origin, message: ToDataplane) -> Update {
+        Update {
+            origin,
+            message,
+            received: Instant::now(),
+        }
+    }
 }
 
 /// Why one input was rejected.

@@ -146,6 +146,7 @@ fn line_item(
 
 /// Decodes one line; `None` for a blank line.
 pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
+    let received = std::time::Instant::now();
     let text = match std::str::from_utf8(raw) {
         Ok(t) => t.trim(),
         Err(_) => {
@@ -159,7 +160,11 @@ pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
         return None;
     }
     Some(match json::decode::<ToDataplane>(text) {
-        Ok(message) => Ok(Update { origin, message }),
+        Ok(message) => Ok(Update {
+            origin,
+            message,
+            received,
+        }),
         Err(e) => Err(Rejected {
             origin,
             reason: RejectReason::Json(e),

@@ -1,0 +1,69 @@
+//! The apply loop on a fake kernel, for the loop's tests: messages, interface events, a driver
+//! and a run of it to the end of its input.
+#![allow(dead_code)]
+
+use felix_nft::dataplane::driver::{Driver, DriverError, LoopOptions};
+use felix_nft::dataplane::kernel::FakeKernel;
+use felix_nft::dataplane::{Dataplane, DataplaneConfig};
+use felix_nft::proto::{json, ToDataplane};
+use felix_nft::rtnl::link::LinkState;
+use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::source::{Origin, Received, Update};
+use tokio::sync::mpsc;
+
+pub fn msg(text: &str) -> Received {
+    let message: ToDataplane = json::decode(text).expect("test message");
+    Ok(Update::new(Origin::Item { index: 0 }, message))
+}
+
+pub const IN_SYNC: &str = r#"{"in_sync":{}}"#;
+
+pub fn wep(n: u32, iface: &str) -> String {
+    format!(
+        r#"{{"workload_endpoint_update":{{"id":{{"orchestrator_id":"k8s","workload_id":"w{n}","endpoint_id":"eth0"}},"endpoint":{{"state":"active","name":"{iface}","mac":"ee:ee:ee:ee:ee:0{}","ipv4_nets":["10.65.0.{n}/32"],"profile_ids":["kns.default"]}}}}}}"#,
+        n % 10
+    )
+}
+
+pub fn link(name: &str, index: u32, up: bool) -> IfaceEvent {
+    IfaceEvent::Link(LinkState {
+        index,
+        name: name.into(),
+        admin_up: up,
+        oper_up: up,
+        mac: vec![0xee; 6],
+    })
+}
+
+pub fn driver(kernel: FakeKernel) -> Driver<FakeKernel> {
+    let dp = Dataplane::new(DataplaneConfig::default(), 1).expect("default config renders");
+    Driver::new(
+        dp,
+        kernel,
+        LoopOptions {
+            exit_on_eof: true,
+            ..LoopOptions::default()
+        },
+        None,
+        None,
+    )
+}
+
+/// Feeds the messages and interface events, closes the input, and runs the loop to its end.
+pub async fn run(
+    d: &mut Driver<FakeKernel>,
+    msgs: Vec<Received>,
+    ifaces: Vec<IfaceEvent>,
+) -> Result<(), DriverError> {
+    let (tx, rx) = mpsc::channel(1024);
+    let (itx, irx) = mpsc::channel(64);
+    for i in ifaces {
+        itx.send(i).await.expect("iface channel");
+    }
+    for m in msgs {
+        tx.send(m).await.expect("update channel");
+    }
+    drop(tx);
+    let _keep_monitor_open = itx;
+    d.run(rx, irx, std::future::pending()).await
+}
