@@ -3,10 +3,9 @@
 //! misses lines another test's thread reached first.
 
 use felix_nft::dataplane::kernel::FakeKernel;
-use felix_nft::rtnl::monitor::IfaceEvent;
 
 mod loop_common;
-use loop_common::{driver, link, msg, run, wep, IN_SYNC};
+use loop_common::{driver, run_one_endpoint};
 
 /// A `MakeWriter` that appends to a shared buffer (the loop's log lines, read back).
 #[derive(Clone, Default)]
@@ -41,13 +40,7 @@ async fn the_apply_line_says_how_long_since_the_update_was_read() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
     let mut d = driver(FakeKernel::default());
-    run(
-        &mut d,
-        vec![msg(&wep(1, "cali0000000001")), msg(IN_SYNC)],
-        vec![link("cali0000000001", 7, true), IfaceEvent::InSync],
-    )
-    .await
-    .unwrap();
+    run_one_endpoint(&mut d).await.unwrap();
     let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     let applies: Vec<&str> = text.lines().filter(|l| l.contains(" apply ")).collect();
     assert!(

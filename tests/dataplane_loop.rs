@@ -13,7 +13,7 @@ use felix_nft::source::Received;
 use tokio::sync::mpsc;
 
 mod loop_common;
-use loop_common::{driver, link, msg, run, wep, IN_SYNC};
+use loop_common::{driver, msg, run, run_one_endpoint, wep, IN_SYNC};
 
 fn table_calls(k: &FakeKernel) -> Vec<TableMode> {
     k.calls
@@ -53,13 +53,7 @@ async fn nothing_touches_the_kernel_before_both_in_syncs() {
 async fn one_apply_runs_the_phases_in_the_fixed_order() {
     // §10.3: globals (first apply) → tables → routes → neighbours → interface sysctls.
     let mut d = driver(FakeKernel::default());
-    run(
-        &mut d,
-        vec![msg(&wep(1, "cali0000000001")), msg(IN_SYNC)],
-        vec![link("cali0000000001", 7, true), IfaceEvent::InSync],
-    )
-    .await
-    .unwrap();
+    run_one_endpoint(&mut d).await.unwrap();
     let calls = &d.kernel.calls;
     assert_eq!(
         calls[..],

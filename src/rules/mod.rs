@@ -419,24 +419,7 @@ pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &
     }
 
     // `this-host`: the addresses of this host's own interfaces.
-    let this_host = Members::Ip {
-        v4: model
-            .this_host
-            .iter()
-            .filter_map(|a| match a {
-                std::net::IpAddr::V4(a) => Some(*a),
-                std::net::IpAddr::V6(_) => None,
-            })
-            .collect(),
-        v6: model
-            .this_host
-            .iter()
-            .filter_map(|a| match a {
-                std::net::IpAddr::V6(a) => Some(*a),
-                std::net::IpAddr::V4(_) => None,
-            })
-            .collect(),
-    };
+    let this_host = Members::addresses(model.this_host.iter().copied());
     t.add_set(r.ipset(family, internal_sets::THIS_HOST, &this_host));
 }
 

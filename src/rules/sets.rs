@@ -135,6 +135,18 @@ impl Members {
         }
     }
 
+    /// An `IP` set of these addresses.
+    pub fn addresses(addrs: impl IntoIterator<Item = IpAddr>) -> Members {
+        let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
+        for a in addrs {
+            match a {
+                IpAddr::V4(a) => v4.insert(a),
+                IpAddr::V6(a) => v6.insert(a),
+            };
+        }
+        Members::Ip { v4, v6 }
+    }
+
     /// The set's type.
     pub fn kind(&self) -> IpSetType {
         match self {

@@ -50,6 +50,16 @@ pub fn driver(kernel: FakeKernel) -> Driver<FakeKernel> {
 }
 
 /// Feeds the messages and interface events, closes the input, and runs the loop to its end.
+/// One workload endpoint on an interface that is up, then both InSyncs: one apply.
+pub async fn run_one_endpoint(d: &mut Driver<FakeKernel>) -> Result<(), DriverError> {
+    run(
+        d,
+        vec![msg(&wep(1, "cali0000000001")), msg(IN_SYNC)],
+        vec![link("cali0000000001", 7, true), IfaceEvent::InSync],
+    )
+    .await
+}
+
 pub async fn run(
     d: &mut Driver<FakeKernel>,
     msgs: Vec<Received>,
