@@ -596,7 +596,6 @@ fn lend_elements(s: &mut Set) -> Vec<Element> {
         // Strictly sorted is the normal form of a plain set: nothing to copy or compare.
         return std::mem::take(&mut s.elements);
     }
-    let norm = normalize_elements(s);
     // Interval sets as nft (and our renderer) write them open with an `INTERVAL_END` at zero
     // marking the gap below the first range; that is the same set.
     let body = match s.elements.first() {
@@ -609,12 +608,39 @@ fn lend_elements(s: &mut Set) -> Vec<Element> {
         }
         _ => &s.elements[..],
     };
+    if is_interval(s) && s.data.is_none() && is_merged_ranges(body) {
+        // Already what normalising would make of it (the renderer's are): no copy to compare.
+        return std::mem::take(&mut s.elements);
+    }
+    let norm = normalize_elements(s);
     if norm == body {
         drop(norm);
         std::mem::take(&mut s.elements)
     } else {
         norm
     }
+}
+
+/// Whether dataless interval elements are exactly what [`merge_ranges`] makes of them:
+/// start/end pairs, each range non-empty, ranges ascending with a gap between each two (touching
+/// ones would have been merged), only the last one possibly open to the top.
+fn is_merged_ranges(body: &[Element]) -> bool {
+    let plain =
+        |e: &Element, flags: u32| e.flags == flags && e.key_end.is_none() && e.data.is_none();
+    let mut prev_end: Option<&[u8]> = None;
+    for pair in body.chunks(2) {
+        let start = &pair[0];
+        if !plain(start, 0) || prev_end.is_some_and(|p| *start.key <= *p) {
+            return false;
+        }
+        if let Some(end) = pair.get(1) {
+            if !plain(end, elem_flags::INTERVAL_END) || end.key <= start.key {
+                return false;
+            }
+            prev_end = Some(&end.key);
+        }
+    }
+    true
 }
 
 /// Moves the rules and elements [`create_lending`] took back into `t`; the plan keeps its
@@ -975,4 +1001,76 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elem(key: [u8; 4], flags: u32) -> Element {
+        Element {
+            key: key.to_vec().into(),
+            key_end: None,
+            flags,
+            data: None,
+        }
+    }
+
+    #[test]
+    fn merged_ranges_are_recognised_exactly() {
+        let end = elem_flags::INTERVAL_END;
+        let cases: Vec<Vec<Element>> = vec![
+            // 10.0.0.0/24 and 10.0.2.0/24: canonical.
+            vec![
+                elem([10, 0, 0, 0], 0),
+                elem([10, 0, 1, 0], end),
+                elem([10, 0, 2, 0], 0),
+                elem([10, 0, 3, 0], end),
+            ],
+            // Touching ranges: normalising merges them.
+            vec![
+                elem([10, 0, 0, 0], 0),
+                elem([10, 0, 1, 0], end),
+                elem([10, 0, 1, 0], 0),
+                elem([10, 0, 2, 0], end),
+            ],
+            // Overlapping.
+            vec![
+                elem([10, 0, 0, 0], 0),
+                elem([10, 0, 4, 0], end),
+                elem([10, 0, 1, 0], 0),
+                elem([10, 0, 2, 0], end),
+            ],
+            // Out of order.
+            vec![
+                elem([10, 0, 2, 0], 0),
+                elem([10, 0, 3, 0], end),
+                elem([10, 0, 0, 0], 0),
+                elem([10, 0, 1, 0], end),
+            ],
+            // Open to the top, last: canonical.
+            vec![
+                elem([10, 0, 0, 0], 0),
+                elem([10, 0, 1, 0], end),
+                elem([200, 0, 0, 0], 0),
+            ],
+            // Two starts in a row.
+            vec![elem([10, 0, 0, 0], 0), elem([10, 0, 1, 0], 0)],
+            // An empty range.
+            vec![elem([10, 0, 0, 0], 0), elem([10, 0, 0, 0], end)],
+        ];
+        for body in cases {
+            let set = Set {
+                name: "s".into(),
+                key: vec![DataType::Ipv4Addr],
+                flags: set_flags::INTERVAL,
+                data: None,
+                size: None,
+                elements: body.clone(),
+            };
+            let canonical = merge_ranges(ranges(&body)) == body;
+            assert_eq!(is_merged_ranges(&body), canonical, "{body:?}");
+            assert_eq!(normalize_elements(&set) == body, canonical, "{body:?}");
+        }
+    }
 }
