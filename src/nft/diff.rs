@@ -1009,7 +1009,7 @@ mod tests {
 
     fn elem(key: [u8; 4], flags: u32) -> Element {
         Element {
-            key: key.to_vec().into(),
+            key: key.to_vec(),
             key_end: None,
             flags,
             data: None,
