@@ -1,6 +1,7 @@
 //! Privileged: conntrack entries created by real UDP traffic between two namespaces are gone after
 //! `delete_by_source`, for IPv4 and IPv6, matching original *or* reply source; unrelated entries
-//! stay. `conntrack -L` in the host namespace is the oracle.
+//! stay; one kept `Conntrack` socket serves cleanup after cleanup, as in the daemon.
+//! `conntrack -L` in the host namespace is the oracle.
 
 mod rtnl_common;
 
@@ -8,7 +9,7 @@ use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
 
 use felix_nft::netns::NetNs;
-use felix_nft::rtnl::conntrack::delete_by_source;
+use felix_nft::rtnl::conntrack::{delete_by_source, Conntrack};
 use felix_nft::rtnl::{link, RtnlHandle};
 use rtnl_common::{in_netns_async, new_netns, run_in};
 
@@ -96,14 +97,16 @@ fn conntrack_entries_of_an_ip_are_deleted() {
             "IPv6 untouched by a v4 delete"
         );
 
-        let r = delete_by_source(Some(&host), "fd70::2".parse().unwrap()).unwrap();
+        // From here on one socket, kept open (the daemon's): requests one after another.
+        let mut ct = Conntrack::open(Some(&host)).unwrap();
+        let r = ct.delete_by_source("fd70::2".parse().unwrap()).unwrap();
         assert_eq!((r.matched, r.deleted), (2, 2), "{r:?}");
         let v6 = ct_list(&host, "ipv6");
         assert_eq!(count_with(&v6, "fd70::2"), 0, "{v6:#?}");
         assert_eq!(count_with(&v6, "fd70::9"), 1, "{v6:#?}");
 
         // Nothing left to match: a no-op, not an error.
-        let r = delete_by_source(Some(&host), "10.70.0.2".parse().unwrap()).unwrap();
+        let r = ct.delete_by_source("10.70.0.2".parse().unwrap()).unwrap();
         assert_eq!(r.matched, 0);
 
         // Scale: 500 flows from the workload (one source port each) among 100 unrelated ones.
@@ -117,7 +120,7 @@ fn conntrack_entries_of_an_ip_are_deleted() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(count_with(&ct_list(&host, "ipv4"), "src=10.70.0.2"), 500);
         let t = std::time::Instant::now();
-        let r = delete_by_source(Some(&host), "10.70.0.2".parse().unwrap()).unwrap();
+        let r = ct.delete_by_source("10.70.0.2".parse().unwrap()).unwrap();
         let took = t.elapsed();
         assert_eq!((r.matched, r.deleted), (500, 500), "{r:?}");
         let v4 = ct_list(&host, "ipv4");

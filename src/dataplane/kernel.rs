@@ -12,6 +12,7 @@ use crate::netns::NetNs;
 use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, SyncReport};
 use crate::nft::NftError;
+use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
@@ -245,6 +246,9 @@ pub struct RealKernel {
     routes_v6: RouteSyncer,
     neigh: NeighSyncer,
     procsys: ProcSys,
+    /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
+    /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
+    conntrack: Option<Conntrack>,
 }
 
 impl RealKernel {
@@ -285,6 +289,7 @@ impl RealKernel {
             routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
             neigh: NeighSyncer::new(),
             procsys: ProcSys::new(procsys_ns),
+            conntrack: None,
         })
     }
 
@@ -529,20 +534,27 @@ impl Kernel for RealKernel {
                 })?),
                 None => None,
             };
-        let res = tokio::task::spawn_blocking(move || {
+        let mut ct = self.conntrack.take();
+        let (ct, res) = tokio::task::spawn_blocking(move || {
             // Felix retries conntrack deletion three times (§15).
             let mut last = None;
             for _ in 0..3 {
-                match crate::rtnl::conntrack::delete_by_source(ns.as_ref(), ip) {
-                    Ok(_) => return Ok(()),
+                let opened = match ct.take() {
+                    Some(c) => Ok(c),
+                    None => Conntrack::open(ns.as_ref()),
+                };
+                match opened.and_then(|mut c| c.delete_by_source(ip).map(|_| c)) {
+                    Ok(c) => return (Some(c), Ok(())),
+                    // A socket that failed is not trusted again: the next try opens another.
                     Err(e) => last = Some(e),
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(last)
+            (None, Err(last))
         })
         .await
         .map_err(|e| KernelError::Other(format!("conntrack task: {e}")))?;
+        self.conntrack = ct;
         match res {
             Ok(()) => Ok(()),
             Err(Some(e)) => Err(rtnl_err("deleting conntrack entries")(e)),
