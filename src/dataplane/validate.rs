@@ -486,14 +486,7 @@ fn members(
     members: &[String],
 ) -> Result<(), InputError> {
     for (i, m) in members.iter().enumerate() {
-        let ok = match kind {
-            IpSetType::Ip => m.parse::<IpAddr>().is_ok() || single_host(m),
-            // (Only a CIDR has a '/', never an address: one parse each.)
-            IpSetType::Net if m.contains('/') => m.parse::<IpNet>().is_ok(),
-            IpSetType::Net => m.parse::<IpAddr>().is_ok(),
-            IpSetType::IpAndPort => crate::rules::sets::parse_ip_and_port(m).is_some(),
-        };
-        if !ok {
+        if !crate::rules::sets::is_member(kind, m) {
             let want = match kind {
                 IpSetType::Ip => "an IP address",
                 IpSetType::Net => "a CIDR",
@@ -503,14 +496,6 @@ fn members(
         }
     }
     Ok(())
-}
-
-/// `10.0.0.1/32` or `fd00::1/128` in an IP-type set.
-fn single_host(m: &str) -> bool {
-    match m.parse::<IpNet>() {
-        Ok(n) => n.prefix_len() == n.max_prefix_len(),
-        Err(_) => false,
-    }
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

@@ -38,11 +38,41 @@ fn parse_net(s: &str) -> Option<IpNet> {
     match s.split_once('/') {
         Some((addr, len)) => {
             let addr: IpAddr = addr.parse().ok()?;
+            // Digits only (`u8`'s parser would also take a sign).
+            if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
             let len: u8 = len.parse().ok()?;
             IpNet::new(addr, len).ok().map(|n| n.trunc())
         }
         None => s.parse::<IpAddr>().ok().map(IpNet::from),
     }
+}
+
+/// What one member string is in a set of type `kind`; `None` when it is not one.
+fn parse_member(kind: IpSetType, m: &str) -> Option<Parsed> {
+    match kind {
+        IpSetType::Ip => parse_net(m)
+            .filter(|n| n.prefix_len() == n.max_prefix_len())
+            .map(|n| Parsed::Addr(n.addr())),
+        IpSetType::Net => parse_net(m).map(Parsed::Net),
+        IpSetType::IpAndPort => parse_ip_and_port(m).map(|(a, p, n)| Parsed::AddrPort(a, p, n)),
+    }
+}
+
+/// [`parse_member`], logging what is left out (the input is validated before it is recorded).
+fn parsed(kind: IpSetType, m: &str) -> Option<Parsed> {
+    let p = parse_member(kind, m);
+    if p.is_none() {
+        warn!(member = %m, ?kind, "ignoring unparsable IP set member");
+    }
+    p
+}
+
+/// Whether `m` is a member of a set of type `kind` as [`Members`] records it (what validation
+/// accepts, so that a validated member is never dropped).
+pub fn is_member(kind: IpSetType, m: &str) -> bool {
+    parse_member(kind, m).is_some()
 }
 
 /// One IP set's members as the model keeps them: parsed when recorded, by family, in sets (so
@@ -93,8 +123,7 @@ impl Members {
     pub fn parse<'a>(kind: IpSetType, members: impl IntoIterator<Item = &'a str>) -> Members {
         // Collected first: a set built from a list is sorted once and filled in bulk, not
         // searched member by member.
-        let empty = Members::new(kind);
-        let parsed = members.into_iter().filter_map(|m| empty.parsed(m));
+        let parsed = members.into_iter().filter_map(|m| parsed(kind, m));
         match kind {
             IpSetType::Ip => {
                 let (mut v4, mut v6) = (Vec::new(), Vec::new());
@@ -170,25 +199,9 @@ impl Members {
         self.len() == 0
     }
 
-    fn parsed(&self, m: &str) -> Option<Parsed> {
-        let p = match self {
-            Members::Ip { .. } => parse_net(m)
-                .filter(|n| n.prefix_len() == n.max_prefix_len())
-                .map(|n| Parsed::Addr(n.addr())),
-            Members::Net { .. } => parse_net(m).map(Parsed::Net),
-            Members::IpAndPort(_) => {
-                parse_ip_and_port(m).map(|(a, p, n)| Parsed::AddrPort(a, p, n))
-            }
-        };
-        if p.is_none() {
-            warn!(member = %m, kind = ?self.kind(), "ignoring unparsable IP set member");
-        }
-        p
-    }
-
     /// Adds a member given as Felix sends it.
     pub fn insert(&mut self, m: &str) {
-        match (self.parsed(m), self) {
+        match (parsed(self.kind(), m), self) {
             (Some(Parsed::Addr(IpAddr::V4(a))), Members::Ip { v4, .. }) => drop(v4.insert(a)),
             (Some(Parsed::Addr(IpAddr::V6(a))), Members::Ip { v6, .. }) => drop(v6.insert(a)),
             (Some(Parsed::Net(IpNet::V4(n))), Members::Net { v4, .. }) => drop(v4.insert(n)),
@@ -200,7 +213,7 @@ impl Members {
 
     /// Removes a member given as Felix sends it.
     pub fn remove(&mut self, m: &str) {
-        match (self.parsed(m), self) {
+        match (parsed(self.kind(), m), self) {
             (Some(Parsed::Addr(IpAddr::V4(a))), Members::Ip { v4, .. }) => drop(v4.remove(&a)),
             (Some(Parsed::Addr(IpAddr::V6(a))), Members::Ip { v6, .. }) => drop(v6.remove(&a)),
             (Some(Parsed::Net(IpNet::V4(n))), Members::Net { v4, .. }) => drop(v4.remove(&n)),
@@ -341,6 +354,14 @@ mod tests {
         assert_eq!(ipp.len(), 1);
         assert_eq!(ipp.kind(), IpSetType::IpAndPort);
         assert!(!ipp.is_empty());
+
+        // Validation accepts exactly what is recorded.
+        assert!(is_member(IpSetType::Ip, "10.0.0.1/32"));
+        assert!(!is_member(IpSetType::Ip, "10.0.0.0/24"));
+        assert!(is_member(IpSetType::Net, "fd00::/64"));
+        assert!(!is_member(IpSetType::Net, "10.0.0.0/+8"));
+        assert!(!is_member(IpSetType::Net, "10.0.0.0/33"));
+        assert!(!is_member(IpSetType::IpAndPort, "10.0.0.5"));
     }
 
     #[test]
