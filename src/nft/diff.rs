@@ -402,6 +402,15 @@ fn def(s: &Set) -> Set {
     }
 }
 
+/// The chain's definition, without rules.
+fn chain_def(c: &Chain) -> Chain {
+    Chain {
+        name: c.name.clone(),
+        base: c.base.clone(),
+        rules: Vec::new(),
+    }
+}
+
 /// Same definition (everything but the elements), without copying.
 fn same_def(a: &Set, b: &Set) -> bool {
     a.name == b.name && a.key == b.key && a.flags == b.flags && a.data == b.data && a.size == b.size
@@ -537,11 +546,7 @@ fn create_ops(
         }
     }
     for c in t.chains.values() {
-        ops.push(Op::AddChain(Box::new(Chain {
-            name: c.name.clone(),
-            base: c.base.clone(),
-            rules: Vec::new(),
-        })));
+        ops.push(Op::AddChain(Box::new(chain_def(c))));
     }
     for c in t.chains.values() {
         let name: Arc<str> = c.name.as_str().into();
@@ -708,11 +713,7 @@ pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
             Some(ac) => dc.base.as_ref().map(|b| &b.policy) != ac.base.as_ref().map(|b| &b.policy),
         };
         if changed {
-            ops.push(Op::AddChain(Box::new(Chain {
-                name: dc.name.clone(),
-                base: dc.base.clone(),
-                rules: Vec::new(),
-            })));
+            ops.push(Op::AddChain(Box::new(chain_def(dc))));
         }
     }
     // 4. rules: wholesale rewrite of chains whose rules differ.

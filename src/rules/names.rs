@@ -242,8 +242,6 @@ fn escape_char(c: char) -> char {
 pub struct ChainBuilder {
     hash: [u8; 28],
     out: TextChain,
-    /// Where each rule's comment is written before it is copied out.
-    scratch: String,
 }
 
 impl ChainBuilder {
@@ -252,7 +250,6 @@ impl ChainBuilder {
         ChainBuilder {
             hash: Sha224::digest(name.as_bytes()).into(),
             out: TextChain::new(name),
-            scratch: String::new(),
         }
     }
 
@@ -293,18 +290,18 @@ impl ChainBuilder {
         self.hash = h.finalize().into();
         // Every rule of a full load comes through here: the comment is written in place. The
         // first 16 characters of the hash's base64 are those of its first 12 bytes.
-        let comment = &mut self.scratch;
-        comment.clear();
+        // Sized up front (escaping never lengthens a comment), so no spare capacity stays with
+        // every rule of the desired state.
+        let human: usize = comments.iter().map(|c| c.len() + 1).sum();
+        let mut comment = String::with_capacity((22 + human).min(MAX_COMMENT_LEN));
         comment.push_str("cali:");
-        URL_SAFE_NO_PAD.encode_string(&self.hash[..12], comment);
+        URL_SAFE_NO_PAD.encode_string(&self.hash[..12], &mut comment);
         comment.push(';');
         for c in comments.iter().filter(|c| !c.is_empty()) {
             comment.push(' ');
             comment.extend(c.chars().map(escape_char));
         }
         comment.truncate(MAX_COMMENT_LEN);
-        // An exact-size copy: the scratch buffer's spare capacity would stay with every rule.
-        let comment = comment.clone();
         self.out.push(rule, Some(comment));
     }
 
