@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
 use super::handle::{
-    messages_with_seq, nl_request, nlmsg_errno, socket_in, NLMSG_DONE, NLMSG_ERROR,
+    messages_with_seq, nl_request, nlmsg_errno, read_dump, socket_in, NLMSG_ERROR,
 };
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
@@ -108,30 +108,19 @@ impl Conntrack {
             family,
             &[],
         );
-        send(&self.sock, &dump, &object)?;
         let mut victims: Vec<Vec<u8>> = Vec::new();
-        'dump: loop {
-            let buf = recv(&self.sock, &object)?;
-            for (ty, payload, seq) in messages_with_seq(&buf) {
-                if seq != dump_seq {
-                    continue;
-                }
-                match ty {
-                    NLMSG_DONE => break 'dump,
-                    NLMSG_ERROR => {
-                        if let Some(errno) = nlmsg_errno(payload) {
-                            return Err(ct_error("dumping conntrack table for", &object, errno));
-                        }
-                    }
-                    t if t == (NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW) => {
-                        if let Some(del) = delete_attrs_if_matches(payload, ip) {
-                            victims.push(del);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
+        read_dump(
+            &self.sock,
+            &dump,
+            dump_seq,
+            NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW,
+            |payload| victims.extend(delete_attrs_if_matches(payload, ip)),
+        )
+        .map_err(|source| RtnlError::Conntrack {
+            op: "dumping conntrack table for",
+            object: object.clone(),
+            source,
+        })?;
 
         // 2. Delete each by its original tuple.
         let mut report = ConntrackReport {

@@ -93,6 +93,38 @@ pub(crate) fn nlmsg_errno(payload: &[u8]) -> Option<i32> {
     (code != 0).then_some(-code)
 }
 
+/// Sends the dump request `request` (sequence number `seq`) on a plain blocking socket and hands
+/// the payload of each `reply` message of its answer to `each`, one at a time, until
+/// `NLMSG_DONE`; an `NLMSG_ERROR` ends it with its errno. Messages of other sequence numbers
+/// (what an earlier request cut short left queued) are skipped.
+pub(crate) fn read_dump(
+    sock: &Socket,
+    request: &[u8],
+    seq: u32,
+    reply: u16,
+    mut each: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
+    sock.send_to(request, &SocketAddr::new(0, 0), 0)?;
+    loop {
+        let (buf, _) = sock.recv_from_full()?;
+        for (ty, payload, mseq) in messages_with_seq(&buf) {
+            if mseq != seq {
+                continue;
+            }
+            match ty {
+                NLMSG_DONE => return Ok(()),
+                NLMSG_ERROR => {
+                    if let Some(errno) = nlmsg_errno(payload) {
+                        return Err(std::io::Error::from_raw_os_error(errno));
+                    }
+                }
+                t if t == reply => each(payload),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Runs blocking kernel work from async code: under `block_in_place` on a multi-threaded
 /// runtime, directly elsewhere (a current-thread runtime cannot hand its tasks to another
 /// worker, and `block_in_place` would panic there).
@@ -149,27 +181,10 @@ impl RtnlHandle {
             let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
             let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
             let msg = nl_request(request, flags, seq, &[body]);
-            sock.send_to(&msg, &SocketAddr::new(0, 0), 0)
-                .map_err(fail)?;
             let mut out = Vec::new();
-            loop {
-                let (buf, _) = sock.recv_from_full().map_err(fail)?;
-                for (ty, payload, mseq) in messages_with_seq(&buf) {
-                    if mseq != seq {
-                        continue;
-                    }
-                    match ty {
-                        NLMSG_DONE => return Ok(out),
-                        NLMSG_ERROR => {
-                            if let Some(errno) = nlmsg_errno(payload) {
-                                return Err(fail(std::io::Error::from_raw_os_error(errno)));
-                            }
-                        }
-                        t if t == reply => out.extend(keep(payload)),
-                        _ => {}
-                    }
-                }
-            }
+            read_dump(&sock, &msg, seq, reply, |payload| out.extend(keep(payload)))
+                .map_err(fail)?;
+            Ok(out)
         })
     }
 
