@@ -149,7 +149,7 @@ async fn run_async(
                 tracing::error!("Felix's file descriptors 3 and 4 are not open");
                 return EXIT_FAILURE;
             };
-            let (rx, reader) = match source::felix::spawn_reader(input) {
+            let (rx, reader) = match source::felix::spawn_fd3(input) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %chain(&e), "reading fd 3");
@@ -247,15 +247,9 @@ async fn run_async(
     // Only when the input really ended: after a signal the reader may still be blocked on fd 3.
     let ended = driver.input_ended();
     let input_error = if let Some(r) = fd3_reader.filter(|_| ended) {
-        match tokio::task::spawn_blocking(move || r.join()).await {
-            Ok(Ok(Err(e))) => Some(chain(&e)),
-            _ => None,
-        }
+        r.finish().await.err().map(|e| chain(&e))
     } else if let Some(r) = stream_reader.filter(|_| ended) {
-        match tokio::task::spawn_blocking(move || r.join()).await {
-            Ok(Ok(Err(e))) => Some(chain(&e)),
-            _ => None,
-        }
+        r.finish().await.err().map(|e| chain(&e))
     } else {
         None
     };

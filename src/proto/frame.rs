@@ -7,8 +7,9 @@
 //! ```
 //!
 //! Felix → driver envelopes are `felix.ToDataplane` (fd 3); driver → Felix are
-//! `felix.FromDataplane` (fd 4). This module only cuts and joins frames over blocking
-//! `Read`/`Write`; decoding the envelope is the caller's (see [`super::decode_to_dataplane`]).
+//! `felix.FromDataplane` (fd 4). This module only cuts and joins frames (over blocking
+//! `Read`/`Write`, or an `AsyncRead`); decoding the envelope is the caller's (see
+//! [`super::decode_to_dataplane`]).
 //!
 //! A length above [`MAX_FRAME_LEN`] is refused before anything is allocated: a corrupt or
 //! misaligned stream must fail clearly, not ask for an exabyte. A stream that ends inside a frame
@@ -17,6 +18,7 @@
 use std::io::{self, BufReader, ErrorKind, Read, Write};
 
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The largest frame accepted (64 MiB). Felix's biggest messages are IP set snapshots; a
 /// million IPv6 members is well under this.
@@ -44,40 +46,18 @@ pub enum FrameError {
     TooLong { index: u64, len: u64 },
 }
 
-/// Reads frames from a byte stream (fd 3). Buffered: many small frames arriving in one pipe read
-/// cost one syscall.
-pub struct FrameReader<R> {
-    inner: BufReader<R>,
+/// Where a stream of frames is: how many were read, and the size limit. The blocking and the
+/// async reader share it, so both judge a header and a body the same way.
+struct Position {
     index: u64,
     max_len: u64,
 }
 
-impl<R: Read> FrameReader<R> {
-    /// A reader enforcing [`MAX_FRAME_LEN`].
-    pub fn new(inner: R) -> Self {
-        Self::with_max_len(inner, MAX_FRAME_LEN)
-    }
-
-    /// A reader with another size limit (tests).
-    pub fn with_max_len(inner: R, max_len: u64) -> Self {
-        FrameReader {
-            inner: BufReader::with_capacity(64 * 1024, inner),
-            index: 0,
-            max_len,
-        }
-    }
-
-    /// How many whole frames have been read.
-    pub fn frames_read(&self) -> u64 {
-        self.index
-    }
-
-    /// The next frame's body; `Ok(None)` at a clean end of stream (EOF between frames).
-    pub fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+impl Position {
+    /// The body length a header announces, of which `got` bytes arrived; `Ok(None)` at a clean
+    /// end of stream (nothing arrived).
+    fn header(&self, header: [u8; HEADER_LEN], got: usize) -> Result<Option<usize>, FrameError> {
         let index = self.index;
-        let mut header = [0u8; HEADER_LEN];
-        let got = read_full(&mut self.inner, &mut header)
-            .map_err(|source| FrameError::Io { index, source })?;
         if got == 0 {
             return Ok(None);
         }
@@ -89,14 +69,65 @@ impl<R: Read> FrameReader<R> {
             return Err(FrameError::TooLong { index, len });
         }
         // Bounded above: the cast cannot truncate.
-        let mut body = vec![0u8; len as usize];
-        let got = read_full(&mut self.inner, &mut body)
-            .map_err(|source| FrameError::Io { index, source })?;
+        Ok(Some(len as usize))
+    }
+
+    /// The body, of which `got` bytes arrived.
+    fn body(&mut self, body: Vec<u8>, got: usize) -> Result<Vec<u8>, FrameError> {
         if got < body.len() {
+            let (index, len) = (self.index, body.len() as u64);
             return Err(FrameError::TruncatedBody { index, len, got });
         }
         self.index += 1;
-        Ok(Some(body))
+        Ok(body)
+    }
+
+    fn io(&self, source: io::Error) -> FrameError {
+        FrameError::Io {
+            index: self.index,
+            source,
+        }
+    }
+}
+
+/// Read buffer: many small frames arriving in one pipe read cost one syscall.
+const BUFFER: usize = 64 * 1024;
+
+/// Reads frames from a byte stream (fd 3) with blocking reads. Buffered.
+pub struct FrameReader<R> {
+    inner: BufReader<R>,
+    at: Position,
+}
+
+impl<R: Read> FrameReader<R> {
+    /// A reader enforcing [`MAX_FRAME_LEN`].
+    pub fn new(inner: R) -> Self {
+        Self::with_max_len(inner, MAX_FRAME_LEN)
+    }
+
+    /// A reader with another size limit (tests).
+    pub fn with_max_len(inner: R, max_len: u64) -> Self {
+        FrameReader {
+            inner: BufReader::with_capacity(BUFFER, inner),
+            at: Position { index: 0, max_len },
+        }
+    }
+
+    /// How many whole frames have been read.
+    pub fn frames_read(&self) -> u64 {
+        self.at.index
+    }
+
+    /// The next frame's body; `Ok(None)` at a clean end of stream (EOF between frames).
+    pub fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let mut header = [0u8; HEADER_LEN];
+        let got = read_full(&mut self.inner, &mut header).map_err(|e| self.at.io(e))?;
+        let Some(len) = self.at.header(header, got)? else {
+            return Ok(None);
+        };
+        let mut body = vec![0u8; len];
+        let got = read_full(&mut self.inner, &mut body).map_err(|e| self.at.io(e))?;
+        self.at.body(body, got).map(Some)
     }
 }
 
@@ -106,6 +137,60 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// [`FrameReader`] over an async stream (fd 3 as a pipe the runtime polls).
+pub struct AsyncFrameReader<R> {
+    inner: tokio::io::BufReader<R>,
+    at: Position,
+}
+
+impl<R: AsyncRead + Unpin> AsyncFrameReader<R> {
+    /// A reader enforcing [`MAX_FRAME_LEN`].
+    pub fn new(inner: R) -> Self {
+        AsyncFrameReader {
+            inner: tokio::io::BufReader::with_capacity(BUFFER, inner),
+            at: Position {
+                index: 0,
+                max_len: MAX_FRAME_LEN,
+            },
+        }
+    }
+
+    /// How many whole frames have been read.
+    pub fn frames_read(&self) -> u64 {
+        self.at.index
+    }
+
+    /// As [`FrameReader::read_frame`].
+    pub async fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let mut header = [0u8; HEADER_LEN];
+        let got = read_full_async(&mut self.inner, &mut header)
+            .await
+            .map_err(|e| self.at.io(e))?;
+        let Some(len) = self.at.header(header, got)? else {
+            return Ok(None);
+        };
+        let mut body = vec![0u8; len];
+        let got = read_full_async(&mut self.inner, &mut body)
+            .await
+            .map_err(|e| self.at.io(e))?;
+        self.at.body(body, got).map(Some)
+    }
+}
+
+/// [`read_full`] for an async stream.
+async fn read_full_async<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]).await {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -249,5 +334,76 @@ mod tests {
             msg(2)
         );
         assert!(r.read_frame().unwrap().is_none());
+    }
+
+    /// Every frame (or error) of `bytes`, as a comparable string, up to the end or first error.
+    fn cut_blocking(bytes: &[u8]) -> Vec<String> {
+        let mut r = FrameReader::new(Trickle(bytes));
+        let mut out = Vec::new();
+        loop {
+            match r.read_frame() {
+                Ok(Some(b)) => out.push(format!("{b:?}")),
+                Ok(None) => return out,
+                Err(e) => {
+                    out.push(e.to_string());
+                    return out;
+                }
+            }
+        }
+    }
+
+    async fn cut_async(bytes: &[u8]) -> Vec<String> {
+        // Small reads from the mock: frames and headers split across reads, as from a pipe.
+        let mut mock = chunks(bytes);
+        let mut r = AsyncFrameReader::new(&mut mock);
+        let mut out = Vec::new();
+        loop {
+            match r.read_frame().await {
+                Ok(Some(b)) => out.push(format!("{b:?}")),
+                Ok(None) => return out,
+                Err(e) => {
+                    out.push(e.to_string());
+                    return out;
+                }
+            }
+        }
+    }
+
+    /// An async reader handing out `bytes` three at a time.
+    fn chunks(bytes: &[u8]) -> impl AsyncRead + Unpin + '_ {
+        struct Chunks<'a>(&'a [u8]);
+        impl AsyncRead for Chunks<'_> {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                let n = self.0.len().min(3).min(buf.remaining());
+                buf.put_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        Chunks(bytes)
+    }
+
+    #[tokio::test]
+    async fn the_async_reader_cuts_and_fails_as_the_blocking_one() {
+        let two = [encode_frame(&msg(1)), encode_frame(&msg(2))].concat();
+        let mut oversize = two.clone();
+        oversize.extend((MAX_FRAME_LEN + 1).to_le_bytes());
+        let cases: Vec<Vec<u8>> = vec![
+            two.clone(),
+            0u64.to_le_bytes().to_vec(),
+            two[..two.len() - 3].to_vec(),
+            [&two[..], &[1, 2, 3][..]].concat(),
+            oversize,
+            vec![],
+        ];
+        for bytes in cases {
+            let want = cut_blocking(&bytes);
+            assert!(!want.is_empty() || bytes.is_empty());
+            assert_eq!(cut_async(&bytes).await, want, "{bytes:?}");
+        }
     }
 }

@@ -1,10 +1,10 @@
 //! Felix's external-driver pipes (reference §1.1–1.2): fd 3 carries `ToDataplane` frames from
 //! Felix, fd 4 carries our `FromDataplane` frames back.
 //!
-//! fd 3 is read on its own OS thread with blocking reads: Felix writes synchronously from one
-//! goroutine, so the pace at which we read is the pace at which Felix's calculation graph runs.
-//! The thread hands each decoded message to a bounded channel with `blocking_send`, which keeps
-//! that back-pressure intact. EOF between frames is Felix closing the pipe: a clean end.
+//! fd 3 is read by a task on the runtime when it is a pipe (as Felix's is), by a thread of its own
+//! otherwise (see [`Reader`]). Felix writes synchronously from one goroutine, so the pace at which
+//! we read is the pace at which Felix's calculation graph runs: each decoded message goes to a
+//! bounded channel, which keeps that back-pressure intact. EOF between frames is Felix closing the pipe: a clean end.
 //!
 //! fd 4 is written by its own thread too, fed by a bounded channel: a slow Felix must never block
 //! the task that owns dataplane state.
@@ -14,10 +14,14 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, RawFd};
 use std::thread::JoinHandle;
 
+use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 
-use super::{Origin, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY};
-use crate::proto::frame::{write_frame, FrameReader};
+use super::{
+    polled_pipe, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
+    CHANNEL_CAPACITY,
+};
+use crate::proto::frame::{write_frame, AsyncFrameReader, FrameReader};
 use crate::proto::{decode_to_dataplane, FromDataplane};
 
 /// Felix → driver (reference §1.1).
@@ -52,12 +56,6 @@ pub fn take_felix_fds() -> Result<(File, File), SourceError> {
     Ok((input, output))
 }
 
-/// The fd 3 reader: its channel of messages, and its thread (which returns how it ended).
-pub type Reader = (
-    mpsc::Receiver<Received>,
-    JoinHandle<Result<ReadSummary, SourceError>>,
-);
-
 /// The fd 4 writer: the sender the dataplane reports on, and the thread (returns frames written).
 pub type Writer = (
     mpsc::Sender<FromDataplane>,
@@ -75,10 +73,30 @@ pub struct ReadSummary {
     pub consumer_gone: bool,
 }
 
-/// Starts the fd 3 reader thread on `input`, returning the channel of messages and the thread.
-/// The thread ends at EOF (clean: `Ok`), on a framing or I/O error (`Err`; the stream cannot be
-/// resynchronised), or when the receiver is dropped.
-pub fn spawn_reader<R: Read + Send + 'static>(input: R) -> Result<Reader, SourceError> {
+/// Starts reading fd 3 (`input`): on a task when it is a pipe (Felix's always is), else on a
+/// thread of its own with blocking reads (see [`Reader`]). Returns the channel of messages and the
+/// reader, which ends at EOF (clean: `Ok`), on a framing or I/O error (`Err`; the stream cannot be
+/// resynchronised), or when the receiver is dropped. Needs a runtime.
+pub fn spawn_fd3(
+    input: File,
+) -> Result<(mpsc::Receiver<Received>, Reader<ReadSummary>), SourceError> {
+    match polled_pipe(input) {
+        Ok(pipe) => {
+            let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+            Ok((rx, Reader::Task(tokio::spawn(read_frames_async(pipe, tx)))))
+        }
+        Err(file) => spawn_reader(file).map(|(rx, h)| (rx, Reader::Thread(h))),
+    }
+}
+
+/// A reader thread's channel of messages, and the thread (which returns how it ended).
+pub type ThreadReader = (
+    mpsc::Receiver<Received>,
+    JoinHandle<Result<ReadSummary, SourceError>>,
+);
+
+/// Starts a thread reading frames from `input` with blocking reads; see [`spawn_fd3`].
+pub fn spawn_reader<R: Read + Send + 'static>(input: R) -> Result<ThreadReader, SourceError> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd3".into())
@@ -95,30 +113,58 @@ fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSumm
     let mut summary = ReadSummary::default();
     loop {
         let index = frames.frames_read();
-        let body = match frames.read_frame().map_err(SourceError::Frame)? {
-            Some(body) => body,
-            None => return Ok(summary),
+        let Some(body) = frames.read_frame().map_err(SourceError::Frame)? else {
+            return Ok(summary);
         };
-        summary.frames += 1;
-        let origin = Origin::Frame { index };
-        let received = std::time::Instant::now();
-        let item = match decode_to_dataplane(&body) {
-            Ok(message) => Ok(Update {
-                origin,
-                message,
-                received,
-            }),
-            Err(e) => {
-                summary.rejected += 1;
-                Err(Rejected {
-                    origin,
-                    reason: RejectReason::Protobuf(e),
-                })
-            }
-        };
-        if tx.blocking_send(item).is_err() {
+        if tx
+            .blocking_send(frame_item(index, &body, &mut summary))
+            .is_err()
+        {
             summary.consumer_gone = true;
             return Ok(summary);
+        }
+    }
+}
+
+async fn read_frames_async<R: AsyncRead + Unpin>(
+    input: R,
+    tx: mpsc::Sender<Received>,
+) -> Result<ReadSummary, SourceError> {
+    let mut frames = AsyncFrameReader::new(input);
+    let mut summary = ReadSummary::default();
+    loop {
+        let index = frames.frames_read();
+        let Some(body) = frames.read_frame().await.map_err(SourceError::Frame)? else {
+            return Ok(summary);
+        };
+        if tx
+            .send(frame_item(index, &body, &mut summary))
+            .await
+            .is_err()
+        {
+            summary.consumer_gone = true;
+            return Ok(summary);
+        }
+    }
+}
+
+/// Frame `index`, just read, decoded and counted.
+fn frame_item(index: u64, body: &[u8], summary: &mut ReadSummary) -> Received {
+    summary.frames += 1;
+    let origin = Origin::Frame { index };
+    let received = std::time::Instant::now();
+    match decode_to_dataplane(body) {
+        Ok(message) => Ok(Update {
+            origin,
+            message,
+            received,
+        }),
+        Err(e) => {
+            summary.rejected += 1;
+            Err(Rejected {
+                origin,
+                reason: RejectReason::Protobuf(e),
+            })
         }
     }
 }
@@ -227,5 +273,36 @@ mod tests {
             assert_eq!(m.kind(), "dataplane_in_sync");
         }
         assert!(frames.read_frame().unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn fd3_as_a_pipe_is_read_by_a_task_and_a_file_by_a_thread() {
+        let bytes = [encode_frame(&in_sync(0)), encode_frame(&in_sync(1))].concat();
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the array with two new descriptors, owned by the files below.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (read_end, mut write_end) =
+            unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        let (mut rx, reader) = spawn_fd3(read_end).unwrap();
+        assert!(matches!(reader, Reader::Task(_)));
+        write_end.write_all(&bytes).unwrap();
+        drop(write_end);
+        for seq in 0..2 {
+            assert_eq!(rx.recv().await.unwrap().unwrap().message, in_sync(seq));
+        }
+        assert!(rx.recv().await.is_none());
+        assert_eq!(reader.finish().await.unwrap().frames, 2);
+
+        let path = std::env::temp_dir().join(format!("felix-nft-fd3-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (mut rx, reader) = spawn_fd3(file).unwrap();
+        assert!(matches!(reader, Reader::Thread(_)));
+        for seq in 0..2 {
+            assert_eq!(rx.recv().await.unwrap().unwrap().message, in_sync(seq));
+        }
+        assert!(rx.recv().await.is_none());
+        assert_eq!(reader.finish().await.unwrap().frames, 2);
     }
 }

@@ -10,7 +10,8 @@
 //! looser permissions: it is bound inside a fresh 0700 directory, chmodded, then renamed into
 //! place (rename keeps the inode and its mode).
 
-use std::fs::{self, DirBuilder};
+use std::fs::{self, DirBuilder, File};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +21,10 @@ use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{Origin, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY};
+use super::{
+    polled_pipe, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
+    CHANNEL_CAPACITY,
+};
 use crate::proto::{json, ToDataplane};
 
 /// The longest line accepted (64 MiB, the same bound as an fd 3 frame).
@@ -172,26 +176,31 @@ pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
     })
 }
 
-/// Standard input's reader: its channel of messages, and its thread (which returns the summary).
-pub type StdinReader = (
-    mpsc::Receiver<Received>,
-    std::thread::JoinHandle<Result<LineSummary, SourceError>>,
-);
-
-/// Reads JSON lines from standard input on a thread of its own with blocking reads, as fd 3 is
-/// read (issue 9): a line reaches the loop with one hand-off between threads, where tokio's
-/// stdin took two (its blocking pool, then the reading task), each a wake-up of an idle CPU.
-/// The thread ends at EOF, or when the receiver is dropped and the next line arrives.
-pub fn spawn_stdin() -> Result<StdinReader, SourceError> {
+/// Reads JSON lines from standard input: on a task when stdin is a pipe, else on a thread of its
+/// own with blocking reads (see [`Reader`]). Returns the channel of messages and the reader, which
+/// ends at EOF, or when the receiver is dropped and the next line arrives. Needs a runtime.
+pub fn spawn_stdin() -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), SourceError> {
+    let stream: Arc<str> = Arc::from("stdin");
+    let stdin = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| read_error(&stream, source))?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let handle = std::thread::Builder::new()
-        .name("felix-nft-stdin".into())
-        .spawn(move || read_lines_blocking(std::io::stdin().lock(), Arc::from("stdin"), &tx))
-        .map_err(|source| SourceError::Spawn {
-            what: "stdin reader",
-            source,
-        })?;
-    Ok((rx, handle))
+    let reader = match polled_pipe(File::from(stdin)) {
+        Ok(pipe) => Reader::Task(tokio::spawn(
+            async move { read_lines(pipe, stream, &tx).await },
+        )),
+        Err(file) => Reader::Thread(
+            std::thread::Builder::new()
+                .name("felix-nft-stdin".into())
+                .spawn(move || read_lines_blocking(file, stream, &tx))
+                .map_err(|source| SourceError::Spawn {
+                    what: "stdin reader",
+                    source,
+                })?,
+        ),
+    };
+    Ok((rx, reader))
 }
 
 /// Reads JSON lines from any reader on a task; the task ends at EOF.
