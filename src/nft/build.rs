@@ -19,7 +19,7 @@
 //!   each range (no end element when the range reaches the top of the key space).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
@@ -53,7 +53,9 @@ pub enum Iface {
 pub struct RuleBuilder {
     family: Family,
     exprs: Vec<Expr>,
-    text: Vec<String>,
+    /// The statements so far in nft syntax, separated by spaces: written in place, as the
+    /// render writes some 30,000 rules at mid scale (issue 9).
+    text: String,
 }
 
 /// A finished rule: its expressions and its `nft` text (without the comment).
@@ -104,7 +106,23 @@ pub fn l4proto_name(proto: u8) -> String {
 
 /// Quotes a string for nft text (names of interfaces, log prefixes, comments).
 pub fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    Quoted(s).to_string()
+}
+
+/// A string quoted for nft text, written without an intermediate `String`.
+struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            if c == '\\' || c == '"' {
+                f.write_char('\\')?;
+            }
+            f.write_char(c)?;
+        }
+        f.write_char('"')
+    }
 }
 
 /// An interface name as the 16-byte NUL-padded key that `meta iifname` loads (IFNAMSIZ).
@@ -154,22 +172,32 @@ fn port_word(dir: Dir) -> &'static str {
     }
 }
 
-/// The nft names of the ct state bits, in nft's print order.
-fn ct_state_text(bits: u32) -> String {
-    let names = [
-        (ct_state::INVALID, "invalid"),
-        (ct_state::ESTABLISHED, "established"),
-        (ct_state::RELATED, "related"),
-        (ct_state::NEW, "new"),
-        (ct_state::UNTRACKED, "untracked"),
-    ];
-    names
-        .iter()
-        .filter(|(b, _)| bits & b != 0)
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join(",")
+/// The nft names of the ct state bits, in nft's print order, comma-separated.
+struct CtStateText(u32);
+
+impl fmt::Display for CtStateText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (bit, name) in CT_STATE_NAMES {
+            if self.0 & bit != 0 {
+                if !first {
+                    f.write_char(',')?;
+                }
+                first = false;
+                f.write_str(name)?;
+            }
+        }
+        Ok(())
+    }
 }
+
+const CT_STATE_NAMES: [(u32, &str); 5] = [
+    (ct_state::INVALID, "invalid"),
+    (ct_state::ESTABLISHED, "established"),
+    (ct_state::RELATED, "related"),
+    (ct_state::NEW, "new"),
+    (ct_state::UNTRACKED, "untracked"),
+];
 
 /// `RTN_LOCAL`, the address type `fib ... type local` compares with.
 const RTN_LOCAL: u32 = 2;
@@ -180,14 +208,22 @@ impl RuleBuilder {
         RuleBuilder {
             family,
             exprs: Vec::new(),
-            text: Vec::new(),
+            text: String::with_capacity(64),
         }
     }
 
-    fn push(mut self, exprs: impl IntoIterator<Item = Expr>, text: String) -> Self {
+    fn push(mut self, exprs: impl IntoIterator<Item = Expr>, text: impl fmt::Display) -> Self {
         self.exprs.extend(exprs);
-        self.text.push(text);
+        self.write_text(text);
         self
+    }
+
+    /// Appends one statement's text.
+    fn write_text(&mut self, text: impl fmt::Display) {
+        if !self.text.is_empty() {
+            self.text.push(' ');
+        }
+        let _ = write!(self.text, "{text}");
     }
 
     /// True when no statement has been added yet.
@@ -207,7 +243,7 @@ impl RuleBuilder {
         };
         self.push(
             [Expr::Meta { key, dreg: Reg::R1 }, cmp(eq_or_neq(neg), data)],
-            format!("{word} {}{}", op_text(neg), quote(name)),
+            format_args!("{word} {}{}", op_text(neg), Quoted(name)),
         )
     }
 
@@ -247,12 +283,13 @@ impl RuleBuilder {
         let net = net.trunc();
         let prefix = u32::from(net.prefix_len());
         let bytes = addr_bytes(net.network());
-        let word = format!("{} {}", family_keyword(self.family), dir_word(dir));
-        let text = if prefix == full * 8 {
-            format!("{word} {}{}", op_text(neg), net.addr())
+        let (fam, word, op) = (family_keyword(self.family), dir_word(dir), op_text(neg));
+        let mut this = self;
+        if prefix == full * 8 {
+            this.write_text(format_args!("{fam} {word} {op}{}", net.addr()));
         } else {
-            format!("{word} {}{}", op_text(neg), net)
-        };
+            this.write_text(format_args!("{fam} {word} {op}{net}"));
+        }
         let exprs = if prefix == full * 8 {
             vec![
                 Expr::Payload {
@@ -292,7 +329,8 @@ impl RuleBuilder {
                 cmp(eq_or_neq(neg), bytes),
             ]
         };
-        self.push(exprs, text)
+        this.exprs.extend(exprs);
+        this
     }
 
     /// `ip saddr CIDR`.
@@ -308,12 +346,7 @@ impl RuleBuilder {
     /// `ip saddr|daddr [!=] @set`.
     pub fn addr_in_set(self, dir: Dir, set: &str, neg: bool) -> Self {
         let (offset, len) = addr_offset(self.family, dir);
-        let text = format!(
-            "{} {} {}@{set}",
-            family_keyword(self.family),
-            dir_word(dir),
-            op_text(neg)
-        );
+        let family = self.family;
         self.push(
             [
                 Expr::Payload {
@@ -324,7 +357,12 @@ impl RuleBuilder {
                 },
                 lookup(set, neg),
             ],
-            text,
+            format_args!(
+                "{} {} {}@{set}",
+                family_keyword(family),
+                dir_word(dir),
+                op_text(neg)
+            ),
         )
     }
 
@@ -353,14 +391,14 @@ impl RuleBuilder {
     /// `th sport|dport [!=] first[-last]`. Needs a transport protocol match before it.
     /// A positive range is two compares (`gte`, `lte`); a negated one is a `range` expression.
     pub fn th_port(self, dir: Dir, first: u16, last: u16, neg: bool) -> Self {
-        let word = format!("th {}", port_word(dir));
+        let word = port_word(dir);
         if first == last {
             return self.push(
                 [
                     Self::port_load(dir),
                     cmp(eq_or_neq(neg), first.to_be_bytes().to_vec()),
                 ],
-                format!("{word} {}{first}", op_text(neg)),
+                format_args!("th {word} {}{first}", op_text(neg)),
             );
         }
         let exprs = if neg {
@@ -380,14 +418,17 @@ impl RuleBuilder {
                 cmp(CmpOp::Lte, last.to_be_bytes().to_vec()),
             ]
         };
-        self.push(exprs, format!("{word} {}{first}-{last}", op_text(neg)))
+        self.push(
+            exprs,
+            format_args!("th {word} {}{first}-{last}", op_text(neg)),
+        )
     }
 
     /// `th sport|dport [!=] @set` (an `inet_service` set).
     pub fn th_port_in_set(self, dir: Dir, set: &str, neg: bool) -> Self {
         self.push(
             [Self::port_load(dir), lookup(set, neg)],
-            format!("th {} {}@{set}", port_word(dir), op_text(neg)),
+            format_args!("th {} {}@{set}", port_word(dir), op_text(neg)),
         )
     }
 
@@ -456,7 +497,7 @@ impl RuleBuilder {
                     },
                     cmp(eq_or_neq(neg), vec![icmp_type]),
                 ],
-                format!("{kw} type {}{icmp_type}", op_text(neg)),
+                format_args!("{kw} type {}{icmp_type}", op_text(neg)),
             ),
             Some(code) => {
                 let text = if neg {
@@ -500,7 +541,7 @@ impl RuleBuilder {
                 },
                 cmp(CmpOp::Eq, expect.to_ne_bytes().to_vec()),
             ],
-            format!("meta mark & 0x{bits:08x} == 0x{expect:08x}"),
+            format_args!("meta mark & 0x{bits:08x} == 0x{expect:08x}"),
         )
     }
 
@@ -517,33 +558,34 @@ impl RuleBuilder {
     /// `meta mark set mark and ~CLEAR xor SET` — the general masked write.
     pub fn mark_write(self, clear: u32, set: u32) -> Self {
         let mask = !(clear | set);
-        let text = if clear == 0 {
-            format!("meta mark set mark or 0x{set:08x}")
+        let mut this = self;
+        if clear == 0 {
+            this.write_text(format_args!("meta mark set mark or 0x{set:08x}"));
         } else if set == 0 {
-            format!("meta mark set mark and 0x{mask:08x}")
+            this.write_text(format_args!("meta mark set mark and 0x{mask:08x}"));
         } else {
-            format!("meta mark set mark and 0x{mask:08x} xor 0x{set:08x}")
-        };
-        self.push(
-            [
-                Expr::Meta {
-                    key: MetaKey::Mark,
-                    dreg: Reg::R1,
-                },
-                Expr::Bitwise {
-                    sreg: Reg::R1,
-                    dreg: Reg::R1,
-                    len: 4,
-                    mask: mask.to_ne_bytes().to_vec(),
-                    xor: set.to_ne_bytes().to_vec(),
-                },
-                Expr::MetaSet {
-                    key: MetaKey::Mark,
-                    sreg: Reg::R1,
-                },
-            ],
-            text,
-        )
+            this.write_text(format_args!(
+                "meta mark set mark and 0x{mask:08x} xor 0x{set:08x}"
+            ));
+        }
+        this.exprs.extend([
+            Expr::Meta {
+                key: MetaKey::Mark,
+                dreg: Reg::R1,
+            },
+            Expr::Bitwise {
+                sreg: Reg::R1,
+                dreg: Reg::R1,
+                len: 4,
+                mask: mask.to_ne_bytes().to_vec(),
+                xor: set.to_ne_bytes().to_vec(),
+            },
+            Expr::MetaSet {
+                key: MetaKey::Mark,
+                sreg: Reg::R1,
+            },
+        ]);
+        this
     }
 
     /// `meta mark set mark or BITS`.
@@ -562,21 +604,21 @@ impl RuleBuilder {
             CtKey::State,
             bits,
             true,
-            format!("ct state {}", ct_state_text(bits)),
+            format_args!("ct state {}", CtStateText(bits)),
         )
     }
 
     /// `ct status dnat` (has) or `ct status & dnat == 0` (lacks).
     pub fn ct_status_dnat(self, has: bool) -> Self {
         let text = if has {
-            "ct status dnat".to_string()
+            "ct status dnat"
         } else {
-            "ct status & dnat == 0".to_string()
+            "ct status & dnat == 0"
         };
         self.ct_bits(CtKey::Status, ct_status::DST_NAT, has, text)
     }
 
-    fn ct_bits(self, key: CtKey, bits: u32, any: bool, text: String) -> Self {
+    fn ct_bits(self, key: CtKey, bits: u32, any: bool, text: impl fmt::Display) -> Self {
         self.push(
             [
                 Expr::Ct {
@@ -611,7 +653,7 @@ impl RuleBuilder {
                 },
                 cmp(CmpOp::Eq, 0u32.to_ne_bytes().to_vec()),
             ],
-            "fib saddr . mark . iif oif missing".to_string(),
+            "fib saddr . mark . iif oif missing",
         )
     }
 
@@ -630,7 +672,7 @@ impl RuleBuilder {
                 },
                 cmp(eq_or_neq(neg), RTN_LOCAL.to_ne_bytes().to_vec()),
             ],
-            format!("fib {} type {}local", dir_word(dir), op_text(neg)),
+            format_args!("fib {} type {}local", dir_word(dir), op_text(neg)),
         )
     }
 
@@ -645,7 +687,7 @@ impl RuleBuilder {
                 },
                 cmp(eq_or_neq(neg), RTN_LOCAL.to_ne_bytes().to_vec()),
             ],
-            format!("fib saddr . oif type {}local", op_text(neg)),
+            format_args!("fib saddr . oif type {}local", op_text(neg)),
         )
     }
 
@@ -656,14 +698,16 @@ impl RuleBuilder {
                 packets: 0,
                 bytes: 0,
             }],
-            "counter".into(),
+            "counter",
         )
     }
 
     /// A verdict statement (`accept`, `drop`, `return`, `jump C`, `goto C`, `continue`).
     pub fn verdict(self, v: Verdict) -> Self {
-        let text = verdict_text(&v);
-        self.push([Expr::Verdict(v)], text)
+        let mut this = self;
+        this.write_text(VerdictText(&v));
+        this.exprs.push(Expr::Verdict(v));
+        this
     }
 
     /// `accept`.
@@ -699,7 +743,7 @@ impl RuleBuilder {
         };
         self.push(
             [Expr::Meta { key, dreg: Reg::R1 }, lookup(set, false)],
-            format!("{word} @{set}"),
+            format_args!("{word} @{set}"),
         )
     }
 
@@ -720,7 +764,7 @@ impl RuleBuilder {
                     invert: false,
                 },
             ],
-            format!("{word} vmap @{map}"),
+            format_args!("{word} vmap @{map}"),
         )
     }
 
@@ -734,7 +778,7 @@ impl RuleBuilder {
                 snaplen: None,
                 flags: None,
             }],
-            format!("log prefix {} level info", quote(prefix)),
+            format_args!("log prefix {} level info", Quoted(prefix)),
         )
     }
 
@@ -755,7 +799,7 @@ impl RuleBuilder {
                 kind: LimitType::Packets,
                 over,
             }],
-            format!(
+            format_args!(
                 "limit rate {}{rate}/{unit_name} burst {burst} packets",
                 if over { "over " } else { "" }
             ),
@@ -770,7 +814,7 @@ impl RuleBuilder {
                 kind: RejectType::IcmpUnreach,
                 code,
             }],
-            "reject".into(),
+            "reject",
         )
     }
 
@@ -781,7 +825,7 @@ impl RuleBuilder {
                 kind: RejectType::TcpRst,
                 code: 0,
             }],
-            "reject with tcp reset".into(),
+            "reject with tcp reset",
         )
     }
 
@@ -886,13 +930,13 @@ impl RuleBuilder {
     pub fn ct_count_over(self, n: u32) -> Self {
         self.push(
             [Expr::Connlimit { count: n, flags: 1 }],
-            format!("ct count over {n}"),
+            format_args!("ct count over {n}"),
         )
     }
 
     /// `notrack`.
     pub fn notrack(self) -> Self {
-        self.push([Expr::Notrack], "notrack".into())
+        self.push([Expr::Notrack], "notrack")
     }
 
     /// Finishes the rule. An empty rule becomes `continue` (a rule needs one statement).
@@ -902,9 +946,11 @@ impl RuleBuilder {
                 .verdict(Verdict::Continue)
                 .build();
         }
+        let mut text = self.text;
+        text.shrink_to_fit();
         BuiltRule {
             exprs: self.exprs,
-            text: self.text.join(" "),
+            text,
         }
     }
 }
@@ -931,15 +977,24 @@ fn concat_reg(word: u32) -> Reg {
 
 /// A verdict in nft syntax.
 pub fn verdict_text(v: &Verdict) -> String {
-    match v {
-        Verdict::Accept => "accept".into(),
-        Verdict::Drop => "drop".into(),
-        Verdict::Continue => "continue".into(),
-        Verdict::Break => "break".into(),
-        Verdict::Return => "return".into(),
-        Verdict::Jump(c) => format!("jump {c}"),
-        Verdict::Goto(c) => format!("goto {c}"),
-        Verdict::Other(code) => format!("verdict {code}"),
+    VerdictText(v).to_string()
+}
+
+/// A verdict in nft syntax, written without an intermediate `String`.
+struct VerdictText<'a>(&'a Verdict);
+
+impl fmt::Display for VerdictText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Verdict::Accept => f.write_str("accept"),
+            Verdict::Drop => f.write_str("drop"),
+            Verdict::Continue => f.write_str("continue"),
+            Verdict::Break => f.write_str("break"),
+            Verdict::Return => f.write_str("return"),
+            Verdict::Jump(c) => write!(f, "jump {c}"),
+            Verdict::Goto(c) => write!(f, "goto {c}"),
+            Verdict::Other(code) => write!(f, "verdict {code}"),
+        }
     }
 }
 
