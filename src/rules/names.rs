@@ -224,14 +224,35 @@ pub fn shared_set_name(family: Family, kind: char, canonical: &str) -> String {
 
 /// Escapes a human comment: any char outside `[A-Za-z0-9_ @%+=:,./-]` becomes `_` (§5.4).
 pub fn escape_comment(s: &str) -> String {
-    s.chars().map(escape_char).collect()
+    let mut out = String::with_capacity(s.len());
+    push_escaped(&mut out, s);
+    out
 }
 
 fn escape_char(c: char) -> char {
-    if c.is_ascii_alphanumeric() || " _@%+=:,./-".contains(c) {
+    if u8::try_from(c).is_ok_and(comment_byte) {
         c
     } else {
         '_'
+    }
+}
+
+/// Whether an ASCII byte stays as it is in a comment.
+fn comment_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b' ' | b'_' | b'@' | b'%' | b'+' | b'=' | b':' | b',' | b'.' | b'/' | b'-'
+        )
+}
+
+/// Appends `s` escaped as [`escape_comment`] does: copied whole when nothing needs escaping,
+/// as for nearly every comment (a full load writes one per rule).
+fn push_escaped(out: &mut String, s: &str) {
+    if s.bytes().all(comment_byte) {
+        out.push_str(s);
+    } else {
+        out.extend(s.chars().map(escape_char));
     }
 }
 
@@ -299,7 +320,7 @@ impl ChainBuilder {
         comment.push(';');
         for c in comments.iter().filter(|c| !c.is_empty()) {
             comment.push(' ');
-            comment.extend(c.chars().map(escape_char));
+            push_escaped(&mut comment, c);
         }
         comment.truncate(MAX_COMMENT_LEN);
         self.out.push(rule, Some(comment));
@@ -334,6 +355,16 @@ impl ChainBuilder {
 mod tests {
     use super::*;
     use crate::nft::build::RuleBuilder;
+
+    #[test]
+    fn comments_keep_only_felix_characters() {
+        assert_eq!(
+            escape_comment("Policy ns/a.b-c_d @x%y+z=1:2,3"),
+            "Policy ns/a.b-c_d @x%y+z=1:2,3"
+        );
+        assert_eq!(escape_comment("größe <x>\t\"q\";"), "gr__e _x___q__");
+        assert_eq!(escape_comment(""), "");
+    }
 
     #[test]
     fn set_names_follow_felix() {
