@@ -403,20 +403,20 @@ impl Dataplane {
     /// Validates and records one update; marks what it affects dirty. No kernel I/O. A rejected
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
-        validate::validate(&self.model, msg)?;
-        self.record(msg);
+        let members = validate::validate_parsed(&self.model, msg)?;
+        self.record(msg, members);
         Ok(())
     }
 
     /// [`Dataplane::on_update`] for a message already validated in its place in a sequence
     /// ([`validate::validate_all`], as `apply` does before it touches anything): a state
-    /// document is not validated twice.
-    pub fn on_validated_update(&mut self, msg: &ToDataplane) {
-        self.record(msg);
+    /// document is not validated twice, nor its IP set members parsed twice.
+    pub fn on_validated_update(&mut self, valid: validate::Valid) {
+        self.record(&valid.msg, valid.members);
     }
 
-    /// Records a valid message.
-    fn record(&mut self, msg: &ToDataplane) {
+    /// Records a valid message; `members` are an `ipset_update`'s, parsed by validation.
+    fn record(&mut self, msg: &ToDataplane, members: Option<crate::rules::Members>) {
         let Some(p) = &msg.payload else {
             return;
         };
@@ -521,7 +521,7 @@ impl Dataplane {
             // Nothing else reaches the tables (rules::Model::apply ignores it).
             _ => return,
         }
-        self.model.apply(msg);
+        self.model.apply_parsed(msg, members);
         self.dirty.tables |= self.changes.any();
     }
 

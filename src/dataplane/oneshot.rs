@@ -43,7 +43,7 @@ use crate::rules::RulesError;
 use crate::source::state::{self, StateError};
 
 use super::kernel::{Kernel, KernelError, RealKernel, TableMode, TablesInput};
-use super::validate::{self, InputError};
+use super::validate::{self, InputError, Valid};
 use super::{Dataplane, DataplaneConfig, Desired, IfaceConf};
 
 /// Exit code: converged / nothing went wrong.
@@ -277,7 +277,7 @@ fn run_converge(
 }
 
 /// Loads and validates a state document. Touches no kernel.
-pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<ToDataplane>, OneShotError> {
+pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<Valid>, OneShotError> {
     let msgs = state::load(path).map_err(|source| match source {
         StateError::Invalid(errors) => OneShotError::Undecodable {
             path: path.to_path_buf(),
@@ -292,17 +292,9 @@ pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<ToDataplane>
 }
 
 /// `msgs` if they are valid as a sequence (each against the state the ones before it make).
-fn validated(
-    cfg: &DataplaneConfig,
-    msgs: Vec<ToDataplane>,
-) -> Result<Vec<ToDataplane>, OneShotError> {
+fn validated(cfg: &DataplaneConfig, msgs: Vec<ToDataplane>) -> Result<Vec<Valid>, OneShotError> {
     let base = Dataplane::new(cfg.clone(), 1).map_err(OneShotError::Render)?;
-    let errors = validate::validate_all(base.model(), &msgs);
-    if errors.is_empty() {
-        Ok(msgs)
-    } else {
-        Err(OneShotError::Invalid(errors))
-    }
+    validate::validate_all(base.model(), msgs).map_err(OneShotError::Invalid)
 }
 
 /// A sysctl whose value differs from what we write.
@@ -553,7 +545,7 @@ pub struct Retained {
 async fn converge_retaining(
     ns: Option<&NetNs>,
     cfg: &DataplaneConfig,
-    msgs: Vec<ToDataplane>,
+    msgs: Vec<Valid>,
     mode: Mode,
 ) -> Result<(Changes, Retained), OneShotError> {
     let mut kernel = RealKernel::open(ns, cfg).map_err(kern("opening the kernel sockets"))?;
@@ -561,12 +553,11 @@ async fn converge_retaining(
     let mut dp = Dataplane::new(cfg.clone(), default_rp).map_err(OneShotError::Render)?;
     let links = feed_ifaces(&mut dp, kernel.rtnl(), cfg).await?;
     // Validated as a whole by `load_state` (validate_all), message by message in order.
-    for m in &msgs {
-        dp.on_validated_update(m);
+    for v in msgs {
+        dp.on_validated_update(v);
     }
-    // The model holds what it needs: the document's messages are not needed any more, and
-    // peak memory is reached later, in the nf_tables phase.
-    drop(msgs);
+    // The model holds what it needs: the document's messages were consumed, before peak
+    // memory is reached, in the nf_tables phase.
     dp.set_datastore_in_sync();
     dp.set_ifaces_in_sync();
     let mut desired = dp.desired().map_err(OneShotError::Render)?;

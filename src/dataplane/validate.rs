@@ -331,8 +331,14 @@ impl Ctx<'_> {
 
 /// Checks one update against the current desired model. `Ok` means it may be recorded.
 pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
+    validate_parsed(model, msg).map(|_| ())
+}
+
+/// [`validate`], returning what it parsed on the way: an `ipset_update`'s members, for the
+/// model to keep ([`Model::apply_parsed`]) rather than parse again.
+pub fn validate_parsed(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, InputError> {
     let Some(p) = &msg.payload else {
-        return Ok(());
+        return Ok(None);
     };
     let message = payload_kind(p);
     let mut c = Ctx {
@@ -348,7 +354,10 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
             }
             let kind = IpSetType::try_from(u.r#type)
                 .map_err(|_| c.err("type", u.r#type.to_string(), "unknown IP set type"))?;
-            members(&c, "members", kind, &u.members)?;
+            return match Members::try_parse(kind, &u.members) {
+                Ok(parsed) => Ok(Some(parsed)),
+                Err(i) => Err(not_member(&c, "members", i, kind, &u.members[i])),
+            };
         }
         Payload::IpsetDeltaUpdate(d) => {
             c.id = d.id.clone();
@@ -476,7 +485,7 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
         }
         _ => {}
     }
-    Ok(())
+    Ok(None)
 }
 
 fn members(
@@ -487,15 +496,19 @@ fn members(
 ) -> Result<(), InputError> {
     for (i, m) in members.iter().enumerate() {
         if !crate::rules::sets::is_member(kind, m) {
-            let want = match kind {
-                IpSetType::Ip => "an IP address",
-                IpSetType::Net => "a CIDR",
-                IpSetType::IpAndPort => "`addr,proto:port` with proto tcp, udp or sctp",
-            };
-            return Err(c.err(format!("{field}[{i}]"), m, &format!("member is not {want}")));
+            return Err(not_member(c, field, i, kind, m));
         }
     }
     Ok(())
+}
+
+fn not_member(c: &Ctx<'_>, field: &str, i: usize, kind: IpSetType, m: &str) -> InputError {
+    let want = match kind {
+        IpSetType::Ip => "an IP address",
+        IpSetType::Net => "a CIDR",
+        IpSetType::IpAndPort => "`addr,proto:port` with proto tcp, udp or sctp",
+    };
+    c.err(format!("{field}[{i}]"), m, &format!("member is not {want}"))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -544,51 +557,73 @@ pub fn ipset_users(model: &Model, id: &str) -> Vec<String> {
     out
 }
 
+/// A message of a state document that passed validation in its place in the sequence. An
+/// `ipset_update` carries its members parsed (its member strings are dropped then: they are
+/// not needed again, and a full load's are megabytes).
+#[derive(Debug)]
+pub struct Valid {
+    pub(crate) msg: ToDataplane,
+    pub(crate) members: Option<Members>,
+}
+
 /// Checks a whole state document: every message against the model as it would be after the
 /// ones before it. Returns every error (with the message index), not just the first.
-pub fn validate_all(base: &Model, msgs: &[ToDataplane]) -> Vec<(usize, InputError)> {
+pub fn validate_all(
+    base: &Model,
+    msgs: Vec<ToDataplane>,
+) -> Result<Vec<Valid>, Vec<(usize, InputError)>> {
     let mut model = base.clone();
     let mut errors = Vec::new();
+    let mut valid = Vec::with_capacity(msgs.len());
     let mut seen: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
-    for (i, m) in msgs.iter().enumerate() {
-        match validate(&model, m) {
-            Ok(()) => {
-                if let Some(p) = &m.payload {
-                    let kind = payload_kind(p);
-                    if let Some(id) = object_id(p) {
-                        if let Some(prev) = seen.insert((kind, id.clone()), i) {
-                            errors.push((
-                                i,
-                                InputError {
-                                    message: kind,
-                                    id: id.clone(),
-                                    field: "id".into(),
-                                    value: id,
-                                    reason: format!(
-                                        "duplicate id: message {prev} of this document already \
-                                         sets it"
-                                    ),
-                                },
-                            ));
-                            continue;
-                        }
-                    }
-                }
-                match &m.payload {
-                    // What follows is validated against the set's existence and type only:
-                    // its members (checked above) need not be parsed into this model again.
-                    Some(Payload::IpsetUpdate(u)) => {
-                        let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
-                        model.ipsets.insert(u.id.clone(), Members::new(kind));
-                    }
-                    Some(Payload::IpsetDeltaUpdate(_)) => {}
-                    _ => model.apply(m),
+    for (i, mut m) in msgs.into_iter().enumerate() {
+        let members = match validate_parsed(&model, &m) {
+            Ok(members) => members,
+            Err(e) => {
+                errors.push((i, e));
+                continue;
+            }
+        };
+        if let Some(p) = &m.payload {
+            let kind = payload_kind(p);
+            if let Some(id) = object_id(p) {
+                if let Some(prev) = seen.insert((kind, id.clone()), i) {
+                    errors.push((
+                        i,
+                        InputError {
+                            message: kind,
+                            id: id.clone(),
+                            field: "id".into(),
+                            value: id,
+                            reason: format!(
+                                "duplicate id: message {prev} of this document already sets it"
+                            ),
+                        },
+                    ));
+                    continue;
                 }
             }
-            Err(e) => errors.push((i, e)),
+        }
+        match &mut m.payload {
+            // What follows is validated against the set's existence and type only: its
+            // members (parsed above, for the dataplane's model) are not needed in this one.
+            Some(Payload::IpsetUpdate(u)) => {
+                let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
+                model.ipsets.insert(u.id.clone(), Members::new(kind));
+                u.members = Vec::new();
+            }
+            Some(Payload::IpsetDeltaUpdate(_)) => {}
+            _ => model.apply(&m),
+        }
+        if errors.is_empty() {
+            valid.push(Valid { msg: m, members });
         }
     }
-    errors
+    if errors.is_empty() {
+        Ok(valid)
+    } else {
+        Err(errors)
+    }
 }
 
 /// The id of an update message, for duplicate detection in state documents.

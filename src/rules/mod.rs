@@ -155,6 +155,17 @@ impl Model {
         }
     }
 
+    /// [`Model::apply`], with an `ipset_update`'s members already parsed (by validation:
+    /// [`Members::try_parse`]). `None` parses them here.
+    pub fn apply_parsed(&mut self, msg: &ToDataplane, members: Option<Members>) {
+        match (&msg.payload, members) {
+            (Some(Payload::IpsetUpdate(u)), Some(members)) => {
+                self.ipsets.insert(u.id.clone(), members);
+            }
+            _ => self.apply(msg),
+        }
+    }
+
     /// Records one Felix update. Messages the renderer does not use are ignored.
     pub fn apply(&mut self, msg: &ToDataplane) {
         let Some(p) = &msg.payload else { return };

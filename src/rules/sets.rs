@@ -31,13 +31,56 @@ pub fn parse_ip_and_port(member: &str) -> Option<(IpAddr, u8, u16)> {
     Some((addr, proto, port.parse().ok()?))
 }
 
+/// An address: dotted-quad IPv4 the common way ([`dotted_quad`]), anything else by the standard
+/// library.
+fn parse_addr(s: &str) -> Option<IpAddr> {
+    match dotted_quad(s.as_bytes()) {
+        Some(a) => Some(IpAddr::V4(a)),
+        None => s.parse().ok(),
+    }
+}
+
+/// `a.b.c.d` with each part 0–255 in decimal, without leading zeros: a subset of what the
+/// standard library's parser accepts, read in a fifth of its instructions (a full load parses
+/// 100,000 members twice, to validate them and to record them). `None` for anything else, which
+/// then goes to the standard library's parser to be accepted or refused there.
+fn dotted_quad(s: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let (mut i, mut v, mut digits) = (0, 0u32, 0);
+    for &b in s {
+        match b {
+            b'0'..=b'9' => {
+                // A leading zero, or a value over 255 (which also bounds the digits to 3).
+                if digits == 1 && v == 0 {
+                    return None;
+                }
+                v = v * 10 + u32::from(b - b'0');
+                if v > 255 {
+                    return None;
+                }
+                digits += 1;
+            }
+            b'.' if digits > 0 && i < 3 => {
+                octets[i] = v as u8;
+                (i, v, digits) = (i + 1, 0, 0);
+            }
+            _ => return None,
+        }
+    }
+    if digits == 0 || i != 3 {
+        return None;
+    }
+    octets[3] = v as u8;
+    Some(Ipv4Addr::from(octets))
+}
+
 /// A member as a network (host bits cleared); a bare address is its host network. The address
-/// and the prefix length are parsed apart, by the standard library (a third of the time of
-/// `IpNet`'s own parser, for 100,000 members of a full load).
+/// and the prefix length are parsed apart (a third of the time of `IpNet`'s own parser, for
+/// 100,000 members of a full load).
 fn parse_net(s: &str) -> Option<IpNet> {
     match s.split_once('/') {
         Some((addr, len)) => {
-            let addr: IpAddr = addr.parse().ok()?;
+            let addr = parse_addr(addr)?;
             // Digits only (`u8`'s parser would also take a sign).
             if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
@@ -45,7 +88,7 @@ fn parse_net(s: &str) -> Option<IpNet> {
             let len: u8 = len.parse().ok()?;
             IpNet::new(addr, len).ok().map(|n| n.trunc())
         }
-        None => s.parse::<IpAddr>().ok().map(IpNet::from),
+        None => parse_addr(s).map(IpNet::from),
     }
 }
 
@@ -121,9 +164,30 @@ impl Members {
     /// A set of type `kind` holding `members`; members that do not parse as that type are
     /// logged and left out (the input is validated before it is recorded).
     pub fn parse<'a>(kind: IpSetType, members: impl IntoIterator<Item = &'a str>) -> Members {
+        Members::collect(kind, members.into_iter().filter_map(|m| parsed(kind, m)))
+    }
+
+    /// A set of type `kind` holding `members`, or the index of the first member that is not
+    /// one (validation parses a set's members once, and hands them to the model).
+    pub fn try_parse(kind: IpSetType, members: &[String]) -> Result<Members, usize> {
+        let mut bad = None;
+        let parsed = members.iter().enumerate().map_while(|(i, m)| {
+            let p = parse_member(kind, m);
+            if p.is_none() {
+                bad = Some(i);
+            }
+            p
+        });
+        let out = Members::collect(kind, parsed);
+        match bad {
+            Some(i) => Err(i),
+            None => Ok(out),
+        }
+    }
+
+    fn collect(kind: IpSetType, parsed: impl Iterator<Item = Parsed>) -> Members {
         // Collected first: a set built from a list is sorted once and filled in bulk, not
         // searched member by member.
-        let parsed = members.into_iter().filter_map(|m| parsed(kind, m));
         match kind {
             IpSetType::Ip => {
                 let (mut v4, mut v6) = (Vec::new(), Vec::new());
@@ -298,6 +362,69 @@ impl Renderer {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dotted_quad_takes_only_what_the_standard_parser_takes() {
+        let mut cases: Vec<String> = [
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "1.2.3",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1.2.3.0",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4 ",
+            "+1.2.3.4",
+            "1.2.3.-4",
+            "1000.1.1.1",
+            "",
+            "::1",
+            "1.2.3.4/32",
+            "١.2.3.4",
+            "10.0.0.1",
+            "99.099.1.1",
+            "0.00.0.0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Random dotted strings: 3 to 5 parts of 0 to 4 characters, mostly digits.
+        let alphabet = b"01259 -x";
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..100_000 {
+            let parts: Vec<String> = (0..3 + next(3))
+                .map(|_| {
+                    (0..next(5))
+                        .map(|_| {
+                            let i = if next(8) == 0 { next(8) } else { next(5) };
+                            char::from(alphabet[i as usize])
+                        })
+                        .collect()
+                })
+                .collect();
+            cases.push(parts.join("."));
+        }
+        let mut accepted = 0;
+        for s in &cases {
+            let std = s.parse::<std::net::Ipv4Addr>().ok();
+            if let Some(fast) = super::dotted_quad(s.as_bytes()) {
+                accepted += 1;
+                assert_eq!(Some(fast), std, "{s:?}");
+            }
+            assert_eq!(super::parse_addr(s), s.parse().ok(), "{s:?}");
+        }
+        assert!(accepted > 500, "only {accepted} addresses in the sample");
+    }
+
     use super::*;
     use crate::rules::{Renderer, RulesConfig};
 
