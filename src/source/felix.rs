@@ -6,7 +6,7 @@
 //! we read is the pace at which Felix's calculation graph runs: each decoded message goes to a
 //! bounded channel, which keeps that back-pressure intact. EOF between frames is Felix closing the pipe: a clean end.
 //!
-//! fd 4 is written by its own thread too, fed by a bounded channel: a slow Felix must never block
+//! fd 4 is written by a thread of its own, fed by a bounded channel: a slow Felix must never block
 //! the task that owns dataplane state.
 
 use std::fs::File;
