@@ -74,10 +74,18 @@ fn dotted_quad(s: &[u8]) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from(octets))
 }
 
-/// A member as a network (host bits cleared); a bare address is its host network. The address
-/// and the prefix length are parsed apart (a third of the time of `IpNet`'s own parser, for
-/// 100,000 members of a full load).
+/// A member as a network (host bits cleared); a bare address is its host network. An IPv4
+/// member is read in one pass over its bytes ([`dotted_quad_net`]); anything else is split at
+/// `/`, its address and prefix length parsed apart (a third of the time of `IpNet`'s own
+/// parser, for 100,000 members of a full load).
 fn parse_net(s: &str) -> Option<IpNet> {
+    match dotted_quad_net(s.as_bytes()) {
+        Some(n) => Some(IpNet::V4(n)),
+        None => parse_net_split(s),
+    }
+}
+
+fn parse_net_split(s: &str) -> Option<IpNet> {
     match s.split_once('/') {
         Some((addr, len)) => {
             let addr = parse_addr(addr)?;
@@ -90,6 +98,25 @@ fn parse_net(s: &str) -> Option<IpNet> {
         }
         None => parse_addr(s).map(IpNet::from),
     }
+}
+
+/// `a.b.c.d` or `a.b.c.d/N` with N of one or two digits, host bits cleared; `None` for anything
+/// else ([`parse_net_split`] decides then).
+fn dotted_quad_net(s: &[u8]) -> Option<Ipv4Net> {
+    let (addr, len) = match s.iter().position(|&b| b == b'/') {
+        None => (s, 32),
+        Some(i) => {
+            let len = match s[i + 1..] {
+                [d] if d.is_ascii_digit() => d - b'0',
+                [d, e] if d.is_ascii_digit() && e.is_ascii_digit() => (d - b'0') * 10 + (e - b'0'),
+                _ => return None,
+            };
+            (&s[..i], len)
+        }
+    };
+    Ipv4Net::new(dotted_quad(addr)?, len)
+        .ok()
+        .map(|n| n.trunc())
 }
 
 /// What one member string is in a set of type `kind`; `None` when it is not one.
@@ -392,7 +419,7 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         // Random dotted strings: 3 to 5 parts of 0 to 4 characters, mostly digits.
-        let alphabet = b"01259 -x";
+        let alphabet = b"01259/-x";
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = |n: u64| {
             seed ^= seed << 13;
@@ -421,6 +448,19 @@ mod tests {
                 assert_eq!(Some(fast), std, "{s:?}");
             }
             assert_eq!(super::parse_addr(s), s.parse().ok(), "{s:?}");
+            for net in [
+                format!("{s}/24"),
+                format!("{s}/8"),
+                format!("{s}/032"),
+                format!("{s}/33"),
+            ] {
+                assert_eq!(
+                    super::parse_net(&net),
+                    super::parse_net_split(&net),
+                    "{net:?}"
+                );
+            }
+            assert_eq!(super::parse_net(s), super::parse_net_split(s), "{s:?}");
         }
         assert!(accepted > 500, "only {accepted} addresses in the sample");
     }
