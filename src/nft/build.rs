@@ -526,21 +526,9 @@ impl RuleBuilder {
 
     fn mark_test(self, bits: u32, set: bool) -> Self {
         let expect = if set { bits } else { 0 };
+        let [load, mask] = mark_and_xor(bits, 0);
         self.push(
-            [
-                Expr::Meta {
-                    key: MetaKey::Mark,
-                    dreg: Reg::R1,
-                },
-                Expr::Bitwise {
-                    sreg: Reg::R1,
-                    dreg: Reg::R1,
-                    len: 4,
-                    mask: bits.to_ne_bytes().to_vec(),
-                    xor: 0u32.to_ne_bytes().to_vec(),
-                },
-                cmp(CmpOp::Eq, expect.to_ne_bytes().to_vec()),
-            ],
+            [load, mask, cmp(CmpOp::Eq, expect.to_ne_bytes().to_vec())],
             format_args!("meta mark & 0x{bits:08x} == 0x{expect:08x}"),
         )
     }
@@ -568,18 +556,10 @@ impl RuleBuilder {
                 "meta mark set mark and 0x{mask:08x} xor 0x{set:08x}"
             ));
         }
+        let [load, masked] = mark_and_xor(mask, set);
         this.exprs.extend([
-            Expr::Meta {
-                key: MetaKey::Mark,
-                dreg: Reg::R1,
-            },
-            Expr::Bitwise {
-                sreg: Reg::R1,
-                dreg: Reg::R1,
-                len: 4,
-                mask: mask.to_ne_bytes().to_vec(),
-                xor: set.to_ne_bytes().to_vec(),
-            },
+            load,
+            masked,
             Expr::MetaSet {
                 key: MetaKey::Mark,
                 sreg: Reg::R1,
@@ -953,6 +933,23 @@ impl RuleBuilder {
             text,
         }
     }
+}
+
+/// `meta mark` into R1, then `R1 & mask ^ xor`.
+fn mark_and_xor(mask: u32, xor: u32) -> [Expr; 2] {
+    [
+        Expr::Meta {
+            key: MetaKey::Mark,
+            dreg: Reg::R1,
+        },
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: 4,
+            mask: mask.to_ne_bytes().to_vec(),
+            xor: xor.to_ne_bytes().to_vec(),
+        },
+    ]
 }
 
 fn lookup(set: &str, invert: bool) -> Expr {
