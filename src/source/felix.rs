@@ -4,7 +4,8 @@
 //! fd 3 is read by a task on the runtime when it is a pipe (as Felix's is), by a thread of its own
 //! otherwise (see [`Reader`]). Felix writes synchronously from one goroutine, so the pace at which
 //! we read is the pace at which Felix's calculation graph runs: each decoded message goes to a
-//! bounded channel, which keeps that back-pressure intact. EOF between frames is Felix closing the pipe: a clean end.
+//! bounded channel, which keeps that back-pressure intact. EOF between frames is Felix closing
+//! the pipe: a clean end.
 //!
 //! fd 4 is written by a thread of its own, fed by a bounded channel: a slow Felix must never block
 //! the task that owns dataplane state.
@@ -279,8 +280,9 @@ mod tests {
     async fn fd3_as_a_pipe_is_read_by_a_task_and_a_file_by_a_thread() {
         let bytes = [encode_frame(&in_sync(0)), encode_frame(&in_sync(1))].concat();
         let mut fds = [0; 2];
-        // SAFETY: pipe2 fills the array with two new descriptors, owned by the files below.
+        // SAFETY: pipe2 fills the array with two new descriptors.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors are open and owned by nothing else: the files take them.
         let (read_end, mut write_end) =
             unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
         let (mut rx, reader) = spawn_fd3(read_end).unwrap();
