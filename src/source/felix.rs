@@ -19,8 +19,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 
 use super::{
-    polled_pipe, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
-    CHANNEL_CAPACITY,
+    Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY,
 };
 use crate::proto::frame::{write_frame, AsyncFrameReader, FrameReader};
 use crate::proto::{decode_to_dataplane, FromDataplane};
@@ -81,12 +80,16 @@ pub struct ReadSummary {
 pub fn spawn_fd3(
     input: File,
 ) -> Result<(mpsc::Receiver<Received>, Reader<ReadSummary>), SourceError> {
-    match polled_pipe(input) {
-        Ok(pipe) => {
+    let read_error = |source| SourceError::Read {
+        stream: "fd 3".into(),
+        source,
+    };
+    match super::input(input).map_err(read_error)? {
+        Input::Pipe(pipe) => {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
             Ok((rx, Reader::Task(tokio::spawn(read_frames_async(pipe, tx)))))
         }
-        Err(file) => spawn_reader(file).map(|(rx, h)| (rx, Reader::Thread(h))),
+        Input::Blocking(file) => spawn_reader(file).map(|(rx, h)| (rx, Reader::Thread(h))),
     }
 }
 

@@ -162,28 +162,20 @@ impl<T: Send + 'static> Reader<T> {
     }
 }
 
-/// `file` as a pipe the runtime polls, when it is one; otherwise `file` back. Needs a runtime.
-fn polled_pipe(file: File) -> Result<tokio::net::unix::pipe::Receiver, File> {
-    if !file.metadata().is_ok_and(|m| m.file_type().is_fifo()) {
-        return Err(file);
+/// What a transport reads from: a pipe the runtime polls, or anything else (a regular file, a
+/// terminal), which only blocking reads can wait on.
+enum Input {
+    Pipe(tokio::net::unix::pipe::Receiver),
+    Blocking(File),
+}
+
+/// `file` as an [`Input`]; a pipe is registered with the runtime (and made non-blocking).
+fn input(file: File) -> std::io::Result<Input> {
+    if file.metadata()?.file_type().is_fifo() {
+        tokio::net::unix::pipe::Receiver::from_file(file).map(Input::Pipe)
+    } else {
+        Ok(Input::Blocking(file))
     }
-    // `from_file` consumes the file even when it fails: keep a duplicate to fall back on.
-    let Ok(spare) = file.try_clone() else {
-        return Err(file);
-    };
-    tokio::net::unix::pipe::Receiver::from_file(file).map_err(|e| {
-        tracing::debug!(error = %e, "cannot poll the pipe; reading it on a thread");
-        // `from_file` may have made the pipe non-blocking before it failed.
-        // SAFETY: F_GETFL/F_SETFL only read and change the flags of a descriptor `spare` owns.
-        unsafe {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&spare);
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags != -1 {
-                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
-            }
-        }
-        spare
-    })
 }
 
 /// Which transport `felix-nft run --source` reads.

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{
-    polled_pipe, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
+    input, Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
     CHANNEL_CAPACITY,
 };
 use crate::proto::{json, ToDataplane};
@@ -186,11 +186,14 @@ pub fn spawn_stdin() -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), 
         .try_clone_to_owned()
         .map_err(|source| read_error(&stream, source))?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let reader = match polled_pipe(File::from(stdin)) {
-        Ok(pipe) => Reader::Task(tokio::spawn(
-            async move { read_lines(pipe, stream, &tx).await },
-        )),
-        Err(file) => Reader::Thread(
+    let input = input(File::from(stdin)).map_err(|source| read_error(&stream, source))?;
+    let reader = match input {
+        Input::Pipe(pipe) => {
+            Reader::Task(tokio::spawn(
+                async move { read_lines(pipe, stream, &tx).await },
+            ))
+        }
+        Input::Blocking(file) => Reader::Thread(
             std::thread::Builder::new()
                 .name("felix-nft-stdin".into())
                 .spawn(move || read_lines_blocking(file, stream, &tx))
