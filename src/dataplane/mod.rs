@@ -403,7 +403,7 @@ impl Dataplane {
     /// Validates and records one update; marks what it affects dirty. No kernel I/O. A rejected
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
-        let members = validate::validate_parsed(&self.model, msg)?;
+        let members = validate::validate(&self.model, msg)?;
         self.record(msg, members);
         Ok(())
     }

@@ -329,14 +329,10 @@ impl Ctx<'_> {
     }
 }
 
-/// Checks one update against the current desired model. `Ok` means it may be recorded.
-pub fn validate(model: &Model, msg: &ToDataplane) -> Result<(), InputError> {
-    validate_parsed(model, msg).map(|_| ())
-}
-
-/// [`validate`], returning what it parsed on the way: an `ipset_update`'s members, for the
-/// model to keep ([`Model::apply_parsed`]) rather than parse again.
-pub fn validate_parsed(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, InputError> {
+/// Checks one update against the current desired model. `Ok` means it may be recorded, and
+/// carries what was parsed on the way: an `ipset_update`'s members, for the model to keep
+/// ([`Model::apply_parsed`]) rather than parse again.
+pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, InputError> {
     let Some(p) = &msg.payload else {
         return Ok(None);
     };
@@ -577,7 +573,7 @@ pub fn validate_all(
     let mut valid = Vec::with_capacity(msgs.len());
     let mut seen: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
     for (i, mut m) in msgs.into_iter().enumerate() {
-        let members = match validate_parsed(&model, &m) {
+        let members = match validate(&model, &m) {
             Ok(members) => members,
             Err(e) => {
                 errors.push((i, e));
@@ -615,9 +611,7 @@ pub fn validate_all(
             Some(Payload::IpsetDeltaUpdate(_)) => {}
             _ => model.apply(&m),
         }
-        if errors.is_empty() {
-            valid.push(Valid { msg: m, members });
-        }
+        valid.push(Valid { msg: m, members });
     }
     if errors.is_empty() {
         Ok(valid)
