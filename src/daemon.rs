@@ -75,7 +75,19 @@ pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    let code = runtime.block_on(run_async(opts, resolved.config, ns, felix_fds));
+    // The loop runs as a task on a worker, not on this thread: the reader task that decodes an
+    // update then wakes it on its own worker (tokio's LIFO slot) instead of waking a parked
+    // thread on another CPU (issue 9: from reading a member update to the loop taking it went
+    // from 155 to 65 µs at mid).
+    let code = runtime.block_on(async move {
+        match tokio::spawn(run_async(opts, resolved.config, ns, felix_fds)).await {
+            Ok(code) => code,
+            Err(e) => {
+                tracing::error!(error = %e, "the agent's task failed");
+                EXIT_FAILURE
+            }
+        }
+    });
     // Readers blocked on stdin or a pipe hold blocking threads: do not wait for them.
     runtime.shutdown_timeout(Duration::from_millis(200));
     code

@@ -110,10 +110,23 @@ const MEMBERS: [&str; 6] = [
     "192.168.0.1",
 ];
 
-fn members(mask: u8) -> Vec<String> {
-    (0..MEMBERS.len())
+/// Members of set `s:2`, an `IP_AND_PORT` set.
+const PORT_MEMBERS: [&str; 6] = [
+    "10.0.0.1,tcp:80",
+    "10.0.0.1,udp:53",
+    "10.0.0.2,tcp:80",
+    "fd00::1,tcp:443",
+    "fd00::2,sctp:9",
+    "192.168.0.1,tcp:8080",
+];
+
+/// Members of set `s:<set>` picked by `mask`: set 1 is a `NET` set, set 2 an `IP_AND_PORT` set,
+/// the others `IP` sets (members that do not fit the type are rejected by validation).
+fn members(set: u8, mask: u8) -> Vec<String> {
+    let all = if set == 2 { PORT_MEMBERS } else { MEMBERS };
+    (0..all.len())
         .filter(|i| mask & (1 << i) != 0)
-        .map(|i| MEMBERS[i].to_string())
+        .map(|i| all[i].to_string())
         .collect()
 }
 
@@ -274,17 +287,17 @@ fn apply(dp: &mut Dataplane, op: &Op) {
         }),
         Op::IpSet(i, mask) => Payload::IpsetUpdate(IpSetUpdate {
             id: format!("s:{i}"),
-            members: members(mask),
-            r#type: if i == 1 {
-                IpSetType::Net as i32
-            } else {
-                IpSetType::Ip as i32
+            members: members(i, mask),
+            r#type: match i {
+                1 => IpSetType::Net as i32,
+                2 => IpSetType::IpAndPort as i32,
+                _ => IpSetType::Ip as i32,
             },
         }),
         Op::IpSetDelta(i, add, remove) => Payload::IpsetDeltaUpdate(IpSetDeltaUpdate {
             id: format!("s:{i}"),
-            added_members: members(add),
-            removed_members: members(remove),
+            added_members: members(i, add),
+            removed_members: members(i, remove),
         }),
         Op::IpSetRemove(i) => Payload::IpsetRemove(IpSetRemove {
             id: format!("s:{i}"),
@@ -422,23 +435,37 @@ fn a_member_delta_patches_only_its_set() {
     }
     let first = dp.tables_patch();
     assert!(first.iter().map(|p| p.chains.len()).sum::<usize>() > 20);
-    apply(&mut dp, &Op::IpSetDelta(0, 0b10_0000, 0b1));
+    // Adds 192.168.0.1 and fd00::1, removes 10.0.0.1: both families change.
+    apply(&mut dp, &Op::IpSetDelta(0, 0b10_1000, 0b1));
     let p = dp.tables_patch();
-    let touched: Vec<(String, Vec<String>, Vec<String>)> = p
-        .iter()
-        .map(|p| {
-            (
-                p.family.name().to_string(),
-                p.chains.keys().cloned().collect(),
-                p.sets.keys().cloned().collect(),
-            )
-        })
-        .collect();
-    assert_eq!(touched.len(), 2, "{touched:?}");
-    for (_, chains, sets) in &touched {
-        assert!(chains.is_empty(), "{touched:?}");
-        assert_eq!(sets.len(), 1, "{touched:?}");
+    assert_eq!(p.len(), 2, "{p:?}");
+    for t in &p {
+        // The set's elements change, one each: the set is not re-sent whole (DESIGN §4).
+        assert!(t.chains.is_empty() && t.sets.is_empty(), "{t:?}");
+        assert_eq!(t.elements.len(), 1, "{t:?}");
+        let d = t.elements.values().next().expect("one delta");
+        let want = if t.family.name() == "ip" {
+            (1, 1)
+        } else {
+            (1, 0)
+        };
+        assert_eq!((d.add.len(), d.del.len()), want, "{t:?}");
     }
+    // A member added and removed again before an apply: a delete of what is not there,
+    // which the reconciler drops.
+    apply(&mut dp, &Op::IpSetDelta(0, 0b1, 0));
+    apply(&mut dp, &Op::IpSetDelta(0, 0, 0b1));
+    let p = dp.tables_patch();
+    assert!(
+        p.iter().all(|t| t.chains.is_empty() && t.sets.is_empty()),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .flat_map(|t| t.elements.values())
+            .all(|d| d.add.is_empty()),
+        "{p:?}"
+    );
     // An endpoint whose policy list is unchanged re-renders its own chains and the base only.
     apply(
         &mut dp,

@@ -45,7 +45,36 @@ pub enum TablesInput {
     Patch(Vec<TablePatch>),
 }
 
+/// The most objects an incremental apply may carry and still run on the calling worker (see
+/// [`NftSide`]); an endpoint is about ten, a full load tens of thousands.
+const INLINE_OBJECTS: usize = 256;
+
 impl TablesInput {
+    /// How many chains, sets and set elements this input names.
+    pub fn objects(&self) -> usize {
+        match self {
+            TablesInput::Full(ts) => ts
+                .iter()
+                .map(|t| {
+                    t.chains.len() + t.sets.values().map(|s| 1 + s.elements.len()).sum::<usize>()
+                })
+                .sum(),
+            TablesInput::Patch(ps) => ps
+                .iter()
+                .map(|p| {
+                    let sets: usize = p
+                        .sets
+                        .values()
+                        .map(|s| 1 + s.as_ref().map_or(0, |s| s.elements.len()))
+                        .sum();
+                    let elements: usize =
+                        p.elements.values().map(|d| d.add.len() + d.del.len()).sum();
+                    p.chains.len() + sets + elements
+                })
+                .sum(),
+        }
+    }
+
     /// Folds this input into `store` (the desired tables kept by the kernel side).
     pub fn fold_into(self, store: &mut Vec<Table>) {
         match self {
@@ -163,9 +192,13 @@ type NftReply = Result<TablesOutcome, NftError>;
 /// for the answer cost two wake-ups of an idle CPU (0.05–0.1 ms each, measured with
 /// `scripts/daemon-latency`), so the batch is sent from the calling thread instead. A batch
 /// runs synchronously inside `sendmsg` (a full load: seconds), so on a multi-threaded runtime
-/// the call runs under [`tokio::task::block_in_place`] (the runtime's other tasks go on
-/// elsewhere); on a current-thread runtime (one-shot commands, tests) it simply blocks, as
-/// nothing else there can make progress before the tables are done anyway.
+/// a big input runs under [`tokio::task::block_in_place`] (the runtime's other tasks go on
+/// elsewhere); an update of a few objects ([`INLINE_OBJECTS`]) just blocks the worker for its
+/// sub-millisecond commit, since `block_in_place` would first wake a thread to take the
+/// worker's other tasks. (A small update that finds the kernel changed by someone else re-reads
+/// our tables on the worker too: that is the rare case.) On a current-thread runtime (one-shot
+/// commands, tests) it simply blocks, as nothing else there can make progress before the tables
+/// are done anyway.
 struct NftSide {
     rec: Reconciler<Nft>,
 }
@@ -187,7 +220,13 @@ impl NftSide {
     }
 
     fn apply(&mut self, tables: TablesInput, mode: TableMode) -> NftReply {
-        blocking(|| self.apply_now(tables, mode))
+        if mode == TableMode::Incremental && tables.objects() <= INLINE_OBJECTS {
+            // An update's few objects: handing this worker's other tasks to another thread
+            // first (`block_in_place` wakes one) would cost more than the commit blocks them.
+            self.apply_now(tables, mode)
+        } else {
+            blocking(|| self.apply_now(tables, mode))
+        }
     }
 
     fn apply_now(&mut self, tables: TablesInput, mode: TableMode) -> NftReply {

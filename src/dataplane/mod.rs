@@ -36,8 +36,8 @@ use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::Ownership;
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{
-    HostEndpoint, HostEndpointId, LiveMigrationRole, RouteType, RouteUpdate, ToDataplane,
-    WorkloadEndpoint, WorkloadEndpointId,
+    HostEndpoint, HostEndpointId, IpSetType, LiveMigrationRole, RouteType, RouteUpdate,
+    ToDataplane, WorkloadEndpoint, WorkloadEndpointId,
 };
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::RouteSpec;
@@ -484,15 +484,19 @@ impl Dataplane {
                 self.changes.host_endpoints = true;
                 self.status_dirty.hosts = true;
             }
-            Payload::IpsetUpdate(u) => {
-                self.changes.ipsets.insert(u.id.clone());
-            }
+            Payload::IpsetUpdate(u) => self.changes.ipset_whole(&u.id),
             Payload::IpsetDeltaUpdate(u) => {
-                self.changes.ipsets.insert(u.id.clone());
+                // A hash set changes by the elements of the members touched (issue 9: O(delta),
+                // not O(set)); a NET set's members are merged into intervals, so it is rendered
+                // whole.
+                match self.model.ipsets.get(&u.id).map(|s| s.kind()) {
+                    Some(IpSetType::Ip | IpSetType::IpAndPort) => self
+                        .changes
+                        .ipset_delta(&u.id, u.removed_members.iter().chain(&u.added_members)),
+                    _ => self.changes.ipset_whole(&u.id),
+                }
             }
-            Payload::IpsetRemove(u) => {
-                self.changes.ipsets.insert(u.id.clone());
-            }
+            Payload::IpsetRemove(u) => self.changes.ipset_whole(&u.id),
             Payload::ActivePolicyUpdate(u) => {
                 self.changes.policies.extend(u.id.iter().cloned());
             }

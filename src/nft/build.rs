@@ -1007,6 +1007,11 @@ pub fn addr_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Element> {
     keys.into_iter().map(key_element).collect()
 }
 
+/// The element of one address in a set of addresses (one of [`addr_elements`]).
+pub fn addr_element(addr: IpAddr) -> Element {
+    key_element(addr_bytes(addr))
+}
+
 fn key_element(key: Vec<u8>) -> Element {
     Element {
         key,

@@ -46,7 +46,12 @@ pub struct Changes {
     pub workloads: BTreeSet<String>,
     pub policies: BTreeSet<PolicyId>,
     pub profiles: BTreeSet<String>,
+    /// IP sets to render whole (a new, replaced or removed set, or a delta of a `NET` set).
     pub ipsets: BTreeSet<String>,
+    /// Members an `IpSetDeltaUpdate` touched, per set not in `ipsets`: they become element
+    /// adds and deletes by what the model holds when rendered (DESIGN §4: a delta costs its
+    /// elements, not the set's size).
+    pub ipset_members: BTreeMap<String, BTreeSet<String>>,
     /// Move the side table's endpoints back to the main table (one step per update).
     pub merge_side: bool,
 }
@@ -61,6 +66,7 @@ impl Changes {
             || !self.policies.is_empty()
             || !self.profiles.is_empty()
             || !self.ipsets.is_empty()
+            || !self.ipset_members.is_empty()
     }
 
     /// Folds `other` into `self` (changes not yet rendered are kept across a failed apply).
@@ -73,6 +79,25 @@ impl Changes {
         self.policies.extend(other.policies);
         self.profiles.extend(other.profiles);
         self.ipsets.extend(other.ipsets);
+        for (id, m) in other.ipset_members {
+            self.ipset_members.entry(id).or_default().extend(m);
+        }
+        let whole = &self.ipsets;
+        self.ipset_members.retain(|id, _| !whole.contains(id));
+    }
+
+    /// Records a member change of IP set `id`; a set to be rendered whole needs none.
+    pub fn ipset_delta<'a>(&mut self, id: &str, members: impl IntoIterator<Item = &'a String>) {
+        if !self.ipsets.contains(id) {
+            let touched = self.ipset_members.entry(id.to_string()).or_default();
+            touched.extend(members.into_iter().cloned());
+        }
+    }
+
+    /// Marks IP set `id` to be rendered whole (its touched members are covered then).
+    pub fn ipset_whole(&mut self, id: &str) {
+        self.ipset_members.remove(id);
+        self.ipsets.insert(id.to_string());
     }
 }
 
@@ -193,6 +218,8 @@ struct Pending {
     sets: BTreeMap<Obj, Option<Set>>,
     /// Element deltas of the dispatch maps and the side set (every family).
     elements: BTreeMap<(Tbl, String), ElementDelta>,
+    /// Element deltas of Felix IP sets (one family's set each).
+    set_elements: BTreeMap<Obj, ElementDelta>,
 }
 
 impl Incremental {
@@ -498,6 +525,35 @@ impl Incremental {
             }
             self.replace(Key::IpSet(*t, id.clone()), Vec::new(), sets, &mut pending);
         }
+        // IP set deltas: the touched members of the sets not rendered whole above, in every
+        // table and family that holds the set, added when the model has them, else deleted.
+        for (id, touched) in &changes.ipset_members {
+            let Some(members) = m.ipsets.get(id) else {
+                continue;
+            };
+            for t in [Tbl::Main, Tbl::Side] {
+                let key = Key::IpSet(t, id.clone());
+                let Some(made) = self
+                    .produced
+                    .get(&key)
+                    .filter(|_| !ipsets.contains(&(t, id.clone())))
+                else {
+                    continue;
+                };
+                for obj in &made.sets {
+                    let d = pending.set_elements.entry(obj.clone()).or_default();
+                    for s in touched {
+                        if let Some(e) = self.r.ipset_member_element(obj.1, members.kind(), s) {
+                            if members.contains(s) {
+                                d.add.push(e);
+                            } else {
+                                d.del.push(e);
+                            }
+                        }
+                    }
+                }
+            }
+        }
 
         // The base: whenever anything global or the host endpoints changed.
         if all || changes.base || changes.host_endpoints {
@@ -795,6 +851,19 @@ impl Incremental {
         }
         for ((t, f, name), s) in pending.sets {
             patch(&mut out, t, f).sets.insert(name, s);
+        }
+        for ((t, f, name), mut d) in pending.set_elements {
+            // A set replaced or removed in the same patch already says it all.
+            if out.get(&(t, f)).is_some_and(|p| p.sets.contains_key(&name)) {
+                continue;
+            }
+            for v in [&mut d.del, &mut d.add] {
+                v.sort();
+                v.dedup();
+            }
+            if !(d.del.is_empty() && d.add.is_empty()) {
+                patch(&mut out, t, f).elements.insert(name, d);
+            }
         }
         for ((t, map), mut d) in pending.elements {
             d.del.sort();

@@ -302,6 +302,18 @@ impl Members {
         }
     }
 
+    /// Whether `m`, given as Felix sends it, is a member now.
+    pub fn contains(&self, m: &str) -> bool {
+        match (parse_member(self.kind(), m), self) {
+            (Some(Parsed::Addr(IpAddr::V4(a))), Members::Ip { v4, .. }) => v4.contains(&a),
+            (Some(Parsed::Addr(IpAddr::V6(a))), Members::Ip { v6, .. }) => v6.contains(&a),
+            (Some(Parsed::Net(IpNet::V4(n))), Members::Net { v4, .. }) => v4.contains(&n),
+            (Some(Parsed::Net(IpNet::V6(n))), Members::Net { v6, .. }) => v6.contains(&n),
+            (Some(Parsed::AddrPort(a, p, n)), Members::IpAndPort(s)) => s.contains(&(a, p, n)),
+            _ => false,
+        }
+    }
+
     /// Removes a member given as Felix sends it.
     pub fn remove(&mut self, m: &str) {
         match (parsed(self.kind(), m), self) {
@@ -334,6 +346,26 @@ impl Renderer {
             })
             .collect();
         build::cidr_interval_elements(&nets, family == Family::Ip6)
+    }
+
+    /// The one element member `m` (as Felix sends it) is in one family's set of an IP set of
+    /// type `kind`, as [`Renderer::ipset`] renders it: what an `IpSetDeltaUpdate` adds or
+    /// deletes. `None` for a member of the other family, and for every member of a `NET` set,
+    /// whose members are merged into intervals (no element is one member's).
+    pub fn ipset_member_element(
+        &self,
+        family: Family,
+        kind: IpSetType,
+        m: &str,
+    ) -> Option<Element> {
+        let v6 = family == Family::Ip6;
+        match parse_member(kind, m)? {
+            Parsed::Addr(a) if a.is_ipv6() == v6 => Some(build::addr_element(a)),
+            Parsed::AddrPort(a, proto, port) if a.is_ipv6() == v6 => {
+                Some(build::addr_proto_port_element(a, proto, port))
+            }
+            _ => None,
+        }
     }
 
     /// A Felix IP set (`IpSetUpdate` id and members) as the set in one family's table.
