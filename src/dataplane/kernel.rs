@@ -709,3 +709,35 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::build::{addr_element, new_set};
+    use crate::nft::model::{Chain, DataType, ElementDelta, Family};
+
+    /// What decides whether an apply may block the loop's worker: objects named, not bytes.
+    #[test]
+    fn objects_counts_chains_sets_and_elements() {
+        let mut set = new_set("s", vec![DataType::Ipv4Addr], 0, None);
+        set.elements = (1..=3u8)
+            .map(|i| addr_element(std::net::IpAddr::from([10, 0, 0, i])))
+            .collect();
+        let mut t = Table::new(Family::Ip, "calico");
+        t.chains.insert("c".into(), Chain::regular("c"));
+        t.sets.insert("s".into(), set.clone());
+        assert_eq!(TablesInput::Full(vec![t]).objects(), 1 + 1 + 3);
+
+        let mut p = TablePatch::new(Family::Ip, "calico");
+        p.elements.insert(
+            "s".into(),
+            ElementDelta {
+                add: set.elements[..1].to_vec(),
+                del: set.elements[1..].to_vec(),
+            },
+        );
+        p.chains.insert("gone".into(), None);
+        p.sets.insert("gone".into(), None);
+        assert_eq!(TablesInput::Patch(vec![p]).objects(), 3 + 1 + 1);
+    }
+}
