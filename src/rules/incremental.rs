@@ -333,7 +333,8 @@ impl Incremental {
             }
         }
 
-        // Workloads.
+        // Workloads. Their chains repeat a few bodies: each is rendered once in this pass.
+        let mut bodies = super::endpoint::ChainBodies::default();
         for iface in &workloads {
             let wep = winner(inp, iface);
             let mut chains = Vec::new();
@@ -345,9 +346,9 @@ impl Incremental {
                     for &f in &self.families {
                         chains.extend(
                             self.r
-                                .workload_chains_in(f, wep, t == Tbl::Side)
+                                .workload_chains_shared(f, wep, t == Tbl::Side, &mut bodies)
                                 .into_iter()
-                                .map(|c| (t, f, c.chain)),
+                                .map(|c| (t, f, c)),
                         );
                     }
                 }

@@ -12,7 +12,7 @@
 //! | base chains + hooks | [`Renderer::base_chains`] |
 //! | static chains (§7) | [`Renderer::static_chains`], [`Renderer::rpf_skip_chain`], [`Renderer::nat_outgoing_chain`], [`Renderer::floating_ip_chains`], [`Renderer::cidr_block_chain`], [`Renderer::host_dispatch_chains`] |
 //! | sets and maps | [`Renderer::internal_sets`], [`Renderer::dispatch_maps`], [`Renderer::ipset`], [`Renderer::net_set_elements`] |
-//! | workload | [`Renderer::workload_chains`], [`Renderer::workload_dispatch_elements`] |
+//! | workload | [`Renderer::workload_chains`], [`Renderer::workload_dispatch_elements`]; [`Renderer::workload_chains_shared`] renders each distinct body once per pass |
 //! | host endpoint | [`Renderer::host_endpoint_chains`], [`Renderer::host_dispatch_elements`] |
 //! | policy / profile | [`Renderer::policy_chains`], [`Renderer::profile_chains`] (with their shared sets) |
 //! | side table (issue 9) | [`Renderer::side_base`], [`Renderer::side_resume_chains`], [`Renderer::side_ifaces_set`], [`Renderer::workload_chains_in`] |

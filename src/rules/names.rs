@@ -7,7 +7,7 @@ use base64::Engine as _;
 use sha2::{Digest, Sha224, Sha256};
 
 use crate::nft::build::{BuiltRule, TextChain};
-use crate::nft::model::{BaseChain, Family};
+use crate::nft::model::{BaseChain, Chain, Family, Rule};
 use crate::proto::types::PolicyId;
 
 /// nftables' practical chain-name limit (knftables `NameLengthMax`, §5.2).
@@ -256,6 +256,62 @@ fn push_escaped(out: &mut String, s: &str) {
     }
 }
 
+/// The length of a rule comment's identity prefix, `cali:<16 characters>;`.
+const ID_COMMENT_LEN: usize = 22;
+
+/// hᵢ = SHA-224(hᵢ₋₁ ‖ rule text).
+fn next_rule_hash(hash: &mut [u8; 28], text: &str) {
+    let mut h = Sha224::new();
+    h.update(*hash);
+    h.update(text.as_bytes());
+    *hash = h.finalize().into();
+}
+
+/// `cali:<id>;` for rule hash `hash`, in a string of capacity `capacity`. The first 16
+/// characters of the hash's base64 are those of its first 12 bytes.
+fn id_comment(hash: &[u8; 28], capacity: usize) -> String {
+    let mut comment = String::with_capacity(capacity);
+    comment.push_str("cali:");
+    URL_SAFE_NO_PAD.encode_string(&hash[..12], &mut comment);
+    comment.push(';');
+    comment
+}
+
+/// The chain [`ChainBuilder`] makes from `template`'s rules under the name `name`: the same
+/// expressions (shared, not copied) and human comments, with the rule ids chained from `name`.
+/// `template` must come from [`ChainBuilder::new`] and [`ChainBuilder::push`] alone (no
+/// [`ChainBuilder::start_appends`]). Endpoint chains repeat a few bodies under thousands of
+/// names (issue 9): this re-hashes a body instead of rendering it again.
+pub fn rename_chain(template: &TextChain, name: &str) -> Chain {
+    let mut hash: [u8; 28] = Sha224::digest(name.as_bytes()).into();
+    let rules = template
+        .chain
+        .rules
+        .iter()
+        .zip(&template.texts)
+        .map(|(r, text)| {
+            next_rule_hash(&mut hash, text);
+            let human = r
+                .comment
+                .as_deref()
+                .and_then(|c| c.get(ID_COMMENT_LEN..))
+                .unwrap_or("");
+            let mut comment = id_comment(&hash, ID_COMMENT_LEN + human.len());
+            comment.push_str(human);
+            Rule {
+                exprs: r.exprs.clone(),
+                comment: Some(comment),
+                handle: None,
+            }
+        })
+        .collect();
+    Chain {
+        name: name.to_string(),
+        base: template.chain.base.clone(),
+        rules,
+    }
+}
+
 /// Builds one chain while computing Felix's rule identity hashes (§5.4):
 /// h0 = SHA-224(chain name), hᵢ = SHA-224(hᵢ₋₁ ‖ rule text), id = base64url(hᵢ)[..16]; the
 /// rule's userdata comment is `cali:<id>;` followed by the escaped human comments.
@@ -305,19 +361,12 @@ impl ChainBuilder {
 
     /// Appends a rule with its human comments.
     pub fn push(&mut self, rule: BuiltRule, comments: &[&str]) {
-        let mut h = Sha224::new();
-        h.update(self.hash);
-        h.update(rule.text.as_bytes());
-        self.hash = h.finalize().into();
-        // Every rule of a full load comes through here: the comment is written in place. The
-        // first 16 characters of the hash's base64 are those of its first 12 bytes.
+        next_rule_hash(&mut self.hash, &rule.text);
+        // Every rule of a full load comes through here: the comment is written in place.
         // Sized up front (escaping never lengthens a comment), so no spare capacity stays with
         // every rule of the desired state.
         let human: usize = comments.iter().map(|c| c.len() + 1).sum();
-        let mut comment = String::with_capacity((22 + human).min(MAX_COMMENT_LEN));
-        comment.push_str("cali:");
-        URL_SAFE_NO_PAD.encode_string(&self.hash[..12], &mut comment);
-        comment.push(';');
+        let mut comment = id_comment(&self.hash, (ID_COMMENT_LEN + human).min(MAX_COMMENT_LEN));
         for c in comments.iter().filter(|c| !c.is_empty()) {
             comment.push(' ');
             push_escaped(&mut comment, c);
