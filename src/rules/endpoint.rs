@@ -337,13 +337,15 @@ impl Renderer {
 
     /// [`Renderer::workload_chains_in`] without the rule texts, rendering each distinct body
     /// once per `bodies` (one pass of the renderer): an endpoint whose chain would have a body
-    /// already rendered under another name gets that body renamed ([`rename_chain`]).
+    /// already rendered under another name gets that body renamed ([`rename_chain`]). `share`
+    /// sees each body once, as it is first rendered; the renamed copies hold its expressions.
     pub fn workload_chains_shared<'a>(
         &self,
         family: Family,
         wep: &'a WorkloadEndpoint,
         side: bool,
         bodies: &mut ChainBodies<'a>,
+        share: &mut dyn FnMut(&mut Chain),
     ) -> Vec<Chain> {
         self.workload_specs(wep, side)
             .into_iter()
@@ -352,7 +354,8 @@ impl Renderer {
                 match bodies.0.get(&key) {
                     Some(t) => rename_chain(t, &spec.name),
                     None => {
-                        let t = self.endpoint_chain(family, &spec);
+                        let mut t = self.endpoint_chain(family, &spec);
+                        share(&mut t.chain);
                         let chain = t.chain.clone();
                         bodies.0.insert(key, t);
                         chain
@@ -843,10 +846,8 @@ mod tests {
                     .into_iter()
                     .map(|c| c.chain)
                     .collect();
-                assert_eq!(
-                    r.workload_chains_shared(Family::Ip, w, side, &mut bodies),
-                    want
-                );
+                let got = r.workload_chains_shared(Family::Ip, w, side, &mut bodies, &mut |_| {});
+                assert_eq!(got, want);
             }
         }
         // Per table: cali0, 1 and 5 share both bodies; cali2 (one tier) and cali4 (down) have

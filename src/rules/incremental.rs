@@ -252,19 +252,7 @@ impl Incremental {
     /// (the rule ids) differing: at 5,000 endpoints 148,000 rules have 4,000 distinct bodies,
     /// and sharing them halves the desired state's memory (issue 9's RSS target).
     fn share(&mut self, c: &mut Chain) {
-        for r in &mut c.rules {
-            match self.bodies.get(&r.exprs[..]) {
-                Some(b) => r.exprs = b.clone(),
-                None => {
-                    self.bodies.insert(r.exprs.clone());
-                }
-            }
-        }
-        // Bodies no rule holds any more go when the set has doubled since the last sweep.
-        if self.bodies.len() > 2 * self.bodies_swept.max(4096) {
-            self.bodies.retain(|b| b.holders() > 1);
-            self.bodies_swept = self.bodies.len();
-        }
+        share_rules(&mut self.bodies, &mut self.bodies_swept, c);
     }
 
     /// The placement: interfaces in the side table, and those in both tables (main active).
@@ -344,11 +332,21 @@ impl Incremental {
                 if let Some(wep) = here {
                     refs.workload(wep);
                     for &f in &self.families {
+                        // Shared as each body is first rendered: its renamed copies
+                        // carry the shared expressions already.
+                        let (r, shared, swept) =
+                            (&self.r, &mut self.bodies, &mut self.bodies_swept);
+                        let mut share = |c: &mut Chain| share_rules(shared, swept, c);
                         chains.extend(
-                            self.r
-                                .workload_chains_shared(f, wep, t == Tbl::Side, &mut bodies)
-                                .into_iter()
-                                .map(|c| (t, f, c)),
+                            r.workload_chains_shared(
+                                f,
+                                wep,
+                                t == Tbl::Side,
+                                &mut bodies,
+                                &mut share,
+                            )
+                            .into_iter()
+                            .map(|c| (t, f, c)),
                         );
                     }
                 }
@@ -399,7 +397,7 @@ impl Incremental {
                     d.del.push(side::side_iface_element(iface));
                 }
             }
-            self.replace(
+            self.replace_shared(
                 Key::Workload(iface.clone()),
                 chains,
                 Vec::new(),
@@ -797,13 +795,26 @@ impl Incremental {
     fn replace(
         &mut self,
         key: Key,
+        mut chains: Vec<(Tbl, Family, Chain)>,
+        sets: Vec<(Tbl, Family, Set)>,
+        pending: &mut Pending,
+    ) {
+        for (_, _, c) in &mut chains {
+            self.share(c);
+        }
+        self.replace_shared(key, chains, sets, pending);
+    }
+
+    /// [`Incremental::replace`] for chains whose rules are shared already.
+    fn replace_shared(
+        &mut self,
+        key: Key,
         chains: Vec<(Tbl, Family, Chain)>,
         sets: Vec<(Tbl, Family, Set)>,
         pending: &mut Pending,
     ) {
         let mut now = Produced::default();
-        for (t, f, mut c) in chains {
-            self.share(&mut c);
+        for (t, f, c) in chains {
             now.chains.push((t, f, c.name.clone()));
             pending.chains.insert((t, f, c.name.clone()), Some(c));
         }
@@ -879,6 +890,27 @@ impl Incremental {
             }
         }
         out.into_values().filter(|p| !p.is_empty()).collect()
+    }
+}
+
+/// [`Incremental::share`] on the set of bodies and its sweep mark.
+fn share_rules(
+    bodies: &mut HashSet<Exprs, foldhash::fast::RandomState>,
+    swept: &mut usize,
+    c: &mut Chain,
+) {
+    for r in &mut c.rules {
+        match bodies.get(&r.exprs[..]) {
+            Some(b) => r.exprs = b.clone(),
+            None => {
+                bodies.insert(r.exprs.clone());
+            }
+        }
+    }
+    // Bodies no rule holds any more go when the set has doubled since the last sweep.
+    if bodies.len() > 2 * (*swept).max(4096) {
+        bodies.retain(|b| b.holders() > 1);
+        *swept = bodies.len();
     }
 }
 
