@@ -760,3 +760,40 @@ fn endpoints_with_the_same_policies_share_their_rule_bodies() {
     // And in one full render.
     shared_in(&dp.render_tables().unwrap());
 }
+
+/// A state document's messages move into the model (`Model::apply_owned`, the one-shot path):
+/// the model is the one copying them gives (`Model::apply_parsed`, the daemon's path).
+#[test]
+fn moving_messages_into_the_model_equals_copying_them() {
+    use felix_nft::rules::{Members, Model, RulesConfig};
+    let text = include_str!("fixtures/to_dataplane.jsonl");
+    let (mut copied, mut moved) = (
+        Model::new(RulesConfig::default()),
+        Model::new(RulesConfig::default()),
+    );
+    let mut kinds = BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let m: ToDataplane = felix_nft::proto::json::decode(line).expect("fixture decodes");
+        // IP set members as validation hands them over, for one path and the other.
+        let members = match &m.payload {
+            Some(Payload::IpsetUpdate(u)) => IpSetType::try_from(u.r#type)
+                .ok()
+                .and_then(|k| Members::try_parse(k, &u.members).ok()),
+            _ => None,
+        };
+        if let Some(p) = &m.payload {
+            kinds.insert(format!("{p:?}").split('(').next().unwrap_or("").to_string());
+        }
+        copied.apply_parsed(&m, members.clone());
+        moved.apply_owned(m, members);
+        assert_eq!(moved, copied, "after {line}");
+    }
+    for k in [
+        "ActivePolicyUpdate",
+        "WorkloadEndpointUpdate",
+        "IpsetUpdate",
+        "HostEndpointUpdate",
+    ] {
+        assert!(kinds.contains(k), "the fixture has no {k}: {kinds:?}");
+    }
+}

@@ -404,44 +404,52 @@ impl Dataplane {
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
         let members = validate::validate(&self.model, msg)?;
-        self.record(msg, members);
+        if self.note(msg) {
+            self.model.apply_parsed(msg, members);
+            self.dirty.tables |= self.changes.any();
+        }
         Ok(())
     }
 
     /// [`Dataplane::on_update`] for a message already validated in its place in a sequence
     /// ([`validate::validate_all`], as `apply` does before it touches anything): a state
     /// document is not validated twice, nor its IP set members parsed twice.
+    /// The message is moved into the model, not copied.
     pub fn on_validated_update(&mut self, valid: validate::Valid) {
-        self.record(&valid.msg, valid.members);
+        if self.note(&valid.msg) {
+            self.model.apply_owned(valid.msg, valid.members);
+            self.dirty.tables |= self.changes.any();
+        }
     }
 
-    /// Records a valid message; `members` are an `ipset_update`'s, parsed by validation.
-    fn record(&mut self, msg: &ToDataplane, members: Option<crate::rules::Members>) {
+    /// Records what a valid message changes besides the model (routes, the interfaces it
+    /// names, what to re-render, status); true when the model must record it too.
+    fn note(&mut self, msg: &ToDataplane) -> bool {
         let Some(p) = &msg.payload else {
-            return;
+            return false;
         };
         match p {
             Payload::InSync(_) => {
                 self.datastore_in_sync = true;
-                return;
+                return false;
             }
             Payload::ConfigUpdate(_) => {
                 // Felix restarts its driver whenever a resolved value changes (§1.4), so the
                 // configuration the agent started with stays in force.
-                return;
+                return false;
             }
             Payload::RouteUpdate(u) => {
                 self.routes.insert(u.dst.clone(), u.clone());
                 self.dirty.routes = true;
                 self.dirty.host_scope = None;
-                return;
+                return false;
             }
             Payload::RouteRemove(r) => {
                 if self.routes.remove(&r.dst).is_some() {
                     self.dirty.routes = true;
                     self.dirty.host_scope = None;
                 }
-                return;
+                return false;
             }
             Payload::WorkloadEndpointUpdate(u) => {
                 let name = u.endpoint.as_ref().map(|e| e.name.clone());
@@ -523,10 +531,9 @@ impl Dataplane {
                 self.changes.base = true;
             }
             // Nothing else reaches the tables (rules::Model::apply ignores it).
-            _ => return,
+            _ => return false,
         }
-        self.model.apply_parsed(msg, members);
-        self.dirty.tables |= self.changes.any();
+        true
     }
 
     fn forget_workload_iface(&mut self, iface: &str, id: &WorkloadEndpointId) {

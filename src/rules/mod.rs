@@ -166,6 +166,40 @@ impl Model {
         }
     }
 
+    /// [`Model::apply_parsed`] taking the message: the big payloads (policies, profiles,
+    /// endpoints, IP sets) move into the model instead of being copied (a state document).
+    pub fn apply_owned(&mut self, msg: ToDataplane, members: Option<Members>) {
+        match (msg.payload, members) {
+            (Some(Payload::IpsetUpdate(u)), Some(members)) => {
+                self.ipsets.insert(u.id, members);
+            }
+            (Some(Payload::ActivePolicyUpdate(u)), _) => {
+                if let (Some(id), Some(p)) = (u.id, u.policy) {
+                    self.policies.insert(id, p);
+                }
+            }
+            (Some(Payload::ActiveProfileUpdate(u)), _) => {
+                if let (Some(id), Some(p)) = (u.id, u.profile) {
+                    self.profiles.insert(id.name, p);
+                }
+            }
+            (Some(Payload::WorkloadEndpointUpdate(u)), _) => {
+                if let (Some(id), Some(e)) = (u.id, u.endpoint) {
+                    self.workloads.insert(id, e);
+                }
+            }
+            (Some(Payload::HostEndpointUpdate(u)), _) => {
+                if let (Some(id), Some(e)) = (u.id, u.endpoint) {
+                    self.host_endpoints.insert(id, e);
+                }
+            }
+            (payload, _) => self.apply(&ToDataplane {
+                sequence_number: msg.sequence_number,
+                payload,
+            }),
+        }
+    }
+
     /// Records one Felix update. Messages the renderer does not use are ignored.
     pub fn apply(&mut self, msg: &ToDataplane) {
         let Some(p) = &msg.payload else { return };
