@@ -651,10 +651,15 @@ fn is_merged_ranges(body: &[Element]) -> bool {
 /// Moves the rules and elements [`create_lending`] took back into `t`; the plan keeps its
 /// operations (for counting) with empty rules and element lists.
 pub fn return_rules(plan: &mut Plan, t: &mut Table) {
+    // A chain's rules follow each other in the plan: one lookup per chain, not per rule.
+    let mut cur: Option<(Arc<str>, &mut Chain)> = None;
     for op in &mut plan.ops {
         match op {
             Op::AddRule { chain, rule, .. } => {
-                if let Some(c) = t.chains.get_mut(&**chain) {
+                if cur.as_ref().is_none_or(|(n, _)| **n != **chain) {
+                    cur = t.chains.get_mut(&**chain).map(|c| (chain.clone(), c));
+                }
+                if let Some((_, c)) = &mut cur {
                     c.rules.push(std::mem::take(rule));
                 }
             }
