@@ -413,8 +413,8 @@ impl Dataplane {
 
     /// [`Dataplane::on_update`] for a message already validated in its place in a sequence
     /// ([`validate::validate_all`], as `apply` does before it touches anything): a state
-    /// document is not validated twice, nor its IP set members parsed twice.
-    /// The message is moved into the model, not copied.
+    /// document is not validated twice, nor its IP set members parsed twice, and the message
+    /// moves into the model instead of being copied.
     pub fn on_validated_update(&mut self, valid: validate::Valid) {
         if self.note(&valid.msg) {
             self.model.apply_owned(valid.msg, valid.members);
