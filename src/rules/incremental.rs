@@ -69,23 +69,6 @@ impl Changes {
             || !self.ipset_members.is_empty()
     }
 
-    /// Folds `other` into `self` (changes not yet rendered are kept across a failed apply).
-    pub fn merge(&mut self, other: Changes) {
-        self.all |= other.all;
-        self.merge_side |= other.merge_side;
-        self.base |= other.base;
-        self.host_endpoints |= other.host_endpoints;
-        self.workloads.extend(other.workloads);
-        self.policies.extend(other.policies);
-        self.profiles.extend(other.profiles);
-        self.ipsets.extend(other.ipsets);
-        for (id, m) in other.ipset_members {
-            self.ipset_members.entry(id).or_default().extend(m);
-        }
-        let whole = &self.ipsets;
-        self.ipset_members.retain(|id, _| !whole.contains(id));
-    }
-
     /// Records a member change of IP set `id`; a set to be rendered whole needs none.
     pub fn ipset_delta<'a>(&mut self, id: &str, members: impl IntoIterator<Item = &'a String>) {
         if !self.ipsets.contains(id) {
@@ -191,7 +174,7 @@ pub struct Incremental {
     lingering: BTreeSet<String>,
     /// The interfaces in main's `filter-cali-wl-side` set.
     listed: BTreeSet<String>,
-    /// One copy of each rule body rendered (see [`Incremental::share`]).
+    /// One copy of each rule body rendered (see [`share_rules`]).
     bodies: HashSet<Exprs, foldhash::fast::RandomState>,
     /// `bodies.len()` after the last sweep of unused bodies.
     bodies_swept: usize,
@@ -245,14 +228,6 @@ impl Incremental {
             bodies: HashSet::default(),
             bodies_swept: 0,
         }
-    }
-
-    /// Makes `c`'s rules hold the copy of their expressions already rendered elsewhere, if
-    /// any. Endpoint chains repeat a few bodies thousands of times, with only the comments
-    /// (the rule ids) differing: at 5,000 endpoints 148,000 rules have 4,000 distinct bodies,
-    /// and sharing them halves the desired state's memory (issue 9's RSS target).
-    fn share(&mut self, c: &mut Chain) {
-        share_rules(&mut self.bodies, &mut self.bodies_swept, c);
     }
 
     /// The placement: interfaces in the side table, and those in both tables (main active).
@@ -800,7 +775,7 @@ impl Incremental {
         pending: &mut Pending,
     ) {
         for (_, _, c) in &mut chains {
-            self.share(c);
+            share_rules(&mut self.bodies, &mut self.bodies_swept, c);
         }
         self.replace_shared(key, chains, sets, pending);
     }
@@ -893,7 +868,10 @@ impl Incremental {
     }
 }
 
-/// [`Incremental::share`] on the set of bodies and its sweep mark.
+/// Makes `c`'s rules hold the copy of their expressions already rendered elsewhere (in
+/// `bodies`), if any. Endpoint chains repeat a few bodies thousands of times, with only the
+/// comments (the rule ids) differing: at 5,000 endpoints 148,000 rules have 4,000 distinct
+/// bodies, and sharing them halves the desired state's memory (issue 9's RSS target).
 fn share_rules(
     bodies: &mut HashSet<Exprs, foldhash::fast::RandomState>,
     swept: &mut usize,
