@@ -650,6 +650,44 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
 }
 
 #[test]
+fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
+    // Issue 9: a route whose interface is down waits for that interface's event, not for the
+    // next apply of something else (§15); the event programs its route and ARP entry.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    h.ip(&["link", "set", &w1.iface, "down"]);
+    let (child, mut stdin) = spawn_stdin(&h, Stdio::null());
+    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
+    let route_to = |w: &Workload| h.ip(&["route", "show", &w.ip]).contains(&w.iface);
+    let arp_for = |w: &Workload| {
+        h.ip(&["neigh", "show", "nud", "permanent", "dev", &w.iface])
+            .contains(&w.mac)
+    };
+    send(ALLOW_ALL);
+    send(&wep_update(&w1, 1, "allow-all"));
+    send(IN_SYNC);
+    let tables = || h.exec(&["nft", "list", "ruleset"]);
+    assert!(
+        eventually(|| tables().contains(&format!("chain filter-cali-tw-{} ", w1.iface))),
+        "first sync never happened"
+    );
+    // Another endpoint's apply programs its own route; w1's stays parked.
+    send(&wep_update(&w2, 2, "allow-all"));
+    assert!(eventually(|| route_to(&w2)), "w2's route never came");
+    assert!(!route_to(&w1), "a route on a down interface");
+
+    h.ip(&["link", "set", &w1.iface, "up"]);
+    assert!(
+        eventually(|| route_to(&w1) && arp_for(&w1)),
+        "w1's route and ARP entry never came after its interface went up: {} / {}",
+        h.ip(&["route"]),
+        h.ip(&["neigh", "show", "nud", "permanent"])
+    );
+    exits_cleanly(child, stdin);
+}
+
+#[test]
 fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     // Issue 9: a workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an

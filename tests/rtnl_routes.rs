@@ -141,7 +141,9 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         );
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.parked.len(), 1, "{r:?}");
+        // The monitor's events become iface_changed: a parked route waits for one.
         link::create_veth(&h, "cali3", "peer3").await.unwrap();
+        s.iface_changed("cali3");
         let r = s.apply(&h).await.unwrap();
         assert_eq!(
             r.parked.len(),
@@ -150,6 +152,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         );
         link::set_up(&h, "cali3", true).await.unwrap();
         link::set_up(&h, "peer3", true).await.unwrap();
+        s.iface_changed("cali3");
         let r = s.apply(&h).await.unwrap();
         assert_eq!((r.added.len(), r.parked.len()), (1, 0), "{r:?}");
         assert!(has("10.65.0.3", "cali3"));

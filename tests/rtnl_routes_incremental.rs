@@ -1,7 +1,8 @@
 //! Privileged: the route syncer is O(change) between resyncs. An apply without a resync writes
 //! exactly the changed routes and dumps nothing; drift from outside waits for the resync; a failed
 //! write makes the next apply a full one; a flapped interface gets its routes back without a
-//! dump; the daemon's kernel seam (`RealKernel`) drives it the same way. `ip -j route` is the
+//! dump; routes parked on absent interfaces cost nothing until their interface's event; the
+//! daemon's kernel seam (`RealKernel`) drives it the same way. `ip -j route` is the
 //! oracle, the syncer's request counters say what was sent.
 
 mod rtnl_common;
@@ -231,6 +232,53 @@ fn a_flapped_interface_gets_its_routes_back_without_a_dump() {
         assert_eq!(r.changes(), 1, "{r:?}");
         assert!(has("10.65.0.1", "cali1"));
         assert_eq!(delta(s.stats(), before).dumps, 0);
+    });
+}
+
+/// Routes parked on absent interfaces wait for their interface's event: an apply for another
+/// endpoint neither looks them up nor writes them, and the event programs exactly that
+/// interface's route.
+#[test]
+fn parked_routes_wait_for_their_interface_and_cost_nothing_meanwhile() {
+    in_netns_async(|| async {
+        let h = RtnlHandle::connect(None).unwrap();
+        veth_up(&h, "cali1", "peer1").await;
+        let mut s = syncer();
+        // More parked interfaces than one lookup each would take (a link dump then).
+        for i in 0..40 {
+            let dev = format!("calip{i}");
+            s.set_routes(dev.clone(), vec![route(&format!("10.66.0.{i}/32"), &dev)]);
+        }
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.parked.len(), 40, "{r:?}");
+
+        // Nothing changed: no apply at all.
+        let before = s.stats();
+        let r = s.apply(&h).await.unwrap();
+        assert!(r.skipped, "{r:?}");
+        // Another endpoint: its own lookup and write, nothing for the parked ones.
+        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.parked.len()), (1, 40), "{r:?}");
+        let d = delta(s.stats(), before);
+        assert_eq!((d.dumps, d.link_gets, d.writes), (0, 1, 1), "{d:?}");
+
+        // One parked interface appears: its event programs its route alone.
+        veth_up(&h, "calip7", "peerp7").await;
+        let before = s.stats();
+        s.iface_changed("calip7");
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.parked.len()), (1, 39), "{r:?}");
+        let d = delta(s.stats(), before);
+        assert_eq!((d.dumps, d.link_gets, d.writes), (0, 1, 1), "{d:?}");
+        assert!(has("10.66.0.7", "calip7") && has("10.65.0.1", "cali1"));
+
+        // A full apply (the refresh timer) still looks at every parked route.
+        veth_up(&h, "calip9", "peerp9").await;
+        s.request_resync();
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!((r.added.len(), r.parked.len()), (1, 38), "{r:?}");
+        assert!(has("10.66.0.9", "calip9"));
     });
 }
 

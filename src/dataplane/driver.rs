@@ -390,11 +390,8 @@ impl<K: Kernel> Driver<K> {
                 .await
             {
                 Ok(out) => {
-                    if !out.parked.is_empty() {
-                        tracing::debug!(
-                            parked = out.parked.len(),
-                            "routes waiting for their interface"
-                        );
+                    if out.parked > 0 {
+                        tracing::debug!(parked = out.parked, "routes waiting for their interface");
                     }
                     moved = out.moved_or_gone;
                     if out.errors.is_empty() {

@@ -112,8 +112,8 @@ impl From<SyncReport> for TablesOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct RoutesOutcome {
     pub changes: usize,
-    /// Routes waiting for their interface: (destination, interface).
-    pub parked: Vec<(String, String)>,
+    /// Routes waiting for their interface (absent or down).
+    pub parked: usize,
     /// Destinations that moved to another interface or went away (conntrack cleanup).
     pub moved_or_gone: Vec<IpAddr>,
     /// Per-route failures; the phase is retried.
@@ -435,8 +435,7 @@ impl Kernel for RealKernel {
                 .await
                 .map_err(rtnl_err("syncing routes"))?;
             out.changes += rep.changes();
-            out.parked
-                .extend(rep.parked.iter().map(|(k, i)| (k.to_string(), i.clone())));
+            out.parked += rep.parked.len();
             out.moved_or_gone
                 .extend(rep.moved_or_gone.iter().map(|n| n.addr()));
             out.in_grace += rep.in_grace.len();

@@ -12,15 +12,18 @@
 //!   A desired route whose key exists with other attributes is replaced in place (NLM_F_REPLACE).
 //! - Routes on interfaces that are absent or administratively down are *parked* (the kernel
 //!   refuses them with ENETDOWN, and flushes routes of a down interface anyway); they are
-//!   programmed by the first apply that sees the interface up. Interfaces are resolved by name on
-//!   every apply, so a re-created interface with a new index is followed.
+//!   programmed by the first apply after their interface is reported changed
+//!   ([`RouteSyncer::iface_changed`], which the interface monitor's events become) or by the next
+//!   full apply. Until then no apply looks at them: thousands of parked routes cost nothing per
+//!   update. Interfaces are resolved by name on every apply that looks at their routes, so a
+//!   re-created interface with a new index is followed.
 //! - An undesired route on a workload interface that does not carry one of our protocols (e.g. a
 //!   CNI plugin was faster than us) is deleted only after it has been seen for the grace period
 //!   (default 10 s, §15).
 //! - The steady state is O(change): the syncer keeps the routes it believes it programmed, and an
-//!   apply without a resync writes only the difference for keys whose desired route changed,
-//!   routes on interfaces reported changed ([`RouteSyncer::iface_changed`]) and parked routes —
-//!   one RTM_NEWROUTE for a new endpoint, no dump. A dump (O(routes + links)) happens on the
+//!   apply without a resync writes only the difference for keys whose desired route changed and
+//!   routes (believed, desired or parked) on interfaces reported changed
+//!   ([`RouteSyncer::iface_changed`]) — one RTM_NEWROUTE for a new endpoint, no dump. A dump (O(routes + links)) happens on the
 //!   first apply, on [`RouteSyncer::request_resync`] (the refresh timer), after any failed write
 //!   and when a grace period ends; it repairs drift from outside, which an incremental apply does
 //!   not see. An apply with nothing changed and nothing pending returns without I/O.
@@ -374,8 +377,7 @@ pub struct RouteSyncStats {
     pub writes: u64,
 }
 
-/// More parked interfaces than this are re-resolved with one link dump instead of one lookup
-/// each.
+/// More interfaces than this are resolved with one link dump instead of one lookup each.
 const PARKED_LOOKUP_LIMIT: usize = 32;
 
 /// Reconciles one table of one family. Not shared: one owner task drives it.
@@ -506,13 +508,12 @@ impl RouteSyncer {
         self.changed_ifaces.insert(ifname.to_string());
     }
 
-    /// True when an apply would do something (a change, a resync, parked routes or grace
-    /// periods pending).
+    /// True when an apply would do something (a change, a resync, a changed interface or grace
+    /// periods pending). Parked routes alone wait for their interface's change.
     pub fn needs_apply(&self) -> bool {
         self.stale
             || !self.changed_keys.is_empty()
             || !self.changed_ifaces.is_empty()
-            || !self.parked.is_empty()
             || !self.first_seen.is_empty()
     }
 
@@ -524,7 +525,8 @@ impl RouteSyncer {
     /// Reconciles the kernel table with the desired routes. Full (dump links and routes, diff
     /// everything, repair drift) when a resync was asked for, after a failure, or when a grace
     /// period is due; otherwise incremental: only changed keys, routes on changed interfaces and
-    /// parked routes are looked at, against the believed state, with no dump. Per-route failures
+    /// parked routes on changed interfaces are looked at, against the believed state, with no
+    /// dump. Per-route failures
     /// are in the report (and make the next apply full); a failing dump is returned as `Err`.
     pub async fn apply(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
         if !self.needs_apply() {
@@ -617,8 +619,13 @@ impl RouteSyncer {
         self.stats.incremental += 1;
         let changed_ifaces = std::mem::take(&mut self.changed_ifaces);
         let mut keys = std::mem::take(&mut self.changed_keys);
-        keys.extend(self.parked.keys().copied());
         if !changed_ifaces.is_empty() {
+            keys.extend(
+                self.parked
+                    .iter()
+                    .filter(|(_, i)| changed_ifaces.contains(*i))
+                    .map(|(k, _)| *k),
+            );
             keys.extend(
                 self.believed
                     .iter()
