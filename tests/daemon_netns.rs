@@ -688,6 +688,45 @@ fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
 }
 
 #[test]
+fn a_removed_endpoints_conntrack_entries_are_deleted() {
+    // §15: when a workload's address goes away, the conntrack entries from or to it go too (in
+    // the background, as Felix does).
+    let StdinBed {
+        h,
+        w1,
+        w2,
+        _listener,
+        child,
+        mut stdin,
+    } = stdin_bed();
+    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
+    send(ALLOW_ALL);
+    send(&wep_update(&w1, 1, "allow-all"));
+    send(&wep_update(&w2, 2, "allow-all"));
+    send(IN_SYNC);
+    assert!(
+        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        "w1 → w2:80 never passed"
+    );
+    let entries = |ip: &str| {
+        h.exec(&["conntrack", "-L", "-f", "ipv4"])
+            .lines()
+            .filter(|l| l.contains(&format!("={ip} ")))
+            .count()
+    };
+    assert!(entries(&w2.ip) > 0, "the flow left no conntrack entry");
+    send(&format!(
+        r#"{{"workload_endpoint_remove":{{"id":{{"orchestrator_id":"k8s","workload_id":"w2","endpoint_id":"eth0"}}}}}}"#
+    ));
+    assert!(
+        eventually(|| entries(&w2.ip) == 0),
+        "w2's conntrack entries stayed: {}",
+        h.exec(&["conntrack", "-L", "-f", "ipv4"])
+    );
+    exits_cleanly(child, stdin);
+}
+
+#[test]
 fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     // Issue 9: a workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an

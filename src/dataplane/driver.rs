@@ -291,6 +291,9 @@ impl<K: Kernel> Driver<K> {
         let t0 = Instant::now();
         let span = tracing::info_span!("apply");
         let _enter = span.enter();
+        // The previous apply's conntrack cleanup ends first: an address that went away may come
+        // back with this apply, and its new flows must not be deleted.
+        self.settle_conntrack().await;
         // Routes, neighbours and interface configuration are computed only when one of those
         // phases has work: an IP set member must not cost a pass over every workload.
         let host_work = !self.dp.dirty.ifaces.is_empty()
@@ -475,12 +478,9 @@ impl<K: Kernel> Driver<K> {
             }
         }
 
-        // 5. Conntrack entries of addresses that moved or went away (§15).
-        for ip in moved {
-            if let Err(e) = self.kernel.conntrack_flush(ip).await {
-                tracing::warn!(%ip, error = %chain(&e), "conntrack cleanup failed");
-            }
-        }
+        // 5. Conntrack entries of addresses that moved or went away (§15), in the background:
+        // the next apply waits for them before it programs anything.
+        self.kernel.conntrack_cleanup(moved).await;
 
         let elapsed = t0.elapsed();
         let ok = failed.is_none();
@@ -560,9 +560,28 @@ impl<K: Kernel> Driver<K> {
         self.send(m).await;
     }
 
+    /// Waits for the background conntrack cleanup and logs what failed.
+    async fn settle_conntrack(&mut self) {
+        for (ip, e) in self.kernel.conntrack_settle().await {
+            tracing::warn!(%ip, error = %e, "conntrack cleanup failed");
+        }
+    }
+
     /// Runs until the input ends (with `exit_on_eof`, or from Felix), `shutdown` completes, or
-    /// the tables cannot be programmed any more.
+    /// the tables cannot be programmed any more. A conntrack cleanup still running is finished
+    /// first.
     pub async fn run(
+        &mut self,
+        updates: mpsc::Receiver<Received>,
+        ifaces: mpsc::Receiver<IfaceEvent>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), DriverError> {
+        let r = self.run_loop(updates, ifaces, shutdown).await;
+        self.settle_conntrack().await;
+        r
+    }
+
+    async fn run_loop(
         &mut self,
         mut updates: mpsc::Receiver<Received>,
         mut ifaces: mpsc::Receiver<IfaceEvent>,

@@ -175,9 +175,16 @@ pub trait Kernel {
     ) -> Result<(), KernelError>;
     /// Per-interface configuration of one workload interface.
     async fn iface_conf(&mut self, iface: &str, conf: &IfaceConf) -> Result<(), KernelError>;
-    /// Deletes conntrack entries from or to `ip` (an address that moved or went away).
-    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError>;
+    /// Starts deleting the conntrack entries from or to each of `ips` (addresses that moved or
+    /// went away) in the background, as Felix does (§15), once any cleanup still running is
+    /// done. Returns at once.
+    async fn conntrack_cleanup(&mut self, ips: Vec<IpAddr>);
+    /// Waits for the background cleanup, if one runs; its failures: (address, error chain).
+    async fn conntrack_settle(&mut self) -> Vec<(IpAddr, String)>;
 }
+
+/// A background conntrack cleanup: gives the socket back, with the failures.
+type ConntrackJob = tokio::task::JoinHandle<(Option<Conntrack>, Vec<(IpAddr, String)>)>;
 
 // ---------------------------------------------------------------------------------------------
 // The real kernel
@@ -288,6 +295,9 @@ pub struct RealKernel {
     /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
     /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
     conntrack: Option<Conntrack>,
+    /// The cleanup running in the background. Its dump walks every bucket of the conntrack
+    /// table (~4 ms with no entries at all), which an endpoint removal would otherwise wait for.
+    conntrack_job: Option<ConntrackJob>,
 }
 
 impl RealKernel {
@@ -329,6 +339,7 @@ impl RealKernel {
             neigh: NeighSyncer::new(),
             procsys: ProcSys::new(procsys_ns),
             conntrack: None,
+            conntrack_job: None,
         })
     }
 
@@ -564,39 +575,68 @@ impl Kernel for RealKernel {
         Ok(())
     }
 
-    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError> {
-        let ns =
-            match &self.ns {
-                Some(n) => Some(n.try_clone().map_err(|e| {
-                    KernelError::Other(format!("duplicating the netns handle: {e}"))
-                })?),
-                None => None,
-            };
-        let mut ct = self.conntrack.take();
-        let (ct, res) = tokio::task::spawn_blocking(move || {
-            // Felix retries conntrack deletion three times (§15).
-            let mut last = None;
-            for _ in 0..3 {
-                let opened = match ct.take() {
-                    Some(c) => Ok(c),
-                    None => Conntrack::open(ns.as_ref()),
-                };
-                match opened.and_then(|mut c| c.delete_by_source(ip).map(|_| c)) {
-                    Ok(c) => return (Some(c), Ok(())),
-                    // A socket that failed is not trusted again: the next try opens another.
-                    Err(e) => last = Some(e),
-                }
-                std::thread::sleep(Duration::from_millis(10));
+    async fn conntrack_cleanup(&mut self, ips: Vec<IpAddr>) {
+        if ips.is_empty() {
+            return;
+        }
+        // One cleanup at a time, in order: an address cleaned up and then reused is cleaned
+        // up before the next apply (which may program its new owner) begins.
+        for (ip, e) in self.conntrack_settle().await {
+            tracing::warn!(%ip, error = %e, "conntrack cleanup failed");
+        }
+        let ns = match self.ns.as_ref().map(NetNs::try_clone).transpose() {
+            Ok(ns) => ns,
+            Err(e) => {
+                tracing::warn!(error = %e, "conntrack cleanup skipped: duplicating the netns handle");
+                return;
             }
-            (None, Err(last))
-        })
-        .await
-        .map_err(|e| KernelError::Other(format!("conntrack task: {e}")))?;
-        self.conntrack = ct;
-        match res {
-            Ok(()) => Ok(()),
-            Err(Some(e)) => Err(rtnl_err("deleting conntrack entries")(e)),
-            Err(None) => Ok(()),
+        };
+        let mut ct = self.conntrack.take();
+        self.conntrack_job = Some(tokio::task::spawn_blocking(move || {
+            let mut failed = Vec::new();
+            for ip in ips {
+                // Felix retries conntrack deletion three times (§15).
+                let mut last = None;
+                for attempt in 0..3 {
+                    if attempt > 0 {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let opened = match ct.take() {
+                        Some(c) => Ok(c),
+                        None => Conntrack::open(ns.as_ref()),
+                    };
+                    match opened.and_then(|mut c| c.delete_by_source(ip).map(|_| c)) {
+                        Ok(c) => {
+                            ct = Some(c);
+                            last = None;
+                            break;
+                        }
+                        // A socket that failed is not trusted again: the next try opens another.
+                        Err(e) => last = Some(e),
+                    }
+                }
+                if let Some(e) = last {
+                    let e = rtnl_err("deleting conntrack entries")(e);
+                    failed.push((ip, crate::ops::logging::chain(&e)));
+                }
+            }
+            (ct, failed)
+        }));
+    }
+
+    async fn conntrack_settle(&mut self) -> Vec<(IpAddr, String)> {
+        let Some(job) = self.conntrack_job.take() else {
+            return Vec::new();
+        };
+        match job.await {
+            Ok((ct, failed)) => {
+                self.conntrack = ct;
+                failed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "conntrack cleanup task failed");
+                Vec::new()
+            }
         }
     }
 }
@@ -703,9 +743,12 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    async fn conntrack_flush(&mut self, ip: IpAddr) -> Result<(), KernelError> {
-        self.calls.push(Call::Conntrack(ip));
-        Ok(())
+    async fn conntrack_cleanup(&mut self, ips: Vec<IpAddr>) {
+        self.calls.extend(ips.into_iter().map(Call::Conntrack));
+    }
+
+    async fn conntrack_settle(&mut self) -> Vec<(IpAddr, String)> {
+        Vec::new()
     }
 }
 
