@@ -372,6 +372,93 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
     assert!(m.len() > 20);
 }
 
+/// Issue 9: the batch copies the encoded expressions of a body many rules share instead of
+/// encoding them again. The bytes must be exactly those of unshared copies, also in a second
+/// table whose sets (created in the same batch) have other ids.
+#[test]
+fn shared_rule_bodies_encode_as_their_copies_do() {
+    let table = |name: &str, shared: bool| {
+        let mut t = Table::new(Family::Ip, name);
+        for set in ["a", "b"] {
+            t.sets.insert(
+                set.into(),
+                Set {
+                    name: set.into(),
+                    key: vec![DataType::Ipv4Addr],
+                    flags: 0,
+                    data: None,
+                    size: None,
+                    elements: vec![start(v4(10, 0, 0, 1))],
+                },
+            );
+        }
+        let body: Exprs = vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset: 12,
+                len: 4,
+                dreg: Reg::R1,
+            },
+            Expr::Lookup {
+                set: "b".into(),
+                set_id: None,
+                sreg: Reg::R1,
+                dreg: None,
+                invert: false,
+            },
+            Expr::Verdict(Verdict::Accept),
+        ]
+        .into();
+        for c in 0..3 {
+            let mut chain = Chain::regular(format!("c{c}"));
+            for r in 0..2 {
+                chain.rules.push(Rule {
+                    exprs: if shared {
+                        body.clone()
+                    } else {
+                        body.to_vec().into()
+                    },
+                    comment: Some(format!("cali:{c}-{r}")),
+                    handle: None,
+                });
+            }
+            t.chains.insert(chain.name.clone(), chain);
+        }
+        t
+    };
+    let encode = |shared: bool| {
+        let mut b = Batch::new(1, None);
+        for name in ["calico", "calico-side"] {
+            diff::diff(&table(name, shared), None, false)
+                .encode(&mut b)
+                .unwrap();
+        }
+        b.finish(true).bytes
+    };
+    let shared = encode(true);
+    assert_eq!(shared, encode(false));
+    // And the second table's lookups name its own set ids.
+    let ids: Vec<(String, Option<u32>)> = messages(&shared)
+        .iter()
+        .filter(|(ty, ..)| *ty == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE)
+        .map(
+            |(_, _, _, payload)| match codec::decode_message(NFT_MSG_NEWRULE, payload) {
+                Ok(Object::Rule(r)) => match &r.rule.exprs[1] {
+                    Expr::Lookup { set_id, .. } => (r.table.clone(), *set_id),
+                    e => panic!("{e:?}"),
+                },
+                o => panic!("{o:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(ids.len(), 12);
+    let first = ids[0].1;
+    assert!(ids[..6].iter().all(|(t, id)| t == "calico" && *id == first));
+    assert!(ids[6..]
+        .iter()
+        .all(|(t, id)| t == "calico-side" && id.is_some() && *id != first));
+}
+
 // ---------------------------------------------------------------------------------------------
 
 fn arb_table() -> impl Strategy<Value = Table> {

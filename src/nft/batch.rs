@@ -28,6 +28,37 @@ pub struct Batch {
     next_set_id: u32,
     /// Sets created in this batch, per table → their `NFTA_SET_ID`.
     set_ids: SetIds,
+    /// Where the expressions of each shared rule body were encoded for the table of the last
+    /// rule: endpoint chains repeat a few bodies thousands of times (issue 9), and copying the
+    /// encoded attribute is cheaper than encoding it again. Holding the body keeps its address
+    /// from being reused while it is a key.
+    encoded_bodies: EncodedBodies,
+}
+
+/// Encoded rule bodies of one table: (family, table) and body address → (body, byte range).
+#[derive(Debug, Default)]
+struct EncodedBodies {
+    table: Option<(Family, String)>,
+    at: HashMap<usize, (Exprs, std::ops::Range<usize>)>,
+}
+
+impl EncodedBodies {
+    /// The bodies of `table`, forgetting another table's (their set ids differ).
+    fn of(
+        &mut self,
+        family: Family,
+        table: &str,
+    ) -> &mut HashMap<usize, (Exprs, std::ops::Range<usize>)> {
+        if !self
+            .table
+            .as_ref()
+            .is_some_and(|(f, t)| *f == family && t == table)
+        {
+            self.table = Some((family, table.to_string()));
+            self.at.clear();
+        }
+        &mut self.at
+    }
 }
 
 /// The ids of the sets a batch creates in one table (a handful of tables: found without building
@@ -152,6 +183,7 @@ impl Batch {
             descs: Vec::new(),
             next_set_id: 1,
             set_ids: HashMap::new(),
+            encoded_bodies: EncodedBodies::default(),
         }
     }
 
@@ -295,6 +327,15 @@ impl Batch {
         let set_ids = std::mem::take(&mut self.set_ids);
         let ids = table_set_ids(&set_ids, family, table);
         let set_id = |set: &str| ids.and_then(|ids| ids.get(set)).copied();
+        // Bodies held by one rule only are not worth remembering.
+        let shared = rule.exprs.holders() > 1;
+        let mut bodies = std::mem::take(&mut self.encoded_bodies);
+        let known = bodies.of(family, table);
+        let from = shared
+            .then(|| known.get(&rule.exprs.addr()).map(|(_, r)| r.clone()))
+            .flatten();
+        let reused = from.is_some();
+        let mut at = None;
         let res = self.msg_desc(
             NFT_MSG_NEWRULE,
             NLM_F_CREATE | NLM_F_APPEND,
@@ -303,8 +344,18 @@ impl Batch {
                 offset,
                 index: index as u32,
             },
-            |w| codec::put_rule_in(w, table, chain, rule, &set_id),
+            |w| {
+                at = Some(codec::put_rule_reusing(
+                    w, table, chain, rule, &set_id, from,
+                )?);
+                Ok(())
+            },
         );
+        // A failed message was cut from the buffer: only a kept one is remembered.
+        if let (Ok(()), Some(at), true, false) = (&res, at, shared, reused) {
+            known.insert(rule.exprs.addr(), (rule.exprs.clone(), at));
+        }
+        self.encoded_bodies = bodies;
         self.set_ids = set_ids;
         res
     }

@@ -284,6 +284,12 @@ impl Exprs {
     pub fn holders(&self) -> usize {
         std::sync::Arc::strong_count(&self.0)
     }
+
+    /// The address of this copy: equal for rules that [`Exprs::shares`], and not reused while
+    /// any holder lives.
+    pub fn addr(&self) -> usize {
+        std::sync::Arc::as_ptr(&self.0).cast::<Expr>() as usize
+    }
 }
 
 impl std::ops::Deref for Exprs {

@@ -84,20 +84,43 @@ pub fn put_rule_in(
     r: &Rule,
     set_id: &dyn Fn(&str) -> Option<u32>,
 ) -> Result<(), CodecError> {
+    put_rule_reusing(w, table, chain, r, set_id, None).map(|_| ())
+}
+
+/// [`put_rule_in`] that copies the `NFTA_RULE_EXPRESSIONS` attribute from `w.buf[from]` when
+/// given: the same expressions, encoded earlier in this buffer for the same table (set ids are
+/// per table). Returns where this rule's attribute is, for the next rule with the same
+/// expressions.
+pub fn put_rule_reusing(
+    w: &mut MsgWriter,
+    table: &str,
+    chain: &str,
+    r: &Rule,
+    set_id: &dyn Fn(&str) -> Option<u32>,
+    from: Option<std::ops::Range<usize>>,
+) -> Result<std::ops::Range<usize>, CodecError> {
     w.put_str(NFTA_RULE_TABLE, table);
     w.put_str(NFTA_RULE_CHAIN, chain);
     if let Some(h) = r.handle {
         w.put_be64(NFTA_RULE_HANDLE, h);
     }
-    let n = w.begin_nest(NFTA_RULE_EXPRESSIONS);
-    for e in r.exprs.iter() {
-        put_expr_in(w, e, set_id);
+    let start = w.buf.len();
+    match from {
+        // An attribute is position independent: lengths only, 4-byte aligned.
+        Some(from) => w.buf.extend_from_within(from),
+        None => {
+            let n = w.begin_nest(NFTA_RULE_EXPRESSIONS);
+            for e in r.exprs.iter() {
+                put_expr_in(w, e, set_id);
+            }
+            w.end_nest(n);
+        }
     }
-    w.end_nest(n);
+    let at = start..w.buf.len();
     if let Some(c) = &r.comment {
         put_rule_udata(w, c)?;
     }
-    Ok(())
+    Ok(at)
 }
 
 /// Table, chain and handle (DELRULE of one rule).
