@@ -751,14 +751,16 @@ impl Incremental {
         );
         adjust(
             &mut self.policy_refs,
-            &in_table(t, &old.policies),
-            &in_table(t, &refs.policies),
+            t,
+            &old.policies,
+            &refs.policies,
             policies,
         );
         adjust(
             &mut self.profile_refs,
-            &in_table(t, &old.profiles),
-            &in_table(t, &refs.profiles),
+            t,
+            &old.profiles,
+            &refs.profiles,
             profiles,
         );
         if !(refs.policies.is_empty() && refs.profiles.is_empty()) {
@@ -892,16 +894,6 @@ fn share_rules(
     }
 }
 
-/// References per (layer, policy or profile) as references in table `t`.
-fn in_table<K: Ord + Clone>(
-    t: Tbl,
-    refs: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
-) -> BTreeMap<(Tbl, Layer, K), BTreeSet<Direction>> {
-    refs.iter()
-        .map(|((l, k), d)| ((t, *l, k.clone()), d.clone()))
-        .collect()
-}
-
 /// Moves `source` between the user lists of the policies (or profiles) it stopped and started
 /// referencing.
 fn users<K: Ord + Clone>(
@@ -921,7 +913,16 @@ fn users<K: Ord + Clone>(
         }
     }
     for (_, k) in new.keys() {
-        lists.entry(k.clone()).or_default().insert(source.clone());
+        match lists.get_mut(k) {
+            Some(s) => {
+                if !s.contains(source) {
+                    s.insert(source.clone());
+                }
+            }
+            None => {
+                lists.insert(k.clone(), BTreeSet::from([source.clone()]));
+            }
+        }
     }
 }
 
@@ -931,31 +932,43 @@ fn live_dirs(c: Option<&DirCounts>) -> Vec<Direction> {
         .unwrap_or_default()
 }
 
-/// Moves reference counts from `old` to `new`; keys whose direction set changed go to `dirty`.
+/// Moves the reference counts of one source in table `t` from `old` to `new` (per layer and
+/// policy or profile); keys whose direction set changed go to `dirty`.
 fn adjust<K: Ord + Clone>(
-    counts: &mut BTreeMap<K, DirCounts>,
-    old: &BTreeMap<K, BTreeSet<Direction>>,
-    new: &BTreeMap<K, BTreeSet<Direction>>,
-    dirty: &mut BTreeSet<K>,
+    counts: &mut BTreeMap<(Tbl, Layer, K), DirCounts>,
+    t: Tbl,
+    old: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+    new: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+    dirty: &mut BTreeSet<(Tbl, Layer, K)>,
 ) {
-    for (k, dirs) in new {
-        let c = counts.entry(k.clone()).or_default();
+    for ((l, k), dirs) in new {
+        // Most keys are counted already (every endpoint with the same policy): look up first.
+        let key = (t, *l, k.clone());
+        if !counts.contains_key(&key) {
+            counts.insert(key.clone(), DirCounts::new());
+        }
+        let Some(c) = counts.get_mut(&key) else {
+            continue;
+        };
         for d in dirs {
             let n = c.entry(*d).or_default();
             *n += 1;
             if *n == 1 {
-                dirty.insert(k.clone());
+                dirty.insert(key.clone());
             }
         }
     }
-    for (k, dirs) in old {
-        let c = counts.entry(k.clone()).or_default();
+    for ((l, k), dirs) in old {
+        let key = (t, *l, k.clone());
+        let Some(c) = counts.get_mut(&key) else {
+            continue;
+        };
         for d in dirs {
             let n = c.entry(*d).or_default();
             *n = n.saturating_sub(1);
             if *n == 0 {
                 c.remove(d);
-                dirty.insert(k.clone());
+                dirty.insert(key.clone());
             }
         }
     }
