@@ -715,9 +715,9 @@ fn a_removed_endpoints_conntrack_entries_are_deleted() {
             .count()
     };
     assert!(entries(&w2.ip) > 0, "the flow left no conntrack entry");
-    send(&format!(
-        r#"{{"workload_endpoint_remove":{{"id":{{"orchestrator_id":"k8s","workload_id":"w2","endpoint_id":"eth0"}}}}}}"#
-    ));
+    send(
+        r#"{"workload_endpoint_remove":{"id":{"orchestrator_id":"k8s","workload_id":"w2","endpoint_id":"eth0"}}}"#,
+    );
     assert!(
         eventually(|| entries(&w2.ip) == 0),
         "w2's conntrack entries stayed: {}",
