@@ -13,7 +13,7 @@ use felix_nft::nft::model::*;
 fn elements(n: u32, salt: u32) -> Vec<Element> {
     (0..n)
         .map(|i| Element {
-            key: (0x0a00_0000 + i + salt).to_be_bytes().to_vec(),
+            key: (0x0a00_0000 + i + salt).to_be_bytes()[..].into(),
             key_end: None,
             flags: 0,
             data: None,
@@ -89,7 +89,7 @@ fn big_table() -> Table {
         let mut key = format!("cali{c:08}").into_bytes();
         key.resize(16, 0);
         vmap.elements.push(Element {
-            key,
+            key: key.into(),
             key_end: None,
             flags: 0,
             data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(

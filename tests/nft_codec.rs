@@ -310,7 +310,7 @@ fn hand_built_objects_encode_to_nft_bytes() {
         .unwrap()
     };
     let el = |key: Vec<u8>, flags| Element {
-        key,
+        key: key.into(),
         key_end: None,
         flags,
         data: None,
@@ -335,13 +335,13 @@ fn hand_built_objects_encode_to_nft_bytes() {
     assert_eq!(elems("ipp", 6, ipp), find(NFT_MSG_NEWSETELEM, b"ipp\0"));
     let ic = vec![
         Element {
-            key: vec![10, 0, 0, 0, 0, 80, 0, 0],
+            key: [10, 0, 0, 0, 0, 80, 0, 0][..].into(),
             key_end: Some(vec![10, 255, 255, 255, 0, 90, 0, 0].into()),
             flags: 0,
             data: None,
         },
         Element {
-            key: vec![192, 168, 0, 1, 0, 22, 0, 0],
+            key: [192, 168, 0, 1, 0, 22, 0, 0][..].into(),
             key_end: Some(vec![192, 168, 0, 1, 0, 22, 0, 0].into()),
             flags: 0,
             data: None,
@@ -798,7 +798,7 @@ mod prop {
             },
         )
             .prop_map(|(key, key_end, flags, data)| Element {
-                key,
+                key: key.into(),
                 key_end: key_end.map(Vec::into_boxed_slice),
                 flags,
                 data: data.map(Box::new),

@@ -18,7 +18,7 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> Vec<u8> {
 
 fn start(k: Vec<u8>) -> Element {
     Element {
-        key: k,
+        key: k.into(),
         key_end: None,
         flags: 0,
         data: None,
@@ -560,7 +560,7 @@ fn arb_table() -> impl Strategy<Value = Table> {
             let mut key = format!("cali{i}").into_bytes();
             key.resize(16, 0);
             disp.elements.push(Element {
-                key,
+                key: key.into(),
                 key_end: None,
                 flags: 0,
                 data: Some(Box::new(ElemData::Verdict(if goto {
@@ -672,7 +672,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
         elements: vec![],
     };
     s.elements.push(Element {
-        key: vec![10, 0, 0, 1],
+        key: [10, 0, 0, 1][..].into(),
         key_end: None,
         flags: 0,
         data: None,
@@ -686,7 +686,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     // A member added and chain b replaced: only those, no read.
     let mut p = TablePatch::new(Family::Ip, "calico");
     s.elements.push(Element {
-        key: vec![10, 0, 0, 2],
+        key: [10, 0, 0, 2][..].into(),
         key_end: None,
         flags: 0,
         data: None,

@@ -52,7 +52,7 @@ fn ipv4_set(name: &str, n: u32, size: Option<u32>) -> Set {
         size,
         elements: (0..n)
             .map(|i| Element {
-                key: (0x0b00_0000 + i).to_be_bytes().to_vec(),
+                key: (0x0b00_0000 + i).to_be_bytes()[..].into(),
                 key_end: None,
                 flags: 0,
                 data: None,
@@ -100,7 +100,7 @@ fn many_objects() -> Table {
         let mut key = format!("cali{c:011}").into_bytes();
         key.resize(16, 0);
         vmap.elements.push(Element {
-            key,
+            key: key.into(),
             key_end: None,
             flags: 0,
             data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(
@@ -308,7 +308,7 @@ fn borrowed_decoders_agree_with_decode_message() {
     });
     let payload = codec::encode_object(&obj).unwrap();
     let mut out = vec![Element {
-        key: vec![1],
+        key: [1][..].into(),
         key_end: None,
         flags: 0,
         data: None,

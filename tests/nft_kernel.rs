@@ -285,7 +285,7 @@ fn random_table(rng: &mut Rng) -> Table {
     );
     let mut ips: Vec<Element> = (0..rng.below(20))
         .map(|_| Element {
-            key: vec![192, 168, rng.below(3) as u8, rng.below(20) as u8],
+            key: [192, 168, rng.below(3) as u8, rng.below(20) as u8][..].into(),
             key_end: None,
             flags: 0,
             data: None,
@@ -344,7 +344,7 @@ fn random_table(rng: &mut Rng) -> Table {
         }
         if rng.chance(50) {
             dispatch.push(Element {
-                key: ifname(&format!("cali{i}")),
+                key: ifname(&format!("cali{i}")).into(),
                 key_end: None,
                 flags: 0,
                 data: Some(Box::new(ElemData::Verdict(if rng.chance(50) {
@@ -490,7 +490,7 @@ fn bad_plan() -> Plan {
         elements: vec![],
     };
     set.elements.push(Element {
-        key: vec![1, 2, 3, 4],
+        key: [1, 2, 3, 4][..].into(),
         key_end: None,
         flags: 0,
         data: None,
@@ -662,7 +662,7 @@ fn hundred_thousand_elements_go_in_one_transaction() {
         let mut t = Table::new(Family::Ip, "calico");
         let elements: Vec<Element> = (0..100_000u32)
             .map(|i| Element {
-                key: (0x0a00_0000 + i).to_be_bytes().to_vec(),
+                key: (0x0a00_0000 + i).to_be_bytes()[..].into(),
                 key_end: None,
                 flags: 0,
                 data: None,
@@ -862,7 +862,7 @@ fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
         let mut t = Table::new(Family::Ip, "calico");
         let elements: Vec<Element> = (0..100_000u32)
             .map(|i| Element {
-                key: (0x0a00_0000 + i).to_be_bytes().to_vec(),
+                key: (0x0a00_0000 + i).to_be_bytes()[..].into(),
                 key_end: None,
                 flags: 0,
                 data: None,
@@ -936,7 +936,7 @@ fn ten_thousand_rules_go_in_one_transaction() {
             }
             t.chains.insert(name.clone(), ch);
             vmap.elements.push(Element {
-                key: ifname(&format!("cali{c:08}")),
+                key: ifname(&format!("cali{c:08}")).into(),
                 key_end: None,
                 flags: 0,
                 data: Some(Box::new(ElemData::Verdict(Verdict::Goto(name)))),

@@ -265,7 +265,7 @@ fn overlapping_cidrs_in_a_rule_become_one_merged_shared_set() {
     assert_eq!(s.flags, set_flags::INTERVAL);
     // 10.0/16 covers the /24 and the /32 and touches 10.1/16: two ranges, four elements after
     // nft's leading end element at 0.0.0.0.
-    let keys: Vec<Vec<u8>> = s.elements.iter().map(|e| e.key.clone()).collect();
+    let keys: Vec<Vec<u8>> = s.elements.iter().map(|e| e.key.to_vec()).collect();
     assert_eq!(
         keys,
         vec![

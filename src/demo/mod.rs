@@ -741,7 +741,7 @@ fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), Dem
                     // gotcha 7): only a start element makes `ip` a member.
                     set.elements
                         .iter()
-                        .any(|e| e.key == key && e.flags & INTERVAL_END == 0)
+                        .any(|e| e.key[..] == key[..] && e.flags & INTERVAL_END == 0)
                 })
         });
         if found {
@@ -920,11 +920,11 @@ fn agent_main(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::model::{Chain, DataType, ElemData, Element, Set, Verdict};
+    use crate::nft::model::{Chain, DataType, ElemData, ElemKey, Element, Set, Verdict};
 
     fn elem(key: [u8; 4], flags: u32, data: Option<ElemData>) -> Element {
         Element {
-            key: key.to_vec(),
+            key: ElemKey::from_slice(&key),
             key_end: None,
             flags,
             data: data.map(Box::new),

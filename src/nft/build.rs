@@ -26,8 +26,8 @@ use ipnet::IpNet;
 
 use crate::nft::model::{
     ct_state, ct_status, elem_flags, fib_flags, nat_flags, set_flags, BaseChain, Chain, CmpOp,
-    CtKey, DataType, ElemData, Element, Expr, Family, FibResult, Hook, LimitType, MetaKey, NatType,
-    PayloadBase, Reg, RejectType, Rule, Set, Table, Verdict,
+    CtKey, DataType, ElemData, ElemKey, Element, Expr, Family, FibResult, Hook, LimitType, MetaKey,
+    NatType, PayloadBase, Reg, RejectType, Rule, Set, Table, Verdict,
 };
 
 /// Packet direction of an address or port match.
@@ -127,8 +127,8 @@ impl fmt::Display for Quoted<'_> {
 
 /// An interface name as the 16-byte NUL-padded key that `meta iifname` loads (IFNAMSIZ).
 /// Longer names are truncated to 15 bytes plus NUL, as the kernel would store them.
-pub fn ifname_key(name: &str) -> Vec<u8> {
-    let mut key = vec![0u8; 16];
+pub fn ifname_key(name: &str) -> ElemKey {
+    let mut key = ElemKey::from_buf([0u8; 16]);
     let bytes = name.as_bytes();
     let n = bytes.len().min(15);
     key[..n].copy_from_slice(&bytes[..n]);
@@ -139,6 +139,13 @@ fn addr_bytes(addr: IpAddr) -> Vec<u8> {
     match addr {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+fn addr_key(addr: IpAddr) -> ElemKey {
+    match addr {
+        IpAddr::V4(a) => ElemKey::from_slice(&a.octets()),
+        IpAddr::V6(a) => ElemKey::from_buf(a.octets()),
     }
 }
 
@@ -239,7 +246,7 @@ impl RuleBuilder {
         };
         let data = match name.strip_suffix('*') {
             Some(prefix) => prefix.as_bytes().to_vec(),
-            None => ifname_key(name),
+            None => ifname_key(name).to_vec(),
         };
         self.push(
             [Expr::Meta { key, dreg: Reg::R1 }, cmp(eq_or_neq(neg), data)],
@@ -1001,7 +1008,7 @@ impl fmt::Display for VerdictText<'_> {
 
 /// Plain (non-interval) elements from addresses: sorted, deduplicated.
 pub fn addr_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Element> {
-    let mut keys: Vec<Vec<u8>> = addrs.into_iter().map(addr_bytes).collect();
+    let mut keys: Vec<ElemKey> = addrs.into_iter().map(addr_key).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter().map(key_element).collect()
@@ -1009,10 +1016,10 @@ pub fn addr_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Element> {
 
 /// The element of one address in a set of addresses (one of [`addr_elements`]).
 pub fn addr_element(addr: IpAddr) -> Element {
-    key_element(addr_bytes(addr))
+    key_element(addr_key(addr))
 }
 
-fn key_element(key: Vec<u8>) -> Element {
+fn key_element(key: ElemKey) -> Element {
     Element {
         key,
         key_end: None,
@@ -1056,7 +1063,7 @@ pub fn interval_elements(ranges: &[(u128, u128)], len: usize) -> Vec<Element> {
     } else {
         (1u128 << (len * 8)) - 1
     };
-    let be = |v: u128| v.to_be_bytes()[16 - len..].to_vec();
+    let be = |v: u128| ElemKey::from_slice(&v.to_be_bytes()[16 - len..]);
     let mut out = Vec::new();
     // nft opens with an end element at zero when the first range does not start there: it
     // marks the gap below the first range as "not in the set". Sent the same way here so
@@ -1106,8 +1113,8 @@ pub fn port_interval_elements(ranges: &[(u16, u16)]) -> Vec<Element> {
 }
 
 /// A concatenated key: each component padded to a 4-byte boundary.
-pub fn concat_key(parts: &[&[u8]]) -> Vec<u8> {
-    let mut key = Vec::new();
+pub fn concat_key(parts: &[&[u8]]) -> ElemKey {
+    let mut key = ElemKey::new();
     for p in parts {
         key.extend_from_slice(p);
         while key.len() % 4 != 0 {
@@ -1526,7 +1533,7 @@ mod tests {
             ],
             false,
         );
-        let keys: Vec<(Vec<u8>, u32)> = e.iter().map(|e| (e.key.clone(), e.flags)).collect();
+        let keys: Vec<(Vec<u8>, u32)> = e.iter().map(|e| (e.key.to_vec(), e.flags)).collect();
         assert_eq!(
             keys,
             vec![
@@ -1546,7 +1553,7 @@ mod tests {
     fn top_of_range_has_no_end_element() {
         let e = port_interval_elements(&[(8000, 65535), (80, 80)]);
         assert_eq!(e.len(), 4);
-        assert_eq!(e[3].key, 8000u16.to_be_bytes().to_vec());
+        assert_eq!(e[3].key[..], 8000u16.to_be_bytes());
         assert_eq!(e[3].flags, 0);
         // A range from zero needs no leading end element.
         assert_eq!(port_interval_elements(&[(0, 10)]).len(), 2);

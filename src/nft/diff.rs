@@ -283,7 +283,7 @@ pub fn rule_eq(a: &Rule, b: &Rule) -> bool {
 }
 
 /// `[start, end)` of an interval set, with the value of an interval map's range.
-type KeyRange = (Vec<u8>, Option<Vec<u8>>, Option<Box<ElemData>>);
+type KeyRange = (ElemKey, Option<ElemKey>, Option<Box<ElemData>>);
 
 fn is_interval(s: &Set) -> bool {
     s.flags & set_flags::INTERVAL != 0 && s.key.len() == 1
@@ -304,7 +304,7 @@ fn ranges(elems: &[Element]) -> Vec<KeyRange> {
     // The elements are read as start/end pairs whose union is the set: count nesting depth, so
     // overlapping pairs (10.0.0.0/8 with 10.1.0.0/16 inside) give their union.
     let mut out = Vec::new();
-    let mut open: Option<(Vec<u8>, Option<Box<ElemData>>)> = None;
+    let mut open: Option<(ElemKey, Option<Box<ElemData>>)> = None;
     let mut depth = 0usize;
     for e in sorted {
         if e.flags & elem_flags::INTERVAL_END != 0 {
@@ -387,7 +387,12 @@ pub fn normalize_elements(s: &Set) -> Vec<Element> {
 pub fn interval_elements(
     ranges_: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
 ) -> Vec<Element> {
-    merge_ranges(ranges_.into_iter().map(|(s, e)| (s, e, None)).collect())
+    merge_ranges(
+        ranges_
+            .into_iter()
+            .map(|(s, e)| (s.into(), e.map(ElemKey::from), None))
+            .collect(),
+    )
 }
 
 /// The set's definition, without elements.
@@ -1015,7 +1020,7 @@ mod tests {
 
     fn elem(key: [u8; 4], flags: u32) -> Element {
         Element {
-            key: key.to_vec(),
+            key: ElemKey::from_slice(&key),
             key_end: None,
             flags,
             data: None,

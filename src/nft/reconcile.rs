@@ -799,7 +799,7 @@ mod tests {
 
     fn elem(b: u8) -> Element {
         Element {
-            key: vec![10, 0, 0, b],
+            key: ElemKey::from_slice(&[10, 0, 0, b]),
             key_end: None,
             flags: 0,
             data: None,

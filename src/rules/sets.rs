@@ -581,8 +581,8 @@ mod tests {
         let s4 = r().ipset(Family::Ip, "n:x", &ipp);
         assert_eq!(s4.elements.len(), 1);
         assert_eq!(
-            s4.elements[0].key,
-            vec![10, 0, 0, 5, 6, 0, 0, 0, 0, 80, 0, 0]
+            s4.elements[0].key[..],
+            [10, 0, 0, 5, 6, 0, 0, 0, 0, 80, 0, 0]
         );
     }
 
@@ -595,7 +595,7 @@ mod tests {
         let s = r().ipset(Family::Ip, "s:y", &members);
         // 10.0/16 swallows the /24 and the /32, and touches 10.1/16: one range 10.0.0.0–10.1.255.255.
         assert_eq!(s.elements.len(), 3);
-        assert_eq!(s.elements[1].key, vec![10, 0, 0, 0]);
-        assert_eq!(s.elements[2].key, vec![10, 2, 0, 0]);
+        assert_eq!(s.elements[1].key[..], [10, 0, 0, 0]);
+        assert_eq!(s.elements[2].key[..], [10, 2, 0, 0]);
     }
 }

@@ -771,7 +771,7 @@ fn decode_elems_attrs<'a>(
 fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
     let what = "set element";
     let mut el = Element {
-        key: Vec::new(),
+        key: ElemKey::new(),
         key_end: None,
         flags: 0,
         data: None,
@@ -779,7 +779,7 @@ fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
     for x in Attrs::new(attrs) {
         let x = x?;
         match x.ty {
-            NFTA_SET_ELEM_KEY => el.key = x.data_value(what)?,
+            NFTA_SET_ELEM_KEY => el.key = ElemKey::from_slice(x.data_value_ref(what)?),
             NFTA_SET_ELEM_KEY_END => el.key_end = Some(x.data_value(what)?.into_boxed_slice()),
             NFTA_SET_ELEM_FLAGS => el.flags = x.be32(what)?,
             NFTA_SET_ELEM_DATA => {
