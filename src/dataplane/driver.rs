@@ -6,7 +6,8 @@
 //! - Applies are throttled by a token bucket (10 deep, one token per 100 ms).
 //! - An apply runs the phases in a fixed order: start-of-day globals (first apply only) →
 //!   nf_tables (one transaction, both families) → routes → neighbours → per-interface sysctls →
-//!   conntrack cleanup for moved addresses → endpoint status.
+//!   conntrack cleanup for moved addresses, started in the background (the next apply and the
+//!   loop's end wait for it first) → endpoint status.
 //! - Failed work stays dirty and is retried with exponential backoff; after
 //!   [`LoopOptions::rebuild_after`] consecutive table failures the tables are rebuilt atomically
 //!   (delete + add in one batch); after [`LoopOptions::give_up_after`] the loop returns an error
