@@ -22,11 +22,12 @@
 //!   (default 10 s, §15).
 //! - The steady state is O(change): the syncer keeps the routes it believes it programmed, and an
 //!   apply without a resync writes only the difference for keys whose desired route changed and
-//!   routes (believed, desired or parked) on interfaces reported changed
-//!   ([`RouteSyncer::iface_changed`]) — one RTM_NEWROUTE for a new endpoint, no dump. A dump (O(routes + links)) happens on the
-//!   first apply, on [`RouteSyncer::request_resync`] (the refresh timer), after any failed write
-//!   and when a grace period ends; it repairs drift from outside, which an incremental apply does
-//!   not see. An apply with nothing changed and nothing pending returns without I/O.
+//!   for routes (believed, desired or parked) on interfaces reported changed
+//!   ([`RouteSyncer::iface_changed`]) — one RTM_NEWROUTE for a new endpoint, no dump. A dump
+//!   (O(routes + links)) happens on the first apply, on [`RouteSyncer::request_resync`] (the
+//!   refresh timer), after any failed write and when a grace period ends; it repairs drift from
+//!   outside, which an incremental apply does not see. An apply with nothing changed and nothing
+//!   pending returns without I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -378,7 +379,7 @@ pub struct RouteSyncStats {
 }
 
 /// More interfaces than this are resolved with one link dump instead of one lookup each.
-const PARKED_LOOKUP_LIMIT: usize = 32;
+const LINK_LOOKUP_LIMIT: usize = 32;
 
 /// Reconciles one table of one family. Not shared: one owner task drives it.
 ///
@@ -524,10 +525,10 @@ impl RouteSyncer {
 
     /// Reconciles the kernel table with the desired routes. Full (dump links and routes, diff
     /// everything, repair drift) when a resync was asked for, after a failure, or when a grace
-    /// period is due; otherwise incremental: only changed keys, routes on changed interfaces and
-    /// parked routes on changed interfaces are looked at, against the believed state, with no
-    /// dump. Per-route failures
-    /// are in the report (and make the next apply full); a failing dump is returned as `Err`.
+    /// period is due; otherwise incremental: only changed keys and the routes (parked ones
+    /// included) on changed interfaces are looked at, against the believed state, with no dump.
+    /// Per-route failures are in the report (and make the next apply full); a failing dump is
+    /// returned as `Err`.
     pub async fn apply(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
         if !self.needs_apply() {
             return Ok(SyncReport {
@@ -757,7 +758,7 @@ impl RouteSyncer {
         h: &RtnlHandle,
         names: &BTreeSet<&str>,
     ) -> Result<BTreeMap<String, LinkState>> {
-        if names.len() > PARKED_LOOKUP_LIMIT {
+        if names.len() > LINK_LOOKUP_LIMIT {
             self.stats.link_gets += 1;
             return Ok(list_links(h)
                 .await?
