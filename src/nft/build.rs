@@ -136,12 +136,10 @@ pub fn ifname_key(name: &str) -> ElemKey {
 }
 
 fn addr_bytes(addr: IpAddr) -> Vec<u8> {
-    match addr {
-        IpAddr::V4(a) => a.octets().to_vec(),
-        IpAddr::V6(a) => a.octets().to_vec(),
-    }
+    addr_key(addr).to_vec()
 }
 
+/// An address as an element key (network order, 4 or 16 bytes).
 fn addr_key(addr: IpAddr) -> ElemKey {
     match addr {
         IpAddr::V4(a) => ElemKey::from_slice(&a.octets()),
