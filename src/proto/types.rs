@@ -871,7 +871,14 @@ pub struct HostEndpoint {
 }
 
 #[derive(
-    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    ::prost::Message,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(default, deny_unknown_fields)]
 pub struct TierInfo {

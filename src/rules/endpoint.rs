@@ -3,7 +3,6 @@
 //! apply-on-forward `thfw`/`fhfw`; the `ifname : verdict` map elements that reach them.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 
 use crate::nft::build::{ifname_verdict_element, Iface, RuleBuilder, TextChain};
 use crate::nft::model::{ct_state, Chain, Element, Family, Verdict};
@@ -83,7 +82,7 @@ pub struct ChainBodies<'a>(HashMap<BodyKey<'a>, TextChain, foldhash::fast::Rando
 
 /// All of an [`EndpointChainSpec`] but the chain's name, and the family: what makes two
 /// endpoint chains differ only in their name and rule ids.
-#[derive(PartialEq)]
+#[derive(PartialEq, Eq, Hash)]
 pub struct BodyKey<'a> {
     family: Family,
     layer: Layer,
@@ -133,29 +132,6 @@ impl<'a> BodyKey<'a> {
             max_connections: *max_connections,
             side_exit: *side_exit,
         }
-    }
-}
-
-// `TierInfo`'s `PartialEq` (prost's) compares strings and lists: an equivalence.
-impl Eq for BodyKey<'_> {}
-
-impl Hash for BodyKey<'_> {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        (self.family, self.layer, self.kind, self.dir).hash(h);
-        for t in self.tiers {
-            (
-                &t.name,
-                &t.ingress_policies,
-                &t.egress_policies,
-                &t.default_action,
-            )
-                .hash(h);
-        }
-        self.tiers.len().hash(h);
-        self.profiles.hash(h);
-        self.failsafe.hash(h);
-        (self.admin_up, self.allow, self.workload_egress).hash(h);
-        (self.packet_rate, self.max_connections, self.side_exit).hash(h);
     }
 }
 
