@@ -942,25 +942,18 @@ fn adjust<K: Ord + Clone>(
     dirty: &mut BTreeSet<(Tbl, Layer, K)>,
 ) {
     for ((l, k), dirs) in new {
-        // Most keys are counted already (every endpoint with the same policy): look up first.
-        let key = (t, *l, k.clone());
-        if !counts.contains_key(&key) {
-            counts.insert(key.clone(), DirCounts::new());
-        }
-        let Some(c) = counts.get_mut(&key) else {
-            continue;
-        };
+        let c = counts.entry((t, *l, k.clone())).or_default();
         for d in dirs {
             let n = c.entry(*d).or_default();
             *n += 1;
             if *n == 1 {
-                dirty.insert(key.clone());
+                dirty.insert((t, *l, k.clone()));
             }
         }
     }
     for ((l, k), dirs) in old {
-        let key = (t, *l, k.clone());
-        let Some(c) = counts.get_mut(&key) else {
+        // An old reference was counted when it was made, so its key is there.
+        let Some(c) = counts.get_mut(&(t, *l, k.clone())) else {
             continue;
         };
         for d in dirs {
@@ -968,7 +961,7 @@ fn adjust<K: Ord + Clone>(
             *n = n.saturating_sub(1);
             if *n == 0 {
                 c.remove(d);
-                dirty.insert(key.clone());
+                dirty.insert((t, *l, k.clone()));
             }
         }
     }
