@@ -72,25 +72,14 @@ fn put_rule_udata(w: &mut MsgWriter, comment: &str) -> Result<(), CodecError> {
 
 /// A rule (NEWRULE; with its handle when it has one, for REPLACE).
 pub fn put_rule(w: &mut MsgWriter, table: &str, chain: &str, r: &Rule) -> Result<(), CodecError> {
-    put_rule_in(w, table, chain, r, &|_| None)
+    put_rule_reusing(w, table, chain, r, &|_| None, None).map(|_| ())
 }
 
 /// [`put_rule`], lookups without a set id taking it from `set_id(set name)` (sets created in
-/// the same batch, as nft sends them).
-pub fn put_rule_in(
-    w: &mut MsgWriter,
-    table: &str,
-    chain: &str,
-    r: &Rule,
-    set_id: &dyn Fn(&str) -> Option<u32>,
-) -> Result<(), CodecError> {
-    put_rule_reusing(w, table, chain, r, set_id, None).map(|_| ())
-}
-
-/// [`put_rule_in`] that copies the `NFTA_RULE_EXPRESSIONS` attribute from `w.buf[from]` when
-/// given: the same expressions, encoded earlier in this buffer for the same table (set ids are
-/// per table). Returns where this rule's attribute is, for the next rule with the same
-/// expressions.
+/// the same batch, as nft sends them), and the `NFTA_RULE_EXPRESSIONS` attribute copied from
+/// `w.buf[from]` when given: the same expressions, encoded earlier in this buffer for the same
+/// table (set ids are per table). Returns where this rule's attribute is, for the next rule
+/// with the same expressions.
 pub fn put_rule_reusing(
     w: &mut MsgWriter,
     table: &str,
