@@ -331,7 +331,8 @@ impl Ctx<'_> {
 
 /// Checks one update against the current desired model. `Ok` means it may be recorded, and
 /// carries what was parsed on the way: an `ipset_update`'s members, for the model to keep
-/// ([`Model::apply_parsed`]) rather than parse again.
+/// ([`Model::apply_parsed`]) rather than parse again. Of the model it reads the IP sets, the
+/// policies and the profiles only: [`validate_all`]'s shadow model records nothing else.
 pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, InputError> {
     let Some(p) = &msg.payload else {
         return Ok(None);
@@ -611,8 +612,17 @@ pub fn validate_all(
                 model.ipsets.insert(u.id.clone(), Members::new(kind));
                 u.members = Vec::new();
             }
-            Some(Payload::IpsetDeltaUpdate(_)) => {}
-            _ => model.apply(&m),
+            // The rest of the shadow is what `validate` reads: IP set kinds, and the policies
+            // and profiles that may still use a set being removed. Endpoints, routes and the
+            // rest are not copied into it (a full load's 1,000 endpoints at mid).
+            Some(
+                Payload::IpsetRemove(_)
+                | Payload::ActivePolicyUpdate(_)
+                | Payload::ActivePolicyRemove(_)
+                | Payload::ActiveProfileUpdate(_)
+                | Payload::ActiveProfileRemove(_),
+            ) => model.apply(&m),
+            _ => {}
         }
         valid.push(Valid { msg: m, members });
     }
@@ -640,4 +650,74 @@ fn object_id(p: &Payload) -> Option<String> {
         Payload::IpamPoolUpdate(u) => u.id.clone(),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(lines: &[&str]) -> Vec<ToDataplane> {
+        lines
+            .iter()
+            .map(|l| crate::proto::json::decode(l).expect("a test message decodes"))
+            .collect()
+    }
+
+    fn errors(lines: &[&str]) -> Vec<(usize, String, String)> {
+        match validate_all(&Model::default(), doc(lines)) {
+            Ok(_) => Vec::new(),
+            Err(es) => es.into_iter().map(|(i, e)| (i, e.field, e.value)).collect(),
+        }
+    }
+
+    const SET: &str = r#"{"ipset_update":{"id":"s:a","members":["10.0.0.1"]}}"#;
+    const DELTA: &str = r#"{"ipset_delta_update":{"id":"s:a","added_members":["10.0.0.2"]}}"#;
+    const SET_GONE: &str = r#"{"ipset_remove":{"id":"s:a"}}"#;
+    const POLICY: &str = r#"{"active_policy_update":{"id":{"name":"p"},"policy":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:a"]}]}}}"#;
+    const POLICY_GONE: &str = r#"{"active_policy_remove":{"id":{"name":"p"}}}"#;
+    const PROFILE: &str = r#"{"active_profile_update":{"id":{"name":"pr"},"profile":{"outbound_rules":[{"action":"allow","dst_ip_set_ids":["s:a"]}]}}}"#;
+    const PROFILE_GONE: &str = r#"{"active_profile_remove":{"id":{"name":"pr"}}}"#;
+    const WEP: &str = r#"{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"w","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali1","ipv4_nets":["10.0.0.9/32"],"profile_ids":["pr"]}}}"#;
+
+    /// Each message is checked against the document before it, through the shadow model that
+    /// records only IP set kinds, policies and profiles.
+    #[test]
+    fn a_document_is_validated_in_order_against_what_comes_before() {
+        assert_eq!(errors(&[SET, DELTA, POLICY, PROFILE, WEP]), Vec::new());
+        // A set's delta and a rule's reference need the set earlier in the document.
+        assert_eq!(
+            errors(&[DELTA, POLICY, SET]),
+            vec![
+                (0, "id".to_string(), "s:a".to_string()),
+                (
+                    1,
+                    "policy.inbound_rules[0].src_ip_set_ids[0]".to_string(),
+                    "s:a".to_string()
+                ),
+            ]
+        );
+        // A removed set is gone for what follows.
+        assert_eq!(
+            errors(&[SET, SET_GONE, POLICY]),
+            vec![(
+                2,
+                "policy.inbound_rules[0].src_ip_set_ids[0]".to_string(),
+                "s:a".to_string()
+            )]
+        );
+        // A set still used by a policy or profile of the document cannot be removed ...
+        assert_eq!(
+            errors(&[SET, POLICY, WEP, SET_GONE]),
+            vec![(3, "id".to_string(), "s:a".to_string())]
+        );
+        assert_eq!(
+            errors(&[SET, PROFILE, SET_GONE]),
+            vec![(2, "id".to_string(), "s:a".to_string())]
+        );
+        // ... until they are removed first.
+        assert_eq!(
+            errors(&[SET, POLICY, PROFILE, POLICY_GONE, PROFILE_GONE, SET_GONE]),
+            Vec::new()
+        );
+    }
 }
