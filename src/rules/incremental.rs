@@ -29,7 +29,7 @@ use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpoi
 
 use super::{
     names, policy, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
-    render_profile, render_workload_derived, side, Direction, Layer, Members, Model, Refs,
+    render_profile, render_workload_derived, side, Direction, Dirs, Layer, Members, Model, Refs,
     Renderer, RulesError,
 };
 
@@ -144,8 +144,15 @@ struct Produced {
     sets: Vec<Obj>,
 }
 
-/// Reference counts of one policy or profile per direction.
-type DirCounts = BTreeMap<Direction, u32>;
+/// Reference counts of one policy or profile, inbound and outbound.
+type DirCounts = [u32; 2];
+
+fn count_of(c: &mut DirCounts, d: Direction) -> &mut u32 {
+    match d {
+        Direction::Inbound => &mut c[0],
+        Direction::Outbound => &mut c[1],
+    }
+}
 
 /// The incremental renderer's memory of what it rendered.
 pub struct Incremental {
@@ -899,8 +906,8 @@ fn share_rules(
 fn users<K: Ord + Clone>(
     lists: &mut BTreeMap<K, BTreeSet<Source>>,
     source: &Source,
-    old: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
-    new: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+    old: &BTreeMap<(Layer, K), Dirs>,
+    new: &BTreeMap<(Layer, K), Dirs>,
 ) {
     for (_, k) in old.keys() {
         if !new.keys().any(|(_, n)| n == k) {
@@ -928,8 +935,15 @@ fn users<K: Ord + Clone>(
 
 /// The directions with a live reference.
 fn live_dirs(c: Option<&DirCounts>) -> Vec<Direction> {
-    c.map(|c| c.iter().filter(|(_, n)| **n > 0).map(|(d, _)| *d).collect())
-        .unwrap_or_default()
+    let [inbound, outbound] = c.copied().unwrap_or_default();
+    [
+        (Direction::Inbound, inbound),
+        (Direction::Outbound, outbound),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(d, _)| d)
+    .collect()
 }
 
 /// Moves the reference counts of one source in table `t` from `old` to `new` (per layer and
@@ -937,14 +951,14 @@ fn live_dirs(c: Option<&DirCounts>) -> Vec<Direction> {
 fn adjust<K: Ord + Clone>(
     counts: &mut BTreeMap<(Tbl, Layer, K), DirCounts>,
     t: Tbl,
-    old: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
-    new: &BTreeMap<(Layer, K), BTreeSet<Direction>>,
+    old: &BTreeMap<(Layer, K), Dirs>,
+    new: &BTreeMap<(Layer, K), Dirs>,
     dirty: &mut BTreeSet<(Tbl, Layer, K)>,
 ) {
     for ((l, k), dirs) in new {
         let c = counts.entry((t, *l, k.clone())).or_default();
-        for d in dirs {
-            let n = c.entry(*d).or_default();
+        for d in dirs.iter() {
+            let n = count_of(c, d);
             *n += 1;
             if *n == 1 {
                 dirty.insert((t, *l, k.clone()));
@@ -956,11 +970,10 @@ fn adjust<K: Ord + Clone>(
         let Some(c) = counts.get_mut(&(t, *l, k.clone())) else {
             continue;
         };
-        for d in dirs {
-            let n = c.entry(*d).or_default();
+        for d in dirs.iter() {
+            let n = count_of(c, d);
             *n = n.saturating_sub(1);
             if *n == 0 {
-                c.remove(d);
                 dirty.insert((t, *l, k.clone()));
             }
         }

@@ -64,7 +64,7 @@ pub use config::{
 };
 pub use endpoint::{EndpointChainSpec, EndpointKind};
 pub use marks::MarkBits;
-pub use names::{Direction, Layer};
+pub use names::{Direction, Dirs, Layer};
 pub use policy::PolicyChains;
 pub use sets::Members;
 use statics::internal_sets;
@@ -327,8 +327,8 @@ fn host_addr(s: &str) -> Option<String> {
 /// Which policy/profile chains endpoints reference, per layer and direction.
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refs {
-    pub(crate) policies: BTreeMap<(Layer, PolicyId), BTreeSet<Direction>>,
-    pub(crate) profiles: BTreeMap<(Layer, String), BTreeSet<Direction>>,
+    pub(crate) policies: BTreeMap<(Layer, PolicyId), Dirs>,
+    pub(crate) profiles: BTreeMap<(Layer, String), Dirs>,
 }
 
 impl Refs {
@@ -698,13 +698,13 @@ pub fn render_text_placed(
 /// The referenced policies and profiles, in the layers and directions they are used.
 fn render_refs(r: &Renderer, family: Family, model: &Model, refs: &Refs, t: &mut TextTable) {
     for ((layer, id), dirs) in &refs.policies {
-        let dirs: Vec<Direction> = dirs.iter().copied().collect();
+        let dirs: Vec<Direction> = dirs.iter().collect();
         let (chains, sets) = render_policy(r, family, model, (*layer, id), &dirs);
         chains.into_iter().for_each(|c| t.add_chain(c));
         sets.into_iter().for_each(|s| t.add_set(s));
     }
     for ((layer, name), dirs) in &refs.profiles {
-        let dirs: Vec<Direction> = dirs.iter().copied().collect();
+        let dirs: Vec<Direction> = dirs.iter().collect();
         let (chains, sets) = render_profile(r, family, model, (*layer, name), &dirs);
         chains.into_iter().for_each(|c| t.add_chain(c));
         sets.into_iter().for_each(|s| t.add_set(s));

@@ -143,6 +143,35 @@ impl Direction {
     }
 }
 
+/// A set of directions, as two bits: the directions in which an endpoint references a policy
+/// or profile (a `BTreeSet<Direction>` was an allocation per reference; issue 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Dirs(u8);
+
+impl Dirs {
+    const ALL: [Direction; 2] = [Direction::Inbound, Direction::Outbound];
+
+    fn bit(d: Direction) -> u8 {
+        match d {
+            Direction::Inbound => 1,
+            Direction::Outbound => 2,
+        }
+    }
+
+    pub fn insert(&mut self, d: Direction) {
+        self.0 |= Dirs::bit(d);
+    }
+
+    pub fn contains(self, d: Direction) -> bool {
+        self.0 & Dirs::bit(d) != 0
+    }
+
+    /// The directions in the set, inbound first.
+    pub fn iter(self) -> impl Iterator<Item = Direction> {
+        Dirs::ALL.into_iter().filter(move |d| self.contains(*d))
+    }
+}
+
 /// Felix's short policy kind (§5.2): `gnp`, `np`, `knp`, `kcnp`, `snp`, `sgnp`, `sknp`.
 pub fn kind_short(id: &PolicyId) -> String {
     match id.kind.as_str() {
