@@ -810,16 +810,14 @@ impl Incremental {
             now.sets.push(k.clone());
             pending.sets.insert(k, Some(s));
         }
-        let old = if now.chains.is_empty() && now.sets.is_empty() {
-            self.produced.remove(&key)
-        } else {
-            self.produced.insert(key, now.clone())
-        }
-        .unwrap_or_default();
-        let kept: BTreeSet<&Obj> = now.chains.iter().collect();
-        for c in old.chains {
-            if !kept.contains(&c) {
-                pending.chains.insert(c, None);
+        // What the key made before goes unless it made it again (nothing, in a full render).
+        let old = self.produced.remove(&key).unwrap_or_default();
+        if !old.chains.is_empty() {
+            let kept: BTreeSet<&Obj> = now.chains.iter().collect();
+            for c in old.chains {
+                if !kept.contains(&c) {
+                    pending.chains.insert(c, None);
+                }
             }
         }
         for s in old.sets {
@@ -829,6 +827,9 @@ impl Incremental {
                 self.set_users.remove(&s);
                 pending.sets.insert(s, None);
             }
+        }
+        if !(now.chains.is_empty() && now.sets.is_empty()) {
+            self.produced.insert(key, now);
         }
     }
 
