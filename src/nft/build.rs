@@ -1062,7 +1062,7 @@ pub fn interval_elements(ranges: &[(u128, u128)], len: usize) -> Vec<Element> {
         (1u128 << (len * 8)) - 1
     };
     let be = |v: u128| ElemKey::from_slice(&v.to_be_bytes()[16 - len..]);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(2 * ranges.len() + 1);
     // nft opens with an end element at zero when the first range does not start there: it
     // marks the gap below the first range as "not in the set". Sent the same way here so
     // that a set we commit and one `nft -f` loads are element-for-element equal.
