@@ -1004,15 +1004,7 @@ impl fmt::Display for VerdictText<'_> {
 // Elements
 // -----------------------------------------------------------------------------------------------
 
-/// Plain (non-interval) elements from addresses: sorted, deduplicated.
-pub fn addr_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Element> {
-    let mut keys: Vec<ElemKey> = addrs.into_iter().map(addr_key).collect();
-    keys.sort();
-    keys.dedup();
-    keys.into_iter().map(key_element).collect()
-}
-
-/// The element of one address in a set of addresses (one of [`addr_elements`]).
+/// The element of one address in a plain set of addresses.
 pub fn addr_element(addr: IpAddr) -> Element {
     key_element(addr_key(addr))
 }
