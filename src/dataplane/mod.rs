@@ -403,6 +403,11 @@ impl Dataplane {
     /// Validates and records one update; marks what it affects dirty. No kernel I/O. A rejected
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {
+        if rules::has_noncanonical_policy_ids(msg) {
+            let mut owned = msg.clone();
+            rules::canonicalise_policy_ids(&mut owned);
+            return self.on_update(&owned);
+        }
         let members = validate::validate(&self.model, msg)?;
         if self.note(msg) {
             self.model.apply_parsed(msg, members);

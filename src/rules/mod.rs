@@ -116,6 +116,74 @@ impl Renderer {
     }
 }
 
+/// The tiers of an update's endpoint (every kind of tier a host endpoint has).
+fn tiers_mut(p: &mut Payload) -> Vec<&mut crate::proto::TierInfo> {
+    match p {
+        Payload::WorkloadEndpointUpdate(u) => u
+            .endpoint
+            .as_mut()
+            .map(|e| e.tiers.iter_mut().collect())
+            .unwrap_or_default(),
+        Payload::HostEndpointUpdate(u) => u
+            .endpoint
+            .as_mut()
+            .map(|e| {
+                e.tiers
+                    .iter_mut()
+                    .chain(e.untracked_tiers.iter_mut())
+                    .chain(e.pre_dnat_tiers.iter_mut())
+                    .chain(e.forward_tiers.iter_mut())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `msg` names a policy in an older spelling ([`names::canonical_policy_id`]).
+pub fn has_noncanonical_policy_ids(msg: &ToDataplane) -> bool {
+    let odd = |id: &PolicyId| names::canonical_policy_id(id).is_some();
+    let tiers = |ts: &[crate::proto::TierInfo]| {
+        ts.iter()
+            .any(|t| t.ingress_policies.iter().chain(&t.egress_policies).any(odd))
+    };
+    match &msg.payload {
+        Some(Payload::ActivePolicyUpdate(u)) => u.id.as_ref().is_some_and(odd),
+        Some(Payload::ActivePolicyRemove(r)) => r.id.as_ref().is_some_and(odd),
+        Some(Payload::WorkloadEndpointUpdate(u)) => {
+            u.endpoint.as_ref().is_some_and(|e| tiers(&e.tiers))
+        }
+        Some(Payload::HostEndpointUpdate(u)) => u.endpoint.as_ref().is_some_and(|e| {
+            tiers(&e.tiers)
+                || tiers(&e.untracked_tiers)
+                || tiers(&e.pre_dnat_tiers)
+                || tiers(&e.forward_tiers)
+        }),
+        _ => false,
+    }
+}
+
+/// Rewrites every policy id of `msg` into the form Felix sends today, so that one policy has
+/// one id in the model whichever spelling an update used (and so one chain).
+pub fn canonicalise_policy_ids(msg: &mut ToDataplane) {
+    let fix = |id: &mut PolicyId| {
+        if let Some(c) = names::canonical_policy_id(id) {
+            *id = c;
+        }
+    };
+    let Some(p) = &mut msg.payload else { return };
+    match p {
+        Payload::ActivePolicyUpdate(u) => u.id.iter_mut().for_each(fix),
+        Payload::ActivePolicyRemove(r) => r.id.iter_mut().for_each(fix),
+        _ => {
+            for t in tiers_mut(p) {
+                t.ingress_policies.iter_mut().for_each(fix);
+                t.egress_policies.iter_mut().for_each(fix);
+            }
+        }
+    }
+}
+
 /// A whole node's desired state, in the Felix API's own types, kept in ordered maps so that
 /// rendering does not depend on the order updates arrived in.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -10,11 +10,11 @@ use crate::nft::build::{BuiltRule, TextChain};
 use crate::nft::model::{BaseChain, Chain, Family, Rule};
 use crate::proto::types::PolicyId;
 
-/// nftables' practical chain-name limit (knftables `NameLengthMax`, §5.2).
-pub const MAX_NAME_LEN: usize = 256;
+/// The longest table, chain or set name the kernel takes: `NFT_NAME_MAXLEN` (256) counts the
+/// terminating NUL, and the attribute policy allows 255 bytes before it.
+pub const MAX_NAME_LEN: usize = 255;
 /// nft's comment limit (§5.4, §12).
 pub const MAX_COMMENT_LEN: usize = 128;
-
 /// The iptables table a chain belongs to in Felix, kept as a name prefix (§6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layer {
@@ -68,17 +68,43 @@ pub mod logical {
 /// in a jump target, and a name longer than IFNAMSIZ cannot collide with a real interface.
 pub const ALL_INTERFACES: &str = "all-host-interfaces";
 
-/// Applies Felix's length-limited ID rule (§5.2): `prefix + suffix` when it fits, otherwise
-/// `prefix + "_" + base64url(SHA-256(suffix))` cut to the limit.
+/// Whether a byte may appear in a name as it is: what Kubernetes and Calico names are made of,
+/// and what `nft` can print and parse back. Anything else (NUL, control characters, spaces,
+/// quotes, non-ASCII) makes the name hashed.
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'_' | b'.' | b'/' | b':' | b'@' | b'+' | b'=' | b'~' | b',' | b'%'
+        )
+}
+
+/// `prefix` followed by `_` and base64url(SHA-256(`input`)): 44 bytes after the prefix.
+fn hashed_name(prefix: &str, input: &[u8]) -> String {
+    let mut out = String::with_capacity(prefix.len() + 44);
+    out.push_str(prefix);
+    out.push('_');
+    URL_SAFE_NO_PAD.encode_string(Sha256::digest(input), &mut out);
+    out
+}
+
+/// Felix's length-limited ID rule (§5.2), made total: `prefix + suffix` when the suffix is
+/// plain (only [`name_byte`]s, not starting with `_`) and the name fits the kernel's limit;
+/// otherwise `prefix + "_" + base64url(SHA-256(suffix))`.
+///
+/// Injective over suffixes: a verbatim name never has `_` right after its prefix and a hashed
+/// one always has, and two suffixes share a hash only if SHA-256 collides. Every prefix used
+/// with it ends in `-` and none is a prefix of another, so names of different kinds never meet.
 pub fn limited_name(prefix: &str, suffix: &str) -> String {
-    if prefix.len() + suffix.len() < MAX_NAME_LEN
-        || (prefix.len() + suffix.len() == MAX_NAME_LEN && !suffix.starts_with('_'))
-    {
+    if is_plain(suffix) && prefix.len() + suffix.len() <= MAX_NAME_LEN {
         return format!("{prefix}{suffix}");
     }
-    let hash = URL_SAFE_NO_PAD.encode(Sha256::digest(suffix.as_bytes()));
-    let room = MAX_NAME_LEN - 1 - prefix.len();
-    format!("{prefix}_{}", &hash[..room.min(hash.len())])
+    hashed_name(prefix, suffix.as_bytes())
+}
+
+/// A suffix that may stand verbatim in a name (see [`limited_name`]).
+fn is_plain(suffix: &str) -> bool {
+    !suffix.is_empty() && !suffix.starts_with('_') && suffix.bytes().all(name_byte)
 }
 
 fn iface_suffix(iface: &str) -> &str {
@@ -172,20 +198,46 @@ impl Dirs {
     }
 }
 
-/// Felix's short policy kind (§5.2): `gnp`, `np`, `knp`, `kcnp`, `snp`, `sgnp`, `sknp`.
+/// The short name of a policy kind Felix sends (§5.2), `None` for a kind it does not.
+pub fn known_kind_short(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "GlobalNetworkPolicy" => "gnp",
+        "NetworkPolicy" => "np",
+        "KubernetesNetworkPolicy" => "knp",
+        "KubernetesClusterNetworkPolicy" => "kcnp",
+        "StagedNetworkPolicy" => "snp",
+        "StagedGlobalNetworkPolicy" => "sgnp",
+        "StagedKubernetesNetworkPolicy" => "sknp",
+        _ => return None,
+    })
+}
+
+/// Felix's short policy kind (§5.2): `gnp`, `np`, `knp`, `kcnp`, `snp`, `sgnp`, `sknp`; for
+/// display (comments, log prefixes) any other kind in lower case.
 pub fn kind_short(id: &PolicyId) -> String {
-    match id.kind.as_str() {
-        "GlobalNetworkPolicy" => "gnp".into(),
-        "NetworkPolicy" => "np".into(),
-        "KubernetesNetworkPolicy" => "knp".into(),
-        "KubernetesClusterNetworkPolicy" | "ClusterNetworkPolicy" => "kcnp".into(),
-        "StagedNetworkPolicy" => "snp".into(),
-        "StagedGlobalNetworkPolicy" => "sgnp".into(),
-        "StagedKubernetesNetworkPolicy" => "sknp".into(),
-        "" if id.namespace.is_empty() => "gnp".into(),
-        "" => "np".into(),
-        other => other.to_ascii_lowercase(),
+    match (known_kind_short(&id.kind), id.kind.as_str()) {
+        (Some(k), _) => k.into(),
+        (None, "") if id.namespace.is_empty() => "gnp".into(),
+        (None, "") => "np".into(),
+        (None, other) => other.to_ascii_lowercase(),
     }
+}
+
+/// The same policy named the way Felix names it now, when `id` uses an older spelling of its
+/// kind: none (a global policy without a namespace, a namespaced one with), or the
+/// `ClusterNetworkPolicy` alias. The model keeps policies under this form, so that two
+/// spellings of one policy are one policy and program one chain.
+pub fn canonical_policy_id(id: &PolicyId) -> Option<PolicyId> {
+    let kind = match id.kind.as_str() {
+        "" if id.namespace.is_empty() => "GlobalNetworkPolicy",
+        "" => "NetworkPolicy",
+        "ClusterNetworkPolicy" => "KubernetesClusterNetworkPolicy",
+        _ => return None,
+    };
+    Some(PolicyId {
+        kind: kind.to_string(),
+        ..id.clone()
+    })
 }
 
 /// Staged policies are never programmed (§8.1).
@@ -203,12 +255,29 @@ pub fn policy_suffix(id: &PolicyId) -> String {
 }
 
 /// `<layer>-cali-pi-<suffix>` / `<layer>-cali-po-<suffix>`.
+///
+/// The suffix names the policy unambiguously only when its kind is one Felix sends (or none)
+/// and neither namespace nor name holds a `/`; any other id is hashed whole, its fields
+/// length-prefixed and the input marked with a NUL (which no plain suffix holds), so that no
+/// two ids share a chain.
 pub fn policy_chain(layer: Layer, dir: Direction, id: &PolicyId) -> String {
     let p = match dir {
         Direction::Inbound => "cali-pi-",
         Direction::Outbound => "cali-po-",
     };
-    limited_name(&layer.chain(p), &policy_suffix(id))
+    let prefix = layer.chain(p);
+    let unambiguous = (id.kind.is_empty() || known_kind_short(&id.kind).is_some())
+        && !id.namespace.contains('/')
+        && !id.name.contains('/');
+    if unambiguous {
+        return limited_name(&prefix, &policy_suffix(id));
+    }
+    let mut input = vec![0u8];
+    for field in [&id.kind, &id.namespace, &id.name] {
+        input.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        input.extend_from_slice(field.as_bytes());
+    }
+    hashed_name(&prefix, &input)
 }
 
 /// `<layer>-cali-pri-<name>` / `<layer>-cali-pro-<name>`.
@@ -233,14 +302,33 @@ fn family_digit(family: Family) -> char {
     }
 }
 
-/// The set name of a Felix IP set ID in a family's table: `cali40<id>` cut to 31 chars, then
-/// legalised (`cali40s-AbCd…`, `cali60all-hosts-net`).
+/// The set name of a Felix IP set ID in a family's table: `cali40` (`cali60` for IPv6) and the
+/// ID, legalised, when it has one of the shapes Felix's IDs have — `s:AbCd…` (becoming
+/// `cali40s-AbCd…`) or a plain word like `all-hosts-net` — and otherwise `cali40_` and the
+/// base64url SHA-256 of the ID.
+///
+/// Felix cuts its names to ipset's 31 characters; nf_tables sets have no such limit, and a cut
+/// makes two IDs with a long common prefix one set (a policy leak), so nothing is cut here. The
+/// mapping is injective: a `x:` ID becomes `x-…` and a plain word never has `-` second, so
+/// the two shapes never meet, and hashed names alone have `_` after the family digits.
 pub fn ipset_name(family: Family, id: &str) -> String {
-    let full: String = format!("cali{}0{id}", family_digit(family))
-        .chars()
-        .take(31)
-        .collect();
-    legalise(&full)
+    let prefix = format!("cali{}0", family_digit(family));
+    let b = id.as_bytes();
+    let tail = |t: &[u8]| {
+        !t.is_empty()
+            && t.iter()
+                .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+    };
+    let felix_id = b.len() > 2 && b[0].is_ascii_lowercase() && b[1] == b':' && tail(&b[2..]);
+    let word = !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b.get(1) != Some(&b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if (felix_id || word) && prefix.len() + id.len() <= MAX_NAME_LEN {
+        return legalise(&format!("{prefix}{id}"));
+    }
+    hashed_name(&prefix, id.as_bytes())
 }
 
 /// Name of a content-addressed set of ours (CIDR or port lists shared by every rule that uses
@@ -446,9 +534,18 @@ mod tests {
 
     #[test]
     fn set_names_follow_felix() {
+        // Felix's IDs keep their shape (legalised) and are not cut.
         assert_eq!(
             ipset_name(Family::Ip, "s:AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab"),
-            "cali40s-AbCdEfGhIjKlMnOpQrStUvW"
+            "cali40s-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab"
+        );
+        assert_eq!(ipset_name(Family::Ip, "n:a-b_c"), "cali40n-a-b_c");
+        // Anything else is hashed: it could otherwise meet another ID's name.
+        assert!(ipset_name(Family::Ip, "s-abc").starts_with("cali40_"));
+        assert!(ipset_name(Family::Ip, "a b").starts_with("cali40_"));
+        assert_ne!(
+            ipset_name(Family::Ip, "s-abc"),
+            ipset_name(Family::Ip, "s:abc")
         );
         assert_eq!(
             ipset_name(Family::Ip6, "all-hosts-net"),
@@ -490,5 +587,65 @@ mod tests {
         assert_ne!(ca[..22], ca2[..22]);
         assert!(ca2.ends_with("; hello world_"), "{ca2}");
         assert_eq!(ca.len(), "cali:".len() + 16 + 1);
+    }
+
+    #[test]
+    fn odd_policy_ids_are_hashed_apart() {
+        let id = |kind: &str, ns: &str, name: &str| PolicyId {
+            kind: kind.into(),
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let n = |i: &PolicyId| policy_chain(Layer::Filter, Direction::Inbound, i);
+        // A `/` inside a field would otherwise make two ids one suffix.
+        let a = id("GlobalNetworkPolicy", "a", "b");
+        let b = id("GlobalNetworkPolicy", "", "a/b");
+        assert_eq!(n(&a), "filter-cali-pi-gnp/a/b");
+        assert_ne!(n(&a), n(&b));
+        assert!(n(&b).starts_with("filter-cali-pi-_"), "{}", n(&b));
+        // Kinds Felix does not send are hashed whole, not lower-cased into a known one.
+        assert_ne!(
+            n(&id("Gnp", "", "x")),
+            n(&id("GlobalNetworkPolicy", "", "x"))
+        );
+        // A NUL never reaches the kernel, and a name never passes its limit.
+        let nul = id("", "", "a\0b");
+        assert!(!n(&nul).contains('\0'));
+        assert!(n(&id("", "", &"p".repeat(300))).len() <= MAX_NAME_LEN);
+        assert_eq!(
+            limited_name("filter-cali-pri-", &"x".repeat(239)).len(),
+            MAX_NAME_LEN
+        );
+        assert!(limited_name("filter-cali-pri-", &"x".repeat(240)).starts_with("filter-cali-pri-_"));
+    }
+
+    #[test]
+    fn older_spellings_of_a_kind_are_one_policy() {
+        let id = |kind: &str, ns: &str| PolicyId {
+            kind: kind.into(),
+            namespace: ns.into(),
+            name: "p".into(),
+        };
+        assert_eq!(
+            canonical_policy_id(&id("", "")),
+            Some(id("GlobalNetworkPolicy", ""))
+        );
+        assert_eq!(
+            canonical_policy_id(&id("", "ns")),
+            Some(id("NetworkPolicy", "ns"))
+        );
+        assert_eq!(
+            canonical_policy_id(&id("ClusterNetworkPolicy", "")),
+            Some(id("KubernetesClusterNetworkPolicy", ""))
+        );
+        assert_eq!(canonical_policy_id(&id("NetworkPolicy", "ns")), None);
+        // The canonical form names the same chain the old spelling did.
+        for old in [id("", ""), id("", "ns")] {
+            let new = canonical_policy_id(&old).unwrap_or_else(|| old.clone());
+            assert_eq!(
+                policy_chain(Layer::Filter, Direction::Outbound, &old),
+                policy_chain(Layer::Filter, Direction::Outbound, &new)
+            );
+        }
     }
 }
