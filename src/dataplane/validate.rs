@@ -109,6 +109,43 @@ impl fmt::Display for Idx<'_> {
     }
 }
 
+/// What a rule field needs of the IP sets it names.
+#[derive(Clone, Copy)]
+enum SetUse {
+    /// Addresses or networks (`IP` or `NET`): the set is looked up with an address.
+    Addresses,
+    /// `IP_AND_PORT`: looked up with address, protocol and port.
+    IpAndPort,
+}
+
+impl SetUse {
+    fn takes(self, kind: IpSetType) -> bool {
+        match self {
+            SetUse::Addresses => kind != IpSetType::IpAndPort,
+            SetUse::IpAndPort => kind == IpSetType::IpAndPort,
+        }
+    }
+}
+
+impl fmt::Display for SetUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SetUse::Addresses => "IP or NET",
+            SetUse::IpAndPort => "IP_AND_PORT",
+        })
+    }
+}
+
+/// A protocol as the JSON form writes it, for an error message.
+fn protocol_text(p: &crate::proto::Protocol) -> String {
+    use crate::proto::types::protocol::NumberOrName;
+    match &p.number_or_name {
+        Some(NumberOrName::Number(n)) => n.to_string(),
+        Some(NumberOrName::Name(s)) => s.clone(),
+        None => String::new(),
+    }
+}
+
 struct Ctx<'a> {
     message: &'static str,
     id: String,
@@ -175,7 +212,7 @@ impl Ctx<'_> {
         &self,
         field: &dyn fmt::Display,
         ids: &[String],
-        want: Option<IpSetType>,
+        want: SetUse,
     ) -> Result<(), InputError> {
         for (i, id) in ids.iter().enumerate() {
             match self.model.ipsets.get(id) {
@@ -188,14 +225,12 @@ impl Ctx<'_> {
                 }
                 Some(members) => {
                     let kind = members.kind();
-                    if let Some(w) = want {
-                        if kind != w {
-                            return Err(self.err(
-                                format!("{field}[{i}]"),
-                                id,
-                                &format!("references an IP set of type {kind:?}, needs {w:?}"),
-                            ));
-                        }
+                    if !want.takes(kind) {
+                        return Err(self.err(
+                            format!("{field}[{i}]"),
+                            id,
+                            &format!("references an IP set of type {kind:?}, needs {want}"),
+                        ));
                     }
                 }
             }
@@ -247,6 +282,66 @@ impl Ctx<'_> {
                 ))
             }
         }
+        if !matches!(r.ip_version, 0 | 4 | 6) {
+            return Err(self.err(
+                format!("{field}.ip_version"),
+                r.ip_version.to_string(),
+                "IP version must be 4, 6 or unset",
+            ));
+        }
+        // A rule the renderer could not express exactly would have to be left out, and a
+        // deny or log left out lets through what the policy stops: refused here instead.
+        let mut icmp_proto = true;
+        for (name, p) in [("protocol", &r.protocol), ("not_protocol", &r.not_protocol)] {
+            let Some(p) = p else { continue };
+            match crate::rules::policy::protocol_number(p, crate::nft::model::Family::Ip) {
+                Some(n) => {
+                    if name == "protocol" {
+                        icmp_proto = matches!(n, 1 | 58);
+                    }
+                }
+                None => {
+                    return Err(self.err(
+                        format!("{field}.{name}"),
+                        protocol_text(p),
+                        "protocol must be a number from 0 to 255 or one of tcp, udp, sctp, \
+                         udplite, icmp, icmpv6",
+                    ))
+                }
+            }
+        }
+        use crate::proto::types::rule::{Icmp, NotIcmp};
+        let icmp = r.icmp.as_ref().map(|i| match i {
+            Icmp::IcmpType(t) => ("icmp", *t, None),
+            Icmp::IcmpTypeCode(tc) => ("icmp", tc.r#type, Some(tc.code)),
+        });
+        let not_icmp = r.not_icmp.as_ref().map(|i| match i {
+            NotIcmp::NotIcmpType(t) => ("not_icmp", *t, None),
+            NotIcmp::NotIcmpTypeCode(tc) => ("not_icmp", tc.r#type, Some(tc.code)),
+        });
+        for (name, t, c) in icmp.into_iter().chain(not_icmp) {
+            if !(0..=255).contains(&t) {
+                return Err(self.err(
+                    format!("{field}.{name}.type"),
+                    t.to_string(),
+                    "ICMP type must be from 0 to 255",
+                ));
+            }
+            if let Some(c) = c.filter(|c| !(0..=255).contains(c)) {
+                return Err(self.err(
+                    format!("{field}.{name}.code"),
+                    c.to_string(),
+                    "ICMP code must be from 0 to 255",
+                ));
+            }
+            if !icmp_proto {
+                return Err(self.err(
+                    format!("{field}.{name}"),
+                    t.to_string(),
+                    "an ICMP type needs protocol icmp or icmpv6 (or none)",
+                ));
+            }
+        }
         self.cidrs(&Sub(field, ".src_net"), &r.src_net)?;
         self.cidrs(&Sub(field, ".dst_net"), &r.dst_net)?;
         self.cidrs(&Sub(field, ".not_src_net"), &r.not_src_net)?;
@@ -255,19 +350,20 @@ impl Ctx<'_> {
         self.ports(&Sub(field, ".dst_ports"), &r.dst_ports)?;
         self.ports(&Sub(field, ".not_src_ports"), &r.not_src_ports)?;
         self.ports(&Sub(field, ".not_dst_ports"), &r.not_dst_ports)?;
-        self.sets_exist(&Sub(field, ".src_ip_set_ids"), &r.src_ip_set_ids, None)?;
-        self.sets_exist(&Sub(field, ".dst_ip_set_ids"), &r.dst_ip_set_ids, None)?;
+        let addrs = SetUse::Addresses;
+        self.sets_exist(&Sub(field, ".src_ip_set_ids"), &r.src_ip_set_ids, addrs)?;
+        self.sets_exist(&Sub(field, ".dst_ip_set_ids"), &r.dst_ip_set_ids, addrs)?;
         self.sets_exist(
             &Sub(field, ".not_src_ip_set_ids"),
             &r.not_src_ip_set_ids,
-            None,
+            addrs,
         )?;
         self.sets_exist(
             &Sub(field, ".not_dst_ip_set_ids"),
             &r.not_dst_ip_set_ids,
-            None,
+            addrs,
         )?;
-        let ipp = Some(IpSetType::IpAndPort);
+        let ipp = SetUse::IpAndPort;
         self.sets_exist(
             &Sub(field, ".src_named_port_ip_set_ids"),
             &r.src_named_port_ip_set_ids,
@@ -351,6 +447,20 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             }
             let kind = IpSetType::try_from(u.r#type)
                 .map_err(|_| c.err("type", u.r#type.to_string(), "unknown IP set type"))?;
+            if let Some(before) = model.ipsets.get(&u.id).map(Members::kind) {
+                if before != kind {
+                    if let Some(user) = ipset_users(model, &u.id).into_iter().next() {
+                        return Err(c.err(
+                            "type",
+                            format!("{kind:?}"),
+                            &format!(
+                                "the IP set is of type {before:?} and still referenced by {user}; \
+                                 a set changes type only when nothing uses it"
+                            ),
+                        ));
+                    }
+                }
+            }
             return match Members::try_parse(kind, &u.members) {
                 Ok(parsed) => Ok(Some(parsed)),
                 Err(i) => Err(not_member(&c, "members", i, kind, &u.members[i])),
@@ -366,6 +476,7 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
                 ));
             };
             members(&c, "added_members", kind, &d.added_members)?;
+            members(&c, "removed_members", kind, &d.removed_members)?;
         }
         Payload::IpsetRemove(r) => {
             c.id = r.id.clone();
@@ -577,6 +688,7 @@ pub fn validate_all(
     let mut valid = Vec::with_capacity(msgs.len());
     let mut seen: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
     for (i, mut m) in msgs.into_iter().enumerate() {
+        crate::rules::canonicalise_policy_ids(&mut m);
         let members = match validate(&model, &m) {
             Ok(members) => members,
             Err(e) => {
@@ -718,6 +830,135 @@ mod tests {
         assert_eq!(
             errors(&[SET, POLICY, PROFILE, POLICY_GONE, PROFILE_GONE, SET_GONE]),
             Vec::new()
+        );
+    }
+
+    /// The errors of a stream of updates, each checked against the model the ones before it
+    /// left (as the daemon does).
+    fn stream(lines: &[&str]) -> Vec<(usize, String, String)> {
+        let mut model = Model::default();
+        let mut out = Vec::new();
+        for (i, m) in doc(lines).into_iter().enumerate() {
+            match validate(&model, &m) {
+                Ok(members) => model.apply_parsed(&m, members),
+                Err(e) => out.push((i, e.field, e.value)),
+            }
+        }
+        out
+    }
+
+    fn policy_with(rule: &str) -> String {
+        format!(
+            r#"{{"active_policy_update":{{"id":{{"name":"p"}},"policy":{{"inbound_rules":[{rule}]}}}}}}"#
+        )
+    }
+
+    /// Values the renderer could not express exactly are refused, naming the field and the
+    /// value: a rule left out would let through what a deny or log in it stops.
+    #[test]
+    fn rules_the_renderer_cannot_express_exactly_are_refused() {
+        let field = "policy.inbound_rules[0]";
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                r#"{"action":"deny","protocol":{"number":300}}"#,
+                "protocol",
+                "300",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"number":-1}}"#,
+                "protocol",
+                "-1",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"name":"tcpx"}}"#,
+                "protocol",
+                "tcpx",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"name":"256"}}"#,
+                "protocol",
+                "256",
+            ),
+            (
+                r#"{"action":"log","not_protocol":{"name":"bogus"}}"#,
+                "not_protocol",
+                "bogus",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"name":"icmp"},"icmp_type":300}"#,
+                "icmp.type",
+                "300",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"name":"icmp"},"icmp_type_code":{"type":3,"code":256}}"#,
+                "icmp.code",
+                "256",
+            ),
+            (
+                r#"{"action":"deny","not_icmp_type":-5}"#,
+                "not_icmp.type",
+                "-5",
+            ),
+            (
+                r#"{"action":"deny","protocol":{"name":"tcp"},"icmp_type":8}"#,
+                "icmp",
+                "8",
+            ),
+        ];
+        for (rule, f, value) in cases {
+            let errs = errors(&[&policy_with(rule)]);
+            assert_eq!(
+                errs,
+                vec![(0, format!("{field}.{f}"), value.to_string())],
+                "{rule}"
+            );
+        }
+        // What Felix sends stays accepted.
+        for rule in [
+            r#"{"action":"deny","protocol":{"name":"TCP"}}"#,
+            r#"{"action":"deny","protocol":{"number":47}}"#,
+            r#"{"action":"deny","protocol":{"name":"ICMPv6"},"icmp_type_code":{"type":1,"code":4}}"#,
+            r#"{"action":"allow","protocol":{"name":"udplite"}}"#,
+            r#"{"action":"deny","not_icmp_type":8}"#,
+        ] {
+            assert_eq!(errors(&[&policy_with(rule)]), Vec::new(), "{rule}");
+        }
+    }
+
+    #[test]
+    fn ip_set_deltas_and_types_are_checked_both_ways() {
+        let ip = r#"{"ipset_update":{"id":"s:a","type":"IP","members":["10.0.0.1"]}}"#;
+        let del = |m: &str| {
+            format!(r#"{{"ipset_delta_update":{{"id":"s:a","removed_members":["{m}"]}}}}"#)
+        };
+        assert_eq!(
+            errors(&[ip, &del("garbage!!")]),
+            vec![(1, "removed_members[0]".into(), "garbage!!".into())]
+        );
+        assert_eq!(
+            errors(&[ip, &del("10.0.0.1,tcp:80")]),
+            vec![(1, "removed_members[0]".into(), "10.0.0.1,tcp:80".into())]
+        );
+        assert_eq!(errors(&[ip, &del("10.0.0.1")]), Vec::new());
+        // A set referenced for addresses cannot become a set of address/port pairs...
+        let retyped =
+            r#"{"ipset_update":{"id":"s:a","type":"IP_AND_PORT","members":["10.0.0.1,tcp:80"]}}"#;
+        assert_eq!(
+            stream(&[ip, POLICY, retyped]),
+            vec![(2, "type".into(), "IpAndPort".into())]
+        );
+        // ... but may while nothing uses it.
+        assert_eq!(stream(&[ip, retyped]), Vec::new());
+        // Address fields need address sets; named ports need address/port sets.
+        let ipp =
+            r#"{"ipset_update":{"id":"s:a","type":"IP_AND_PORT","members":["10.0.0.1,tcp:80"]}}"#;
+        assert_eq!(
+            errors(&[ipp, POLICY]),
+            vec![(
+                1,
+                "policy.inbound_rules[0].src_ip_set_ids[0]".into(),
+                "s:a".into()
+            )]
         );
     }
 }
