@@ -562,12 +562,24 @@ impl Renderer {
         } else {
             format!("{}/{}", log.namespace, log.name)
         };
-        self.cfg
+        let prefix = self
+            .cfg
             .log_prefix
             .replace("%k", &log.kind)
             .replace("%n", &log.name)
             .replace("%p", &ns_name)
-            .replace("%t", &log.tier)
+            .replace("%t", &log.tier);
+        // The kernel keeps a prefix up to its first NUL, so a NUL (or any control character,
+        // which would also break the log line) in a name would program something else than
+        // what is read back: they become `_`.
+        if prefix.chars().any(char::is_control) {
+            prefix
+                .chars()
+                .map(|c| if c.is_control() { '_' } else { c })
+                .collect()
+        } else {
+            prefix
+        }
     }
 
     /// One policy/profile chain from a rule list. An empty chain keeps one no-op rule with the
