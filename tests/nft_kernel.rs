@@ -534,6 +534,16 @@ fn a_batch_with_one_bad_object_changes_nothing_and_names_the_object() {
             "{msg}"
         );
         assert_eq!(err.errno(), Some(libc::ENOENT), "{err:?}");
+        // The object, structured, for the caller to find the input that made it.
+        assert_eq!(
+            err.target(),
+            Some(&felix_nft::nft::error::Target {
+                family: Family::Ip,
+                table: "calico".into(),
+                object: felix_nft::nft::error::ObjectRef::Chain("filter-cali-tw-cali12".into()),
+            })
+        );
+        assert!(err.is_refusal());
         assert_eq!(read(&mut k, &small_table()), before);
         assert_eq!(nft(&["list", "ruleset"]), before_text);
     });

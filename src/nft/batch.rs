@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use super::codec::{self, CodecError, MsgWriter};
 use super::consts::*;
+use super::error::{ObjectRef, Target};
 use super::model::*;
 
 /// Budget for one element list, under the 64 KiB attribute limit with room for headers.
@@ -94,7 +95,7 @@ pub struct Encoded {
 /// descriptions cost ~100 bytes per rule, 16 MB of a large full load (issue 9's RSS).
 #[derive(Debug, Clone)]
 enum Desc {
-    Text(String),
+    Text(String, Target),
     Rule { offset: u32, index: u32 },
 }
 
@@ -110,10 +111,36 @@ impl Encoded {
         seq.checked_sub(self.first_seq + 1)
             .and_then(|i| self.descs.get(i as usize))
             .map(|d| match d {
-                Desc::Text(t) => t.clone(),
+                Desc::Text(t, _) => t.clone(),
                 Desc::Rule { offset, index } => self.describe_rule(*offset as usize, *index),
             })
             .unwrap_or_else(|| format!("message seq {seq} (not in this batch)"))
+    }
+
+    /// The object the message with sequence number `seq` was about; `None` for BEGIN, END or a
+    /// number not in this batch.
+    pub fn target(&self, seq: u32) -> Option<Target> {
+        let d = seq
+            .checked_sub(self.first_seq + 1)
+            .and_then(|i| self.descs.get(i as usize))?;
+        match d {
+            Desc::Text(_, t) => Some(t.clone()),
+            Desc::Rule { offset, .. } => {
+                let offset = *offset as usize;
+                let len = self
+                    .bytes
+                    .get(offset..offset + 4)
+                    .and_then(|h| h.try_into().ok())
+                    .map(u32::from_ne_bytes)? as usize;
+                let payload = self.bytes.get(offset + NLMSG_HDRLEN..offset + len)?;
+                let r = codec::decode_rule_ref(payload).ok()?;
+                Some(Target {
+                    family: r.family,
+                    table: r.table.to_string(),
+                    object: ObjectRef::Chain(r.chain.to_string()),
+                })
+            }
+        }
     }
 
     /// "adding rule 3 of chain C in table ip T (comment)", from the NEWRULE message at `offset`.
@@ -197,15 +224,22 @@ impl Batch {
         self.descs.is_empty()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn msg(
         &mut self,
         ty: u16,
         flags: u16,
         family: Family,
+        (table, object): (&str, ObjectRef),
         desc: impl FnOnce() -> String,
         body: impl FnOnce(&mut MsgWriter) -> Result<(), CodecError>,
     ) -> Result<(), CodecError> {
-        self.msg_desc(ty, flags, family, |_| Desc::Text(desc()), body)
+        let target = Target {
+            family,
+            table: table.to_string(),
+            object,
+        };
+        self.msg_desc(ty, flags, family, |_| Desc::Text(desc(), target), body)
     }
 
     /// [`Batch::msg`] with the description made from the message's offset in the batch.
@@ -242,6 +276,7 @@ impl Batch {
             NFT_MSG_NEWTABLE,
             NLM_F_CREATE,
             family,
+            (name, ObjectRef::Table),
             || format!("adding table {} {name} (flags 0x{flags:x})", family.name()),
             |w| {
                 codec::put_table(w, name, flags);
@@ -256,6 +291,7 @@ impl Batch {
             NFT_MSG_DELTABLE,
             0,
             family,
+            (name, ObjectRef::Table),
             || format!("deleting table {} {name}", family.name()),
             |w| {
                 codec::put_table_ref(w, name);
@@ -270,6 +306,7 @@ impl Batch {
             NFT_MSG_NEWCHAIN,
             NLM_F_CREATE,
             family,
+            (table, ObjectRef::Chain(chain.name.clone())),
             || {
                 format!(
                     "adding {}chain {} in table {} {table}",
@@ -291,6 +328,7 @@ impl Batch {
             NFT_MSG_DELRULE,
             0,
             family,
+            (table, ObjectRef::Chain(chain.to_string())),
             || format!("flushing chain {chain} in table {} {table}", family.name()),
             |w| {
                 codec::put_rule_chain_ref(w, table, chain);
@@ -305,6 +343,7 @@ impl Batch {
             NFT_MSG_DELCHAIN,
             0,
             family,
+            (table, ObjectRef::Chain(chain.to_string())),
             || format!("deleting chain {chain} in table {} {table}", family.name()),
             |w| {
                 codec::put_chain_ref(w, table, chain);
@@ -366,6 +405,7 @@ impl Batch {
             NFT_MSG_DELRULE,
             0,
             family,
+            (table, ObjectRef::Chain(chain.to_string())),
             || {
                 format!(
                     "deleting rule handle {handle} of chain {chain} in table {} {table}",
@@ -391,6 +431,7 @@ impl Batch {
             NFT_MSG_NEWSET,
             NLM_F_CREATE,
             family,
+            (table, ObjectRef::Set(set.name.clone())),
             || {
                 format!(
                     "adding {} {} in table {} {table}",
@@ -412,6 +453,7 @@ impl Batch {
             NFT_MSG_DELSET,
             0,
             family,
+            (table, ObjectRef::Set(set.to_string())),
             || format!("deleting set {set} in table {} {table}", family.name()),
             |w| {
                 codec::put_set_ref(w, table, set);
@@ -458,6 +500,7 @@ impl Batch {
                     0
                 },
                 family,
+                (table, ObjectRef::Set(set.to_string())),
                 || {
                     format!(
                         "{verb} elements {from}..{} of set {set} in table {} {table}",

@@ -80,6 +80,7 @@ fn rejected(what: &str, e: super::socket::ErrorReply) -> NftError {
         ext_ack: e.ext_ack,
         attr_offset: e.attr_offset,
         more: 0,
+        target: None,
         source: std::io::Error::from_raw_os_error(e.errno),
     }
 }

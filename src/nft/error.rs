@@ -4,6 +4,27 @@
 use std::io;
 
 use super::codec::CodecError;
+use super::model::Family;
+
+/// The object a batch message was about, for a caller that must know which of its inputs the
+/// kernel refused (a rule names its chain, an element list its set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub family: Family,
+    pub table: String,
+    pub object: ObjectRef,
+}
+
+/// An object in a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectRef {
+    /// The table itself.
+    Table,
+    /// A chain, or one of its rules.
+    Chain(String),
+    /// A set or map, or some of its elements.
+    Set(String),
+}
 
 /// Errors of talking to nf_tables.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +49,9 @@ pub enum NftError {
         attr_offset: Option<u32>,
         /// Further errors reported for later messages of the same batch.
         more: usize,
+        /// The object the refused message was about, when it was about one (not the batch's
+        /// BEGIN or END).
+        target: Option<Box<Target>>,
         #[source]
         source: io::Error,
     },
@@ -70,6 +94,20 @@ impl NftError {
             NftError::Rejected { errno, .. } => *errno == super::consts::ERESTART,
             _ => false,
         }
+    }
+
+    /// The object a refused batch message was about.
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            NftError::Rejected { target, .. } => target.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// True when the kernel refused a message of a batch (not the generation check): the
+    /// batch held something the kernel would not take.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, NftError::Rejected { .. }) && !self.is_restart()
     }
 
     /// The errno of a kernel refusal (or of the socket failure).

@@ -774,6 +774,7 @@ impl NftKernel for FakeKernel {
             ext_ack: None,
             attr_offset: None,
             more: 0,
+            target: None,
             source: std::io::Error::from_raw_os_error(libc::EINVAL),
         })?;
         if !dry_run {

@@ -48,6 +48,7 @@ pub fn send_batch(sock: &mut NfSocket, enc: &Encoded) -> Result<(), NftError> {
         ext_ack: first.ext_ack,
         attr_offset: first.attr_offset,
         more: errors.len(),
+        target: enc.target(first.seq).map(Box::new),
         source: std::io::Error::from_raw_os_error(first.errno),
     })
 }
