@@ -35,6 +35,9 @@ use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
 use super::status::StatusReporter;
 use super::Dataplane;
 
+/// The most commits one apply makes to isolate inputs the kernel refuses.
+const MAX_ISOLATION_ROUNDS: usize = 64;
+
 /// Loop tuning (Felix's values by default).
 #[derive(Debug, Clone)]
 pub struct LoopOptions {
@@ -295,8 +298,30 @@ impl<K: Kernel> Driver<K> {
         // The previous apply's conntrack cleanup ends first: an address that went away may come
         // back with this apply, and its new flows must not be deleted.
         self.settle_conntrack().await;
-        // Routes, neighbours and interface configuration are computed only when one of those
-        // phases has work: an IP set member must not cost a pass over every workload.
+        if !self.first_apply_done && self.summary.applies == 0 {
+            self.kernel
+                .globals(self.dp.cfg.ip_forwarding, self.dp.cfg.ipv6)
+                .await
+                .map_err(DriverError::Globals)?;
+        }
+        self.summary.applies += 1;
+        let mut failed: Option<KernelError> = None;
+        let mut table_ops = 0;
+        let mut commit_time = Duration::ZERO;
+
+        // 1. nf_tables: one transaction for both families.
+        if self.dp.dirty.tables || self.resync_tables {
+            let (ops, time, res) = self.apply_tables().await?;
+            table_ops = ops;
+            commit_time = time;
+            if let Err(e) = res {
+                failed = Some(e);
+            }
+        }
+
+        // Routes, neighbours and interface configuration are computed after the tables (a
+        // quarantined endpoint changes them), and only when one of those phases has work: an
+        // IP set member must not cost a pass over every workload.
         let host_work = !self.dp.dirty.ifaces.is_empty()
             || (!self.dp.cfg.route_sync_disabled
                 && (self.dp.dirty.routes || self.dp.dirty.neighbours || self.resync_routes));
@@ -315,76 +340,6 @@ impl<K: Kernel> Driver<K> {
         } else {
             super::Desired::default()
         };
-        if !self.first_apply_done && self.summary.applies == 0 {
-            self.kernel
-                .globals(self.dp.cfg.ip_forwarding, self.dp.cfg.ipv6)
-                .await
-                .map_err(DriverError::Globals)?;
-        }
-        self.summary.applies += 1;
-        let mut failed: Option<KernelError> = None;
-        let mut table_ops = 0;
-        let mut commit_time = Duration::ZERO;
-
-        // 1. nf_tables: one transaction for both families.
-        if self.dp.dirty.tables || self.resync_tables {
-            let mode = if self.table_failures >= self.opts.rebuild_after {
-                TableMode::Rebuild
-            } else if self.resync_tables {
-                TableMode::Resync
-            } else {
-                TableMode::Incremental
-            };
-            let model_changed = self.dp.dirty.tables;
-            // Only what changed goes to the kernel side, which keeps the rest (issue 9).
-            let patch = TablesInput::Patch(self.dp.tables_patch());
-            match self.kernel.tables(patch, mode).await {
-                Ok(out) => {
-                    table_ops = out.ops;
-                    commit_time = out.commit_time;
-                    if mode == TableMode::Resync
-                        && !model_changed
-                        && out.ops > 0
-                        && self.first_apply_done
-                    {
-                        self.summary.drift_repairs += 1;
-                        if let Some(ops) = &self.ops {
-                            ops.metrics.record_drift_repairs("nftables", out.ops as u64);
-                        }
-                        tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
-                    }
-                    if mode == TableMode::Rebuild {
-                        if let Some(ops) = &self.ops {
-                            ops.metrics.record_table_rebuild();
-                        }
-                        tracing::warn!("tables rebuilt atomically after repeated failures");
-                    }
-                    if let Some(ops) = &self.ops {
-                        ops.metrics.record_nft_call(true);
-                    }
-                    self.dp.dirty.tables = false;
-                    self.resync_tables = false;
-                    self.table_failures = 0;
-                }
-                Err(e) => {
-                    self.table_failures += 1;
-                    if let Some(ops) = &self.ops {
-                        ops.metrics.record_nft_call(false);
-                    }
-                    tracing::error!(failures = self.table_failures, mode = ?mode, error = %chain(&e), "programming nf_tables failed; will retry");
-                    // Re-read before the next attempt: what we believe may be wrong.
-                    self.resync_tables = true;
-                    if self.table_failures >= self.opts.give_up_after {
-                        return Err(DriverError::GaveUp {
-                            failures: self.table_failures,
-                            last: e,
-                        });
-                    }
-                    failed = Some(e);
-                }
-            }
-        }
-
         // 2. Routes, then 3. static ARP entries.
         let mut moved: Vec<IpAddr> = Vec::new();
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
@@ -539,6 +494,122 @@ impl<K: Kernel> Driver<K> {
             "apply"
         );
         Ok(())
+    }
+
+    /// The nf_tables phase: one commit, or — when the kernel refuses what an input rendered
+    /// to — the commits that find that input, quarantine it and program everything else
+    /// ([`super::quarantine`]). Returns the operations and commit time of the last commit, and
+    /// the failure that is not about one input, if any; `Err` when the loop must give up.
+    async fn apply_tables(
+        &mut self,
+    ) -> Result<(usize, Duration, Result<(), KernelError>), DriverError> {
+        let mut commit_time = Duration::ZERO;
+        // Each round quarantines an input or halves the suspects: bounded by their number's
+        // logarithm per input at fault; the cap only guards against a kernel that answers
+        // differently each time.
+        for _ in 0..MAX_ISOLATION_ROUNDS {
+            let mode = if self.table_failures >= self.opts.rebuild_after {
+                TableMode::Rebuild
+            } else if self.resync_tables {
+                TableMode::Resync
+            } else {
+                TableMode::Incremental
+            };
+            let model_changed = self.dp.dirty.tables;
+            // Only what changed goes to the kernel side, which keeps the rest (issue 9).
+            let patch = TablesInput::Patch(self.dp.tables_patch());
+            match self.kernel.tables(patch, mode).await {
+                Ok(out) => {
+                    commit_time += out.commit_time;
+                    if mode == TableMode::Resync
+                        && !model_changed
+                        && out.ops > 0
+                        && self.first_apply_done
+                    {
+                        self.summary.drift_repairs += 1;
+                        if let Some(ops) = &self.ops {
+                            ops.metrics.record_drift_repairs("nftables", out.ops as u64);
+                        }
+                        tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
+                    }
+                    if mode == TableMode::Rebuild {
+                        if let Some(ops) = &self.ops {
+                            ops.metrics.record_table_rebuild();
+                        }
+                        tracing::warn!("tables rebuilt atomically after repeated failures");
+                    }
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_nft_call(true);
+                    }
+                    self.dp.dirty.tables = false;
+                    self.resync_tables = false;
+                    self.table_failures = 0;
+                    let found = self.dp.tables_committed();
+                    self.quarantine_changed(found.is_some());
+                    if self.dp.dirty.tables {
+                        // Inputs held back while bisecting came back, or one was quarantined:
+                        // another commit.
+                        continue;
+                    }
+                    return Ok((out.ops, commit_time, Ok(())));
+                }
+                Err(e) => {
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_nft_call(false);
+                    }
+                    // Re-read before the next attempt: what we believe may be wrong.
+                    self.resync_tables = true;
+                    let refusal = match &e {
+                        KernelError::Nft(n) if n.is_refusal() => Some(n.target().cloned()),
+                        _ => None,
+                    };
+                    if let Some(target) = refusal {
+                        let reason = chain(&e);
+                        match self.dp.isolate(target.as_ref(), &reason) {
+                            super::quarantine::Isolation::Quarantined(keys) => {
+                                self.quarantine_changed(true);
+                                tracing::warn!(
+                                    inputs = keys.len(),
+                                    "committing again without the quarantined inputs"
+                                );
+                                continue;
+                            }
+                            super::quarantine::Isolation::Bisecting { .. } => continue,
+                            super::quarantine::Isolation::NotAboutAnInput => {}
+                        }
+                    }
+                    self.table_failures += 1;
+                    tracing::error!(failures = self.table_failures, mode = ?mode, error = %chain(&e), "programming nf_tables failed; will retry");
+                    if self.table_failures >= self.opts.give_up_after {
+                        return Err(DriverError::GaveUp {
+                            failures: self.table_failures,
+                            last: e,
+                        });
+                    }
+                    return Ok((0, commit_time, Err(e)));
+                }
+            }
+        }
+        self.dp.abandon_isolation();
+        self.table_failures += 1;
+        Ok((
+            0,
+            commit_time,
+            Err(KernelError::Other(format!(
+                "the kernel kept refusing after {MAX_ISOLATION_ROUNDS} attempts to isolate the input at fault"
+            ))),
+        ))
+    }
+
+    /// The quarantine changed (`grew`) or may have: the metrics follow.
+    fn quarantine_changed(&mut self, grew: bool) {
+        if let Some(ops) = &self.ops {
+            if grew {
+                ops.metrics.record_quarantine();
+            }
+            ops.metrics
+                .set_quarantined(self.dp.quarantined().len() as u64);
+        }
     }
 
     async fn send(&mut self, mut m: FromDataplane) {

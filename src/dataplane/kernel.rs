@@ -672,6 +672,32 @@ pub struct FakeKernel {
     pub commits: usize,
     /// Every routes call reports this many unknown routes still in their grace period (§15).
     pub routes_in_grace: usize,
+    /// Refuse every commit whose tables hold a rule whose comment contains this text, as the
+    /// kernel refuses an object it cannot take.
+    pub refuse_comment: Option<String>,
+    /// Name the refused chain in the error (the kernel's extended ACK does); else name nothing.
+    pub name_refused: bool,
+}
+
+impl FakeKernel {
+    /// The first chain of `tables` holding a rule the fake refuses.
+    fn refused(&self) -> Option<crate::nft::error::Target> {
+        let marker = self.refuse_comment.as_deref()?;
+        self.desired.iter().find_map(|t| {
+            t.chains
+                .values()
+                .find(|c| {
+                    c.rules
+                        .iter()
+                        .any(|r| r.comment.as_deref().is_some_and(|x| x.contains(marker)))
+                })
+                .map(|c| crate::nft::error::Target {
+                    family: t.family,
+                    table: t.name.clone(),
+                    object: crate::nft::error::ObjectRef::Chain(c.name.clone()),
+                })
+        })
+    }
 }
 
 impl Kernel for FakeKernel {
@@ -694,6 +720,18 @@ impl Kernel for FakeKernel {
         if self.fail_tables > 0 || (mode == TableMode::Rebuild && self.fail_rebuild) {
             self.fail_tables = self.fail_tables.saturating_sub(1);
             return Err(KernelError::Other("injected nf_tables failure".into()));
+        }
+        if let Some(t) = self.refused() {
+            let what = format!("{:?}", t.object);
+            return Err(KernelError::Nft(NftError::Rejected {
+                object: format!("adding {what} (injected refusal)"),
+                errno: libc::EINVAL,
+                ext_ack: None,
+                attr_offset: None,
+                more: 0,
+                target: self.name_refused.then(|| Box::new(t)),
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            }));
         }
         let changed = &self.committed != desired;
         if mode != TableMode::DryRun && changed {

@@ -22,6 +22,7 @@
 pub mod driver;
 pub mod kernel;
 pub mod oneshot;
+pub mod quarantine;
 pub mod status;
 pub mod validate;
 
@@ -367,6 +368,8 @@ pub struct Dataplane {
     pub dirty: Dirty,
     /// Workload interfaces whose configuration failed (their endpoint reports `down`).
     conf_failed: BTreeSet<String>,
+    /// The undo log since the last good commit, and the updates the kernel refused.
+    book: quarantine::Book,
 }
 
 impl Dataplane {
@@ -392,6 +395,7 @@ impl Dataplane {
             default_rp_filter,
             dirty: Dirty::all(),
             conf_failed: BTreeSet::new(),
+            book: quarantine::Book::default(),
         })
     }
 
@@ -409,6 +413,10 @@ impl Dataplane {
             return self.on_update(&owned);
         }
         let members = validate::validate(&self.model, msg)?;
+        if let Some(p) = &msg.payload {
+            self.unquarantine_for(p);
+            self.remember(p);
+        }
         if self.note(msg) {
             self.model.apply_parsed(msg, members);
             self.dirty.tables |= self.changes.any();
@@ -421,6 +429,9 @@ impl Dataplane {
     /// document is not validated twice, nor its IP set members parsed twice, and the message
     /// moves into the model instead of being copied.
     pub fn on_validated_update(&mut self, valid: validate::Valid) {
+        if let Some(p) = &valid.msg.payload {
+            self.remember(p);
+        }
         if self.note(&valid.msg) {
             self.model.apply_owned(valid.msg, valid.members);
             self.dirty.tables |= self.changes.any();
@@ -958,7 +969,11 @@ impl Dataplane {
         status::WorkloadStatuses<'_>,
         BTreeMap<HostEndpointId, Status>,
     ) {
-        let status = |wep: &WorkloadEndpoint| {
+        let status = |id: &WorkloadEndpointId, wep: &WorkloadEndpoint| {
+            if self.quarantine_touches(&quarantine::ObjKey::Workload(id.clone()), Some(wep)) {
+                // What is programmed for it is not what was asked (§1.3: `error`).
+                return Status::Error;
+            }
             let up = wep.state == "active"
                 && self.ifaces.get(&wep.name).is_some_and(|i| i.oper_up)
                 && !self.conf_failed.contains(&wep.name);
@@ -968,20 +983,33 @@ impl Dataplane {
                 Status::Down
             }
         };
-        let w = if scope.all {
+        // A quarantined endpoint that had no good version is not in the model: it reports
+        // `error` as it was sent.
+        let set_aside = self.book.quarantined.iter().filter_map(|(k, q)| match k {
+            quarantine::ObjKey::Workload(id) if !self.model.workloads.contains_key(id) => {
+                q.workload().map(|w| (id, (Status::Error, w)))
+            }
+            _ => None,
+        });
+        let mut w: status::WorkloadStatuses<'_> = if scope.all {
             self.model
                 .workloads
                 .iter()
-                .map(|(id, wep)| (id, (status(wep), wep)))
+                .map(|(id, wep)| (id, (status(id, wep), wep)))
                 .collect()
         } else {
             scope
                 .workloads
                 .iter()
                 .filter_map(|id| self.model.workloads.get_key_value(id))
-                .map(|(id, wep)| (id, (status(wep), wep)))
+                .map(|(id, wep)| (id, (status(id, wep), wep)))
                 .collect()
         };
+        for (id, st) in set_aside {
+            if scope.all || scope.workloads.contains(id) {
+                w.insert(id, st);
+            }
+        }
         let mut h = BTreeMap::new();
         if !(scope.all || scope.hosts) {
             return (w, h);

@@ -68,6 +68,8 @@ pub struct Metrics {
     batch_bytes: Histogram,
     batch_messages: Histogram,
     table_rebuilds: IntCounter,
+    quarantines: IntCounter,
+    quarantined: IntGauge,
     last_apply: Gauge,
     process: ProcessGauges,
 }
@@ -223,6 +225,14 @@ impl Metrics {
                 "felix_nft_agent_table_rebuilds_total",
                 "Atomic rebuilds of our tables after repeated apply failures.",
             )?,
+            quarantines: b.counter(
+                "felix_nft_agent_quarantines_total",
+                "Updates set aside because the kernel refused what they render to.",
+            )?,
+            quarantined: b.int_gauge(
+                "felix_nft_agent_quarantined_updates",
+                "Updates set aside now (their objects keep their last good version).",
+            )?,
             last_apply: b.gauge(
                 "felix_nft_agent_last_apply_success_timestamp_seconds",
                 "Unix time of the last successful dataplane apply.",
@@ -334,6 +344,16 @@ impl Metrics {
     /// Our tables were rebuilt atomically after repeated failures.
     pub fn record_table_rebuild(&self) {
         self.table_rebuilds.inc();
+    }
+
+    /// An update was quarantined.
+    pub fn record_quarantine(&self) {
+        self.quarantines.inc();
+    }
+
+    /// How many updates are quarantined now.
+    pub fn set_quarantined(&self, n: u64) {
+        self.quarantined.set(n as i64);
     }
 
     /// The registry, for callers that add their own collectors.

@@ -127,6 +127,21 @@ enum Key {
     Profile(Tbl, Layer, String),
 }
 
+/// The input behind an object of the tables, as [`Incremental::producers`] tells it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Producer {
+    /// The workload endpoint on this interface.
+    Workload(String),
+    /// The host endpoint(s) on this interface.
+    HostEndpoint(String),
+    IpSet(String),
+    Policy(PolicyId),
+    Profile(String),
+    /// Static chains, dispatch maps, internal sets and the rest that depends on the whole
+    /// model rather than on one input.
+    Shared,
+}
+
 /// An endpoint that references policies and profiles (a workload once per table it is in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Source {
@@ -235,6 +250,42 @@ impl Incremental {
             bodies: HashSet::default(),
             bodies_swept: 0,
         }
+    }
+
+    /// The inputs whose rendering produced `object` in table `table` of `family` (several for
+    /// a content-addressed set shared by policies); empty when nothing rendered here made it.
+    /// Walks everything rendered: meant for the rare refused batch, not for every apply.
+    pub fn producers(
+        &self,
+        table: &str,
+        family: Family,
+        object: &crate::nft::error::ObjectRef,
+    ) -> Vec<Producer> {
+        use crate::nft::error::ObjectRef;
+        let matches = |objs: &[Obj], name: &str| {
+            objs.iter()
+                .any(|(t, f, n)| t.name() == table && *f == family && n == name)
+        };
+        let mut out: Vec<Producer> = self
+            .produced
+            .iter()
+            .filter(|(_, p)| match object {
+                ObjectRef::Table => false,
+                ObjectRef::Chain(c) => matches(&p.chains, c),
+                ObjectRef::Set(s) => matches(&p.sets, s),
+            })
+            .map(|(k, _)| match k {
+                Key::Base | Key::WorkloadDerived => Producer::Shared,
+                Key::Workload(i) => Producer::Workload(i.clone()),
+                Key::HostEndpoint(i) => Producer::HostEndpoint(i.clone()),
+                Key::IpSet(_, id) => Producer::IpSet(id.clone()),
+                Key::Policy(_, _, id) => Producer::Policy(id.clone()),
+                Key::Profile(_, _, n) => Producer::Profile(n.clone()),
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The placement: interfaces in the side table, and those in both tables (main active).
