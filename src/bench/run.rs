@@ -315,6 +315,8 @@ impl InProcess {
                     op: "applying the desired tables".into(),
                     source,
                 })?;
+            // As the driver does after a commit: the undo log starts again.
+            self.dp.tables_committed();
             self.tables = self
                 .rec
                 .desired()
