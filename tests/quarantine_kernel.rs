@@ -50,9 +50,11 @@ impl Refusing {
             t.chains
                 .values()
                 .find(|c| {
-                    c.rules
-                        .iter()
-                        .any(|r| r.comment.as_deref().is_some_and(|x| x.contains("refuse=me")))
+                    c.rules.iter().any(|r| {
+                        r.comment
+                            .as_deref()
+                            .is_some_and(|x| x.contains("refuse=me"))
+                    })
                 })
                 .map(|c| Target {
                     family: t.family,
@@ -215,8 +217,8 @@ fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
             let mut cfg = DataplaneConfig::default();
             cfg.ownership = felix_nft::nft::reconcile::Ownership::Off;
             let inner = RealKernel::open(Some(&ns), &cfg).expect("kernel sockets");
-            let dp = Dataplane::new(cfg.clone(), inner.procsys().default_rp_filter())
-                .expect("renderer");
+            let dp =
+                Dataplane::new(cfg.clone(), inner.procsys().default_rp_filter()).expect("renderer");
             let (mut mon_rx, _mon) =
                 monitor::start(Some(&ns), MonitorConfig::default()).expect("monitor");
             let (itx, irx) = mpsc::channel(64);
@@ -247,8 +249,11 @@ fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
     });
 
     // Ten policies, one refused; a and c use good ones, b the refused one.
-    send(&tx, json!({"active_profile_update": {"id": {"name": "allow-all"},
-        "profile": {"inbound_rules": [{"action": "allow"}], "outbound_rules": [{"action": "allow"}]}}}));
+    send(
+        &tx,
+        json!({"active_profile_update": {"id": {"name": "allow-all"},
+        "profile": {"inbound_rules": [{"action": "allow"}], "outbound_rules": [{"action": "allow"}]}}}),
+    );
     for n in 0..10 {
         send(&tx, policy(&format!("p{n}"), n == 7));
     }
