@@ -107,7 +107,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "felix")]
     pub source: String,
     /// Log every decoded input message at info level (sequence number and payload kind).
-    #[arg(long, env = "FELIX_NFT_TRACE_INPUT")]
+    #[arg(long, env = "FELIX_NFT_TRACE_INPUT", value_parser = clap::builder::BoolishValueParser::new())]
     pub trace_input: bool,
     /// Keep running after standard input ends (by default the agent applies what it was told
     /// and exits). Felix's pipes always end the run; a unix socket never does.

@@ -150,6 +150,7 @@ async fn run_async(
     });
 
     // The transport.
+    let max_message = config.input_max_message_bytes;
     let mut status_out: Option<mpsc::Sender<FromDataplane>> = None;
     let mut writer = None;
     let mut fd3_reader = None;
@@ -161,7 +162,7 @@ async fn run_async(
                 tracing::error!("Felix's file descriptors 3 and 4 are not open");
                 return EXIT_FAILURE;
             };
-            let (rx, reader) = match source::felix::spawn_fd3(input) {
+            let (rx, reader) = match source::felix::spawn_fd3(input, u64::from(max_message)) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %chain(&e), "reading fd 3");
@@ -182,7 +183,7 @@ async fn run_async(
             // Felix gone = our job is done (§1.1).
             (rx, true)
         }
-        SourceSpec::Stdin => match source::stream::spawn_stdin() {
+        SourceSpec::Stdin => match source::stream::spawn_stdin(max_message as usize) {
             Ok((rx, reader)) => {
                 stream_reader = Some(reader);
                 (rx, !opts.keep_running)
@@ -195,7 +196,7 @@ async fn run_async(
         SourceSpec::Unix(path) => match source::stream::UnixSource::bind(path) {
             Ok(l) => {
                 tracing::info!(path = %path.display(), "listening for JSON lines");
-                let (rx, _server) = l.spawn();
+                let (rx, _server) = l.with_max_len(max_message as usize).spawn();
                 (rx, false)
             }
             Err(e) => {

@@ -242,6 +242,84 @@ fn oversize_length_fails_without_waiting_for_the_body() {
     d.expect_line(&["input failed", "more than the limit"]);
 }
 
+#[test]
+fn a_frame_over_the_configured_limit_fails_at_once_naming_the_limit() {
+    let mut d = spawn_driver(&[("FELIX_INPUTMAXMESSAGEBYTES", "4096")]);
+    let members: Vec<String> = (0..600)
+        .map(|i| format!("\"10.1.{}.{}/32\"", i / 250, i % 250))
+        .collect();
+    let big = msg(&format!(
+        r#"{{"ipset_update":{{"id":"s:big","type":"IP","members":[{}]}}}}"#,
+        members.join(",")
+    ));
+    let frame = encode_frame(&big);
+    assert!(frame.len() > 4096 + 8);
+    d.send(&frame);
+    // Said when it happens, with fd 3 still open: not only in the exit summary.
+    d.expect_line(&[
+        "fd 3 input failed",
+        "more than the limit of 4096",
+        "InputMaxMessageBytes",
+    ]);
+    let status = d.wait();
+    assert_eq!(status.code(), Some(1), "stderr:\n{}", d.seen.join("\n"));
+}
+
+#[test]
+fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    cmd.args(["run", "--source", "stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .env("FELIX_INPUTMAXMESSAGEBYTES", "4096")
+        .env("FELIX_NFT_TRACE_INPUT", "1")
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT");
+    common::isolate_netns(&mut cmd);
+    let mut child = cmd.spawn().expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let members: Vec<String> = (0..100_000)
+        .map(|i| format!("\"10.{}.{}.{}\"", i >> 16, (i >> 8) & 255, i & 255))
+        .collect();
+    // A 1.4 MB line against a 4 KiB limit, then a good one: the reader drops the first as it
+    // arrives (the writer is not blocked) and goes on.
+    let writer = std::thread::spawn(move || {
+        writeln!(
+            stdin,
+            r#"{{"ipset_update":{{"id":"s:big","type":"IP","members":[{}]}}}}"#,
+            members.join(",")
+        )?;
+        writeln!(stdin, r#"{{"sequence_number":2,"in_sync":{{}}}}"#)
+    });
+    let out = child.wait_with_output().expect("waiting for felix-nft");
+    let written = writer.join().expect("writer thread");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {}; stderr:\n{err}", out.status);
+    assert!(
+        written.is_ok(),
+        "writing both lines: {written:?}; stderr:\n{err}"
+    );
+    let rejected = err
+        .lines()
+        .find(|l| l.contains("input rejected"))
+        .unwrap_or_else(|| panic!("no rejection logged:\n{err}"));
+    for part in [
+        "stdin line 1",
+        "more than the limit of 4096",
+        "InputMaxMessageBytes",
+    ] {
+        assert!(rejected.contains(part), "{part:?} not in {rejected:?}");
+    }
+    assert!(
+        err.lines()
+            .any(|l| l.contains("kind=\"in_sync\"") && l.contains("stdin line 2")),
+        "{err}"
+    );
+    assert!(err.contains("decoded=1 rejected=1"), "{err}");
+}
+
 /// A command with fds 3 and 4 closed in the child, even if the test runner inherited them.
 fn without_fds_3_and_4(args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));

@@ -186,7 +186,8 @@ proptest! {
 #[test]
 fn the_kept_corpus_and_past_crashes_pass() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz");
-    let targets: [(&str, fn(&[u8])); 3] = [
+    type Target = fn(&[u8]);
+    let targets: [(&str, Target); 3] = [
         ("json_line", fuzz_targets::json_line),
         ("proto_envelope", fuzz_targets::proto_envelope),
         ("frame_stream", fuzz_targets::frame_stream),

@@ -214,8 +214,10 @@ fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
             .build()
             .expect("a runtime");
         rt.block_on(async move {
-            let mut cfg = DataplaneConfig::default();
-            cfg.ownership = felix_nft::nft::reconcile::Ownership::Off;
+            let cfg = DataplaneConfig {
+                ownership: felix_nft::nft::reconcile::Ownership::Off,
+                ..DataplaneConfig::default()
+            };
             let inner = RealKernel::open(Some(&ns), &cfg).expect("kernel sockets");
             let dp =
                 Dataplane::new(cfg.clone(), inner.procsys().default_rp_filter()).expect("renderer");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use felix_nft::proto::frame::encode_frame;
+use felix_nft::proto::frame::{encode_frame, MAX_FRAME_LEN};
 use felix_nft::proto::{to_dataplane, IpSetUpdate, ToDataplane};
 use felix_nft::source::felix::spawn_reader;
 use felix_nft::source::CHANNEL_CAPACITY;
@@ -48,11 +48,14 @@ fn reader_stops_reading_while_the_channel_is_full() {
     }
     let total = data.len();
     let taken = Arc::new(AtomicUsize::new(0));
-    let (mut rx, handle) = spawn_reader(Counting {
-        data,
-        pos: 0,
-        taken: taken.clone(),
-    })
+    let (mut rx, handle) = spawn_reader(
+        Counting {
+            data,
+            pos: 0,
+            taken: taken.clone(),
+        },
+        MAX_FRAME_LEN,
+    )
     .unwrap();
 
     // Let the reader run until it blocks on the full channel.

@@ -101,7 +101,7 @@ fn stdin_through_the_binary() {
 }
 
 #[tokio::test]
-async fn unix_socket_serves_clients_in_turn() {
+async fn unix_socket_serves_each_client_with_its_own_line_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("in.sock");
     let source = UnixSource::bind(&path).unwrap();
@@ -112,15 +112,17 @@ async fn unix_socket_serves_clients_in_turn() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 
     let (mut rx, server) = source.spawn();
-    let p = path.clone();
-    let clients = tokio::task::spawn_blocking(move || {
-        for text in [GOOD_BAD_GOOD, "{\"in_sync\":{}}\n{\"bogus\":1}\n"] {
+    let client = |text: &'static str| {
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || {
             let mut c = UnixStream::connect(&p).unwrap();
             c.write_all(text.as_bytes()).unwrap();
-        }
-    });
+        })
+    };
+    client(GOOD_BAD_GOOD).await.unwrap();
     let first = format!("unix:{}#1", path.display());
     check_good_bad_good(&mut rx, &first).await;
+    let clients = client("{\"in_sync\":{}}\n{\"bogus\":1}\n");
     let second = format!("unix:{}#2", path.display());
     let a = rx.recv().await.unwrap().unwrap();
     assert_eq!(
@@ -146,6 +148,50 @@ async fn unix_socket_serves_clients_in_turn() {
         .unwrap()
         .unwrap();
     assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn an_idle_unix_client_does_not_hold_up_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.sock");
+    let (mut rx, _server) = UnixSource::bind(&path).unwrap().spawn();
+    // The first client connects, sends half a line and stays.
+    let mut idle = tokio::net::UnixStream::connect(&path).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut idle, b"{\"in_sync\"")
+        .await
+        .unwrap();
+    let mut busy = tokio::net::UnixStream::connect(&path).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut busy, b"{\"ipset_remove\":{\"id\":\"s:a\"}}\n")
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the second client's line arrives while the first is idle")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got.origin,
+        Origin::Line {
+            stream: Arc::from(format!("unix:{}#2", path.display()).as_str()),
+            line: 1
+        }
+    );
+    // The first client finishes its line later; it is read in turn.
+    tokio::io::AsyncWriteExt::write_all(&mut idle, b":{}}\n")
+        .await
+        .unwrap();
+    let later = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        later.origin,
+        Origin::Line {
+            stream: Arc::from(format!("unix:{}#1", path.display()).as_str()),
+            line: 1
+        }
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@
 //! `Read`/`Write`, or an `AsyncRead`); decoding the envelope is the caller's (see
 //! [`super::decode_to_dataplane`]).
 //!
-//! A length above [`MAX_FRAME_LEN`] is refused before anything is allocated: a corrupt or
+//! A length above the reader's limit (`InputMaxMessageBytes`, [`MAX_FRAME_LEN`] by default) is
+//! refused before anything is allocated: a corrupt or
 //! misaligned stream must fail clearly, not ask for an exabyte. A stream that ends inside a frame
 //! is an error; one that ends exactly between frames is the clean end.
 
@@ -20,7 +21,7 @@ use std::io::{self, BufReader, ErrorKind, Read, Write};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// The largest frame accepted (64 MiB). Felix's biggest messages are IP set snapshots; a
+/// The default largest frame (64 MiB). Felix's biggest messages are IP set snapshots; a
 /// million IPv6 members is well under this.
 pub const MAX_FRAME_LEN: u64 = 64 << 20;
 
@@ -42,8 +43,10 @@ pub enum FrameError {
     TruncatedHeader { index: u64, got: usize },
     #[error("stream ended inside frame {index}: {got} of {len} bytes")]
     TruncatedBody { index: u64, len: u64, got: usize },
-    #[error("frame {index} claims {len} bytes, more than the limit of {MAX_FRAME_LEN}")]
-    TooLong { index: u64, len: u64 },
+    #[error(
+        "frame {index} claims {len} bytes, more than the limit of {max} (InputMaxMessageBytes)"
+    )]
+    TooLong { index: u64, len: u64, max: u64 },
 }
 
 /// Where a stream of frames is: how many were read, and the size limit. The blocking and the
@@ -65,11 +68,17 @@ impl Position {
             return Err(FrameError::TruncatedHeader { index, got });
         }
         let len = u64::from_le_bytes(header);
-        if len > self.max_len || len > MAX_FRAME_LEN {
-            return Err(FrameError::TooLong { index, len });
+        if len > self.max_len {
+            let max = self.max_len;
+            return Err(FrameError::TooLong { index, len, max });
         }
-        // Bounded above: the cast cannot truncate.
-        Ok(Some(len as usize))
+        usize::try_from(len)
+            .map(Some)
+            .map_err(|_| FrameError::TooLong {
+                index,
+                len,
+                max: usize::MAX as u64,
+            })
     }
 
     /// The body, of which `got` bytes arrived.
@@ -105,7 +114,7 @@ impl<R: Read> FrameReader<R> {
         Self::with_max_len(inner, MAX_FRAME_LEN)
     }
 
-    /// A reader with another size limit (tests).
+    /// A reader with another size limit.
     pub fn with_max_len(inner: R, max_len: u64) -> Self {
         FrameReader {
             inner: BufReader::with_capacity(BUFFER, inner),
@@ -155,12 +164,14 @@ pub struct AsyncFrameReader<R> {
 impl<R: AsyncRead + Unpin> AsyncFrameReader<R> {
     /// A reader enforcing [`MAX_FRAME_LEN`].
     pub fn new(inner: R) -> Self {
+        Self::with_max_len(inner, MAX_FRAME_LEN)
+    }
+
+    /// A reader with another size limit.
+    pub fn with_max_len(inner: R, max_len: u64) -> Self {
         AsyncFrameReader {
             inner: tokio::io::BufReader::with_capacity(BUFFER, inner),
-            at: Position {
-                index: 0,
-                max_len: MAX_FRAME_LEN,
-            },
+            at: Position { index: 0, max_len },
         }
     }
 
@@ -282,7 +293,9 @@ mod tests {
         let mut bytes = (MAX_FRAME_LEN + 1).to_le_bytes().to_vec();
         bytes.extend([0u8; 16]);
         let err = FrameReader::new(&bytes[..]).read_frame().unwrap_err();
-        assert!(matches!(err, FrameError::TooLong { index: 0, len } if len == MAX_FRAME_LEN + 1));
+        assert!(
+            matches!(err, FrameError::TooLong { index: 0, len, .. } if len == MAX_FRAME_LEN + 1)
+        );
         assert!(err.to_string().contains("limit"), "{err}");
 
         let bytes = u64::MAX.to_le_bytes();

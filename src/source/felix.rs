@@ -76,9 +76,12 @@ pub struct ReadSummary {
 /// Starts reading fd 3 (`input`): on a task when it is a pipe (Felix's always is), else on a
 /// thread of its own with blocking reads (see [`Reader`]). Returns the channel of messages and the
 /// reader, which ends at EOF (clean: `Ok`), on a framing or I/O error (`Err`; the stream cannot be
-/// resynchronised), or when the receiver is dropped. Needs a runtime.
+/// resynchronised; logged when it happens, not only when the run ends), or when the receiver is
+/// dropped. A frame longer than `max_len` is such an error: skipping it would lose an update
+/// Felix believes delivered. Needs a runtime.
 pub fn spawn_fd3(
     input: File,
+    max_len: u64,
 ) -> Result<(mpsc::Receiver<Received>, Reader<ReadSummary>), SourceError> {
     let read_error = |source| SourceError::Read {
         stream: "fd 3".into(),
@@ -87,9 +90,16 @@ pub fn spawn_fd3(
     match super::input(input).map_err(read_error)? {
         Input::Pipe(pipe) => {
             let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-            Ok((rx, Reader::Task(tokio::spawn(read_frames_async(pipe, tx)))))
+            Ok((
+                rx,
+                Reader::Task(tokio::spawn(async move {
+                    read_frames_async(pipe, tx, max_len)
+                        .await
+                        .inspect_err(log_end)
+                })),
+            ))
         }
-        Input::Blocking(file) => spawn_reader(file).map(|(rx, h)| (rx, Reader::Thread(h))),
+        Input::Blocking(file) => spawn_reader(file, max_len).map(|(rx, h)| (rx, Reader::Thread(h))),
     }
 }
 
@@ -100,11 +110,14 @@ pub type ThreadReader = (
 );
 
 /// Starts a thread reading frames from `input` with blocking reads; see [`spawn_fd3`].
-pub fn spawn_reader<R: Read + Send + 'static>(input: R) -> Result<ThreadReader, SourceError> {
+pub fn spawn_reader<R: Read + Send + 'static>(
+    input: R,
+    max_len: u64,
+) -> Result<ThreadReader, SourceError> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd3".into())
-        .spawn(move || read_frames(input, tx))
+        .spawn(move || read_frames(input, tx, max_len).inspect_err(log_end))
         .map_err(|source| SourceError::Spawn {
             what: "fd 3 reader",
             source,
@@ -112,8 +125,18 @@ pub fn spawn_reader<R: Read + Send + 'static>(input: R) -> Result<ThreadReader, 
     Ok((rx, handle))
 }
 
-fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSummary, SourceError> {
-    let mut frames = FrameReader::new(input);
+/// The fd 3 reader ended on an error: said at once, since the run goes on until the loop sees
+/// the end of its channel.
+fn log_end(e: &SourceError) {
+    tracing::error!(error = %crate::ops::logging::chain(e), "fd 3 input failed; no more updates can be read");
+}
+
+fn read_frames<R: Read>(
+    input: R,
+    tx: mpsc::Sender<Received>,
+    max_len: u64,
+) -> Result<ReadSummary, SourceError> {
+    let mut frames = FrameReader::with_max_len(input, max_len);
     let mut summary = ReadSummary::default();
     loop {
         let index = frames.frames_read();
@@ -133,8 +156,9 @@ fn read_frames<R: Read>(input: R, tx: mpsc::Sender<Received>) -> Result<ReadSumm
 async fn read_frames_async<R: AsyncRead + Unpin>(
     input: R,
     tx: mpsc::Sender<Received>,
+    max_len: u64,
 ) -> Result<ReadSummary, SourceError> {
-    let mut frames = AsyncFrameReader::new(input);
+    let mut frames = AsyncFrameReader::with_max_len(input, max_len);
     let mut summary = ReadSummary::default();
     loop {
         let index = frames.frames_read();
@@ -201,7 +225,7 @@ pub fn spawn_writer<W: Write + Send + 'static>(output: W) -> Result<Writer, Sour
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::frame::encode_frame;
+    use crate::proto::frame::{encode_frame, MAX_FRAME_LEN};
     use crate::proto::{
         from_dataplane, to_dataplane, DataplaneInSync, FromDataplane, InSync, ToDataplane,
     };
@@ -220,7 +244,7 @@ mod tests {
         bytes.extend(3u64.to_le_bytes());
         bytes.extend([0x12, 0x7f, 0x00]);
         bytes.extend(encode_frame(&in_sync(2)));
-        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes)).unwrap();
+        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes), MAX_FRAME_LEN).unwrap();
         let a = rx.blocking_recv().unwrap().unwrap();
         assert_eq!(a.message, in_sync(0));
         assert_eq!(a.origin, Origin::Frame { index: 0 });
@@ -245,7 +269,7 @@ mod tests {
         let mut bytes = encode_frame(&in_sync(0));
         bytes.extend(100u64.to_le_bytes());
         bytes.extend([0u8; 10]);
-        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes)).unwrap();
+        let (mut rx, h) = spawn_reader(std::io::Cursor::new(bytes), MAX_FRAME_LEN).unwrap();
         assert!(rx.blocking_recv().unwrap().is_ok());
         assert!(rx.blocking_recv().is_none());
         let err = h.join().unwrap().unwrap_err();
@@ -288,7 +312,7 @@ mod tests {
         // SAFETY: both descriptors are open and owned by nothing else: the files take them.
         let (read_end, mut write_end) =
             unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
-        let (mut rx, reader) = spawn_fd3(read_end).unwrap();
+        let (mut rx, reader) = spawn_fd3(read_end, MAX_FRAME_LEN).unwrap();
         assert!(matches!(reader, Reader::Task(_)));
         write_end.write_all(&bytes).unwrap();
         drop(write_end);
@@ -302,7 +326,7 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        let (mut rx, reader) = spawn_fd3(file).unwrap();
+        let (mut rx, reader) = spawn_fd3(file, MAX_FRAME_LEN).unwrap();
         assert!(matches!(reader, Reader::Thread(_)));
         for seq in 0..2 {
             assert_eq!(rx.recv().await.unwrap().unwrap().message, in_sync(seq));

@@ -78,6 +78,9 @@ pub enum RejectReason {
     Protobuf(#[from] DecodeError),
     #[error("the line is not UTF-8")]
     NotUtf8,
+    /// Longer than the input limit (`InputMaxMessageBytes`); dropped as it was read.
+    #[error("{len} bytes, more than the limit of {max} (InputMaxMessageBytes): dropped unread")]
+    TooLong { len: u64, max: u64 },
 }
 
 /// One input (line, frame, array element) that could not be decoded; the stream went on.
@@ -110,12 +113,6 @@ pub enum SourceError {
         stream: String,
         #[source]
         source: std::io::Error,
-    },
-    #[error("{stream} line {line} is longer than {max} bytes")]
-    LineTooLong {
-        stream: String,
-        line: u64,
-        max: usize,
     },
     #[error("{op} unix socket {}", path.display())]
     Socket {

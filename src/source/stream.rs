@@ -1,10 +1,12 @@
 //! JSON stream transport (DESIGN.md §1): one `ToDataplane` in proto3 JSON per line, from standard
-//! input or from the clients of a unix socket, taken one client at a time.
+//! input or from the clients of a unix socket, each client served on its own task.
 //!
 //! A line that does not decode is sent down the channel as [`Rejected`] with its line number and
 //! the field path at fault, and reading goes on. Blank lines are skipped (but counted, so line
-//! numbers match an editor's). A line longer than [`MAX_LINE_LEN`] ends the stream: it cannot be
-//! a message we would accept, and buffering it would let one client exhaust memory.
+//! numbers match an editor's). A line longer than the limit (`InputMaxMessageBytes`,
+//! [`MAX_LINE_LEN`] by default) is rejected the same way without being buffered: what was read
+//! of it is dropped as it arrives and reading resumes after its newline, so one client cannot
+//! exhaust memory and the stream never stops silently.
 //!
 //! The unix socket is created with mode 0600 without a window in which it is reachable with
 //! looser permissions: it is bound inside a fresh 0700 directory, chmodded, then renamed into
@@ -27,7 +29,8 @@ use super::{
 };
 use crate::proto::{json, ToDataplane};
 
-/// The longest line accepted (64 MiB, the same bound as an fd 3 frame).
+/// The default longest line (64 MiB, the same bound as an fd 3 frame): an IP set update of
+/// 1,000,000 IPv6 members with ports is about 57 MB of JSON.
 pub const MAX_LINE_LEN: usize = 64 << 20;
 
 /// What one stream carried.
@@ -42,16 +45,8 @@ pub struct LineSummary {
 }
 
 /// Reads JSON lines from `reader` into `tx` until EOF. `stream` names the source in origins
-/// (`stdin`, `unix:/run/x.sock#3`).
+/// (`stdin`, `unix:/run/x.sock#3`); a line longer than `max_len` bytes is rejected unread.
 pub async fn read_lines<R: AsyncRead + Unpin>(
-    reader: R,
-    stream: Arc<str>,
-    tx: &mpsc::Sender<Received>,
-) -> Result<LineSummary, SourceError> {
-    read_lines_max(reader, stream, tx, MAX_LINE_LEN).await
-}
-
-async fn read_lines_max<R: AsyncRead + Unpin>(
     reader: R,
     stream: Arc<str>,
     tx: &mpsc::Sender<Received>,
@@ -70,7 +65,15 @@ async fn read_lines_max<R: AsyncRead + Unpin>(
         if n == 0 {
             return Ok(summary);
         }
-        let Some(item) = line_item(&buf, &stream, max_len, &mut summary)? else {
+        let skipped = if over_long(&buf, max_len) {
+            buf.clear();
+            discard_line(&mut reader)
+                .await
+                .map_err(|source| read_error(&stream, source))?
+        } else {
+            0
+        };
+        let Some(item) = line_item(&buf, skipped, &stream, max_len, &mut summary) else {
             continue;
         };
         if tx.send(item).await.is_err() {
@@ -85,6 +88,7 @@ pub fn read_lines_blocking<R: std::io::Read>(
     reader: R,
     stream: Arc<str>,
     tx: &mpsc::Sender<Received>,
+    max_len: usize,
 ) -> Result<LineSummary, SourceError> {
     use std::io::{BufRead, Read};
     let mut reader = std::io::BufReader::new(reader);
@@ -93,13 +97,19 @@ pub fn read_lines_blocking<R: std::io::Read>(
     loop {
         buf.clear();
         let n = (&mut reader)
-            .take(MAX_LINE_LEN as u64 + 1)
+            .take(max_len as u64 + 1)
             .read_until(b'\n', &mut buf)
             .map_err(|source| read_error(&stream, source))?;
         if n == 0 {
             return Ok(summary);
         }
-        let Some(item) = line_item(&buf, &stream, MAX_LINE_LEN, &mut summary)? else {
+        let skipped = if over_long(&buf, max_len) {
+            buf.clear();
+            discard_line_blocking(&mut reader).map_err(|source| read_error(&stream, source))?
+        } else {
+            0
+        };
+        let Some(item) = line_item(&buf, skipped, &stream, max_len, &mut summary) else {
             continue;
         };
         if tx.blocking_send(item).is_err() {
@@ -116,36 +126,87 @@ fn read_error(stream: &Arc<str>, source: std::io::Error) -> SourceError {
     }
 }
 
-/// One line read into `buf` (with its newline, if any): counts it and decodes it. `None` for a
-/// blank line; an error when the line is longer than `max_len` (the stream ends).
+/// True when `buf`, read with a bound of `max_len + 1` bytes, holds the start of a longer line.
+fn over_long(buf: &[u8], max_len: usize) -> bool {
+    buf.len() > max_len && buf.last() != Some(&b'\n')
+}
+
+/// Reads and drops the rest of a line, through its newline or EOF, holding no more than the
+/// reader's buffer; returns how many bytes were dropped.
+async fn discard_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> std::io::Result<u64> {
+    let mut dropped = 0u64;
+    loop {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(dropped);
+        }
+        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        reader.consume(n);
+        dropped += n as u64;
+        if done {
+            return Ok(dropped);
+        }
+    }
+}
+
+/// [`discard_line`] with blocking reads.
+fn discard_line_blocking<R: std::io::Read>(
+    reader: &mut std::io::BufReader<R>,
+) -> std::io::Result<u64> {
+    use std::io::BufRead;
+    let mut dropped = 0u64;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(dropped);
+        }
+        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        reader.consume(n);
+        dropped += n as u64;
+        if done {
+            return Ok(dropped);
+        }
+    }
+}
+
+/// One line read into `buf` (with its newline, if any), or, when `skipped` is not zero, the
+/// first `max_len + 1` bytes of an over-long line of which `skipped` more were dropped unread:
+/// counts it and decodes or rejects it. `None` for a blank line.
 fn line_item(
     buf: &[u8],
+    skipped: u64,
     stream: &Arc<str>,
     max_len: usize,
     summary: &mut LineSummary,
-) -> Result<Option<Received>, SourceError> {
+) -> Option<Received> {
     summary.lines += 1;
-    let line = summary.lines;
-    if buf.last() != Some(&b'\n') && buf.len() > max_len {
-        return Err(SourceError::LineTooLong {
-            stream: stream.to_string(),
-            line,
-            max: max_len,
-        });
-    }
-    let item = decode_line(
-        buf,
-        Origin::Line {
-            stream: stream.clone(),
-            line,
-        },
-    );
+    let origin = Origin::Line {
+        stream: stream.clone(),
+        line: summary.lines,
+    };
+    let item = if skipped > 0 {
+        Some(Err(Rejected {
+            origin,
+            reason: RejectReason::TooLong {
+                len: max_len as u64 + 1 + skipped,
+                max: max_len as u64,
+            },
+        }))
+    } else {
+        decode_line(buf, origin)
+    };
     match &item {
         Some(Ok(_)) => summary.decoded += 1,
         Some(Err(_)) => summary.rejected += 1,
         None => {}
     }
-    Ok(item)
+    item
 }
 
 /// Decodes one line; `None` for a blank line.
@@ -179,7 +240,9 @@ pub fn decode_line(raw: &[u8], origin: Origin) -> Option<Received> {
 /// Reads JSON lines from standard input: on a task when stdin is a pipe, else on a thread of its
 /// own with blocking reads (see [`Reader`]). Returns the channel of messages and the reader, which
 /// ends at EOF, or when the receiver is dropped and the next line arrives. Needs a runtime.
-pub fn spawn_stdin() -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), SourceError> {
+pub fn spawn_stdin(
+    max_len: usize,
+) -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), SourceError> {
     let stream: Arc<str> = Arc::from("stdin");
     let stdin = std::io::stdin()
         .as_fd()
@@ -188,15 +251,13 @@ pub fn spawn_stdin() -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), 
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let input = input(File::from(stdin)).map_err(|source| read_error(&stream, source))?;
     let reader = match input {
-        Input::Pipe(pipe) => {
-            Reader::Task(tokio::spawn(
-                async move { read_lines(pipe, stream, &tx).await },
-            ))
-        }
+        Input::Pipe(pipe) => Reader::Task(tokio::spawn(async move {
+            read_lines(pipe, stream, &tx, max_len).await
+        })),
         Input::Blocking(file) => Reader::Thread(
             std::thread::Builder::new()
                 .name("felix-nft-stdin".into())
-                .spawn(move || read_lines_blocking(file, stream, &tx))
+                .spawn(move || read_lines_blocking(file, stream, &tx, max_len))
                 .map_err(|source| SourceError::Spawn {
                     what: "stdin reader",
                     source,
@@ -206,7 +267,7 @@ pub fn spawn_stdin() -> Result<(mpsc::Receiver<Received>, Reader<LineSummary>), 
     Ok((rx, reader))
 }
 
-/// Reads JSON lines from any reader on a task; the task ends at EOF.
+/// Reads JSON lines from any reader on a task, with the default line limit; the task ends at EOF.
 pub fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
     reader: R,
     name: &str,
@@ -216,7 +277,7 @@ pub fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
 ) {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let stream: Arc<str> = Arc::from(name);
-    let handle = tokio::spawn(async move { read_lines(reader, stream, &tx).await });
+    let handle = tokio::spawn(async move { read_lines(reader, stream, &tx, MAX_LINE_LEN).await });
     (rx, handle)
 }
 
@@ -224,6 +285,7 @@ pub fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
 pub struct UnixSource {
     listener: UnixListener,
     path: PathBuf,
+    max_len: usize,
 }
 
 impl UnixSource {
@@ -277,7 +339,14 @@ impl UnixSource {
         Ok(UnixSource {
             listener: result?,
             path: path.to_path_buf(),
+            max_len: MAX_LINE_LEN,
         })
+    }
+
+    /// Sets the longest line accepted from a client (the default is [`MAX_LINE_LEN`]).
+    pub fn with_max_len(mut self, max_len: usize) -> Self {
+        self.max_len = max_len;
+        self
     }
 
     /// The socket's path.
@@ -285,14 +354,19 @@ impl UnixSource {
         &self.path
     }
 
-    /// Serves clients one at a time, each until its EOF, forever — until the receiver is dropped.
-    /// Line numbers restart for each client; origins read `unix:PATH#N` for the N-th client.
+    /// Serves clients concurrently, each on a task of its own until its EOF, forever — until the
+    /// receiver is dropped. One client's lines keep their order; lines of different clients
+    /// interleave as they arrive. Line numbers restart for each client; origins read
+    /// `unix:PATH#N` for the N-th client.
     pub async fn serve(self, tx: mpsc::Sender<Received>) -> Result<(), SourceError> {
         let mut client = 0u64;
+        let mut clients = tokio::task::JoinSet::new();
         loop {
             let accepted = tokio::select! {
                 a = self.listener.accept() => a,
                 _ = tx.closed() => return Ok(()),
+                // Reap finished clients so the set does not grow with every connection.
+                Some(_) = clients.join_next(), if !clients.is_empty() => continue,
             };
             let (conn, _) = accepted.map_err(|source| SourceError::Socket {
                 op: "accepting on",
@@ -301,16 +375,19 @@ impl UnixSource {
             })?;
             client += 1;
             let name: Arc<str> = Arc::from(format!("unix:{}#{client}", self.path.display()));
-            match read_lines(conn, name.clone(), &tx).await {
-                Ok(s) if s.consumer_gone => return Ok(()),
-                Ok(s) => tracing::debug!(stream = %name, lines = s.lines, "client done"),
-                // One client's failure (reset, over-long line) does not end the service.
-                Err(e) => tracing::warn!(
-                    stream = %name,
-                    error = %crate::ops::logging::chain(&e),
-                    "client dropped"
-                ),
-            }
+            let tx = tx.clone();
+            let max_len = self.max_len;
+            clients.spawn(async move {
+                match read_lines(conn, name.clone(), &tx, max_len).await {
+                    Ok(s) => tracing::debug!(stream = %name, lines = s.lines, "client done"),
+                    // One client's failure (a reset) does not end the service.
+                    Err(e) => tracing::warn!(
+                        stream = %name,
+                        error = %crate::ops::logging::chain(&e),
+                        "client dropped"
+                    ),
+                }
+            });
         }
     }
 
@@ -336,32 +413,53 @@ impl Drop for UnixSource {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn over_long_line_ends_the_stream() {
-        let (tx, mut rx) = mpsc::channel(8);
-        let input = b"{\"in_sync\":{}}\n{\"ipset_remove\":{\"id\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"}}\n";
-        let err = read_lines_max(&input[..], Arc::from("t"), &tx, 20)
-            .await
-            .unwrap_err();
+    const WITH_LONG_LINE: &[u8] =
+        b"{\"in_sync\":{}}\n{\"ipset_remove\":{\"id\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"}}\n{\"in_sync\":{}}";
+
+    /// Line 2 is over the limit: rejected with its size, and line 3 is read.
+    fn assert_long_line_skipped(s: LineSummary, rx: &mut mpsc::Receiver<Received>) {
+        assert_eq!((s.lines, s.decoded, s.rejected), (3, 2, 1));
+        assert!(rx.try_recv().unwrap().is_ok());
+        let err = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(line_of(&err.origin), 2);
         assert!(
-            matches!(
-                err,
-                SourceError::LineTooLong {
-                    line: 2,
-                    max: 20,
-                    ..
-                }
-            ),
-            "{err}"
+            matches!(err.reason, RejectReason::TooLong { len: 51, max: 20 }),
+            "{:?}",
+            err.reason
         );
-        assert!(rx.recv().await.unwrap().is_ok());
+        assert!(rx.try_recv().unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_is_rejected_and_the_next_one_read() {
+        let (tx, mut rx) = mpsc::channel(8);
+        // A reader buffer smaller than the line: the rest is dropped chunk by chunk.
+        let reader = tokio::io::BufReader::with_capacity(4, WITH_LONG_LINE);
+        let s = read_lines(reader, Arc::from("t"), &tx, 20).await.unwrap();
+        assert_long_line_skipped(s, &mut rx);
+    }
+
+    #[test]
+    fn the_blocking_reader_rejects_an_over_long_line_too() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let s = read_lines_blocking(WITH_LONG_LINE, Arc::from("t"), &tx, 20).unwrap();
+        assert_long_line_skipped(s, &mut rx);
+    }
+
+    #[test]
+    fn a_line_of_exactly_the_limit_is_accepted() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let line = b"{\"in_sync\":{}}";
+        let s = read_lines_blocking(&line[..], Arc::from("t"), &tx, line.len()).unwrap();
+        assert_eq!((s.decoded, s.rejected), (1, 0));
+        assert!(rx.try_recv().unwrap().is_ok());
     }
 
     #[test]
     fn blocking_reader_counts_and_delivers_like_the_async_one() {
         let (tx, mut rx) = mpsc::channel(8);
         let input = b"{\"in_sync\":{}}\n\nnot json\n{\"ipset_remove\":{\"id\":\"s:a\"}}";
-        let s = read_lines_blocking(&input[..], Arc::from("t"), &tx).unwrap();
+        let s = read_lines_blocking(&input[..], Arc::from("t"), &tx, MAX_LINE_LEN).unwrap();
         assert_eq!((s.lines, s.decoded, s.rejected), (4, 2, 1));
         assert!(!s.consumer_gone);
         drop(tx);
