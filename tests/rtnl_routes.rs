@@ -226,6 +226,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
                 protocol: PROTO,
                 metric: 0,
                 src: None,
+                mtu: Some(1400),
             }],
         );
         let r = s.apply(&h).await.unwrap();
@@ -233,6 +234,8 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         let gw = ip_json(None, &["route", "show", "10.66.0.0/24"]);
         assert_eq!(gw[0]["gateway"], "10.200.0.1", "{gw:?}");
         assert!(gw[0]["flags"].to_string().contains("onlink"), "{gw:?}");
+        // The tunnel MTU travels as RTAX_MTU and is read back, so a resync leaves it in place.
+        assert_eq!(gw[0]["metrics"][0]["mtu"], 1400, "{gw:?}");
         s.request_resync();
         assert_eq!(s.apply(&h).await.unwrap().changes(), 0);
         s.set_routes("remote", vec![]);

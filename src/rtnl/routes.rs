@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
+    RouteType,
 };
 use rtnetlink::RouteMessageBuilder;
 
@@ -90,6 +91,8 @@ pub struct RouteSpec {
     pub metric: u32,
     /// Preferred source address (`RTA_PREFSRC`), Felix's DeviceRouteSourceAddress.
     pub src: Option<IpAddr>,
+    /// Path MTU (`RTA_METRICS` / `RTAX_MTU`): tunnel routes carry the tunnel's MTU.
+    pub mtu: Option<u32>,
 }
 
 impl RouteSpec {
@@ -101,6 +104,7 @@ impl RouteSpec {
             protocol,
             metric,
             src: None,
+            mtu: None,
         }
     }
 
@@ -112,6 +116,7 @@ impl RouteSpec {
             protocol,
             metric,
             src: None,
+            mtu: None,
         }
     }
 
@@ -146,6 +151,9 @@ pub struct Ownership {
     /// On a workload interface, routes with these protocols are ours; `None` means any protocol
     /// (Felix's RemoveExternalRoutes=true).
     pub workload_protocols: Option<BTreeSet<u8>>,
+    /// Interfaces every route on which is ours, whatever its protocol and at once (no grace
+    /// period): the caller's own devices, such as a tunnel device it creates.
+    pub device_ifaces: BTreeSet<String>,
 }
 
 impl Ownership {
@@ -162,11 +170,21 @@ impl Ownership {
                 prefixes.iter().any(|p| name.starts_with(p.as_str()))
             }),
             workload_protocols,
+            device_ifaces: BTreeSet::new(),
         }
+    }
+
+    /// Adds interfaces every route on which is ours (see [`Ownership::device_ifaces`]).
+    pub fn with_device_ifaces(mut self, names: impl IntoIterator<Item = String>) -> Ownership {
+        self.device_ifaces.extend(names);
+        self
     }
 
     fn owns(&self, protocol: u8, ifname: Option<&str>) -> bool {
         if self.protocols.contains(&protocol) {
+            return true;
+        }
+        if ifname.is_some_and(|n| self.device_ifaces.contains(n)) {
             return true;
         }
         match ifname {
@@ -184,6 +202,7 @@ impl fmt::Debug for Ownership {
         f.debug_struct("Ownership")
             .field("protocols", &self.protocols)
             .field("workload_protocols", &self.workload_protocols)
+            .field("device_ifaces", &self.device_ifaces)
             .finish_non_exhaustive()
     }
 }
@@ -293,6 +312,9 @@ impl fmt::Display for RouteSpec {
         if let Some(src) = self.src {
             write!(f, " src {src}")?;
         }
+        if let Some(mtu) = self.mtu {
+            write!(f, " mtu {mtu}")?;
+        }
         write!(f, " proto {}", self.protocol)
     }
 }
@@ -332,6 +354,7 @@ struct KernelRoute {
     gateway: Option<IpAddr>,
     src: Option<IpAddr>,
     onlink: bool,
+    mtu: Option<u32>,
     msg: RouteMessage,
 }
 
@@ -1017,6 +1040,7 @@ impl RouteSyncer {
         let mut metric = 0;
         let mut gateway = None;
         let mut src = None;
+        let mut mtu = None;
         for attr in &msg.attributes {
             match attr {
                 RouteAttribute::Table(t) => table = *t,
@@ -1025,6 +1049,12 @@ impl RouteSyncer {
                 RouteAttribute::Priority(p) => metric = *p,
                 RouteAttribute::Gateway(a) => gateway = route_ip(a),
                 RouteAttribute::PrefSource(a) => src = route_ip(a),
+                RouteAttribute::Metrics(ms) => {
+                    mtu = ms.iter().find_map(|m| match m {
+                        RouteMetric::Mtu(v) => Some(*v),
+                        _ => None,
+                    })
+                }
                 _ => {}
             }
         }
@@ -1056,6 +1086,7 @@ impl RouteSyncer {
             gateway,
             src,
             onlink: msg.header.flags.contains(RouteFlags::Onlink),
+            mtu,
             msg,
         })
     }
@@ -1063,7 +1094,7 @@ impl RouteSyncer {
     fn matches(&self, k: &KernelRoute, spec: &RouteSpec, oif: Option<u32>) -> bool {
         // An IPv6 blackhole is reported on `lo`; a blackhole has no interface of ours.
         let oif_ok = spec.target == RouteTarget::Blackhole || k.oif == oif;
-        if k.protocol != spec.protocol || k.src != spec.src || !oif_ok {
+        if k.protocol != spec.protocol || k.src != spec.src || k.mtu != spec.mtu || !oif_ok {
             return false;
         }
         match &spec.target {
@@ -1114,7 +1145,12 @@ impl RouteSyncer {
         if let Some(src) = spec.src {
             b = b.pref_source(src).map_err(|e| bad(&e))?;
         }
-        Ok(b.build())
+        let mut msg = b.build();
+        if let Some(mtu) = spec.mtu {
+            msg.attributes
+                .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(mtu)]));
+        }
+        Ok(msg)
     }
 }
 
