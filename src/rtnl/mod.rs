@@ -14,6 +14,7 @@
 //! - [`neigh`]: permanent (static ARP) neighbour entries.
 //! - [`devconf`]: per-interface and global sysctls (netlink where the kernel allows, /proc/sys).
 //! - [`monitor`]: the interface monitor with a bounded, coalescing event channel.
+//! - [`vxlan`]: a VXLAN device created or corrected from a spec, and its permanent FDB entries.
 //! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
 
 pub mod conntrack;
@@ -23,6 +24,7 @@ pub mod link;
 pub mod monitor;
 pub mod neigh;
 pub mod routes;
+pub mod vxlan;
 
 use std::io;
 use std::path::PathBuf;
