@@ -51,7 +51,7 @@ async fn nothing_touches_the_kernel_before_both_in_syncs() {
 
 #[tokio::test(start_paused = true)]
 async fn one_apply_runs_the_phases_in_the_fixed_order() {
-    // §10.3: globals (first apply) → tables → routes → neighbours → interface sysctls.
+    // §10.3: globals (first apply) → tables → overlay → routes → neighbours → interface sysctls.
     let mut d = driver(FakeKernel::default());
     run_one_endpoint(&mut d).await.unwrap();
     let calls = &d.kernel.calls;
@@ -63,6 +63,12 @@ async fn one_apply_runs_the_phases_in_the_fixed_order() {
                 mode: TableMode::Resync,
                 // Main and side table of both families.
                 tables: 4
+            },
+            // No VXLAN here: the overlay phase leaves the device alone.
+            Call::Overlay {
+                device: false,
+                fdb: 0,
+                resync: true
             },
             Call::Routes {
                 groups: 1,

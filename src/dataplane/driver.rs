@@ -324,10 +324,13 @@ impl<K: Kernel> Driver<K> {
         // IP set member must not cost a pass over every workload.
         let host_work = !self.dp.dirty.ifaces.is_empty()
             || (!self.dp.cfg.route_sync_disabled
-                && (self.dp.dirty.routes || self.dp.dirty.neighbours || self.resync_routes));
+                && (self.dp.dirty.routes
+                    || self.dp.dirty.neighbours
+                    || self.dp.dirty.overlay
+                    || self.resync_routes));
         // Only the workload interfaces that changed (and those to configure), unless a resync
         // or something global asks for all of them.
-        let scope: Option<BTreeSet<String>> = if self.resync_routes {
+        let scope: Option<BTreeSet<String>> = if self.resync_routes || self.dp.dirty.overlay {
             None
         } else {
             self.dp.dirty.host_scope.clone().map(|mut s| {
@@ -340,7 +343,38 @@ impl<K: Kernel> Driver<K> {
         } else {
             super::Desired::default()
         };
-        // 2. Routes, then 3. static ARP entries.
+        // 2. The VXLAN device and its FDB (routes and ARP entries live on it), then routes,
+        // then static ARP entries.
+        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.overlay || self.resync_routes) {
+            let device_changed = desired.vxlan.as_ref().is_some_and(|d| {
+                self.changed_ifaces.contains(&d.name) || self.changed_ifaces.contains(&d.parent)
+            });
+            match self
+                .kernel
+                .overlay(
+                    desired.vxlan.as_ref(),
+                    &desired.fdb,
+                    device_changed,
+                    self.resync_routes,
+                )
+                .await
+            {
+                Ok(out) => {
+                    self.dp.dirty.overlay = false;
+                    if out.parked {
+                        tracing::debug!("VXLAN device waits for its parent interface");
+                    }
+                    if out.created {
+                        self.dp.dirty.routes = true;
+                        self.dp.dirty.neighbours = true;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %chain(&e), "VXLAN device sync failed; will retry");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
         let mut moved: Vec<IpAddr> = Vec::new();
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
             match self
@@ -399,8 +433,9 @@ impl<K: Kernel> Driver<K> {
             // RouteSyncDisabled: route and neighbour work is someone else's; nothing stays dirty.
             self.dp.dirty.routes = false;
             self.dp.dirty.neighbours = false;
+            self.dp.dirty.overlay = false;
         }
-        if !self.dp.dirty.routes && !self.dp.dirty.neighbours {
+        if !self.dp.dirty.routes && !self.dp.dirty.neighbours && !self.dp.dirty.overlay {
             self.resync_routes = false;
             // Done: from now on only what changes.
             self.dp.dirty.host_scope = Some(BTreeSet::new());

@@ -17,6 +17,7 @@ use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{Ownership as RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use crate::rtnl::vxlan::{VxlanSpec, VxlanSyncer};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 
 use super::{DataplaneConfig, IfaceConf};
@@ -122,6 +123,17 @@ pub struct RoutesOutcome {
     pub in_grace: usize,
 }
 
+/// What the overlay phase did.
+#[derive(Debug, Clone, Default)]
+pub struct OverlayOutcome {
+    /// The VXLAN device was created or re-created: what lives on it must be written again.
+    pub created: bool,
+    /// Device corrections and FDB writes.
+    pub changes: usize,
+    /// The device's parent interface is missing: nothing was done.
+    pub parked: bool,
+}
+
 /// A kernel failure in one phase.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -164,6 +176,17 @@ pub trait Kernel {
         only: Option<&BTreeSet<String>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError>;
+    /// The VXLAN device (`None`: leave it as it is) and its permanent FDB entries; before the
+    /// routes and neighbours, which live on the device. `device_changed`: the device or its
+    /// parent was reported changed (look at it again); otherwise only a changed spec, an FDB
+    /// change or a resync costs kernel I/O.
+    async fn overlay(
+        &mut self,
+        device: Option<&VxlanSpec>,
+        fdb: &[(Mac, IpAddr)],
+        device_changed: bool,
+        resync: bool,
+    ) -> Result<OverlayOutcome, KernelError>;
     /// Permanent neighbours per interface (`only` as for routes); `changed` lists interfaces
     /// that flapped.
     async fn neighbours(
@@ -291,6 +314,7 @@ pub struct RealKernel {
     routes_v4: RouteSyncer,
     routes_v6: RouteSyncer,
     neigh: NeighSyncer,
+    vxlan: VxlanSyncer,
     procsys: ProcSys,
     /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
     /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
@@ -315,7 +339,8 @@ impl RealKernel {
             cfg.owned_route_protocols(),
             cfg.workload_prefixes.clone(),
             cfg.workload_route_protocols(),
-        );
+        )
+        .with_device_ifaces([super::overlay::VXLAN_IFACE_V4.to_string()]);
         let ns_owned =
             match ns {
                 Some(n) => Some(n.try_clone().map_err(|e| {
@@ -337,6 +362,7 @@ impl RealKernel {
             routes_v4: RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, ownership.clone()),
             routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
             neigh: NeighSyncer::new(),
+            vxlan: VxlanSyncer::new(),
             procsys: ProcSys::new(procsys_ns),
             conntrack: None,
             conntrack_job: None,
@@ -356,6 +382,11 @@ impl RealKernel {
     /// Requests the neighbour syncer sent so far.
     pub fn neigh_stats(&self) -> crate::rtnl::neigh::NeighSyncStats {
         self.neigh.stats()
+    }
+
+    /// Requests the VXLAN syncer sent so far.
+    pub fn vxlan_stats(&self) -> crate::rtnl::vxlan::VxlanSyncStats {
+        self.vxlan.stats()
     }
 
     /// `/proc/sys` of the target namespace.
@@ -454,6 +485,54 @@ impl Kernel for RealKernel {
                 .extend(rep.errors.iter().map(|e| crate::ops::logging::chain(e)));
         }
         Ok(out)
+    }
+
+    async fn overlay(
+        &mut self,
+        device: Option<&VxlanSpec>,
+        fdb: &[(Mac, IpAddr)],
+        device_changed: bool,
+        resync: bool,
+    ) -> Result<OverlayOutcome, KernelError> {
+        if self.vxlan.device() != device {
+            self.vxlan.set_device(device.cloned());
+        } else if device_changed {
+            self.vxlan.device_changed();
+        }
+        self.vxlan.set_fdb(fdb.iter().copied());
+        if resync {
+            self.vxlan.request_resync();
+        }
+        if !self.vxlan.needs_apply() {
+            return Ok(OverlayOutcome::default());
+        }
+        let rep = self
+            .vxlan
+            .apply(&self.rtnl)
+            .await
+            .map_err(rtnl_err("syncing the VXLAN device"))?;
+        let created = rep.created;
+        if created {
+            if let Some(d) = device {
+                // A new device holds no routes or neighbours: write them again.
+                self.routes_v4.iface_changed(&d.name);
+                self.routes_v6.iface_changed(&d.name);
+                self.neigh.iface_changed(&d.name);
+            }
+        }
+        if rep.created || rep.recreated.is_some() || !rep.corrected.is_empty() {
+            tracing::info!(
+                created = rep.created,
+                recreated = ?rep.recreated,
+                corrected = ?rep.corrected,
+                "VXLAN device programmed"
+            );
+        }
+        Ok(OverlayOutcome {
+            created,
+            changes: rep.corrected.len() + rep.fdb_set + rep.fdb_deleted + usize::from(created),
+            parked: rep.parked,
+        })
     }
 
     async fn neighbours(
@@ -649,9 +728,23 @@ impl Kernel for RealKernel {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
     Globals,
-    Tables { mode: TableMode, tables: usize },
-    Routes { groups: usize, resync: bool },
-    Neighbours { ifaces: usize, resync: bool },
+    Tables {
+        mode: TableMode,
+        tables: usize,
+    },
+    Routes {
+        groups: usize,
+        resync: bool,
+    },
+    Overlay {
+        device: bool,
+        fdb: usize,
+        resync: bool,
+    },
+    Neighbours {
+        ifaces: usize,
+        resync: bool,
+    },
     IfaceConf(String),
     Conntrack(IpAddr),
 }
@@ -760,6 +853,21 @@ impl Kernel for FakeKernel {
             in_grace: self.routes_in_grace,
             ..RoutesOutcome::default()
         })
+    }
+
+    async fn overlay(
+        &mut self,
+        device: Option<&VxlanSpec>,
+        fdb: &[(Mac, IpAddr)],
+        _device_changed: bool,
+        resync: bool,
+    ) -> Result<OverlayOutcome, KernelError> {
+        self.calls.push(Call::Overlay {
+            device: device.is_some(),
+            fdb: fdb.len(),
+            resync,
+        });
+        Ok(OverlayOutcome::default())
     }
 
     async fn neighbours(

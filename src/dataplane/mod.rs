@@ -22,6 +22,7 @@
 pub mod driver;
 pub mod kernel;
 pub mod oneshot;
+pub mod overlay;
 pub mod quarantine;
 pub mod status;
 pub mod validate;
@@ -92,6 +93,8 @@ pub struct DataplaneConfig {
     /// How long the daemon waits without an apply before it merges the side table back into
     /// the main one (one validation of the big table, paid when nothing else is waiting).
     pub side_merge_after: Duration,
+    /// Cross-node networking: this node's name and the VXLAN parameters.
+    pub overlay: overlay::OverlayConfig,
 }
 
 impl Default for DataplaneConfig {
@@ -116,6 +119,7 @@ impl Default for DataplaneConfig {
             reporting_interval: Duration::from_secs(30),
             endpoint_reporting: true,
             side_merge_after: Duration::from_secs(2),
+            overlay: overlay::OverlayConfig::default(),
         }
     }
 }
@@ -230,6 +234,23 @@ impl DataplaneConfig {
             reporting_interval: c.reporting_interval_secs,
             endpoint_reporting: true,
             side_merge_after: Duration::from_secs(2),
+            overlay: overlay::OverlayConfig {
+                hostname: c.felix_hostname.clone().unwrap_or_else(os_hostname),
+                vxlan_enabled: c.vxlan_enabled,
+                vni: c.vxlan_vni,
+                port: c.vxlan_port,
+                mtu: (c.vxlan_mtu != 0).then_some(u32::from(c.vxlan_mtu)),
+            },
+        }
+    }
+
+    /// Felix's protocol for its routes other than those on a tunnel device: 80 while the
+    /// device protocol is boot (3), else the device protocol (overlay.md §2.6).
+    pub fn felix_route_protocol(&self) -> u8 {
+        if self.route_protocol == RTPROT_BOOT {
+            RTPROT_FELIX
+        } else {
+            self.route_protocol
         }
     }
 
@@ -261,6 +282,13 @@ impl DataplaneConfig {
             .iter()
             .any(|p| ifname.starts_with(p.as_str()))
     }
+}
+
+/// The kernel's host name (Felix's default for `FelixHostname`).
+fn os_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn proto_port(p: &crate::config::FailsafePort) -> rules::ProtoPort {
@@ -304,12 +332,17 @@ pub struct Desired {
     pub neighbours: BTreeMap<String, Vec<(IpAddr, Mac)>>,
     /// Per-interface configuration of every known workload interface.
     pub iface_conf: BTreeMap<String, IfaceConf>,
+    /// The VXLAN device (`None`: leave it as it is) and its FDB (MAC → remote node IP).
+    pub vxlan: Option<crate::rtnl::vxlan::VxlanSpec>,
+    pub fdb: Vec<(Mac, IpAddr)>,
 }
 
 /// What changed since the last apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dirty {
     pub tables: bool,
+    /// The VXLAN device or its FDB.
+    pub overlay: bool,
     pub routes: bool,
     pub neighbours: bool,
     /// Interfaces to (re)configure.
@@ -323,13 +356,14 @@ pub struct Dirty {
 
 impl Dirty {
     pub fn any(&self) -> bool {
-        self.tables || self.routes || self.neighbours || !self.ifaces.is_empty()
+        self.tables || self.overlay || self.routes || self.neighbours || !self.ifaces.is_empty()
     }
 
     /// Everything to check against the kernel (start of day).
     fn all() -> Dirty {
         Dirty {
             tables: true,
+            overlay: true,
             routes: true,
             neighbours: true,
             ifaces: BTreeSet::new(),
@@ -358,8 +392,10 @@ pub struct Dataplane {
     heps_resolved: BTreeMap<HostEndpointId, HostEndpoint>,
     /// Endpoints whose status may have changed since it was last computed.
     status_dirty: status::StatusScope,
-    /// Felix's route updates by destination (for blackhole routes of local IPAM blocks).
+    /// Felix's route updates by destination (blackholes for local IPAM blocks, cluster routes).
     routes: BTreeMap<String, RouteUpdate>,
+    /// Cross-node networking state besides the model's VTEPs, pools and routes.
+    overlay: overlay::Overlay,
     ifaces: BTreeMap<String, IfaceInfo>,
     datastore_in_sync: bool,
     ifaces_in_sync: bool,
@@ -387,6 +423,7 @@ impl Dataplane {
             workload_ids: BTreeMap::new(),
             heps_resolved: BTreeMap::new(),
             status_dirty: status::StatusScope::everything(),
+            overlay: overlay::Overlay::new(cfg.overlay.clone()),
             cfg,
             routes: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -458,6 +495,12 @@ impl Dataplane {
                 self.routes.insert(u.dst.clone(), u.clone());
                 self.dirty.routes = true;
                 self.dirty.host_scope = None;
+                self.overlay.warn_route(u);
+                return false;
+            }
+            Payload::Encapsulation(e) => {
+                self.overlay.encap = Some(e.clone());
+                self.overlay_changed();
                 return false;
             }
             Payload::RouteRemove(r) => {
@@ -537,12 +580,19 @@ impl Dataplane {
                     .profiles
                     .extend(u.id.iter().map(|i| i.name.clone()));
             }
+            Payload::IpamPoolUpdate(u) => {
+                if let Some(pool) = &u.pool {
+                    self.overlay.warn_pool(&u.id, pool);
+                }
+                self.changes.base = true;
+                self.overlay_changed();
+            }
+            Payload::IpamPoolRemove(_) | Payload::VtepUpdate(_) | Payload::VtepRemove(_) => {
+                self.changes.base = true;
+                self.overlay_changed();
+            }
             Payload::HostMetadataUpdate(_)
             | Payload::HostMetadataRemove(_)
-            | Payload::IpamPoolUpdate(_)
-            | Payload::IpamPoolRemove(_)
-            | Payload::VtepUpdate(_)
-            | Payload::VtepRemove(_)
             | Payload::GlobalBgpConfigUpdate(_) => {
                 self.changes.base = true;
             }
@@ -550,6 +600,14 @@ impl Dataplane {
             _ => return false,
         }
         true
+    }
+
+    /// The VXLAN device, its FDB, ARP entries and routes may have changed.
+    fn overlay_changed(&mut self) {
+        self.dirty.overlay = true;
+        self.dirty.routes = true;
+        self.dirty.neighbours = true;
+        self.dirty.host_scope = None;
     }
 
     fn forget_workload_iface(&mut self, iface: &str, id: &WorkloadEndpointId) {
@@ -640,6 +698,13 @@ impl Dataplane {
         if this_host != self.model.this_host {
             self.model.this_host = this_host;
             self.changes.base = true;
+            // The VXLAN parent is the interface that holds this node's address.
+            if self
+                .overlay
+                .vxlan_enabled(&self.model.pools, &self.model.vteps)
+            {
+                self.overlay_changed();
+            }
         }
         if !self.model.host_endpoints.is_empty() {
             self.changes.host_endpoints = true;
@@ -649,7 +714,10 @@ impl Dataplane {
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
         self.status_of_iface(name);
-        if self.cfg.is_workload_iface(name) {
+        if name == overlay::VXLAN_IFACE_V4 {
+            // Created, deleted or flapped: look at the device, re-assert what lives on it.
+            self.overlay_changed();
+        } else if self.cfg.is_workload_iface(name) {
             // Routes and ARP entries of a workload interface are (re)asserted when it flaps
             // (§15); sysctls are applied when it comes up (§14.2). Status may change.
             self.dirty.routes = true;
@@ -945,6 +1013,32 @@ impl Dataplane {
             if !blackholes.is_empty() {
                 d.routes.insert("blackhole".into(), blackholes);
             }
+            let o = self.overlay.desired(
+                &self.model.pools,
+                &self.model.vteps,
+                &self.routes,
+                &self.ifaces,
+                |n| self.cfg.is_workload_iface(n),
+                overlay::RouteParams {
+                    device_protocol: self.cfg.route_protocol,
+                    felix_protocol: self.cfg.felix_route_protocol(),
+                    metric_v4: self.cfg.route_metric_v4,
+                },
+            );
+            if !o.tunnel_routes.is_empty() {
+                d.routes
+                    .insert(overlay::VXLAN_IFACE_V4.into(), o.tunnel_routes);
+            }
+            if !o.same_subnet_routes.is_empty() {
+                d.routes
+                    .insert(overlay::SAME_SUBNET_GROUP.into(), o.same_subnet_routes);
+            }
+            if !o.neighbours.is_empty() {
+                d.neighbours
+                    .insert(overlay::VXLAN_IFACE_V4.into(), o.neighbours);
+            }
+            d.vxlan = o.device;
+            d.fdb = o.fdb;
         }
         d
     }
