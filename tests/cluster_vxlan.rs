@@ -106,12 +106,24 @@ fn eventually(what: &str, nodes: &[Node], mut check: impl FnMut() -> Result<(), 
 }
 
 fn ping(nodes: &[Node], from: u8, to: u8) -> Verdict {
-    icmp_echo(nodes[from as usize].pod.ns(), pod_ip(to), Duration::from_millis(500))
-        .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to}: {e}"))
+    icmp_echo(
+        nodes[from as usize].pod.ns(),
+        pod_ip(to),
+        Duration::from_millis(500),
+    )
+    .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to}: {e}"))
 }
 
 fn fdb(node: &Node) -> String {
-    sh(&["bridge", "-n", node.name(), "fdb", "show", "dev", "vxlan.calico"])
+    sh(&[
+        "bridge",
+        "-n",
+        node.name(),
+        "fdb",
+        "show",
+        "dev",
+        "vxlan.calico",
+    ])
 }
 
 #[test]
@@ -127,17 +139,42 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         let pod = named(&format!("cl-p{k}"));
         let (n, p) = (ns.name().to_string(), pod.name().to_string());
         let up = format!("u{k}");
-        sh(&["ip", "-n", &l, "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n]);
+        sh(&[
+            "ip", "-n", &l, "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n,
+        ]);
         sh(&["ip", "-n", &l, "link", "set", &up, "master", "br0", "up"]);
         sh(&["ip", "-n", &n, "link", "set", "lo", "up"]);
         sh(&["ip", "-n", &n, "link", "set", "eth0", "up"]);
-        sh(&["ip", "-n", &n, "addr", "add", &format!("{}/24", node_ip(k)), "dev", "eth0"]);
+        sh(&[
+            "ip",
+            "-n",
+            &n,
+            "addr",
+            "add",
+            &format!("{}/24", node_ip(k)),
+            "dev",
+            "eth0",
+        ]);
         // A default route, as every node has: proxy ARP for the pods' 169.254.1.1 answers only
         // for an address the node can route elsewhere.
-        sh(&["ip", "-n", &n, "route", "add", "default", "via", "172.31.0.1", "dev", "eth0"]);
+        sh(&[
+            "ip",
+            "-n",
+            &n,
+            "route",
+            "add",
+            "default",
+            "via",
+            "172.31.0.1",
+            "dev",
+            "eth0",
+        ]);
         // The pod, as Calico's CNI plugin leaves it.
         let cali = format!("cali{k}pod");
-        sh(&["ip", "-n", &n, "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns", &p]);
+        sh(&[
+            "ip", "-n", &n, "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns",
+            &p,
+        ]);
         sh(&["ip", "-n", &n, "link", "set", &cali, "up"]);
         sh(&["ip", "-n", &p, "link", "set", "lo", "up"]);
         // ICMP probes use unprivileged ping sockets.
@@ -146,10 +183,42 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
             .unwrap()
             .unwrap();
         sh(&["ip", "-n", &p, "link", "set", "eth0", "up"]);
-        sh(&["ip", "-n", &p, "addr", "add", &format!("{}/32", pod_ip(k)), "dev", "eth0"]);
-        sh(&["ip", "-n", &p, "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link"]);
-        sh(&["ip", "-n", &p, "route", "add", "default", "via", "169.254.1.1", "dev", "eth0"]);
-        let pod_mac: Value = serde_json::from_str(&sh(&["ip", "-n", &p, "-j", "link", "show", "eth0"])).unwrap();
+        sh(&[
+            "ip",
+            "-n",
+            &p,
+            "addr",
+            "add",
+            &format!("{}/32", pod_ip(k)),
+            "dev",
+            "eth0",
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &p,
+            "route",
+            "add",
+            "169.254.1.1",
+            "dev",
+            "eth0",
+            "scope",
+            "link",
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &p,
+            "route",
+            "add",
+            "default",
+            "via",
+            "169.254.1.1",
+            "dev",
+            "eth0",
+        ]);
+        let pod_mac: Value =
+            serde_json::from_str(&sh(&["ip", "-n", &p, "-j", "link", "show", "eth0"])).unwrap();
         let pod_mac = pod_mac[0]["address"].as_str().unwrap().to_string();
 
         let log = tempfile::NamedTempFile::new().unwrap();
@@ -167,7 +236,13 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
             .spawn()
             .expect("spawning felix-nft");
         let stdin = daemon.stdin.take().unwrap();
-        let mut node = Node { ns, pod, daemon, stdin, log };
+        let mut node = Node {
+            ns,
+            pod,
+            daemon,
+            stdin,
+            log,
+        };
         let mut msgs = vec![
             json!({"active_profile_update": {"id": {"name": "allow-all"},
                 "profile": {"inbound_rules": [{"action": "allow"}],
@@ -207,12 +282,24 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     }
     let n0 = nodes[0].name().to_string();
     let routes = sh(&["ip", "-n", &n0, "route"]);
-    assert!(routes.contains("10.65.1.0/26 via 10.65.1.0 dev vxlan.calico"), "{routes}");
-    assert!(routes.contains("blackhole 10.65.0.0/26 proto 80"), "{routes}");
+    assert!(
+        routes.contains("10.65.1.0/26 via 10.65.1.0 dev vxlan.calico"),
+        "{routes}"
+    );
+    assert!(
+        routes.contains("blackhole 10.65.0.0/26 proto 80"),
+        "{routes}"
+    );
     let f = fdb(&nodes[0]);
-    assert!(f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))), "{f}");
+    assert!(
+        f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
+        "{f}"
+    );
     let neigh = sh(&["ip", "-n", &n0, "neigh", "show", "dev", "vxlan.calico"]);
-    assert!(neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))), "{neigh}");
+    assert!(
+        neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
+        "{neigh}"
+    );
 
     // Pod ↔ pod, every ordered pair, ICMP.
     for a in 0..NODES {
@@ -228,7 +315,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         }
     }
     // TCP across nodes.
-    let server = TcpServer::start(nodes[0].pod.ns(), 0).unwrap();
+    let server = TcpServer::start(nodes[0].pod.ns(), 8080).unwrap();
     let dst = SocketAddr::new(pod_ip(0), server.port());
     for from in 1..NODES {
         let v = tcp_connect(nodes[from as usize].pod.ns(), dst, Duration::from_secs(2)).unwrap();
@@ -248,7 +335,12 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
             .ok_or(f)
     });
     eventually("n1's device has the new MAC", &nodes, || {
-        let out = sh(&["ip", "-n", nodes[1].name(), "link", "show", "vxlan.calico"]);
+        // Re-created: for a moment it does not exist.
+        let out = Command::new("ip")
+            .args(["-n", nodes[1].name(), "link", "show", "vxlan.calico"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
         out.contains(new_mac).then_some(()).ok_or(out)
     });
     eventually("p0 → p1 after the MAC change", &nodes, || {
@@ -260,19 +352,36 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
 
     // Drift on n0: the device deleted by hand comes back with its routes, ARP and FDB.
     sh(&["ip", "-n", &n0, "link", "del", "vxlan.calico"]);
-    eventually("p0 → p2 after vxlan.calico was deleted", &nodes, || {
-        match ping(&nodes, 0, 2) {
+    eventually(
+        "p0 → p2 after vxlan.calico was deleted",
+        &nodes,
+        || match ping(&nodes, 0, 2) {
             Verdict::Pass => Ok(()),
             v => Err(format!("{v:?}")),
-        }
-    });
+        },
+    );
     let routes = sh(&["ip", "-n", &n0, "route"]);
-    assert!(routes.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico"), "{routes}");
+    assert!(
+        routes.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico"),
+        "{routes}"
+    );
     // An FDB entry deleted by hand is back within the route refresh interval (2 s here).
-    sh(&["bridge", "-n", &n0, "fdb", "del", &mac(2), "dev", "vxlan.calico", "self"]);
+    sh(&[
+        "bridge",
+        "-n",
+        &n0,
+        "fdb",
+        "del",
+        &mac(2),
+        "dev",
+        "vxlan.calico",
+        "self",
+    ]);
     eventually("n2's FDB entry repaired", &nodes, || {
         let f = fdb(&nodes[0]);
-        f.contains(&format!("{} dst 172.31.0.12", mac(2))).then_some(()).ok_or(f)
+        f.contains(&format!("{} dst 172.31.0.12", mac(2)))
+            .then_some(())
+            .ok_or(f)
     });
 
     // n2 leaves: its block route and VTEP go from n0 (RouteRemove first, as Felix orders
