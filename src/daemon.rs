@@ -20,7 +20,6 @@ use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::NetNs;
 use crate::ops::logging::chain;
 use crate::ops::Ops;
-use crate::proto::FromDataplane;
 use crate::rtnl::monitor::{self, MonitorConfig};
 use crate::source::{self, Received, SourceSpec};
 
@@ -151,7 +150,7 @@ async fn run_async(
 
     // The transport.
     let max_message = config.input_max_message_bytes;
-    let mut status_out: Option<mpsc::Sender<FromDataplane>> = None;
+    let mut status_out: Option<source::outbox::Outbox> = None;
     let mut writer = None;
     let mut fd3_reader = None;
     let mut stream_reader = None;

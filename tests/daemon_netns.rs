@@ -650,6 +650,59 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
 }
 
 #[test]
+fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
+    // The refresh timer is far away: the next update's batch is what meets the outside write
+    // (the kernel refuses it, ERESTART), and the read-back that follows repairs the change.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let mut child = felix_nft(&h)
+        .env("FELIX_NFTABLESTABLEOWNER", "false")
+        .env("FELIX_NFTABLESREFRESHINTERVAL", "3600")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    let flush = sh(
+        "ip",
+        &[
+            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
+        ],
+    );
+    assert!(flush.status.success());
+    writeln!(stdin, "{}", wep_update(&w2, 2, "allow-all")).unwrap();
+    assert!(
+        eventually(|| h
+            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
+            .contains("ct state")),
+        "the flushed chain was not repaired with the update"
+    );
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("changed from outside under an update; repaired with it"),
+        "no repair logged:\n{err}"
+    );
+    assert!(
+        err.contains("drift_repairs=1"),
+        "repair not counted:\n{err}"
+    );
+}
+
+#[test]
 fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
     // Issue 9: a route whose interface is down waits for that interface's event, not for the
     // next apply of something else (§15); the event programs its route and ARP entry.

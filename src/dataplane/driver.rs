@@ -29,6 +29,7 @@ use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
 use crate::rtnl::monitor::IfaceEvent;
+use crate::source::outbox::Outbox;
 use crate::source::Received;
 
 use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
@@ -152,7 +153,7 @@ pub struct Driver<K: Kernel> {
     pub dp: Dataplane,
     pub kernel: K,
     opts: LoopOptions,
-    out: Option<mpsc::Sender<FromDataplane>>,
+    out: Option<Outbox>,
     ops: Option<Ops>,
     health: Option<DataplaneHealth>,
     status: StatusReporter,
@@ -180,7 +181,7 @@ impl<K: Kernel> Driver<K> {
         dp: Dataplane,
         kernel: K,
         opts: LoopOptions,
-        out: Option<mpsc::Sender<FromDataplane>>,
+        out: Option<Outbox>,
         ops: Option<Ops>,
     ) -> Driver<K> {
         let health = ops.as_ref().map(|o| o.dataplane_health());
@@ -456,8 +457,7 @@ impl<K: Kernel> Driver<K> {
                     self.send(FromDataplane {
                         sequence_number: 0,
                         payload: Some(Out::DataplaneInSync(DataplaneInSync {})),
-                    })
-                    .await;
+                    });
                     tracing::info!("dataplane in sync");
                 }
             }
@@ -477,7 +477,7 @@ impl<K: Kernel> Driver<K> {
             if self.dp.cfg.endpoint_reporting {
                 let (w, h) = self.dp.statuses_in(&scope);
                 for m in self.status.update_in(&w, &h, &scope) {
-                    self.send(m).await;
+                    self.send(m);
                 }
             }
         }
@@ -531,6 +531,19 @@ impl<K: Kernel> Driver<K> {
                             ops.metrics.record_drift_repairs("nftables", out.ops as u64);
                         }
                         tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
+                    } else if out.repaired > 0 && self.first_apply_done {
+                        // Another process wrote under an update's batch: the read-back that
+                        // followed put its change right along with the update.
+                        self.summary.drift_repairs += 1;
+                        if let Some(ops) = &self.ops {
+                            ops.metrics
+                                .record_drift_repairs("nftables", out.repaired as u64);
+                        }
+                        tracing::warn!(
+                            ops = out.repaired,
+                            update_ops = out.ops - out.repaired,
+                            "nf_tables changed from outside under an update; repaired with it"
+                        );
                     }
                     if mode == TableMode::Rebuild {
                         if let Some(ops) = &self.ops {
@@ -612,16 +625,16 @@ impl<K: Kernel> Driver<K> {
         }
     }
 
-    async fn send(&mut self, mut m: FromDataplane) {
+    /// Queues a message for Felix; never waits (the outbox coalesces statuses while Felix is
+    /// slow to read).
+    fn send(&mut self, mut m: FromDataplane) {
         if let Some(out) = &self.out {
             m.sequence_number = 0;
-            if out.send(m).await.is_err() {
-                tracing::debug!("status channel closed");
-            }
+            out.push(m);
         }
     }
 
-    async fn heartbeat(&mut self) {
+    fn heartbeat(&mut self) {
         let m = FromDataplane {
             sequence_number: 0,
             payload: Some(Out::ProcessStatusUpdate(ProcessStatusUpdate {
@@ -629,7 +642,7 @@ impl<K: Kernel> Driver<K> {
                 uptime: self.started.elapsed().as_secs_f64(),
             })),
         };
-        self.send(m).await;
+        self.send(m);
     }
 
     /// Waits for the background conntrack cleanup and logs what failed.
@@ -770,7 +783,7 @@ impl<K: Kernel> Driver<K> {
                     if t >= heartbeat_at {
                         heartbeat_at = t + hb_period;
                         if !self.dp.cfg.reporting_interval.is_zero() {
-                            self.heartbeat().await;
+                            self.heartbeat();
                         }
                     }
                     if t >= health_at {

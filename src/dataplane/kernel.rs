@@ -95,6 +95,8 @@ pub struct TablesOutcome {
     pub plans: Vec<crate::nft::diff::Plan>,
     /// Time in the kernel's hands: encoding and sending the batch, the commit, the ACK.
     pub commit_time: Duration,
+    /// Of `ops`, those that repaired another process's change found while committing an update.
+    pub repaired: usize,
 }
 
 impl From<SyncReport> for TablesOutcome {
@@ -104,6 +106,7 @@ impl From<SyncReport> for TablesOutcome {
             attempts: r.attempts,
             plans: r.plans,
             commit_time: Duration::ZERO,
+            repaired: r.repaired,
         }
     }
 }
@@ -280,6 +283,7 @@ fn plan_only(rec: &mut Reconciler<Nft>, desired: &[Table]) -> NftReply {
         attempts: 1,
         plans,
         commit_time: Duration::ZERO,
+        repaired: 0,
     })
 }
 
@@ -743,6 +747,7 @@ impl Kernel for FakeKernel {
             attempts: 1,
             plans: Vec::new(),
             commit_time: Duration::ZERO,
+            repaired: 0,
         })
     }
 

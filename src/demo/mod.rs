@@ -894,12 +894,14 @@ fn agent_main(
                 }
             }
         });
-        // Status goes to an unbounded std channel, so the loop never waits on the demo.
-        let (out_tx, mut out_rx) = mpsc::channel(64);
+        // Status goes through an outbox to a std channel, so the loop never waits on the demo.
+        let (out_tx, out_rx) = crate::source::outbox::outbox();
         tokio::spawn(async move {
-            while let Some(m) = out_rx.recv().await {
-                if status.send(m).is_err() {
-                    break;
+            while let Some(batch) = out_rx.take().await {
+                for m in batch {
+                    if status.send(m).is_err() {
+                        return;
+                    }
                 }
             }
         });

@@ -181,6 +181,10 @@ pub struct SyncReport {
     pub ops: usize,
     /// Attempts used (1 = no ERESTART).
     pub attempts: u32,
+    /// Operations beyond the update's own that put back what another process changed: set when
+    /// a batch built on the state we trusted was refused because someone else wrote (ERESTART)
+    /// and the read-back found more to do than the update.
+    pub repaired: usize,
 }
 
 /// The owner flags the kernel and the options allow.
@@ -260,6 +264,7 @@ pub fn sync(
                 plans,
                 ops,
                 attempts: attempt,
+                repaired: 0,
             });
         }
         match kernel.commit(&plans, Some(genid), opts.dry_run) {
@@ -268,6 +273,7 @@ pub fn sync(
                     plans,
                     ops,
                     attempts: attempt,
+                    repaired: 0,
                 })
             }
             Err(e) if e.is_restart() && attempt < opts.max_attempts => {
@@ -398,12 +404,22 @@ impl<K: NftKernel> Reconciler<K> {
                     .filter(|p| !p.is_empty())
                     .collect();
                 drop(old);
-                if let Some(r) = self.commit_trusted(genid, plans)? {
-                    return Ok(r);
-                }
+                let expected = plans.iter().map(|p| p.ops.len()).sum();
+                return match self.commit_trusted(genid, plans)? {
+                    Some(r) => Ok(r),
+                    None => self.sync_after_outside_write(expected),
+                };
             }
         }
         self.sync_from_kernel()
+    }
+
+    /// [`Self::sync_from_kernel`] after another process wrote under a batch of `expected`
+    /// operations: what the read-back does beyond those is a repair.
+    fn sync_after_outside_write(&mut self, expected: usize) -> Result<SyncReport, NftError> {
+        let mut r = self.sync_from_kernel()?;
+        r.repaired = r.ops.saturating_sub(expected);
+        Ok(r)
     }
 
     /// Folds `patches` into the desired tables and converges the kernel, diffing only the
@@ -429,6 +445,7 @@ impl<K: NftKernel> Reconciler<K> {
                 plans: Vec::new(),
                 ops: 0,
                 attempts: 1,
+                repaired: 0,
             });
         }
         // Fold first, so nothing we were told is lost if anything below fails.
@@ -515,9 +532,11 @@ impl<K: NftKernel> Reconciler<K> {
                     }
                 }
                 if !whole {
-                    if let Some(r) = self.commit_trusted(genid, plans)? {
-                        return Ok(r);
-                    }
+                    let expected = plans.iter().map(|p| p.ops.len()).sum();
+                    return match self.commit_trusted(genid, plans)? {
+                        Some(r) => Ok(r),
+                        None => self.sync_after_outside_write(expected),
+                    };
                 }
             }
         }
@@ -537,6 +556,7 @@ impl<K: NftKernel> Reconciler<K> {
                 plans,
                 ops,
                 attempts: 1,
+                repaired: 0,
             }));
         }
         match self.commit(&plans, genid, false) {
@@ -546,6 +566,7 @@ impl<K: NftKernel> Reconciler<K> {
                     plans,
                     ops,
                     attempts: 1,
+                    repaired: 0,
                 }))
             }
             Err(e) if e.is_restart() => {
@@ -604,6 +625,7 @@ impl<K: NftKernel> Reconciler<K> {
                     plans,
                     ops,
                     attempts: attempt,
+                    repaired: 0,
                 });
             }
             let res = self.commit(&plans, genid, self.opts.dry_run);
@@ -615,6 +637,7 @@ impl<K: NftKernel> Reconciler<K> {
                         plans,
                         ops,
                         attempts: attempt,
+                        repaired: 0,
                     });
                 }
                 Err(e) if e.is_restart() && attempt < self.opts.max_attempts => {

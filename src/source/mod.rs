@@ -9,6 +9,7 @@
 //! which for fd 3 is Felix itself (reference §1.2, natural back-pressure).
 
 pub mod felix;
+pub mod outbox;
 pub mod state;
 pub mod stream;
 
