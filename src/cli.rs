@@ -45,6 +45,10 @@ pub enum Command {
         /// Send the transaction without committing it: the kernel validates and keeps nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Apply a document that describes nothing (removing all policy from the node), or one
+        /// message per line without a closing in_sync; refused otherwise.
+        #[arg(long)]
+        allow_empty: bool,
         /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -54,6 +58,9 @@ pub enum Command {
     /// Print what `apply` would change; touches nothing.
     Plan {
         state: PathBuf,
+        /// As for `apply`.
+        #[arg(long)]
+        allow_empty: bool,
         /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -173,14 +180,16 @@ pub fn main() -> ExitCode {
         Some(Command::Apply {
             state,
             dry_run,
+            allow_empty,
             config,
             netns,
-        }) => oneshot::apply_command(&state, dry_run, &target(netns, config)),
+        }) => oneshot::apply_command(&state, dry_run, allow_empty, &target(netns, config)),
         Some(Command::Plan {
             state,
+            allow_empty,
             config,
             netns,
-        }) => oneshot::plan_command(&state, &target(netns, config)),
+        }) => oneshot::plan_command(&state, allow_empty, &target(netns, config)),
         Some(Command::Dump {
             json,
             config,

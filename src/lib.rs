@@ -32,6 +32,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod clip;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;

@@ -391,6 +391,49 @@ fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
     assert!(err.contains("decoded=1 rejected=1"), "{err}");
 }
 
+#[test]
+fn a_huge_bad_value_is_logged_cut_with_its_size() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    cmd.args(["run", "--source", "stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT");
+    common::isolate_netns(&mut cmd);
+    let mut child = cmd.spawn().expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let huge = "x".repeat(10 << 20);
+    let writer = std::thread::spawn(move || {
+        // A validation error (a member that is no address) and a decode error (a string where
+        // a number belongs), each carrying the 10 MB value.
+        writeln!(
+            stdin,
+            r#"{{"ipset_update":{{"id":"s:a","type":"IP","members":["{huge}"]}}}}"#
+        )?;
+        writeln!(stdin, r#"{{"sequence_number":"{huge}"}}"#)?;
+        writeln!(stdin, r#"{{"in_sync":{{}}}}"#)
+    });
+    let out = child.wait_with_output().expect("waiting for felix-nft");
+    let written = writer.join().expect("writer thread");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        written.is_ok() && out.status.success(),
+        "{written:?} {}",
+        out.status
+    );
+    assert!(err.contains("decoded=2 rejected=2"), "{err}");
+    let longest = err.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4096, "a log line of {longest} bytes");
+    let cut = |l: &&str| l.contains("…[10485") && l.contains(" bytes]");
+    assert_eq!(
+        err.lines().filter(cut).count(),
+        2,
+        "no cut values with their size:\n{err}"
+    );
+}
+
 /// A command with fds 3 and 4 closed in the child, even if the test runner inherited them.
 fn without_fds_3_and_4(args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));

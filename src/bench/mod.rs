@@ -490,9 +490,11 @@ fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path) -> Tool {
     let exe = exe.display().to_string();
     let name = ns.name();
     felix_env(match mode {
+        // The bench writes its documents itself, some of them empty on purpose.
         FreshMode::Apply { .. } => Tool::new(&[
             &exe,
             "apply",
+            "--allow-empty",
             &state.display().to_string(),
             "--netns",
             &name,
@@ -520,6 +522,7 @@ fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> Fres
         &felix_env(Tool::new(&[
             &exe_s,
             "apply",
+            "--allow-empty",
             &empty.display().to_string(),
             "--netns",
             &name,

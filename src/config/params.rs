@@ -397,7 +397,7 @@ params! {
 
     // --- IP sets ---
     max_ipset_size: u32 = "MaxIpsetSize", U32, "1048576", NZ,
-        "Maximum IP-set size (ipset maxelem; nft sets are not limited by it).";
+        "Maximum IP-set size: an IP set update or delta that would leave a set bigger is rejected, naming the set.";
     ipv6_support: bool = "Ipv6Support", Kind::Bool, "true", 0,
         "Program the IPv6 dataplane too.";
 

@@ -170,6 +170,7 @@ impl DataplaneConfig {
             vxlan_enabled: c.vxlan_enabled.unwrap_or(false),
             vxlan_enabled_v6: false,
             vxlan_port: c.vxlan_port,
+            max_ipset_size: c.max_ipset_size as usize,
             wireguard_port: c.wireguard_enabled.then_some(c.wireguard_listening_port),
             wireguard_port_v6: c
                 .wireguard_enabled_v6

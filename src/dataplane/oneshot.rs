@@ -148,14 +148,14 @@ pub struct Target {
 // ---------------------------------------------------------------------------------------------
 
 /// `felix-nft apply STATE [--dry-run]`. Ends the process, as every entry point here does.
-pub fn apply_command(state: &Path, dry_run: bool, target: &Target) -> ! {
+pub fn apply_command(state: &Path, dry_run: bool, allow_empty: bool, target: &Target) -> ! {
     let mode = if dry_run { Mode::DryRun } else { Mode::Apply };
-    finish(run_converge(state, mode, target))
+    finish(run_converge(state, mode, allow_empty, target))
 }
 
 /// `felix-nft plan STATE`.
-pub fn plan_command(state: &Path, target: &Target) -> ! {
-    finish(run_converge(state, Mode::Plan, target))
+pub fn plan_command(state: &Path, allow_empty: bool, target: &Target) -> ! {
+    finish(run_converge(state, Mode::Plan, allow_empty, target))
 }
 
 /// `felix-nft dump [--json]`.
@@ -268,10 +268,11 @@ pub enum Mode {
 fn run_converge(
     state_path: &Path,
     mode: Mode,
+    allow_empty: bool,
     target: &Target,
 ) -> Result<(String, u8), OneShotError> {
     let cfg = load_config(target)?;
-    let msgs = load_state(state_path, &cfg)?;
+    let msgs = load_state(state_path, &cfg, allow_empty)?;
     let ns = open_ns(target)?;
     let (changes, retained) = block_on(converge_retaining(ns.as_ref(), &cfg, msgs, mode))??;
     // The process exits next: freeing the model, the rendered tables and the reconciler's
@@ -289,9 +290,14 @@ fn run_converge(
     Ok((text, code))
 }
 
-/// Loads and validates a state document. Touches no kernel.
-pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<Valid>, OneShotError> {
-    let msgs = state::load(path).map_err(|source| match source {
+/// Loads and validates a state document, refusing one that describes nothing or may have been
+/// cut short unless `allow_empty` ([`state::check_complete`]). Touches no kernel.
+pub fn load_state(
+    path: &Path,
+    cfg: &DataplaneConfig,
+    allow_empty: bool,
+) -> Result<Vec<Valid>, OneShotError> {
+    let state_error = |source| match source {
         StateError::Invalid(errors) => OneShotError::Undecodable {
             path: path.to_path_buf(),
             errors,
@@ -300,7 +306,9 @@ pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<Valid>, OneS
             path: path.to_path_buf(),
             source,
         },
-    })?;
+    };
+    let (msgs, form) = state::load_with_form(path).map_err(state_error)?;
+    state::check_complete(&msgs, form, allow_empty).map_err(state_error)?;
     validated(cfg, msgs)
 }
 

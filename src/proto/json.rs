@@ -58,8 +58,8 @@ impl JsonError {
             }
         }
         JsonError {
-            path,
-            message,
+            path: crate::clip::clip(path),
+            message: crate::clip::clip(message),
             line: inner.line(),
             column: inner.column(),
         }
@@ -83,7 +83,7 @@ fn decode_tracked<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
     let value = serde_path_to_error::deserialize(&mut de).map_err(JsonError::from_path_error)?;
     de.end().map_err(|e| JsonError {
         path: ".".to_string(),
-        message: strip_position(&e),
+        message: crate::clip::clip(strip_position(&e)),
         line: e.line(),
         column: e.column(),
     })?;
