@@ -650,6 +650,67 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
 }
 
 #[test]
+fn a_refresh_reads_nothing_back_unless_someone_else_committed() {
+    // A big set made every refresh read it whole while updates waited. The generation says
+    // whether anyone committed since us: only then is there anything to read.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let mut child = felix_nft(&h)
+        .env("FELIX_NFTABLESTABLEOWNER", "false")
+        .env("FELIX_NFTABLESREFRESHINTERVAL", "1")
+        .env("FELIX_LOGSEVERITYSCREEN", "debug")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    std::thread::sleep(Duration::from_millis(3500));
+    // Someone else commits (a table of their own), then flushes our chain.
+    let other = sh(
+        "ip",
+        &["netns", "exec", &h.0, "nft", "add", "table", "ip", "other"],
+    );
+    assert!(other.status.success());
+    let flush = sh(
+        "ip",
+        &[
+            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
+        ],
+    );
+    assert!(flush.status.success());
+    assert!(
+        eventually(|| h
+            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
+            .contains("ct state")),
+        "the flushed chain was not repaired by the refresh"
+    );
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let skipped = err.matches("nothing to read back").count();
+    assert!(
+        skipped >= 2,
+        "{skipped} refreshes skipped the read-back:\n{err}"
+    );
+    assert!(err.contains("drifted from the desired state"), "{err}");
+    // The other program's table is not ours to touch.
+    assert!(h
+        .exec(&["nft", "list", "tables"])
+        .contains("table ip other"));
+}
+
+#[test]
 fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
     // The refresh timer is far away: the next update's batch is what meets the outside write
     // (the kernel refuses it, ERESTART), and the read-back that follows repairs the change.

@@ -529,7 +529,7 @@ params! {
     prometheus_metrics_port: u16 = "PrometheusMetricsPort", PORT, "9091", 0,
         "Port of the metrics endpoint.";
     prometheus_metrics_host: Option<String> = "PrometheusMetricsHost", Kind::Host, "", 0,
-        "Address the metrics endpoint listens on; unset = all.";
+        "Address the metrics endpoint listens on; unset = all addresses. The endpoint has no authentication (as Felix's): bind it to 127.0.0.1 or firewall the port where that matters.";
     prometheus_go_metrics_enabled: bool = "PrometheusGoMetricsEnabled", Kind::Bool, "true", 0,
         "Felix: Go runtime metrics (felix-nft exports runtime metrics under this switch).";
     prometheus_process_metrics_enabled: bool = "PrometheusProcessMetricsEnabled", Kind::Bool, "true", 0,

@@ -26,7 +26,8 @@ use super::{DataplaneConfig, IfaceConf};
 pub enum TableMode {
     /// Diff against what we last committed (re-read only if someone else wrote since).
     Incremental,
-    /// Re-read the kernel first (refresh timer, after an error): repairs drift.
+    /// Re-read the kernel first (refresh timer, after an error): repairs drift. Skipped when
+    /// the ruleset generation shows no commit since ours (nothing can have drifted).
     Resync,
     /// Delete and re-add every table in one transaction (after repeated failures).
     Rebuild,
@@ -244,7 +245,13 @@ impl NftSide {
         let base = rec.opts.clone();
         match mode {
             TableMode::Incremental => {}
-            TableMode::Resync => rec.mark_stale(),
+            TableMode::Resync => {
+                if rec.revalidate() {
+                    tracing::debug!(
+                        "nf_tables refresh: no commit since ours, nothing to read back"
+                    );
+                }
+            }
             TableMode::Rebuild => {
                 rec.mark_stale();
                 rec.opts.rebuild = true;

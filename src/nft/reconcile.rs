@@ -342,6 +342,22 @@ impl<K: NftKernel> Reconciler<K> {
         self.trusted = None;
     }
 
+    /// The refresh: keeps the believed state when the kernel's ruleset generation is still the
+    /// one our last commit left — every change to nf_tables, anyone's, is a commit that moves
+    /// it, so nothing can have drifted — and otherwise forgets it, so the next apply reads our
+    /// tables back and repairs them. One GETGEN instead of a read-back that grows with the
+    /// tables (seconds for a set of several hundred thousand members). Returns whether the
+    /// state is still trusted.
+    pub fn revalidate(&mut self) -> bool {
+        if let Some(genid) = self.trusted {
+            if matches!(self.kernel.generation(), Ok(g) if g == genid) {
+                return true;
+            }
+        }
+        self.trusted = None;
+        false
+    }
+
     /// The desired tables as last given (ownership flags applied).
     pub fn desired(&self) -> &[Table] {
         &self.desired
