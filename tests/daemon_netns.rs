@@ -10,7 +10,7 @@ use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use felix_nft::proto::frame::{encode_frame, FrameReader};
 use felix_nft::proto::{decode_from_dataplane, json, ToDataplane};
@@ -650,9 +650,10 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
 }
 
 #[test]
-fn a_refresh_reads_nothing_back_unless_someone_else_committed() {
+fn a_refresh_reads_nothing_back_unless_our_tables_were_touched() {
     // A big set made every refresh read it whole while updates waited. The generation says
-    // whether anyone committed since us: only then is there anything to read.
+    // whether anyone committed since us, and the nf_tables events whether those commits were
+    // about our tables: only then is there anything to read.
     let h = host();
     let w1 = workload(&h, 1);
     let mut child = felix_nft(&h)
@@ -674,20 +675,27 @@ fn a_refresh_reads_nothing_back_unless_someone_else_committed() {
         eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
         "never programmed"
     );
-    std::thread::sleep(Duration::from_millis(3500));
-    // Someone else commits (a table of their own), then flushes our chain.
-    let other = sh(
-        "ip",
-        &["netns", "exec", &h.0, "nft", "add", "table", "ip", "other"],
-    );
-    assert!(other.status.success());
-    let flush = sh(
-        "ip",
-        &[
-            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
-        ],
-    );
-    assert!(flush.status.success());
+    std::thread::sleep(Duration::from_millis(2500));
+    // Another program commits to a table of its own, again and again; an update of ours goes
+    // in meanwhile.
+    let nft = |args: &[&str]| {
+        let mut argv = vec!["netns", "exec", &h.0, "nft"];
+        argv.extend_from_slice(args);
+        assert!(sh("ip", &argv).status.success(), "nft {args:?}");
+    };
+    let w2 = workload(&h, 2);
+    nft(&["add", "table", "ip", "other"]);
+    let busy_from = SystemTime::now() + Duration::from_secs(1);
+    for i in 0..20 {
+        nft(&["add", "chain", "ip", "other", &format!("c{i}")]);
+        if i == 10 {
+            writeln!(stdin, "{}", wep_update(&w2, 2, "allow-all")).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let busy_until = SystemTime::now();
+    // Then it flushes one of our chains: that is read back and repaired.
+    nft(&["flush", "chain", "ip", "calico", &chain]);
     assert!(
         eventually(|| h
             .exec(&["nft", "list", "chain", "ip", "calico", &chain])
@@ -698,10 +706,28 @@ fn a_refresh_reads_nothing_back_unless_someone_else_committed() {
     let out = wait_output(child, Duration::from_secs(20));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let skipped = err.matches("nothing to read back").count();
+    let (from, until) = (
+        felix_nft::dataplane::driver::rfc3339_utc(busy_from),
+        felix_nft::dataplane::driver::rfc3339_utc(busy_until),
+    );
+    let skipped_while_busy = err
+        .lines()
+        .filter(|l| l.contains("nothing to read back"))
+        .filter(|l| {
+            l.get(..19)
+                .is_some_and(|t| t >= &from[..19] && t < &until[..19])
+        })
+        .count();
+    eprintln!(
+        "{skipped_while_busy} refreshes skipped the read-back while another program committed"
+    );
     assert!(
-        skipped >= 2,
-        "{skipped} refreshes skipped the read-back:\n{err}"
+        skipped_while_busy >= 3,
+        "{skipped_while_busy} refreshes skipped the read-back while another program committed ({from}..{until}):\n{err}"
+    );
+    assert!(
+        !err.contains("nf_tables changed from outside under an update"),
+        "{err}"
     );
     assert!(err.contains("drifted from the desired state"), "{err}");
     // The other program's table is not ours to touch.

@@ -248,7 +248,7 @@ impl NftSide {
             TableMode::Resync => {
                 if rec.revalidate() {
                     tracing::debug!(
-                        "nf_tables refresh: no commit since ours, nothing to read back"
+                        "nf_tables refresh: no commit touched our tables since ours, nothing to read back"
                     );
                 }
             }

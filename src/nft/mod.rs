@@ -28,5 +28,6 @@ pub mod print;
 pub mod reconcile;
 pub mod socket;
 pub mod txn;
+pub mod watch;
 
 pub use error::NftError;

@@ -17,6 +17,7 @@ use super::error::NftError;
 use super::model::*;
 use super::socket::NfSocket;
 use super::txn;
+use super::watch::Watch;
 
 /// What the reconciler needs from nf_tables.
 pub trait NftKernel {
@@ -32,20 +33,35 @@ pub trait NftKernel {
     fn owner_id(&self) -> Option<u32>;
     /// Whether tables may carry `OWNER|PERSIST` (kernel ≥ 6.9).
     fn supports_owner_persist(&mut self) -> Result<bool, NftError>;
+    /// The latest generation up to which every commit since the state at `genid` is known to
+    /// have left `ours` alone (see [`super::watch`]); `None` when not known.
+    fn quiet_since(&mut self, _genid: u32, _ours: &[(Family, &str)]) -> Option<u32> {
+        None
+    }
+    /// We know the kernel holds our state at `genid` (read back, nothing to change): watch
+    /// for other commits from there.
+    fn watch_from(&mut self, _genid: u32) {}
 }
 
-/// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace.
+/// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace, and
+/// a [`Watch`] of other processes' commits.
 pub struct Nft {
     sock: NfSocket,
     persist: Option<bool>,
+    watch: Option<Watch>,
 }
 
 impl Nft {
-    /// Opens the socket in the calling thread's network namespace.
+    /// Opens the sockets in the calling thread's network namespace. Without the watch (it
+    /// could not be opened) every commit of another process costs a read-back.
     pub fn open() -> Result<Nft, NftError> {
+        let watch = Watch::open()
+            .inspect_err(|e| tracing::warn!(error = %e, "no nf_tables event socket: any other program's commit will cost a read-back of our tables"))
+            .ok();
         Ok(Nft {
             sock: NfSocket::open()?,
             persist: None,
+            watch,
         })
     }
 
@@ -109,7 +125,31 @@ impl NftKernel for Nft {
         genid: Option<u32>,
         dry_run: bool,
     ) -> Result<(), NftError> {
-        self.send(plans, genid, dry_run).map(|_| ())
+        if let Some(w) = &mut self.watch {
+            w.pause();
+        }
+        let r = self.send(plans, genid, dry_run).map(|_| ());
+        let after = match (&r, genid) {
+            (Ok(()), Some(g)) if !dry_run => Some(g.wrapping_add(1)),
+            (Ok(()), Some(g)) => Some(g),
+            _ => None,
+        };
+        if let (Some(w), Some(g)) = (&mut self.watch, after) {
+            let sock = &mut self.sock;
+            w.start(g, || dump::generation(sock));
+        }
+        r
+    }
+
+    fn quiet_since(&mut self, genid: u32, ours: &[(Family, &str)]) -> Option<u32> {
+        self.watch.as_mut()?.clean_since(genid, ours)
+    }
+
+    fn watch_from(&mut self, genid: u32) {
+        if let Some(w) = &mut self.watch {
+            let sock = &mut self.sock;
+            w.start(genid, || dump::generation(sock));
+        }
     }
 
     fn owner_id(&self) -> Option<u32> {
@@ -349,6 +389,7 @@ impl<K: NftKernel> Reconciler<K> {
     /// tables (seconds for a set of several hundred thousand members). Returns whether the
     /// state is still trusted.
     pub fn revalidate(&mut self) -> bool {
+        self.advance_trusted();
         if let Some(genid) = self.trusted {
             if matches!(self.kernel.generation(), Ok(g) if g == genid) {
                 return true;
@@ -356,6 +397,23 @@ impl<K: NftKernel> Reconciler<K> {
         }
         self.trusted = None;
         false
+    }
+
+    /// Moves the believed generation past other processes' commits that left our tables alone
+    /// (the kernel's [`NftKernel::quiet_since`]), so a batch built on it is not refused and a
+    /// refresh finds nothing to read.
+    fn advance_trusted(&mut self) {
+        let Some(genid) = self.trusted else {
+            return;
+        };
+        let ours: Vec<(Family, &str)> = self
+            .desired
+            .iter()
+            .map(|t| (t.family, t.name.as_str()))
+            .collect();
+        if let Some(g) = self.kernel.quiet_since(genid, &ours) {
+            self.trusted = Some(g);
+        }
     }
 
     /// The desired tables as last given (ownership flags applied).
@@ -408,6 +466,7 @@ impl<K: NftKernel> Reconciler<K> {
         if !same_tables {
             self.trusted = None;
         }
+        self.advance_trusted();
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
             // No GETGEN: the batch carries the generation we believe in, and the kernel
             // refuses it (ERESTART) if anyone else wrote since — then we read and diff all.
@@ -529,6 +588,7 @@ impl<K: NftKernel> Reconciler<K> {
             new.flags = with_owner_bits(new.flags, flags);
             old.flags = new.flags;
         }
+        self.advance_trusted();
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
             // No GETGEN round trip: the batch carries the generation we believe in (see
             // `apply_owned_inner`).
@@ -575,23 +635,43 @@ impl<K: NftKernel> Reconciler<K> {
                 repaired: 0,
             }));
         }
-        match self.commit(&plans, genid, false) {
-            Ok(()) => {
-                self.trusted = Some(genid.wrapping_add(1));
-                Ok(Some(SyncReport {
-                    plans,
-                    ops,
-                    attempts: 1,
-                    repaired: 0,
-                }))
-            }
-            Err(e) if e.is_restart() => {
-                self.trusted = None;
-                Ok(None)
-            }
-            Err(e) => {
-                self.trusted = None;
-                Err(e)
+        let mut genid = genid;
+        let mut attempts = 1;
+        loop {
+            match self.commit(&plans, genid, false) {
+                Ok(()) => {
+                    self.trusted = Some(genid.wrapping_add(1));
+                    return Ok(Some(SyncReport {
+                        plans,
+                        ops,
+                        attempts,
+                        repaired: 0,
+                    }));
+                }
+                Err(e) if e.is_restart() && attempts < self.opts.max_attempts => {
+                    // Someone else committed: if the watch saw it leave our tables alone, the
+                    // plans still hold at the new generation.
+                    let before = self.trusted;
+                    self.advance_trusted();
+                    match self.trusted {
+                        Some(g) if Some(g) != before => {
+                            genid = g;
+                            attempts += 1;
+                        }
+                        _ => {
+                            self.trusted = None;
+                            return Ok(None);
+                        }
+                    }
+                }
+                Err(e) if e.is_restart() => {
+                    self.trusted = None;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.trusted = None;
+                    return Err(e);
+                }
             }
         }
     }
@@ -637,6 +717,9 @@ impl<K: NftKernel> Reconciler<K> {
             let ops = plans.iter().map(|p| p.ops.len()).sum();
             if plans.is_empty() {
                 self.trusted = (!self.opts.dry_run).then_some(genid);
+                if !self.opts.dry_run {
+                    self.kernel.watch_from(genid);
+                }
                 return Ok(SyncReport {
                     plans,
                     ops,
