@@ -6,13 +6,13 @@
 //! - [`config`]: Felix's parameters, their sources and validation; never touches the kernel.
 //! - [`proto`]: the Felix dataplane API types, protobuf and JSON codecs, fd 3/4 framing; knows
 //!   nothing of nftables.
-//! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel;
-//!   does not interpret messages.
+//! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel,
+//!   and the fd 4 outbox that coalesces statuses; does not interpret messages.
 //! - [`rules`]: Calico's rule semantics as pure functions from the model to nft objects; no I/O.
 //!   `rules::incremental` re-renders only what an update touched and emits table patches, and
 //!   decides which workloads live in the small side table (`rules::side`).
-//! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps and diff; knows
-//!   nothing of Calico.
+//! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps, diff and the watch
+//!   of other programs' commits; knows nothing of Calico.
 //! - [`rtnl`]: routes, neighbours, links, per-interface sysctls, the interface monitor,
 //!   conntrack; knows nothing of Calico.
 //! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
@@ -29,6 +29,7 @@
 //!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
 //!   programs, and only those baselines.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
+//! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
 
 pub mod bench;
 pub mod cli;
