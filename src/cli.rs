@@ -145,7 +145,7 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',')]
         only: Option<Vec<String>>,
         /// First probe real traffic through a tiny test bed under each backend, and fail unless
-        /// they agree (issue 8's spot-check).
+        /// they agree (the spot-check).
         #[arg(long)]
         spot_check: bool,
         /// The felix-nft binary the fresh-process backend runs (default: this one).

@@ -76,7 +76,7 @@ pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
     };
     // The loop runs as a task on a worker, not on this thread: the reader task that decodes an
     // update then wakes it on its own worker (tokio's LIFO slot) instead of waking a parked
-    // thread on another CPU (issue 9: from reading a member update to the loop taking it went
+    // thread on another CPU (from reading a member update to the loop taking it went
     // from 155 to 65 µs at mid).
     let code = runtime.block_on(async move {
         match tokio::spawn(run_async(opts, resolved.config, ns, felix_fds)).await {

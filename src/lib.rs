@@ -52,6 +52,6 @@ pub mod testbed;
 pub const OWNER: &str = "calico";
 
 /// The side table of each family: workload endpoints added or changed since the last merge,
-/// so that a commit validates a small table instead of the whole ruleset (issue 9;
-/// [`rules::side`]).
+/// so that a commit validates a small table instead of the whole ruleset
+/// ([`rules::side`]).
 pub const SIDE_TABLE: &str = "calico-side";

@@ -547,7 +547,7 @@ params! {
     nftables_table_owner: bool = "NftablesTableOwner", Kind::Bool, "true", OURS,
         "felix-nft: create our tables with the owner+persist flags (kernel 6.9+) so no other process can change them and they outlive us; false = plain tables.";
     nftables_side_table_size: u32 = "NftablesSideTableSize", Kind::Int { min: 0, max: 4096 }, "256", OURS,
-        "felix-nft: how many workload endpoints the small side table holds: endpoints added or changed after the first sync go there, so a commit validates only that table (issue 9); 0 = one table.";
+        "felix-nft: how many workload endpoints the small side table holds: endpoints added or changed after the first sync go there, so a commit validates only that table; 0 = one table.";
     input_max_message_bytes: u32 = "InputMaxMessageBytes", Kind::Int { min: 4096, max: 1 << 30 }, "67108864", OURS,
         "felix-nft: the largest input message, in bytes: a longer JSON line is rejected and skipped without being held in memory; a longer fd 3 frame ends the run (Felix's stream cannot be resynchronised past it). The default (64 MiB) holds an IP set update of 1,000,000 IPv6 members with ports.";
 }

@@ -482,7 +482,7 @@ impl<K: Kernel> Driver<K> {
             }
         }
         // The nf_tables commit's share is logged here rather than per transaction, so the cost
-        // of one apply can be read at info level (issue 9); so is the time since the oldest
+        // of one apply can be read at info level; so is the time since the oldest
         // update it carries was read (absent when only timers or interfaces asked for it).
         let since_read = self.pending_since.take().map(|t| t.elapsed());
         tracing::info!(
@@ -516,7 +516,7 @@ impl<K: Kernel> Driver<K> {
                 TableMode::Incremental
             };
             let model_changed = self.dp.dirty.tables;
-            // Only what changed goes to the kernel side, which keeps the rest (issue 9).
+            // Only what changed goes to the kernel side, which keeps the rest.
             let patch = TablesInput::Patch(self.dp.tables_patch());
             match self.kernel.tables(patch, mode).await {
                 Ok(out) => {

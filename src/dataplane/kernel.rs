@@ -199,7 +199,7 @@ type NftReply = Result<TablesOutcome, NftError>;
 /// The nf_tables side: one long-lived socket and the reconciler's believed state, driven from
 /// the loop's own thread.
 ///
-/// Issue 9: an IP set member's commit takes 0.1–1 ms; handing it to a worker thread and waiting
+/// An IP set member's commit takes 0.1–1 ms; handing it to a worker thread and waiting
 /// for the answer cost two wake-ups of an idle CPU (0.05–0.1 ms each, measured with
 /// `scripts/daemon-latency`), so the batch is sent from the calling thread instead. A batch
 /// runs synchronously inside `sendmsg` (a full load: seconds), so on a multi-threaded runtime

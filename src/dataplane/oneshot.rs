@@ -197,7 +197,7 @@ pub fn cleanup_command(target: &Target) -> ! {
 /// Prints the report (stdout) or the error chain (stderr) and ends the process with its exit
 /// code. `_exit`, not a return from `main`: these commands leave their tables and models
 /// allocated (`std::mem::forget`), and the allocator's at-exit collection would walk every page
-/// of them: about 3 % of a fresh mid-scale `apply`'s user CPU (issue 9). Nothing else runs at
+/// of them: about 3 % of a fresh mid-scale `apply`'s user CPU. Nothing else runs at
 /// exit that matters: stdout and stderr are flushed here, and whatever else the command held was
 /// dropped before this (the runtime) or is the kernel's to release at exit (sockets, memory).
 fn finish(r: Result<(String, u8), OneShotError>) -> ! {

@@ -1,4 +1,4 @@
-//! `felix-nft demo`: the first thing a new user runs (issue 7 item 5). It builds a scratch node
+//! `felix-nft demo`: the first thing a new user runs. It builds a scratch node
 //! with the [`testbed`](crate::testbed) — a host namespace, three workloads joined to it by `cali…`
 //! veths the way Calico's CNI does, and an external host — runs the real dataplane loop
 //! (`Driver` + `RealKernel` + the interface monitor, in-process, acting only in the scratch host

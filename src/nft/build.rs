@@ -54,7 +54,7 @@ pub struct RuleBuilder {
     family: Family,
     exprs: Vec<Expr>,
     /// The statements so far in nft syntax, separated by spaces: written in place, as the
-    /// render writes some 30,000 rules at mid scale (issue 9).
+    /// render writes some 30,000 rules at mid scale.
     text: String,
 }
 

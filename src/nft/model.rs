@@ -270,7 +270,7 @@ impl Chain {
 
 /// A rule's expressions. Shared: rules with the same expressions (the thousands of endpoint
 /// chains repeat a few bodies; only their comments differ) hold one copy, and copying a rule
-/// copies a pointer (issue 9: desired state was ~0.5 KiB per rule).
+/// copies a pointer (desired state was ~0.5 KiB per rule).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Exprs(std::sync::Arc<[Expr]>);
 
@@ -758,7 +758,7 @@ pub mod elem_flags {
 }
 
 /// An element's key bytes, inline up to 16 (an IPv6 address, an interface name, IPv4 address .
-/// protocol . port): a set member costs no allocation of its own (issue 9: 150,000 of them in a
+/// protocol . port): a set member costs no allocation of its own (150,000 of them in a
 /// full render at mid). Longer keys (IPv6 concatenations) spill to the heap.
 pub type ElemKey = smallvec::SmallVec<[u8; 16]>;
 
@@ -775,7 +775,7 @@ pub struct Element {
     pub data: Option<Box<ElemData>>,
 }
 // Most elements are set members with neither a range end nor a value: both are boxed so they
-// cost 8 + 16 bytes instead of 24 + 32 (issue 9's RSS: 611,000 elements at large scale); the
+// cost 8 + 16 bytes instead of 24 + 32 (611,000 elements at large scale); the
 // key is inline.
 const _: () = assert!(std::mem::size_of::<Element>() <= 56);
 

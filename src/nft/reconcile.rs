@@ -337,7 +337,7 @@ pub fn sync(
 ///
 /// Two ways in: [`Reconciler::apply`] with the whole desired state (diffed whole), or
 /// [`Reconciler::apply_patches`] with what changed (diffed only where the patches touch, so an
-/// update costs what it changes — issue 9).
+/// update costs what it changes).
 pub struct Reconciler<K: NftKernel> {
     pub kernel: K,
     pub opts: SyncOptions,
@@ -364,7 +364,7 @@ impl<K: NftKernel> Reconciler<K> {
     }
 
     /// Time spent committing batches (encode, `sendmsg`, the kernel's commit, the ACK) since
-    /// the last call: the kernel's share of an apply, for the daemon's log (issue 9).
+    /// the last call: the kernel's share of an apply, for the daemon's log.
     pub fn take_commit_time(&mut self) -> Duration {
         std::mem::take(&mut self.commit_time)
     }
@@ -753,7 +753,7 @@ impl<K: NftKernel> Reconciler<K> {
 ///
 /// A Felix IP set that gained or lost a member comes re-rendered whole; as a delta neither the
 /// set is copied nor every element hashed to find the one that changed (the daemon's member
-/// path, issue 9). The fold and the diff give the same result either way. Element lists that
+/// path). The fold and the diff give the same result either way. Element lists that
 /// are not strictly sorted are left alone (the diff handles them whole).
 fn sets_to_deltas(p: &mut TablePatch, t: &Table) {
     let plain = |s: &Set| s.data.is_none() && s.flags & set_flags::INTERVAL == 0;

@@ -285,7 +285,7 @@ impl ProcSys {
     /// ([`set_ipv4_conf`]) makes the kernel announce a link change (NETDEV_CHANGE), and IPv6
     /// answers that by walking its whole routing table (`rt6_sync_up` → `fib6_ifup`), so
     /// configuring n interfaces cost O(n²): 39 s for the first sync of 5,000 endpoints with
-    /// their interfaces present (issue 9, `perf`). The proc handlers do what Felix's writes do
+    /// their interfaces present (`perf`). The proc handlers do what Felix's writes do
     /// (RTM_NEWNETCONF, LRO off on forwarding) and no walk.
     pub fn set_ipv4_iface(&self, ifname: &str, settings: &[(Ipv4Conf, u32)]) -> Result<()> {
         let files = settings

@@ -1,5 +1,5 @@
 //! Incremental rendering: re-renders only the objects whose inputs changed and says what
-//! changed as [`TablePatch`]es, so an update costs what it touches, not the whole state (issue 9).
+//! changed as [`TablePatch`]es, so an update costs what it touches, not the whole state.
 //!
 //! The unit of re-rendering is a [`Key`]: one workload interface, one host endpoint, one Felix
 //! IP set, one referenced policy or profile in one layer, or the base (static chains, internal
@@ -9,7 +9,7 @@
 //! reference-counted. Which policies and profiles exist in the tables follows reference counts
 //! per (layer, direction) kept from each endpoint's references, as [`super::render`] computes them.
 //!
-//! Placement (issue 9): with the side table on ([`super::side`]), a workload endpoint added or
+//! Placement: with the side table on ([`super::side`]), a workload endpoint added or
 //! changed after the first render goes to the side table, and so do the main-table endpoints
 //! that use a policy or profile that changed; their chains leave the main table (deletes cost
 //! the kernel nothing) and appear in the small side table, with the policies, profiles and IP
@@ -932,7 +932,7 @@ impl Incremental {
 /// Makes `c`'s rules hold the copy of their expressions already rendered elsewhere (in
 /// `bodies`), if any. Endpoint chains repeat a few bodies thousands of times, with only the
 /// comments (the rule ids) differing: at 5,000 endpoints 148,000 rules have 4,000 distinct
-/// bodies, and sharing them halves the desired state's memory (issue 9's RSS target).
+/// bodies, and sharing them halves the desired state's memory.
 fn share_rules(
     bodies: &mut HashSet<Exprs, foldhash::fast::RandomState>,
     swept: &mut usize,

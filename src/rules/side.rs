@@ -1,4 +1,4 @@
-//! The side table (issue 9): a small second table per family (`ip calico-side`,
+//! The side table: a small second table per family (`ip calico-side`,
 //! [`crate::SIDE_TABLE`]) holding the workload endpoints added or changed since the last merge,
 //! with the policy and profile chains they jump to and the IP sets those reference. The kernel
 //! validates every table a commit touches by walking it whole from its base chains

@@ -289,7 +289,7 @@ const PLAIN_KEY_MAX: usize = 16;
 
 /// [`put_elem`] for an element with only flags and a key of at most [`PLAIN_KEY_MAX`] bytes,
 /// nearly every element of a full load: the same bytes, built on the stack and appended at once
-/// instead of attribute by attribute (issue 9). Like every attribute it starts 4-byte aligned,
+/// instead of attribute by attribute. Like every attribute it starts 4-byte aligned,
 /// so its padding is that of the key alone.
 fn put_plain_elem(w: &mut MsgWriter, ty: u16, flags: u32, key: &[u8]) {
     fn head(b: &mut [u8], len: usize, ty: u16) {
