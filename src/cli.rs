@@ -103,6 +103,17 @@ pub enum Command {
     },
     /// Print the version.
     Version,
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print a manual page (roff; `felix-nft man | man -l -`): felix-nft's, or a subcommand's
+    /// (`felix-nft man run` is felix-nft-run(1)).
+    Man {
+        /// The subcommand whose page to print.
+        command: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -110,7 +121,8 @@ pub struct RunArgs {
     /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Where updates come from: `felix` (fds 3/4), `stdin` (JSON lines) or `unix:PATH`.
+    /// Where updates come from: `felix` (fds 3/4), `stdin` (JSON lines) or `unix:PATH` (JSON
+    /// lines from any number of clients, served concurrently; each client's lines in order).
     #[arg(long, default_value = "felix")]
     pub source: String,
     /// Log every decoded input message at info level (sequence number and payload kind).
@@ -175,6 +187,31 @@ pub fn main() -> ExitCode {
         Some(Command::Version) => {
             println!("felix-nft {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+        Some(Command::Completions { shell }) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "felix-nft", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Man { command }) => {
+            let top = <Cli as clap::CommandFactory>::command();
+            let page = match &command {
+                None => top,
+                Some(name) => match top.find_subcommand(name) {
+                    Some(sub) => sub.clone().name(format!("felix-nft-{name}")),
+                    None => {
+                        eprintln!("felix-nft: no subcommand `{name}`");
+                        return ExitCode::from(EXIT_USAGE);
+                    }
+                },
+            };
+            match clap_mangen::Man::new(page).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("felix-nft: writing the manual page: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Some(Command::Run(args)) => run(&args),
         Some(Command::Apply {
