@@ -243,7 +243,7 @@ impl Drop for Listener {
 
 #[test]
 fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
-    // Issue 6 (a): after the stream, the kernel holds what the reference says (§6, §14.2, §15).
+    // after the stream, the kernel holds what the reference says (§6, §14.2, §15).
     let h = host();
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
@@ -462,7 +462,7 @@ fn spawn_as_felix(host: &Ns) -> (Child, std::fs::File, std::fs::File) {
 
 #[test]
 fn felix_pipes_program_the_node_and_report_status() {
-    // Issue 6 (b): the same messages over fds 3/4 from a harness acting as Felix, which also
+    // the same messages over fds 3/4 from a harness acting as Felix, which also
     // checks what comes back (§1.3, §2.2, §14.1).
     let h = host();
     let w1 = workload(&h, 1);
@@ -518,7 +518,7 @@ fn felix_pipes_program_the_node_and_report_status() {
 
 #[test]
 fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
-    // Issue 6 (f): stopping never removes policy (§22.1).
+    // stopping never removes policy (§22.1).
     let h = host();
     let w1 = workload(&h, 1);
     let mut child = felix_nft(&h)
@@ -575,7 +575,7 @@ fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
 
 #[test]
 fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
-    // Issue 6 (e): with OWNER|PERSIST an outside flush is refused by the kernel; with the flag
+    // with OWNER|PERSIST an outside flush is refused by the kernel; with the flag
     // off, the running agent repairs an outside flush within the refresh interval (§11, §22.13).
     for owner in [true, false] {
         let h = host();
@@ -791,7 +791,7 @@ fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
 
 #[test]
 fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
-    // Issue 9: a route whose interface is down waits for that interface's event, not for the
+    // A route whose interface is down waits for that interface's event, not for the
     // next apply of something else (§15); the event programs its route and ARP entry.
     let h = host();
     let w1 = workload(&h, 1);
@@ -868,7 +868,7 @@ fn a_removed_endpoints_conntrack_entries_are_deleted() {
 
 #[test]
 fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
-    // Issue 9: a workload added after the first sync lives in the side table (its verdicts
+    // A workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an
     // apply everything is back in the main table — with real TCP deciding at every step.
     let StdinBed {

@@ -300,7 +300,7 @@ async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idl
 
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_update_restates_only_its_own_routes_and_neighbours() {
-    // Issue 9: the host phases of an endpoint change cost that endpoint's interface, not a
+    // The host phases of an endpoint change cost that endpoint's interface, not a
     // pass over every workload.
     let mut d = driver(FakeKernel::default());
     run(

@@ -372,7 +372,7 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
     assert!(m.len() > 20);
 }
 
-/// Issue 9: the batch copies the encoded expressions of a body many rules share instead of
+/// The batch copies the encoded expressions of a body many rules share instead of
 /// encoding them again. The bytes must be exactly those of unshared copies, also in a second
 /// table whose sets (created in the same batch) have other ids.
 #[test]

@@ -31,6 +31,12 @@ fn the_unit_verifies_and_asks_for_what_the_agent_does() {
         .output()
         .expect("systemd-analyze (package systemd) is installed by scripts/setup");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "systemd-analyze verify failed:\n{err}");
-    assert!(err.trim().is_empty(), "systemd-analyze verify warned:\n{err}");
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{err}"
+    );
+    assert!(
+        err.trim().is_empty(),
+        "systemd-analyze verify warned:\n{err}"
+    );
 }

@@ -1,4 +1,4 @@
-//! Resilience of the running agent, proven with traffic (issue 7 item 3). A test bed node (host
+//! Resilience of the running agent, proven with traffic. A test bed node (host
 //! namespace + `cali…` workloads, built in-process by `felix_nft::testbed`) is programmed by the
 //! `felix-nft run --source stdin` binary; then its tables are changed from outside, the agent is
 //! killed and restarted under a live flow, fed invalid updates, or churned through 200 endpoints.
