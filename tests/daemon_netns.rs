@@ -649,6 +649,94 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
     }
 }
 
+/// `GET /metrics` over plain HTTP/1.0; the value of each sample line (`name{labels} value`).
+fn scrape(port: u16) -> Vec<(String, f64)> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("a request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("a response");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            Some((name.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn sample(samples: &[(String, f64)], name: &str) -> f64 {
+    samples
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no sample {name}"))
+}
+
+#[test]
+fn the_metrics_say_what_the_daemon_did() {
+    // Every metric the daemon registers is fed: a stuck one would mislead an operator.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut child = felix_nft(&h)
+        .env("FELIX_PROMETHEUSMETRICSENABLED", "true")
+        .env("FELIX_PROMETHEUSMETRICSHOST", "127.0.0.1")
+        .env("FELIX_PROMETHEUSMETRICSPORT", port.to_string())
+        .env("FELIX_HEALTHENABLED", "false")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let set = r#"{"ipset_update":{"id":"s:a","type":"IP","members":["10.9.0.1"]}}"#;
+    let profile = r#"{"active_profile_update":{"id":{"name":"p"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:a"]}],"outbound_rules":[{"action":"allow"}]}}}"#;
+    for l in [set, profile, &wep_update(&w1, 1, "p"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    writeln!(
+        stdin,
+        r#"{{"ipset_delta_update":{{"id":"s:a","added_members":["10.9.0.2"]}}}}"#
+    )
+    .unwrap();
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains("10.9.0.2")),
+        "the delta was not programmed"
+    );
+    let m = scrape(port);
+    assert!(sample(&m, "felix_int_dataplane_initial_resync_time_seconds") > 0.0);
+    assert!(
+        sample(&m, "felix_nft_list_calls") >= 1.0,
+        "the first sync reads back"
+    );
+    assert!(
+        sample(&m, "felix_nft_set_calls") >= 1.0,
+        "the delta changed set members"
+    );
+    assert!(sample(&m, "felix_nft_agent_batch_bytes_count") >= 2.0);
+    assert!(sample(&m, "felix_nft_agent_batch_bytes_sum") > 0.0);
+    assert!(sample(&m, "felix_route_table_resync_seconds_count") >= 1.0);
+    assert!(sample(&m, "felix_nft_chains{ip_version=\"4\",table=\"calico\"}") > 10.0);
+    assert!(sample(&m, "felix_nft_rules{ip_version=\"4\",table=\"calico\"}") > 10.0);
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_refresh_reads_nothing_back_unless_our_tables_were_touched() {
     // A big set made every refresh read it whole while updates waited. The generation says

@@ -344,11 +344,19 @@ impl<K: Kernel> Driver<K> {
         // 2. Routes, then 3. static ARP entries.
         let mut moved: Vec<IpAddr> = Vec::new();
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
-            match self
+            let t0 = Instant::now();
+            let routes = self
                 .kernel
                 .routes(&desired.routes, scope.as_ref(), self.resync_routes)
-                .await
-            {
+                .await;
+            if let Some(ops) = &self.ops {
+                if self.resync_routes {
+                    ops.metrics.record_route_resync(t0.elapsed());
+                } else {
+                    ops.metrics.record_route_partial_resync(t0.elapsed());
+                }
+            }
+            match routes {
                 Ok(out) => {
                     if out.parked > 0 {
                         tracing::debug!(parked = out.parked, "routes waiting for their interface");
@@ -454,6 +462,9 @@ impl<K: Kernel> Driver<K> {
                 self.retry_at = self.retry_at.filter(|_| self.dp.dirty.any());
                 if !self.first_apply_done {
                     self.first_apply_done = true;
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_initial_resync(self.started.elapsed());
+                    }
                     self.send(FromDataplane {
                         sequence_number: 0,
                         payload: Some(Out::DataplaneInSync(DataplaneInSync {})),
@@ -521,6 +532,7 @@ impl<K: Kernel> Driver<K> {
             match self.kernel.tables(patch, mode).await {
                 Ok(out) => {
                     commit_time += out.commit_time;
+                    self.record_tables(&out, true);
                     if mode == TableMode::Resync
                         && !model_changed
                         && out.ops > 0
@@ -615,6 +627,44 @@ impl<K: Kernel> Driver<K> {
     }
 
     /// The quarantine changed (`grew`) or may have: the metrics follow.
+    /// The table phase's metrics: batches, read-backs, IP set transactions, object counts.
+    fn record_tables(&self, out: &super::kernel::TablesOutcome, ok: bool) {
+        let Some(ops) = &self.ops else {
+            return;
+        };
+        let m = &ops.metrics;
+        for &(bytes, messages) in &out.stats.batches {
+            m.record_batch(bytes, messages);
+        }
+        for _ in 0..out.stats.read_backs {
+            m.record_nft_list(ok);
+        }
+        let touches_sets = out.plans.iter().any(|p| {
+            p.ops.iter().any(|o| {
+                matches!(
+                    o,
+                    crate::nft::diff::Op::AddElements { .. }
+                        | crate::nft::diff::Op::DelElements { .. }
+                )
+            })
+        });
+        if touches_sets {
+            m.record_nft_set_call(ok);
+        }
+        for t in &out.objects {
+            m.set_nft_objects(
+                t.ip_version,
+                &t.table,
+                crate::ops::metrics::NftObjectCounts {
+                    chains: t.chains,
+                    rules: t.rules,
+                    sets: t.sets,
+                    maps: t.maps,
+                },
+            );
+        }
+    }
+
     fn quarantine_changed(&mut self, grew: bool) {
         if let Some(ops) = &self.ops {
             if grew {

@@ -98,6 +98,40 @@ pub struct TablesOutcome {
     pub commit_time: Duration,
     /// Of `ops`, those that repaired another process's change found while committing an update.
     pub repaired: usize,
+    /// Batches sent and read-backs done.
+    pub stats: crate::nft::reconcile::KernelStats,
+    /// What each of our tables holds now (after a commit; empty when nothing was committed).
+    pub objects: Vec<TableObjects>,
+}
+
+/// What one of our tables holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableObjects {
+    /// 4 or 6 (an `inet` table counts as 4).
+    pub ip_version: u8,
+    pub table: String,
+    pub chains: u64,
+    pub rules: u64,
+    pub sets: u64,
+    pub maps: u64,
+}
+
+impl TableObjects {
+    fn of(t: &Table) -> TableObjects {
+        let maps = t.sets.values().filter(|s| s.data.is_some()).count() as u64;
+        TableObjects {
+            ip_version: if t.family == crate::nft::model::Family::Ip6 {
+                6
+            } else {
+                4
+            },
+            table: t.name.clone(),
+            chains: t.chains.len() as u64,
+            rules: t.chains.values().map(|c| c.rules.len() as u64).sum(),
+            sets: t.sets.len() as u64 - maps,
+            maps,
+        }
+    }
 }
 
 impl From<SyncReport> for TablesOutcome {
@@ -108,6 +142,8 @@ impl From<SyncReport> for TablesOutcome {
             plans: r.plans,
             commit_time: Duration::ZERO,
             repaired: r.repaired,
+            stats: Default::default(),
+            objects: Vec::new(),
         }
     }
 }
@@ -275,7 +311,19 @@ impl NftSide {
         }
         rec.opts = base;
         let commit_time = rec.take_commit_time();
-        out.map(|o| TablesOutcome { commit_time, ..o })
+        let stats = rec.take_stats();
+        let objects = match &out {
+            Ok(o) if o.ops > 0 && !matches!(mode, TableMode::DryRun | TableMode::Plan) => {
+                rec.desired().iter().map(TableObjects::of).collect()
+            }
+            _ => Vec::new(),
+        };
+        out.map(|o| TablesOutcome {
+            commit_time,
+            stats,
+            objects,
+            ..o
+        })
     }
 }
 
@@ -291,6 +339,8 @@ fn plan_only(rec: &mut Reconciler<Nft>, desired: &[Table]) -> NftReply {
         plans,
         commit_time: Duration::ZERO,
         repaired: 0,
+        stats: Default::default(),
+        objects: Vec::new(),
     })
 }
 
@@ -755,6 +805,8 @@ impl Kernel for FakeKernel {
             plans: Vec::new(),
             commit_time: Duration::ZERO,
             repaired: 0,
+            stats: Default::default(),
+            objects: Vec::new(),
         })
     }
 

@@ -41,6 +41,10 @@ pub trait NftKernel {
     /// We know the kernel holds our state at `genid` (read back, nothing to change): watch
     /// for other commits from there.
     fn watch_from(&mut self, _genid: u32) {}
+    /// Bytes and netlink messages of the last batch sent.
+    fn last_batch(&self) -> (usize, usize) {
+        (0, 0)
+    }
 }
 
 /// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace, and
@@ -49,6 +53,7 @@ pub struct Nft {
     sock: NfSocket,
     persist: Option<bool>,
     watch: Option<Watch>,
+    last_batch: (usize, usize),
 }
 
 impl Nft {
@@ -62,6 +67,7 @@ impl Nft {
             sock: NfSocket::open()?,
             persist: None,
             watch,
+            last_batch: (0, 0),
         })
     }
 
@@ -94,6 +100,7 @@ impl Nft {
         self.sock.take_seq(b.seq_count());
         let enc = b.finish(!dry_run);
         let n = enc.messages();
+        self.last_batch = (enc.bytes.len(), n);
         tracing::trace!(bytes = enc.bytes.len(), messages = n, "nf_tables batch");
         let start = std::time::Instant::now();
         txn::send_batch(&mut self.sock, &enc)?;
@@ -143,6 +150,10 @@ impl NftKernel for Nft {
 
     fn quiet_since(&mut self, genid: u32, ours: &[(Family, &str)]) -> Option<u32> {
         self.watch.as_mut()?.clean_since(genid, ours)
+    }
+
+    fn last_batch(&self) -> (usize, usize) {
+        self.last_batch
     }
 
     fn watch_from(&mut self, genid: u32) {
@@ -210,6 +221,15 @@ impl Default for SyncOptions {
             rebuild: false,
         }
     }
+}
+
+/// What reached the kernel, for the metrics.
+#[derive(Debug, Clone, Default)]
+pub struct KernelStats {
+    /// Each batch sent: bytes and netlink messages.
+    pub batches: Vec<(usize, usize)>,
+    /// Read-backs of our tables (whole reads and diffs).
+    pub read_backs: u32,
 }
 
 /// What a sync did.
@@ -349,6 +369,8 @@ pub struct Reconciler<K: NftKernel> {
     flags: Option<u32>,
     /// Time spent in [`NftKernel::commit`] since [`Reconciler::take_commit_time`].
     commit_time: Duration,
+    /// Since [`Reconciler::take_stats`]: batches sent (bytes, messages, count) and read-backs.
+    stats: KernelStats,
 }
 
 impl<K: NftKernel> Reconciler<K> {
@@ -360,6 +382,7 @@ impl<K: NftKernel> Reconciler<K> {
             trusted: None,
             flags: None,
             commit_time: Duration::ZERO,
+            stats: KernelStats::default(),
         }
     }
 
@@ -369,12 +392,19 @@ impl<K: NftKernel> Reconciler<K> {
         std::mem::take(&mut self.commit_time)
     }
 
-    /// [`NftKernel::commit`], timed.
+    /// [`NftKernel::commit`], timed and counted.
     fn commit(&mut self, plans: &[Plan], genid: u32, dry_run: bool) -> Result<(), NftError> {
         let start = std::time::Instant::now();
         let r = self.kernel.commit(plans, Some(genid), dry_run);
         self.commit_time += start.elapsed();
+        let (bytes, messages) = self.kernel.last_batch();
+        self.stats.batches.push((bytes, messages));
         r
+    }
+
+    /// What reached the kernel since the last call.
+    pub fn take_stats(&mut self) -> KernelStats {
+        std::mem::take(&mut self.stats)
     }
 
     /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
@@ -680,6 +710,7 @@ impl<K: NftKernel> Reconciler<K> {
     /// a fresh read on ERESTART.
     fn sync_from_kernel(&mut self) -> Result<SyncReport, NftError> {
         self.trusted = None;
+        self.stats.read_backs += 1;
         let me = self.kernel.owner_id();
         let mut attempt = 0;
         loop {
