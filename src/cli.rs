@@ -1,4 +1,4 @@
-//! The `felix-nft` subcommands (DESIGN.md §6). Parsing and dispatch only: every command calls into
+//! The `felix-nft` subcommands. Parsing and dispatch only: every command calls into
 //! the library. Commands whose capability has not landed yet say so and exit non-zero.
 
 use std::path::PathBuf;

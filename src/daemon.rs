@@ -1,5 +1,5 @@
 //! The running agent: wires a transport, the interface monitor, the dataplane loop and the
-//! operations surface together (DESIGN.md §5–6). `felix-nft run` and Felix's external-driver mode
+//! operations surface together. `felix-nft run` and Felix's external-driver mode
 //! both end up here.
 //!
 //! Start-up order: configuration (bad die-on-fail values stop the start, exit 2) → logging →

@@ -1,7 +1,7 @@
 //! felix-nft: Calico Felix's Linux dataplane on native nftables over raw netlink.
 //!
 //! Data flows one way — source → model → managers → renderer → desired kernel objects →
-//! reconcilers → netlink — and each module uses only the ones below it (DESIGN.md §2):
+//! reconcilers → netlink — and each module uses only the ones below it:
 //!
 //! - [`config`]: Felix's parameters, their sources and validation; never touches the kernel.
 //! - [`proto`]: the Felix dataplane API types, protobuf and JSON codecs, fd 3/4 framing; knows

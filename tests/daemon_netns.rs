@@ -157,7 +157,7 @@ const IN_SYNC: &str = r#"{"in_sync":{}}"#;
 
 fn felix_nft(host: &Ns) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    // Plain tables: Debian's `nft -j` cannot print owner+persist ones (netlink.md gotcha 19).
+    // Plain tables: Debian's `nft -j` cannot print owner+persist ones.
     c.env("FELIX_NFTABLESTABLEOWNER", "false")
         .env("FELIX_REPORTINGINTERVALSECS", "0")
         .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")

@@ -4,7 +4,7 @@
 //! flows. Every step flips at least one flow against the step before, so a matching matrix proves
 //! the step was applied (one atomic nf_tables transaction), not that nothing happened yet.
 //!
-//! Each step's comment names the Felix behaviour it checks (reference/felix-dataplane.md §N).
+//! Each step's comment names the Felix behaviour it checks.
 //! One topology per test function; steps share it.
 
 mod e2e_common;

@@ -91,7 +91,7 @@ fn overlapping_and_adjacent_intervals_are_merged() {
 
 #[test]
 fn removing_a_contained_cidr_while_its_cover_stays_is_a_no_op() {
-    // felix-dataplane.md §23.1: desired {10/8}; actual {10/8 merged with 10.1/16} = {10/8}.
+    // Felix's interval merge: desired {10/8}; actual {10/8 merged with 10.1/16} = {10/8}.
     let mut t = Table::new(Family::Ip, "calico");
     t.sets.insert(
         "s".into(),

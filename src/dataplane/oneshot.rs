@@ -1,4 +1,4 @@
-//! One-shot commands over the same dataplane (DESIGN.md §6): `apply STATE [--dry-run]`,
+//! One-shot commands over the same dataplane: `apply STATE [--dry-run]`,
 //! `plan STATE`, `dump [--json]`, `cleanup`, each acting in `--netns` or the current namespace.
 //!
 //! `apply` and `plan` share one input path: configuration → state document (every decode error

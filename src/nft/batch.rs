@@ -1,5 +1,5 @@
 //! One nf_tables transaction as bytes: `BATCH_BEGIN` (with the generation id) … `BATCH_END`,
-//! ready for one `sendmsg` (reference/netlink.md §4, gotchas 1–4).
+//! ready for one `sendmsg`.
 //!
 //! Every object message gets its own sequence number, and the batch remembers what each one
 //! does, so a kernel error (which names only a seq) can be reported as "adding rule 3 of chain

@@ -14,7 +14,7 @@
 //!
 //! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
 //! from its loop's thread under `block_in_place`, never from a thread that polls tokio's
-//! reactor (reference/netlink.md §8; `dataplane::kernel` says why not a worker thread).
+//! reactor.
 
 pub mod batch;
 pub mod build;

@@ -1,6 +1,6 @@
 //! The reconciler API: read our tables, diff against the desired ones, commit one atomic batch
 //! carrying the generation id, and retry from a fresh read when another writer got in first
-//! (ERESTART). Calico's table reconciler (felix-dataplane.md §11) minus the `nft` exec.
+//! (ERESTART). Calico's table reconciler minus the `nft` exec.
 //!
 //! [`NftKernel`] is the seam: [`Nft`] is the real kernel over one long-lived socket;
 //! [`FakeKernel`] holds tables in memory with the kernel's referential checks, so the dataplane
@@ -338,7 +338,7 @@ pub fn sync(
             }
             Err(e) if e.is_restart() && attempt < opts.max_attempts => {
                 tracing::debug!(attempt, "nf_tables generation moved; re-reading");
-                // Felix backs off from 1 ms, doubling (felix-dataplane.md §11).
+                // Felix backs off from 1 ms, doubling.
                 std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
             }
             Err(e) => return Err(e),
@@ -347,7 +347,7 @@ pub fn sync(
 }
 
 /// A reconciler that remembers what it last committed, so the steady state costs a diff and
-/// the batch — no dump, no GETGEN (felix-dataplane.md §11 step 3: no post-write read-back).
+/// the batch — no dump, no GETGEN.
 ///
 /// It keeps the desired tables (one copy, with the ownership flags) and the generation its own
 /// last commit (or read) left. A batch computed from that belief carries that generation, so the

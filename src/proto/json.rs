@@ -1,4 +1,4 @@
-//! proto3 JSON for the Felix API types (felix-dataplane.md §2; DESIGN.md §1 "JSON stream").
+//! proto3 JSON for the Felix API types.
 //!
 //! The JSON form uses the proto's own field names (`ipset_update`, `added_members`) and accepts
 //! the lowerCamelCase names a proto3 JSON parser also accepts (`ipsetUpdate`, `addedMembers`).
@@ -816,7 +816,7 @@ pub fn message_schema() -> Schema {
     schema.insert(
         "description".into(),
         "One Felix `ToDataplane` message in proto3 JSON with the proto's field names \
-         (felix-dataplane.md §2): `sequence_number` and exactly one payload field. felix-nft \
+        : `sequence_number` and exactly one payload field. felix-nft \
          also accepts the lowerCamelCase spelling of every field name, which this schema does \
          not list."
             .into(),

@@ -1,11 +1,11 @@
-//! Per-interface and global kernel configuration (reference §14.2, netlink.md §5).
+//! Per-interface and global kernel configuration (reference §14.2).
 //!
 //! Where the kernel offers it, netlink:
 //! - IPv4 per-interface conf (`forwarding`, `proxy_arp`, `rp_filter`, `route_localnet`, …):
 //!   RTM_SETLINK with `IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF { <devconf id>: u32 } } }`
 //!   ([`set_ipv4_conf`]). The nested attribute is built by hand ([`inet_conf_nla`]) because the
 //!   typed builder (`AfSpecInet::DevConfRequest`) silently drops every field equal to 0, so
-//!   `rp_filter=0` would be acknowledged and not applied (netlink.md §5, verified there). The
+//!   `rp_filter=0` would be acknowledged and not applied. The
 //!   agent itself writes these through `/proc/sys` ([`ProcSys::set_ipv4_iface`]): each SETLINK
 //!   makes IPv6 walk its whole routing table, O(interfaces) per interface configured.
 //! - `proxy_delay`: RTM_SETNEIGHTBL on table `arp_cache` with

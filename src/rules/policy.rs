@@ -2,7 +2,7 @@
 //! actions with the mark protocol, and the multi-value fields.
 //!
 //! Multi-value fields never use anonymous sets: they make a large commit superlinear in the
-//! kernel (reference/kernel-cost.md §1). A CIDR list or a port list of more than one entry
+//! kernel (docs/design.md, cost model). A CIDR list or a port list of more than one entry
 //! becomes a **shared, content-addressed named set** (`cali4n-…` / `cali4p-…`): the name is a
 //! hash of the canonical (sorted, merged) content, so every rule with the same list uses the same
 //! set. Felix's scratch-mark blocks (§9.3) remain only where a field is an OR across different

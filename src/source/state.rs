@@ -1,4 +1,4 @@
-//! State documents (DESIGN.md §1): the whole desired state of a node as `ToDataplane` messages in
+//! State documents: the whole desired state of a node as `ToDataplane` messages in
 //! proto3 JSON — either one JSON array, or one message per line. Applying one means: start
 //! empty, apply the messages in order, then `InSync`.
 //!
