@@ -147,20 +147,30 @@ pub struct Target {
 // Entry points (the CLI arms call these)
 // ---------------------------------------------------------------------------------------------
 
-/// `felix-nft apply STATE [--dry-run]`. Ends the process, as every entry point here does.
-pub fn apply_command(state: &Path, dry_run: bool, allow_empty: bool, target: &Target) -> ! {
+/// What a one-shot command prints on standard output, and its exit code; or why it failed
+/// (its exit code is [`OneShotError::exit_code`]). The caller prints and exits.
+pub type CommandResult = Result<(String, u8), OneShotError>;
+
+/// `felix-nft apply STATE [--dry-run]`.
+pub fn apply_command(
+    state: &Path,
+    dry_run: bool,
+    allow_empty: bool,
+    target: &Target,
+) -> CommandResult {
     let mode = if dry_run { Mode::DryRun } else { Mode::Apply };
-    finish(run_converge(state, mode, allow_empty, target))
+    run_converge(state, mode, allow_empty, target)
 }
 
 /// `felix-nft plan STATE`.
-pub fn plan_command(state: &Path, allow_empty: bool, target: &Target) -> ! {
-    finish(run_converge(state, Mode::Plan, allow_empty, target))
+pub fn plan_command(state: &Path, allow_empty: bool, target: &Target) -> CommandResult {
+    run_converge(state, Mode::Plan, allow_empty, target)
 }
 
-/// `felix-nft dump [--json]`.
-pub fn dump_command(json: bool, target: &Target) -> ! {
-    finish((|| {
+/// `felix-nft dump [--json]`. The text form is written to standard output table by table as it
+/// is read; the JSON form is returned.
+pub fn dump_command(json: bool, target: &Target) -> CommandResult {
+    (|| {
         let cfg = load_config(target)?;
         let ns = open_ns(target)?;
         let snap = block_on(snapshot(ns.as_ref(), &cfg))??;
@@ -176,12 +186,12 @@ pub fn dump_command(json: bool, target: &Target) -> ! {
         // The process exits next: skip freeing the tables one allocation at a time.
         std::mem::forget(snap);
         Ok((text, EXIT_OK))
-    })())
+    })()
 }
 
 /// `felix-nft cleanup`.
-pub fn cleanup_command(target: &Target) -> ! {
-    finish((|| {
+pub fn cleanup_command(target: &Target) -> CommandResult {
+    (|| {
         let cfg = load_config(target)?;
         let ns = open_ns(target)?;
         let rep = block_on(cleanup(ns.as_ref(), &cfg))??;
@@ -191,34 +201,7 @@ pub fn cleanup_command(target: &Target) -> ! {
             EXIT_FAILED
         };
         Ok((rep.text(), code))
-    })())
-}
-
-/// Prints the report (stdout) or the error chain (stderr) and ends the process with its exit
-/// code. `_exit`, not a return from `main`: these commands leave their tables and models
-/// allocated (`std::mem::forget`), and the allocator's at-exit collection would walk every page
-/// of them: about 3 % of a fresh mid-scale `apply`'s user CPU. Nothing else runs at
-/// exit that matters: stdout and stderr are flushed here, and whatever else the command held was
-/// dropped before this (the runtime) or is the kernel's to release at exit (sockets, memory).
-fn finish(r: Result<(String, u8), OneShotError>) -> ! {
-    use std::io::Write;
-    let code = match r {
-        Ok((text, code)) => {
-            // A closed pipe (`| head`) is not a failure of the command.
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-            code
-        }
-        Err(e) => {
-            eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
-            e.exit_code()
-        }
-    };
-    let _ = std::io::stderr().flush();
-    // SAFETY: `_exit` ends the process; it touches no Rust state, and the buffered output was
-    // flushed above.
-    unsafe { libc::_exit(i32::from(code)) }
+    })()
 }
 
 fn load_config(target: &Target) -> Result<DataplaneConfig, OneShotError> {
