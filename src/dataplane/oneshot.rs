@@ -312,7 +312,7 @@ pub struct SysctlChange {
 
 /// The changes `apply` makes (or made), as `plan` and `apply` print them.
 #[derive(Debug, Default)]
-pub struct Changes {
+pub struct ConvergeReport {
     /// nf_tables plans (per table) and their operation count.
     pub tables: Vec<Plan>,
     pub table_ops: usize,
@@ -331,7 +331,7 @@ pub struct Changes {
     pub errors: Vec<String>,
 }
 
-impl Changes {
+impl ConvergeReport {
     fn is_empty(&self) -> bool {
         self.table_ops == 0
             && self.routes.is_empty()
@@ -531,7 +531,7 @@ pub async fn converge(
     cfg: &DataplaneConfig,
     msgs: Vec<ToDataplane>,
     mode: Mode,
-) -> Result<Changes, OneShotError> {
+) -> Result<ConvergeReport, OneShotError> {
     let msgs = validated(cfg, msgs)?;
     converge_retaining(ns, cfg, msgs, mode)
         .await
@@ -551,7 +551,7 @@ async fn converge_retaining(
     cfg: &DataplaneConfig,
     msgs: Vec<Valid>,
     mode: Mode,
-) -> Result<(Changes, Retained), OneShotError> {
+) -> Result<(ConvergeReport, Retained), OneShotError> {
     let mut kernel = RealKernel::open(ns, cfg).map_err(kern("opening the kernel sockets"))?;
     let default_rp = kernel.procsys().default_rp_filter();
     let mut dp = Dataplane::new(cfg.clone(), default_rp).map_err(OneShotError::Render)?;
@@ -576,9 +576,9 @@ async fn converge_retaining(
     drop(dp);
 
     // Everything is planned against the kernel as it is now, by the code apply uses.
-    let mut ch = Changes {
+    let mut ch = ConvergeReport {
         route_sync_disabled: cfg.route_sync_disabled,
-        ..Changes::default()
+        ..ConvergeReport::default()
     };
     let mut syncers = route_syncers(cfg, None);
     let mut neigh = NeighSyncer::new();
@@ -738,7 +738,7 @@ async fn neigh_plan(
     cfg: &DataplaneConfig,
     desired: &Desired,
     links: &[LinkState],
-    ch: &mut Changes,
+    ch: &mut ConvergeReport,
     syncer: &mut NeighSyncer,
 ) -> Result<(), OneShotError> {
     let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();

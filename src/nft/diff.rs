@@ -857,7 +857,7 @@ fn references_set(t: &Table, set: &str) -> bool {
 }
 
 /// Applies plans to an in-memory ruleset with the kernel's referential checks, all or nothing.
-/// This is the fake kernel of [`crate::nft::reconcile::FakeKernel`] and the oracle of the diff
+/// This is the fake kernel of [`crate::nft::reconcile::FakeNft`] and the oracle of the diff
 /// property tests.
 pub fn apply(
     tables: &mut BTreeMap<(Family, String), Table>,

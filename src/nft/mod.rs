@@ -10,7 +10,7 @@
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
 //! - [`diff`]: desired vs actual → ordered operations. [`print`](mod@print): `nft --debug=netlink` text.
 //! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
-//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
+//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeNft`].
 //!
 //! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
 //! from its loop's thread under `block_in_place`, never from a thread that polls tokio's

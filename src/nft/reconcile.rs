@@ -3,7 +3,7 @@
 //! (ERESTART). Calico's table reconciler minus the `nft` exec.
 //!
 //! [`NftKernel`] is the seam: [`Nft`] is the real kernel over one long-lived socket;
-//! [`FakeKernel`] holds tables in memory with the kernel's referential checks, so the dataplane
+//! [`FakeNft`] holds tables in memory with the kernel's referential checks, so the dataplane
 //! loop can be tested without privilege. Everything here is blocking: call it from a dedicated
 //! thread, never from an async worker.
 
@@ -873,7 +873,7 @@ pub fn remove_tables(
 
 /// An in-memory kernel for tests of code above the reconciler.
 #[derive(Debug, Default)]
-pub struct FakeKernel {
+pub struct FakeNft {
     pub tables: BTreeMap<(Family, String), Table>,
     pub generation: u32,
     /// Committed batches (dry-runs excluded).
@@ -886,7 +886,7 @@ pub struct FakeKernel {
     pub reads: usize,
 }
 
-impl NftKernel for FakeKernel {
+impl NftKernel for FakeNft {
     fn generation(&mut self) -> Result<u32, NftError> {
         Ok(self.generation)
     }
@@ -977,8 +977,8 @@ mod tests {
         }
     }
 
-    fn trusted(t: Table) -> Reconciler<FakeKernel> {
-        let mut r = Reconciler::new(FakeKernel::default(), SyncOptions::default());
+    fn trusted(t: Table) -> Reconciler<FakeNft> {
+        let mut r = Reconciler::new(FakeNft::default(), SyncOptions::default());
         r.apply(&[t]).unwrap();
         r
     }
