@@ -815,8 +815,8 @@ pub fn message_schema() -> Schema {
     let mut schema = schemars::schema_for!(ToDataplane);
     schema.insert(
         "description".into(),
-        "One Felix `ToDataplane` message in proto3 JSON with the proto's field names \
-        : `sequence_number` and exactly one payload field. felix-nft \
+        "One Felix `ToDataplane` message in proto3 JSON with the proto's field names: \
+         `sequence_number` and exactly one payload field. felix-nft \
          also accepts the lowerCamelCase spelling of every field name, which this schema does \
          not list."
             .into(),
