@@ -207,6 +207,31 @@ impl Ctx<'_> {
         }
     }
 
+    /// An optional address of one family (a bare IP; a `/32` or `/128` is tolerated, as Felix
+    /// does).
+    fn family_addr(&self, field: &str, v: &str, v6: bool) -> Result<(), InputError> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        let (host, len) = match v.split_once('/') {
+            Some((h, l)) => (h, Some(l)),
+            None => (v, None),
+        };
+        let full = if v6 { "128" } else { "32" };
+        match host.parse::<IpAddr>() {
+            Ok(ip) if ip.is_ipv6() == v6 && len.is_none_or(|l| l == full) => Ok(()),
+            _ => Err(self.err(
+                field,
+                v,
+                if v6 {
+                    "not an IPv6 address"
+                } else {
+                    "not an IPv4 address"
+                },
+            )),
+        }
+    }
+
     fn ifname(&self, field: &str, v: &str, allow_star: bool) -> Result<(), InputError> {
         if allow_star && (v == "*" || v.is_empty()) {
             return Ok(());
@@ -617,6 +642,83 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             c.addr("ipv4_addr", &u.ipv4_addr)?;
             c.addr("ipv6_addr", &u.ipv6_addr)?;
         }
+        Payload::VtepUpdate(u) => {
+            c.id = u.node.clone();
+            if u.node.is_empty() {
+                return Err(c.err("node", "", "a node name is required"));
+            }
+            c.family_addr("ipv4_addr", &u.ipv4_addr, false)?;
+            c.family_addr("parent_device_ip", &u.parent_device_ip, false)?;
+            c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
+            c.family_addr("parent_device_ipv6", &u.parent_device_ipv6, true)?;
+            for (field, mac, addr, parent) in [
+                ("mac", &u.mac, &u.ipv4_addr, &u.parent_device_ip),
+                ("mac_v6", &u.mac_v6, &u.ipv6_addr, &u.parent_device_ipv6),
+            ] {
+                if mac.is_empty() && addr.is_empty() {
+                    continue;
+                }
+                if !addr.is_empty() && parent.is_empty() {
+                    let pf = if field == "mac" {
+                        "parent_device_ip"
+                    } else {
+                        "parent_device_ipv6"
+                    };
+                    return Err(c.err(
+                        pf,
+                        "",
+                        "a VTEP with a tunnel address needs its node's address",
+                    ));
+                }
+                match parse_mac(mac) {
+                    Some(m) if m[0] & 1 == 0 && m != [0; 6] => {}
+                    Some(_) => {
+                        return Err(c.err(field, mac.as_str(), "not a unicast MAC address"));
+                    }
+                    None => {
+                        return Err(c.err(
+                            field,
+                            mac.as_str(),
+                            "not a MAC address (aa:bb:cc:dd:ee:ff)",
+                        ));
+                    }
+                }
+            }
+        }
+        Payload::VtepRemove(r) => {
+            c.id = r.node.clone();
+            if r.node.is_empty() {
+                return Err(c.err("node", "", "a node name is required"));
+            }
+        }
+        Payload::RouteUpdate(u) => {
+            c.id = u.dst.clone();
+            if u.dst.parse::<IpNet>().is_err() {
+                return Err(c.err("dst", u.dst.as_str(), "not a CIDR"));
+            }
+            const KNOWN_TYPES: i32 = 1 | 2 | 4 | 8 | 16 | 32;
+            if u.types & !KNOWN_TYPES != 0 {
+                return Err(c.err(
+                    "types",
+                    u.types.to_string(),
+                    "unknown route type bits (known: REMOTE_WORKLOAD 1, REMOTE_HOST 2, LOCAL_WORKLOAD 4, LOCAL_HOST 8, REMOTE_TUNNEL 16, LOCAL_TUNNEL 32)",
+                ));
+            }
+            if crate::proto::IpPoolType::try_from(u.ip_pool_type).is_err() {
+                return Err(c.err(
+                    "ip_pool_type",
+                    u.ip_pool_type.to_string(),
+                    "unknown IP pool type (known: NONE 0, NO_ENCAP 1, VXLAN 2, IPIP 3)",
+                ));
+            }
+            c.addr("dst_node_ip", &u.dst_node_ip)?;
+        }
+        Payload::RouteRemove(r) => {
+            c.id = r.dst.clone();
+            if r.dst.parse::<IpNet>().is_err() {
+                return Err(c.err("dst", r.dst.as_str(), "not a CIDR"));
+            }
+        }
         Payload::IpamPoolUpdate(u) => {
             c.id = u.id.clone();
             let cidr = u.pool.as_ref().map_or("", |p| p.cidr.as_str());
@@ -1020,6 +1122,114 @@ mod tests {
                 "policy.inbound_rules[0].src_ip_set_ids[0]".into(),
                 "s:a".into()
             )]
+        );
+    }
+
+    /// Overlay messages: a VTEP or route that would program something other than what Felix
+    /// meant is rejected with the message, field and value.
+    #[test]
+    fn vteps_and_routes_are_checked_field_by_field() {
+        let vtep = |mac: &str, ip: &str, parent: &str| {
+            format!(
+                r#"{{"vtep_update":{{"node":"n1","mac":"{mac}","ipv4_addr":"{ip}","parent_device_ip":"{parent}"}}}}"#
+            )
+        };
+        assert_eq!(
+            errors(&[&vtep("66:aa:bb:cc:dd:ee", "10.65.1.0", "172.31.0.11")]),
+            Vec::new()
+        );
+        // Felix tolerates a /32 on the tunnel address.
+        assert_eq!(
+            errors(&[&vtep("66:aa:bb:cc:dd:ee", "10.65.1.0/32", "172.31.0.11")]),
+            Vec::new()
+        );
+        for (line, field, value) in [
+            (
+                vtep("66:aa:bb:cc:dd", "10.65.1.0", "172.31.0.11"),
+                "mac",
+                "66:aa:bb:cc:dd",
+            ),
+            (
+                vtep("zz:aa:bb:cc:dd:ee", "10.65.1.0", "172.31.0.11"),
+                "mac",
+                "zz:aa:bb:cc:dd:ee",
+            ),
+            (
+                vtep("01:00:5e:00:00:01", "10.65.1.0", "172.31.0.11"),
+                "mac",
+                "01:00:5e:00:00:01",
+            ),
+            (
+                vtep("66:aa:bb:cc:dd:ee", "10.65.1.300", "172.31.0.11"),
+                "ipv4_addr",
+                "10.65.1.300",
+            ),
+            (
+                vtep("66:aa:bb:cc:dd:ee", "fd00::1", "172.31.0.11"),
+                "ipv4_addr",
+                "fd00::1",
+            ),
+            (
+                vtep("66:aa:bb:cc:dd:ee", "10.65.1.0/26", "172.31.0.11"),
+                "ipv4_addr",
+                "10.65.1.0/26",
+            ),
+            (
+                vtep("66:aa:bb:cc:dd:ee", "10.65.1.0", "nope"),
+                "parent_device_ip",
+                "nope",
+            ),
+            (
+                vtep("66:aa:bb:cc:dd:ee", "10.65.1.0", ""),
+                "parent_device_ip",
+                "",
+            ),
+        ] {
+            assert_eq!(
+                errors(&[&line]),
+                vec![(0, field.to_string(), value.to_string())],
+                "{line}"
+            );
+        }
+        let route = |body: &str| format!(r#"{{"route_update":{{{body}}}}}"#);
+        assert_eq!(
+            errors(&[&route(
+                r#""types":"REMOTE_WORKLOAD","ip_pool_type":"VXLAN","dst":"10.65.1.0/26","dst_node_name":"n1","dst_node_ip":"172.31.0.11""#
+            )]),
+            Vec::new()
+        );
+        for (body, field, value) in [
+            (
+                r#""types":"REMOTE_WORKLOAD","dst":"10.65.1.0/33""#,
+                "dst",
+                "10.65.1.0/33",
+            ),
+            (r#""types":"REMOTE_WORKLOAD","dst":"""#, "dst", ""),
+            (r#""types":64,"dst":"10.65.1.0/26""#, "types", "64"),
+            (
+                r#""types":"REMOTE_WORKLOAD","ip_pool_type":7,"dst":"10.65.1.0/26""#,
+                "ip_pool_type",
+                "7",
+            ),
+            (
+                r#""types":"REMOTE_WORKLOAD","dst":"10.65.1.0/26","dst_node_ip":"172.31.0.x""#,
+                "dst_node_ip",
+                "172.31.0.x",
+            ),
+        ] {
+            assert_eq!(
+                errors(&[&route(body)]),
+                vec![(0, field.to_string(), value.to_string())],
+                "{body}"
+            );
+        }
+        assert_eq!(
+            errors(&[r#"{"route_remove":{"dst":"not-a-cidr"}}"#]),
+            vec![(0, "dst".to_string(), "not-a-cidr".to_string())]
+        );
+        assert_eq!(
+            errors(&[r#"{"vtep_remove":{"node":""}}"#]),
+            vec![(0, "node".to_string(), String::new())]
         );
     }
 }
