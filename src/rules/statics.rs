@@ -343,11 +343,12 @@ impl Renderer {
     /// chains — have their own functions.
     pub fn static_chains(&self, family: Family) -> Vec<TextChain> {
         let s = Statics::new(self, family);
-        let mut out = Vec::new();
-        out.push(self.filter_forward(&s));
-        out.push(self.filter_input(&s));
-        out.push(self.filter_wl_to_host(&s));
-        out.push(self.filter_output(&s));
+        let mut out = vec![
+            self.filter_forward(&s),
+            self.filter_input(&s),
+            self.filter_wl_to_host(&s),
+            self.filter_output(&s),
+        ];
         out.extend(self.failsafes(&s));
         out.extend(self.workload_dispatch(&s));
         out.push(self.mangle_prerouting(&s));
