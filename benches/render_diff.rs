@@ -1,7 +1,7 @@
 //! CPU cost of what every felix-nft apply does before the kernel sees a byte, at endpoint scale
 //! (STYLE.md "Benches"): rendering the whole desired state from the model, diffing it against
 //! the believed state (no change, and one endpoint added), encoding the full load into one
-//! batch, and the daemon's incremental path (issue 9: render only what an update touches —
+//! batch, and the daemon's incremental path (render only what an update touches —
 //! one endpoint added then removed, one IP set member added). The workload is `bench compare`'s generator: W endpoints, W/2 policies of 5 rules,
 //! 500 IP sets of 200 members (100k members), 2 policies per endpoint and direction. Kernel time
 //! is `felix-nft bench compare`'s job.

@@ -1,5 +1,5 @@
 //! The running agent: wires a transport, the interface monitor, the dataplane loop and the
-//! operations surface together (DESIGN.md §5–6). `felix-nft run` and Felix's external-driver mode
+//! operations surface together. `felix-nft run` and Felix's external-driver mode
 //! both end up here.
 //!
 //! Start-up order: configuration (bad die-on-fail values stop the start, exit 2) → logging →
@@ -20,12 +20,55 @@ use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::NetNs;
 use crate::ops::logging::chain;
 use crate::ops::Ops;
-use crate::proto::FromDataplane;
 use crate::rtnl::monitor::{self, MonitorConfig};
 use crate::source::{self, Received, SourceSpec};
 
 /// Exit code when the tables could not be programmed (fail closed) or start-up failed.
 pub const EXIT_FAILURE: u8 = 1;
+
+/// Why the agent stopped with a failure; [`AgentError::exit_code`] is the process's.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Something the agent needs could not be set up (`what` says which).
+    #[error("{what}")]
+    Setup {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The configuration does not render (a bad die-on-fail value, exit 2).
+    #[error("invalid configuration")]
+    BadConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("Felix's file descriptors 3 and 4 are not open")]
+    NoFelixFds,
+    /// The input ended on an error (a truncated frame, a broken pipe).
+    #[error("input failed: {0}")]
+    Input(String),
+    #[error("giving up")]
+    GaveUp(#[source] DriverError),
+    #[error("stopped on error")]
+    Driver(#[source] DriverError),
+}
+
+impl AgentError {
+    fn setup<E>(what: &'static str) -> impl FnOnce(E) -> AgentError
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        move |e| AgentError::Setup {
+            what,
+            source: Box::new(e),
+        }
+    }
+
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AgentError::BadConfig(_) => config::EXIT_BAD_CONFIG,
+            _ => EXIT_FAILURE,
+        }
+    }
+}
 
 /// How the daemon was asked to run.
 #[derive(Debug, Clone)]
@@ -77,11 +120,15 @@ pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
     };
     // The loop runs as a task on a worker, not on this thread: the reader task that decodes an
     // update then wakes it on its own worker (tokio's LIFO slot) instead of waking a parked
-    // thread on another CPU (issue 9: from reading a member update to the loop taking it went
+    // thread on another CPU (from reading a member update to the loop taking it went
     // from 155 to 65 µs at mid).
     let code = runtime.block_on(async move {
         match tokio::spawn(run_async(opts, resolved.config, ns, felix_fds)).await {
-            Ok(code) => code,
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                tracing::error!(error = %chain(&e), "felix-nft stopped");
+                e.exit_code()
+            }
             Err(e) => {
                 tracing::error!(error = %e, "the agent's task failed");
                 EXIT_FAILURE
@@ -98,47 +145,26 @@ async fn run_async(
     config: Config,
     ns: Option<NetNs>,
     felix_fds: Option<(File, File)>,
-) -> u8 {
+) -> Result<(), AgentError> {
     let dpcfg = DataplaneConfig::from_config(&config);
-    let ops = match Ops::new(&config) {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(error = %chain(&e), "setting up health and metrics");
-            return EXIT_FAILURE;
-        }
-    };
-    let kernel = match RealKernel::open(ns.as_ref(), &dpcfg) {
-        Ok(k) => k,
-        Err(e) => {
-            tracing::error!(error = %chain(&e), "opening netlink sockets");
-            return EXIT_FAILURE;
-        }
-    };
+    let ops = Ops::new(&config).map_err(AgentError::setup("setting up health and metrics"))?;
+    let kernel = RealKernel::open(ns.as_ref(), &dpcfg)
+        .map_err(AgentError::setup("opening netlink sockets"))?;
     let rp_filter = kernel.procsys().default_rp_filter();
-    let dp = match Dataplane::new(dpcfg.clone(), rp_filter) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(error = %chain(&e), "invalid configuration");
-            return config::EXIT_BAD_CONFIG;
-        }
-    };
+    let dp =
+        Dataplane::new(dpcfg.clone(), rp_filter).map_err(|e| AgentError::BadConfig(Box::new(e)))?;
 
     // The interface monitor, forwarded into a small bounded channel the loop selects on.
-    let (mon_rx, _mon_handle) = match monitor::start(
+    // Without it Felix exits rather than run blind (§16).
+    let (mon_rx, _mon_handle) = monitor::start(
         ns.as_ref(),
         MonitorConfig {
             exclude: dpcfg.iface_exclude.clone(),
             resync_interval: dpcfg.iface_refresh,
             ..MonitorConfig::default()
         },
-    ) {
-        Ok(m) => m,
-        Err(e) => {
-            // Felix exits rather than run blind (§16).
-            tracing::error!(error = %chain(&e), "starting the interface monitor");
-            return EXIT_FAILURE;
-        }
-    };
+    )
+    .map_err(AgentError::setup("starting the interface monitor"))?;
     let (iface_tx, iface_rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let mut mon_rx = mon_rx;
@@ -151,59 +177,37 @@ async fn run_async(
 
     // The transport.
     let max_message = config.input_max_message_bytes;
-    let mut status_out: Option<mpsc::Sender<FromDataplane>> = None;
+    let mut status_out: Option<source::outbox::Outbox> = None;
     let mut writer = None;
     let mut fd3_reader = None;
     let mut stream_reader = None;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), source = ?opts.source, netns = ?opts.netns, "felix-nft starting");
     let (updates, exit_on_eof): (mpsc::Receiver<Received>, bool) = match &opts.source {
         SourceSpec::Felix => {
-            let Some((input, output)) = felix_fds else {
-                tracing::error!("Felix's file descriptors 3 and 4 are not open");
-                return EXIT_FAILURE;
-            };
-            let (rx, reader) = match source::felix::spawn_fd3(input, u64::from(max_message)) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %chain(&e), "reading fd 3");
-                    return EXIT_FAILURE;
-                }
-            };
-            match source::felix::spawn_writer(output) {
-                Ok((tx, handle)) => {
-                    status_out = Some(tx);
-                    writer = Some(handle);
-                }
-                Err(e) => {
-                    tracing::error!(error = %chain(&e), "writing fd 4");
-                    return EXIT_FAILURE;
-                }
-            }
+            let (input, output) = felix_fds.ok_or(AgentError::NoFelixFds)?;
+            let (rx, reader) = source::felix::spawn_fd3(input, u64::from(max_message))
+                .map_err(AgentError::setup("reading fd 3"))?;
+            let (tx, handle) =
+                source::felix::spawn_writer(output).map_err(AgentError::setup("writing fd 4"))?;
+            status_out = Some(tx);
+            writer = Some(handle);
             fd3_reader = Some(reader);
             // Felix gone = our job is done (§1.1).
             (rx, true)
         }
-        SourceSpec::Stdin => match source::stream::spawn_stdin(max_message as usize) {
-            Ok((rx, reader)) => {
-                stream_reader = Some(reader);
-                (rx, !opts.keep_running)
-            }
-            Err(e) => {
-                tracing::error!(error = %chain(&e), "reading standard input");
-                return EXIT_FAILURE;
-            }
-        },
-        SourceSpec::Unix(path) => match source::stream::UnixSource::bind(path) {
-            Ok(l) => {
-                tracing::info!(path = %path.display(), "listening for JSON lines");
-                let (rx, _server) = l.with_max_len(max_message as usize).spawn();
-                (rx, false)
-            }
-            Err(e) => {
-                tracing::error!(error = %chain(&e), "binding the unix socket");
-                return EXIT_FAILURE;
-            }
-        },
+        SourceSpec::Stdin => {
+            let (rx, reader) = source::stream::spawn_stdin(max_message as usize)
+                .map_err(AgentError::setup("reading standard input"))?;
+            stream_reader = Some(reader);
+            (rx, !opts.keep_running)
+        }
+        SourceSpec::Unix(path) => {
+            let l = source::stream::UnixSource::bind(path)
+                .map_err(AgentError::setup("binding the unix socket"))?;
+            tracing::info!(path = %path.display(), "listening for JSON lines");
+            let (rx, _server) = l.with_max_len(max_message as usize).spawn();
+            (rx, false)
+        }
     };
 
     // Health and metrics endpoints, until shutdown.
@@ -273,18 +277,8 @@ async fn run_async(
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
     }
     match result {
-        Ok(()) if input_error.is_some() => {
-            tracing::error!(error = input_error.unwrap_or_default(), "input failed");
-            EXIT_FAILURE
-        }
-        Ok(()) => 0,
-        Err(e @ DriverError::GaveUp { .. }) => {
-            tracing::error!(error = %chain(&e), "giving up");
-            EXIT_FAILURE
-        }
-        Err(e) => {
-            tracing::error!(error = %chain(&e), "stopped on error");
-            EXIT_FAILURE
-        }
+        Ok(()) => input_error.map_or(Ok(()), |e| Err(AgentError::Input(e))),
+        Err(e @ DriverError::GaveUp { .. }) => Err(AgentError::GaveUp(e)),
+        Err(e) => Err(AgentError::Driver(e)),
     }
 }

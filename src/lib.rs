@@ -1,18 +1,18 @@
 //! felix-nft: Calico Felix's Linux dataplane on native nftables over raw netlink.
 //!
 //! Data flows one way — source → model → managers → renderer → desired kernel objects →
-//! reconcilers → netlink — and each module uses only the ones below it (DESIGN.md §2):
+//! reconcilers → netlink — and each module uses only the ones below it:
 //!
 //! - [`config`]: Felix's parameters, their sources and validation; never touches the kernel.
 //! - [`proto`]: the Felix dataplane API types, protobuf and JSON codecs, fd 3/4 framing; knows
 //!   nothing of nftables.
-//! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel;
-//!   does not interpret messages.
+//! - [`source`]: transports (Felix pipes, JSON stream, state document) into one bounded channel,
+//!   and the fd 4 outbox that coalesces statuses; does not interpret messages.
 //! - [`rules`]: Calico's rule semantics as pure functions from the model to nft objects; no I/O.
 //!   `rules::incremental` re-renders only what an update touched and emits table patches, and
 //!   decides which workloads live in the small side table (`rules::side`).
-//! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps and diff; knows
-//!   nothing of Calico.
+//! - [`nft`]: the nf_tables object model, netlink codec, transactions, dumps, diff and the watch
+//!   of other programs' commits; knows nothing of Calico.
 //! - [`rtnl`]: routes, neighbours, links, per-interface sysctls, the interface monitor,
 //!   conntrack; knows nothing of Calico.
 //! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
@@ -29,9 +29,11 @@
 //!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
 //!   programs, and only those baselines.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
+//! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
 
 pub mod bench;
 pub mod cli;
+pub mod clip;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
@@ -50,6 +52,6 @@ pub mod testbed;
 pub const OWNER: &str = "calico";
 
 /// The side table of each family: workload endpoints added or changed since the last merge,
-/// so that a commit validates a small table instead of the whole ruleset (issue 9;
-/// [`rules::side`]).
+/// so that a commit validates a small table instead of the whole ruleset
+/// ([`rules::side`]).
 pub const SIDE_TABLE: &str = "calico-side";

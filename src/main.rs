@@ -1,6 +1,6 @@
 //! The `felix-nft` binary: parse arguments, hand over to the library.
 
-/// mimalloc instead of glibc malloc (issue 9): after a full load frees its hundreds of thousands
+/// mimalloc instead of glibc malloc: after a full load frees its hundreds of thousands
 /// of small blocks, glibc consolidates them on the next larger request — a 30–80 ms stall inside
 /// the first small update that follows — and keeps the heap fragmented (higher RSS).
 /// Built with `no_thp`: mimalloc otherwise asks for transparent huge pages on its arenas, and
@@ -16,7 +16,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 fn main() -> std::process::ExitCode {
     // Give freed pages back at once instead of 1 s later (v3's default): a full sync frees the
     // document, the renderer's temporaries (and in `apply` the model) just before it builds the
-    // batch, and the delay kept them in the peak (issue 9, fresh `apply`: mid 75 → 55 MB,
+    // batch, and the delay kept them in the peak (fresh `apply`: mid 75 → 55 MB,
     // large 260 → 190 MB; no measurable CPU cost).
     // SAFETY: sets a process-wide allocator option; mimalloc allows this at any time.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };

@@ -1,4 +1,4 @@
-//! `felix-nft bench compare --scale small` end to end (issue 8): every backend installed runs,
+//! `felix-nft bench compare --scale small` end to end: every backend installed runs,
 //! the backends hold the same policy afterwards (rule and member counts against the generator),
 //! the JSON and SVG are written, and no benchmark namespace is left behind — also when a backend
 //! fails half way.
@@ -90,7 +90,7 @@ fn small_scale_runs_every_backend_and_they_agree() {
             assert!(json["counts"][b].is_object(), "{b} has no read-back counts");
         }
     }
-    // Spawned tools have a peak RSS; the generator's sizes are issue 8's small scale.
+    // Spawned tools have a peak RSS; the generator's sizes are the small scale.
     if want.contains(&"nft-f") && Path::new("/usr/bin/time").exists() {
         assert!(json["results"]["nft-f"]["full"]["rss_kb"].as_u64().unwrap() > 1000);
     }

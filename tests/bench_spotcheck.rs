@@ -1,4 +1,4 @@
-//! The traffic spot-check of issue 8: at a tiny scale the generated endpoints are real `cali…`
+//! The traffic spot-check: at a tiny scale the generated endpoints are real `cali…`
 //! veths, and each backend (felix-nft in-process, ipset + iptables-nft-restore, ipset +
 //! iptables-legacy-restore, `nft -f`) in turn loads the full sync into a fresh host namespace.
 //! Real TCP probes must get the same verdict under every backend, match the model, and include

@@ -32,3 +32,93 @@ fn help_lists_every_subcommand() {
         );
     }
 }
+
+const SUBCOMMANDS: [&str; 11] = [
+    "run",
+    "apply",
+    "plan",
+    "dump",
+    "cleanup",
+    "demo",
+    "bench",
+    "config",
+    "version",
+    "completions",
+    "man",
+];
+
+#[test]
+fn bash_completion_loads_and_knows_every_subcommand() {
+    let out = bin()
+        .args(["completions", "bash"])
+        .output()
+        .expect("running felix-nft");
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    for cmd in SUBCOMMANDS {
+        assert!(script.contains(cmd), "no `{cmd}` in the bash completion");
+    }
+    // bash itself loads it and registers the completion for the command.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("felix-nft.bash");
+    std::fs::write(&path, &script).expect("writing the script");
+    let check = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p felix-nft",
+            path.display()
+        ))
+        .output()
+        .expect("running bash");
+    let registered = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && registered.contains("felix-nft"),
+        "bash did not register it: {registered}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = bin()
+            .args(["completions", shell])
+            .output()
+            .expect("running felix-nft");
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+    assert!(!bin()
+        .args(["completions", "tcsh"])
+        .status()
+        .expect("running")
+        .success());
+}
+
+#[test]
+fn the_man_page_is_roff_naming_every_subcommand() {
+    let out = bin().arg("man").output().expect("running felix-nft");
+    assert!(out.status.success());
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains(".TH felix-nft 1"), "{page}");
+    assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
+    for cmd in SUBCOMMANDS {
+        assert!(
+            page.contains(&format!("felix\\-nft\\-{cmd}(1)")),
+            "{cmd}: {page}"
+        );
+        // Each page it names exists.
+        let sub = bin()
+            .args(["man", cmd])
+            .output()
+            .expect("running felix-nft");
+        let text = String::from_utf8_lossy(&sub.stdout);
+        assert!(
+            sub.status.success() && text.contains(&format!(".TH felix-nft-{cmd} 1")),
+            "{cmd}: {text}"
+        );
+    }
+    assert_eq!(
+        bin()
+            .args(["man", "nope"])
+            .status()
+            .expect("running")
+            .code(),
+        Some(2)
+    );
+}

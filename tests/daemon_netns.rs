@@ -10,7 +10,7 @@ use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use felix_nft::proto::frame::{encode_frame, FrameReader};
 use felix_nft::proto::{decode_from_dataplane, json, ToDataplane};
@@ -157,7 +157,7 @@ const IN_SYNC: &str = r#"{"in_sync":{}}"#;
 
 fn felix_nft(host: &Ns) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    // Plain tables: Debian's `nft -j` cannot print owner+persist ones (netlink.md gotcha 19).
+    // Plain tables: Debian's `nft -j` cannot print owner+persist ones.
     c.env("FELIX_NFTABLESTABLEOWNER", "false")
         .env("FELIX_REPORTINGINTERVALSECS", "0")
         .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
@@ -243,7 +243,7 @@ impl Drop for Listener {
 
 #[test]
 fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
-    // Issue 6 (a): after the stream, the kernel holds what the reference says (§6, §14.2, §15).
+    // after the stream, the kernel holds what the reference says (§6, §14.2, §15).
     let h = host();
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
@@ -462,7 +462,7 @@ fn spawn_as_felix(host: &Ns) -> (Child, std::fs::File, std::fs::File) {
 
 #[test]
 fn felix_pipes_program_the_node_and_report_status() {
-    // Issue 6 (b): the same messages over fds 3/4 from a harness acting as Felix, which also
+    // the same messages over fds 3/4 from a harness acting as Felix, which also
     // checks what comes back (§1.3, §2.2, §14.1).
     let h = host();
     let w1 = workload(&h, 1);
@@ -518,7 +518,7 @@ fn felix_pipes_program_the_node_and_report_status() {
 
 #[test]
 fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
-    // Issue 6 (f): stopping never removes policy (§22.1).
+    // stopping never removes policy (§22.1).
     let h = host();
     let w1 = workload(&h, 1);
     let mut child = felix_nft(&h)
@@ -575,7 +575,7 @@ fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
 
 #[test]
 fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
-    // Issue 6 (e): with OWNER|PERSIST an outside flush is refused by the kernel; with the flag
+    // with OWNER|PERSIST an outside flush is refused by the kernel; with the flag
     // off, the running agent repairs an outside flush within the refresh interval (§11, §22.13).
     for owner in [true, false] {
         let h = host();
@@ -649,9 +649,237 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
     }
 }
 
+/// `GET /metrics` over plain HTTP/1.0; the value of each sample line (`name{labels} value`).
+fn scrape(port: u16) -> Vec<(String, f64)> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("a request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("a response");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            Some((name.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn sample(samples: &[(String, f64)], name: &str) -> f64 {
+    samples
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no sample {name}"))
+}
+
+#[test]
+fn the_metrics_say_what_the_daemon_did() {
+    // Every metric the daemon registers is fed: a stuck one would mislead an operator.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut child = felix_nft(&h)
+        .env("FELIX_PROMETHEUSMETRICSENABLED", "true")
+        .env("FELIX_PROMETHEUSMETRICSHOST", "127.0.0.1")
+        .env("FELIX_PROMETHEUSMETRICSPORT", port.to_string())
+        .env("FELIX_HEALTHENABLED", "false")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let set = r#"{"ipset_update":{"id":"s:a","type":"IP","members":["10.9.0.1"]}}"#;
+    let profile = r#"{"active_profile_update":{"id":{"name":"p"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:a"]}],"outbound_rules":[{"action":"allow"}]}}}"#;
+    for l in [set, profile, &wep_update(&w1, 1, "p"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    writeln!(
+        stdin,
+        r#"{{"ipset_delta_update":{{"id":"s:a","added_members":["10.9.0.2"]}}}}"#
+    )
+    .unwrap();
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains("10.9.0.2")),
+        "the delta was not programmed"
+    );
+    let m = scrape(port);
+    assert!(sample(&m, "felix_int_dataplane_initial_resync_time_seconds") > 0.0);
+    assert!(
+        sample(&m, "felix_nft_list_calls") >= 1.0,
+        "the first sync reads back"
+    );
+    assert!(
+        sample(&m, "felix_nft_set_calls") >= 1.0,
+        "the delta changed set members"
+    );
+    assert!(sample(&m, "felix_nft_agent_batch_bytes_count") >= 2.0);
+    assert!(sample(&m, "felix_nft_agent_batch_bytes_sum") > 0.0);
+    assert!(sample(&m, "felix_route_table_resync_seconds_count") >= 1.0);
+    assert!(sample(&m, "felix_nft_chains{ip_version=\"4\",table=\"calico\"}") > 10.0);
+    assert!(sample(&m, "felix_nft_rules{ip_version=\"4\",table=\"calico\"}") > 10.0);
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_refresh_reads_nothing_back_unless_our_tables_were_touched() {
+    // A big set made every refresh read it whole while updates waited. The generation says
+    // whether anyone committed since us, and the nf_tables events whether those commits were
+    // about our tables: only then is there anything to read.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let mut child = felix_nft(&h)
+        .env("FELIX_NFTABLESTABLEOWNER", "false")
+        .env("FELIX_NFTABLESREFRESHINTERVAL", "1")
+        .env("FELIX_LOGSEVERITYSCREEN", "debug")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    // Another program commits to a table of its own, again and again; an update of ours goes
+    // in meanwhile.
+    let nft = |args: &[&str]| {
+        let mut argv = vec!["netns", "exec", &h.0, "nft"];
+        argv.extend_from_slice(args);
+        assert!(sh("ip", &argv).status.success(), "nft {args:?}");
+    };
+    let w2 = workload(&h, 2);
+    nft(&["add", "table", "ip", "other"]);
+    let busy_from = SystemTime::now() + Duration::from_secs(1);
+    for i in 0..20 {
+        nft(&["add", "chain", "ip", "other", &format!("c{i}")]);
+        if i == 10 {
+            writeln!(stdin, "{}", wep_update(&w2, 2, "allow-all")).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let busy_until = SystemTime::now();
+    // Then it flushes one of our chains: that is read back and repaired.
+    nft(&["flush", "chain", "ip", "calico", &chain]);
+    assert!(
+        eventually(|| h
+            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
+            .contains("ct state")),
+        "the flushed chain was not repaired by the refresh"
+    );
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (from, until) = (
+        felix_nft::dataplane::driver::rfc3339_utc(busy_from),
+        felix_nft::dataplane::driver::rfc3339_utc(busy_until),
+    );
+    let skipped_while_busy = err
+        .lines()
+        .filter(|l| l.contains("nothing to read back"))
+        .filter(|l| {
+            l.get(..19)
+                .is_some_and(|t| t >= &from[..19] && t < &until[..19])
+        })
+        .count();
+    eprintln!(
+        "{skipped_while_busy} refreshes skipped the read-back while another program committed"
+    );
+    assert!(
+        skipped_while_busy >= 3,
+        "{skipped_while_busy} refreshes skipped the read-back while another program committed ({from}..{until}):\n{err}"
+    );
+    assert!(
+        !err.contains("nf_tables changed from outside under an update"),
+        "{err}"
+    );
+    assert!(err.contains("drifted from the desired state"), "{err}");
+    // The other program's table is not ours to touch.
+    assert!(h
+        .exec(&["nft", "list", "tables"])
+        .contains("table ip other"));
+}
+
+#[test]
+fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
+    // The refresh timer is far away: the next update's batch is what meets the outside write
+    // (the kernel refuses it, ERESTART), and the read-back that follows repairs the change.
+    let h = host();
+    let w1 = workload(&h, 1);
+    let w2 = workload(&h, 2);
+    let mut child = felix_nft(&h)
+        .env("FELIX_NFTABLESTABLEOWNER", "false")
+        .env("FELIX_NFTABLESREFRESHINTERVAL", "3600")
+        .args(["run", "--source", "stdin", "--netns", &h.0])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    let chain = format!("filter-cali-tw-{}", w1.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    let flush = sh(
+        "ip",
+        &[
+            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
+        ],
+    );
+    assert!(flush.status.success());
+    writeln!(stdin, "{}", wep_update(&w2, 2, "allow-all")).unwrap();
+    assert!(
+        eventually(|| h
+            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
+            .contains("ct state")),
+        "the flushed chain was not repaired with the update"
+    );
+    drop(stdin);
+    let out = wait_output(child, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("changed from outside under an update; repaired with it"),
+        "no repair logged:\n{err}"
+    );
+    assert!(
+        err.contains("drift_repairs=1"),
+        "repair not counted:\n{err}"
+    );
+}
+
 #[test]
 fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
-    // Issue 9: a route whose interface is down waits for that interface's event, not for the
+    // A route whose interface is down waits for that interface's event, not for the
     // next apply of something else (§15); the event programs its route and ARP entry.
     let h = host();
     let w1 = workload(&h, 1);
@@ -728,7 +956,7 @@ fn a_removed_endpoints_conntrack_entries_are_deleted() {
 
 #[test]
 fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
-    // Issue 9: a workload added after the first sync lives in the side table (its verdicts
+    // A workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an
     // apply everything is back in the main table — with real TCP deciding at every step.
     let StdinBed {

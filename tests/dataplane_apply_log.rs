@@ -1,4 +1,4 @@
-//! The apply log line's end-to-end latency (issue 9), alone in its test binary: tracing caches
+//! The apply log line's end-to-end latency, alone in its test binary: tracing caches
 //! whether a log call site is wanted for the whole process, so a subscriber scoped to one test
 //! misses lines another test's thread reached first.
 
@@ -29,7 +29,7 @@ fn field(line: &str, key: &str) -> Option<f64> {
 
 #[tokio::test(start_paused = true)]
 async fn the_apply_line_says_how_long_since_the_update_was_read() {
-    // Issue 9's "end to end in the daemon": from reading the line to the end of its apply,
+    // End to end in the daemon: from reading the line to the end of its apply,
     // which contains the whole apply. An apply no update asked for has no such field.
     let buf = LogBuf::default();
     let writer = buf.clone();

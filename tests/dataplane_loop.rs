@@ -1,6 +1,6 @@
 //! The apply loop on a fake kernel (no privilege): InSync gating, the fixed apply order,
 //! coalescing, retry with backoff, the atomic rebuild after repeated failures, the fail-closed
-//! exit, rejected updates and empty updates (reference §10.2–10.4, §11, DESIGN.md §5).
+//! exit, rejected updates and empty updates (reference §10.2–10.4, §11).
 
 use std::time::Duration;
 
@@ -306,7 +306,7 @@ async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idl
 
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_update_restates_only_its_own_routes_and_neighbours() {
-    // Issue 9: the host phases of an endpoint change cost that endpoint's interface, not a
+    // The host phases of an endpoint change cost that endpoint's interface, not a
     // pass over every workload.
     let mut d = driver(FakeKernel::default());
     run(

@@ -1,4 +1,4 @@
-//! `felix-nft demo` run as a user runs it (issue 7 item 5): the binary builds its scratch node,
+//! `felix-nft demo` run as a user runs it: the binary builds its scratch node,
 //! programs it, measures the matrix, flips one flow with an IP set delta and removes everything;
 //! with `--keep` it leaves the namespaces and says how to remove them; without root it says so
 //! and does nothing. `ip` is used here only as a test-side oracle, in the demo's own namespaces.

@@ -242,6 +242,77 @@ fn oversize_length_fails_without_waiting_for_the_body() {
     d.expect_line(&["input failed", "more than the limit"]);
 }
 
+fn wep_frame(seq: u64, n: u32) -> Vec<u8> {
+    encode_frame(&msg(&format!(
+        r#"{{"sequence_number":{seq},"workload_endpoint_update":{{"id":{{"orchestrator_id":"k8s","workload_id":"default/w{n}","endpoint_id":"eth0"}},"endpoint":{{"state":"active","name":"cali{n:011}","mac":"ee:ee:ee:ee:ee:01","ipv4_nets":["10.{}.{}.{}/32"]}}}}}}"#,
+        n >> 16,
+        (n >> 8) & 255,
+        n & 255
+    )))
+}
+
+#[test]
+fn a_felix_that_does_not_read_fd4_does_not_stop_the_dataplane() {
+    // 3,000 endpoint statuses are far more than the fd 4 pipe holds; nobody reads it.
+    let mut d = spawn_driver(&[
+        ("FELIX_NFT_TRACE_INPUT", "1"),
+        ("FELIX_CONFIGFILE", "/nonexistent/felix.cfg"),
+        ("FELIX_NFTABLESTABLEOWNER", "false"),
+    ]);
+    const N: u32 = 3000;
+    let mut burst = Vec::new();
+    for n in 0..N {
+        burst.extend(wep_frame(u64::from(n), n));
+    }
+    burst.extend(encode_frame(&msg(&format!(
+        r#"{{"sequence_number":{N},"in_sync":{{}}}}"#
+    ))));
+    d.send(&burst);
+    d.expect_line(&["dataplane in sync"]);
+    // The loop is still applying: one more endpoint, then one more apply.
+    let late = u64::from(N) + 1;
+    d.send(&wep_frame(late, N + 1));
+    d.expect_line(&["input", &format!("seq={late}")]);
+    let at = d.seen.len();
+    let deadline = Instant::now() + TIMEOUT;
+    while !d.seen[at..]
+        .iter()
+        .any(|l| l.contains("apply") && l.contains("ok=true"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no apply after the late update; stderr:\n{}",
+            d.seen[at..].join("\n")
+        );
+        if let Ok(l) = d.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            d.seen.push(l);
+        }
+    }
+    if let Some(apply) = d.seen[at..]
+        .iter()
+        .find(|l| l.contains("apply") && l.contains("ok=true"))
+    {
+        eprintln!("the late update's apply, fd 4 unread: {apply}");
+    }
+    // Now Felix reads: every endpoint's latest status arrives, the late one's too.
+    d.close_fd3();
+    let mut rest = Vec::new();
+    d.from_fd4.read_to_end(&mut rest).unwrap();
+    assert!(d.wait().success(), "stderr:\n{}", d.seen.join("\n"));
+    let mut frames = felix_nft::proto::frame::FrameReader::new(&rest[..]);
+    let mut statuses = std::collections::BTreeSet::new();
+    while let Some(f) = frames.read_frame().unwrap() {
+        let m = felix_nft::proto::decode_from_dataplane(&f).unwrap();
+        if let Some(felix_nft::proto::from_dataplane::Payload::WorkloadEndpointStatusUpdate(u)) =
+            m.payload
+        {
+            statuses.insert(u.id.unwrap_or_default().workload_id);
+        }
+    }
+    assert_eq!(statuses.len(), N as usize + 1);
+    assert!(statuses.contains(&format!("default/w{}", N + 1)));
+}
+
 #[test]
 fn a_frame_over_the_configured_limit_fails_at_once_naming_the_limit() {
     let mut d = spawn_driver(&[("FELIX_INPUTMAXMESSAGEBYTES", "4096")]);
@@ -318,6 +389,49 @@ fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
         "{err}"
     );
     assert!(err.contains("decoded=1 rejected=1"), "{err}");
+}
+
+#[test]
+fn a_huge_bad_value_is_logged_cut_with_its_size() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    cmd.args(["run", "--source", "stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .env_remove("FELIX_NFT_LOG")
+        .env_remove("FELIX_NFT_LOG_FORMAT");
+    common::isolate_netns(&mut cmd);
+    let mut child = cmd.spawn().expect("spawning felix-nft");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let huge = "x".repeat(10 << 20);
+    let writer = std::thread::spawn(move || {
+        // A validation error (a member that is no address) and a decode error (a string where
+        // a number belongs), each carrying the 10 MB value.
+        writeln!(
+            stdin,
+            r#"{{"ipset_update":{{"id":"s:a","type":"IP","members":["{huge}"]}}}}"#
+        )?;
+        writeln!(stdin, r#"{{"sequence_number":"{huge}"}}"#)?;
+        writeln!(stdin, r#"{{"in_sync":{{}}}}"#)
+    });
+    let out = child.wait_with_output().expect("waiting for felix-nft");
+    let written = writer.join().expect("writer thread");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        written.is_ok() && out.status.success(),
+        "{written:?} {}",
+        out.status
+    );
+    assert!(err.contains("decoded=2 rejected=2"), "{err}");
+    let longest = err.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4096, "a log line of {longest} bytes");
+    let cut = |l: &&str| l.contains("…[10485") && l.contains(" bytes]");
+    assert_eq!(
+        err.lines().filter(cut).count(),
+        2,
+        "no cut values with their size:\n{err}"
+    );
 }
 
 /// A command with fds 3 and 4 closed in the child, even if the test runner inherited them.

@@ -1,4 +1,4 @@
-//! No external binaries (issue 7 item 4): the daemon runs a whole scenario — start, InSync,
+//! No external binaries: the daemon runs a whole scenario — start, InSync,
 //! rules + routes + static ARP + sysctls programmed, a policy change, an IP set delta, an
 //! endpoint removal, exit — under `strace -f` (a test tool), and the trace holds exactly one
 //! execve (the daemon binary's own start) and no fork/clone that makes a process. Felix execs

@@ -1,10 +1,10 @@
-//! End-to-end scenarios (issue 7 item 2): a test bed node laid out as Calico's CNI lays one out,
+//! End-to-end scenarios: a test bed node laid out as Calico's CNI lays one out,
 //! ONE running `felix-nft run --source stdin --netns <host>` per daemon life, a sequence of updates
 //! streamed to it, and after each step the connectivity matrix measured with real TCP/UDP/ICMP
 //! flows. Every step flips at least one flow against the step before, so a matching matrix proves
 //! the step was applied (one atomic nf_tables transaction), not that nothing happened yet.
 //!
-//! Each step's comment names the Felix behaviour it checks (reference/felix-dataplane.md §N).
+//! Each step's comment names the Felix behaviour it checks.
 //! One topology per test function; steps share it.
 
 mod e2e_common;

@@ -906,7 +906,7 @@ fn comment_over_kernel_limit_is_refused() {
 /// Anonymous sets and maps (`tcp dport { 22, 80 }`, `iifname vmap { .. }`) decode and
 /// re-encode byte-for-byte, except the set userdata: for anonymous sets nft 1.0.6 writes
 /// `typeof`/merge hints that the model does not carry (we write the key byte order only;
-/// reference/kernel-cost.md §1: renderers use named sets).
+/// our renderers use named sets).
 #[test]
 fn anonymous_sets_roundtrip_apart_from_nft_typeof_userdata() {
     fn strip_set_udata(ty: u16, payload: &[u8]) -> Vec<u8> {

@@ -9,7 +9,7 @@ use felix_nft::nft::codec::{self, Object};
 use felix_nft::nft::consts::*;
 use felix_nft::nft::diff::{self, canonical_table, Op};
 use felix_nft::nft::model::*;
-use felix_nft::nft::reconcile::{self, FakeKernel, NftKernel, Ownership, SyncOptions};
+use felix_nft::nft::reconcile::{self, FakeNft, NftKernel, Ownership, SyncOptions};
 use proptest::prelude::*;
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> Vec<u8> {
@@ -91,7 +91,7 @@ fn overlapping_and_adjacent_intervals_are_merged() {
 
 #[test]
 fn removing_a_contained_cidr_while_its_cover_stays_is_a_no_op() {
-    // felix-dataplane.md §23.1: desired {10/8}; actual {10/8 merged with 10.1/16} = {10/8}.
+    // Felix's interval merge: desired {10/8}; actual {10/8 merged with 10.1/16} = {10/8}.
     let mut t = Table::new(Family::Ip, "calico");
     t.sets.insert(
         "s".into(),
@@ -158,7 +158,7 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
     let mut a = d.clone();
     a.chains.get_mut("c").unwrap().rules[0] = rule(Verdict::Accept, "cali:a", 12345);
     assert!(diff::diff(&d, Some(&a), false).is_empty());
-    let mut k = FakeKernel::default();
+    let mut k = FakeNft::default();
     k.tables.insert((Family::Ip, "calico".into()), a);
     let rep = reconcile::sync(
         &mut k,
@@ -236,7 +236,7 @@ fn unchangeable_definitions_become_one_atomic_rebuild() {
 
 #[test]
 fn erestart_is_retried_from_a_fresh_read() {
-    let mut k = FakeKernel {
+    let mut k = FakeNft {
         restarts_to_inject: 3,
         ..Default::default()
     };
@@ -263,18 +263,18 @@ fn erestart_is_retried_from_a_fresh_read() {
 #[test]
 fn ownership_flags_follow_kernel_support() {
     let d = Table::new(Family::Ip, "calico");
-    let mut k = FakeKernel {
+    let mut k = FakeNft {
         persist: true,
         ..Default::default()
     };
     let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
         .unwrap();
     assert_eq!(t[0].flags, table_flags::OWNER | table_flags::PERSIST);
-    let mut k = FakeKernel::default();
+    let mut k = FakeNft::default();
     let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
         .unwrap();
     assert_eq!(t[0].flags, 0);
-    let mut k = FakeKernel {
+    let mut k = FakeNft {
         persist: true,
         ..Default::default()
     };
@@ -372,7 +372,7 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
     assert!(m.len() > 20);
 }
 
-/// Issue 9: the batch copies the encoded expressions of a body many rules share instead of
+/// The batch copies the encoded expressions of a body many rules share instead of
 /// encoding them again. The bytes must be exactly those of unshared copies, also in a second
 /// table whose sets (created in the same batch) have other ids.
 #[test]
@@ -597,7 +597,7 @@ proptest! {
 fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
     use felix_nft::nft::reconcile::Reconciler;
     let mut r = Reconciler::new(
-        FakeKernel::default(),
+        FakeNft::default(),
         SyncOptions {
             ownership: Ownership::Off,
             ..Default::default()
@@ -650,7 +650,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     use felix_nft::nft::model::TablePatch;
     use felix_nft::nft::reconcile::Reconciler;
     let mut r = Reconciler::new(
-        FakeKernel::default(),
+        FakeNft::default(),
         SyncOptions {
             ownership: Ownership::Off,
             ..Default::default()

@@ -102,7 +102,7 @@ fn fixture_tables(name: &str) -> Vec<Table> {
 }
 
 /// `nft -j list table` of every table without flags: Debian's nft 1.0.6 emits invalid JSON for
-/// tables with flags (netlink.md gotcha 19), so those are compared in text form only.
+/// tables with flags, so those are compared in text form only.
 fn json_of_unflagged(tables: &[Table]) -> Vec<String> {
     tables
         .iter()
@@ -863,7 +863,7 @@ fn kernel_filled_defaults_are_not_differences() {
 }
 
 /// Without a size hint, a dump right after a 100k insert can repeat and miss elements while the
-/// rhashtable resizes (netlink.md gotcha 10). The reader detects duplicates and reads again; it
+/// rhashtable resizes. The reader detects duplicates and reads again; it
 /// never returns a wrong set.
 #[test]
 fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
@@ -903,7 +903,7 @@ fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
 }
 
 /// A multi-megabyte batch (10k rules in 1000 chains + a 1000-entry vmap) goes in one sendmsg:
-/// the send buffer is sized to the batch (netlink.md gotcha 1), and no per-message ACK floods
+/// the send buffer is sized to the batch, and no per-message ACK floods
 /// the receive buffer (gotcha 3).
 #[test]
 fn ten_thousand_rules_go_in_one_transaction() {

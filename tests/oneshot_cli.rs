@@ -546,6 +546,89 @@ fn an_invalid_document_changes_nothing() {
 }
 
 #[test]
+fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
+    let ns = Ns::new("empty");
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    let good = state_file("empty-good", GOOD);
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
+    let programmed = ns.kernel_state();
+    assert!(programmed.contains("cali-tw-cali1a"), "{programmed}");
+
+    // One message per line, cut after its second line: no closing in_sync.
+    let lines: Vec<&str> = GOOD.lines().filter(|l| l.starts_with('{')).collect();
+    let cut = lines[..2]
+        .iter()
+        .map(|l| l.trim_end_matches(','))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let whole = format!(
+        "{}\n{{\"in_sync\":{{}}}}\n",
+        lines
+            .iter()
+            .map(|l| l.trim_end_matches(','))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let cases = [
+        ("empty-file", "", "no messages"),
+        ("empty-array", "[]", "no messages"),
+        (
+            "only-sync",
+            "[{\"in_sync\":{}}]",
+            "only in_sync and config_update",
+        ),
+        (
+            "cut",
+            cut.as_str(),
+            "not in_sync: it may have been cut short",
+        ),
+    ];
+    for (tag, text, why) in cases {
+        let doc = state_file(tag, text);
+        for verb in ["apply", "plan"] {
+            let run = felix_nft(&[verb, doc.to_str().unwrap(), "--netns", ns.name()], &[]);
+            assert_eq!(run.code, 1, "{verb} {tag}: {}", run.stderr);
+            assert!(run.stderr.contains(why), "{verb} {tag}: {}", run.stderr);
+            assert!(run.stderr.contains("--allow-empty"), "{}", run.stderr);
+            assert_eq!(
+                ns.kernel_state(),
+                programmed,
+                "{verb} {tag} changed the node"
+            );
+        }
+    }
+
+    // The whole line-form document (closed by in_sync) applies: nothing to change.
+    let whole = state_file("whole-lines", &whole);
+    let again = felix_nft(
+        &["apply", whole.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
+    assert_eq!(again.table_ops(), 0, "{}", again.stdout);
+
+    // Said on purpose, an empty document empties the node.
+    let empty = state_file("empty-allowed", "[]");
+    felix_nft(
+        &[
+            "apply",
+            "--allow-empty",
+            empty.to_str().unwrap(),
+            "--netns",
+            ns.name(),
+        ],
+        &[],
+    )
+    .ok();
+    assert!(!ns.kernel_state().contains("cali-tw-cali1a"));
+}
+
+#[test]
 fn a_bad_die_on_fail_value_exits_2_before_touching_anything() {
     let ns = Ns::new("badcfg");
     let good = state_file("badcfg", GOOD);

@@ -9,8 +9,9 @@ use felix_nft::dataplane::kernel::FakeKernel;
 use felix_nft::dataplane::quarantine::ObjKey;
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::from_dataplane::Payload as Out;
-use felix_nft::proto::{FromDataplane, PolicyId};
+use felix_nft::proto::PolicyId;
 use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::source::outbox::{outbox, OutboxReader};
 use felix_nft::source::Received;
 use tokio::sync::mpsc;
 
@@ -52,11 +53,11 @@ fn pid(n: u32) -> PolicyId {
     }
 }
 
-fn driver(kernel: FakeKernel) -> (Driver<FakeKernel>, mpsc::Receiver<FromDataplane>) {
+fn driver(kernel: FakeKernel) -> (Driver<FakeKernel>, OutboxReader) {
     let mut cfg = DataplaneConfig::default();
     cfg.rules.ipv6_enabled = false;
     let dp = Dataplane::new(cfg, 1).expect("default config renders");
-    let (tx, rx) = mpsc::channel(4096);
+    let (tx, rx) = outbox();
     let d = Driver::new(
         dp,
         kernel,
@@ -136,9 +137,10 @@ fn chain_comments(k: &FakeKernel, name: &str) -> Option<Vec<String>> {
     })
 }
 
-fn statuses(rx: &mut mpsc::Receiver<FromDataplane>) -> Vec<(String, String)> {
+/// The statuses waiting for Felix: the latest of each endpoint.
+fn statuses(rx: &mut OutboxReader) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    while let Ok(m) = rx.try_recv() {
+    for m in rx.try_take() {
         if let Some(Out::WorkloadEndpointStatusUpdate(u)) = m.payload {
             out.push((
                 u.id.map(|i| i.workload_id).unwrap_or_default(),

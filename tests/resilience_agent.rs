@@ -1,4 +1,4 @@
-//! Resilience of the running agent, proven with traffic (issue 7 item 3). A test bed node (host
+//! Resilience of the running agent, proven with traffic. A test bed node (host
 //! namespace + `cali…` workloads, built in-process by `felix_nft::testbed`) is programmed by the
 //! `felix-nft run --source stdin` binary; then its tables are changed from outside, the agent is
 //! killed and restarted under a live flow, fed invalid updates, or churned through 200 endpoints.
@@ -248,7 +248,7 @@ fn nft(topo: &Topology, args: &[&str]) -> (bool, String, String) {
 
 /// Our tables as `nft -s` prints them (stateless: counters do not count as change). The table's
 /// own `flags` line and nft's `# progname` note are left out: they show which process owns the
-/// table (netlink.md §4), which the tests check separately, by an outside write being refused.
+/// table, which the tests check separately, by an outside write being refused.
 fn ruleset(topo: &Topology) -> Ruleset {
     let (ok, out, err) = nft(topo, &["-s", "list", "ruleset"]);
     assert!(ok, "nft list ruleset: {err}");
@@ -418,7 +418,7 @@ fn outside_write_while_the_agent_is_down_is_repaired_at_restart() {
 
 #[test]
 fn with_the_owner_flag_outside_writes_are_refused_and_traffic_is_unchanged() {
-    // DESIGN.md §4, netlink.md §4: tables with NFT_TABLE_F_OWNER refuse every other socket's
+    // tables with NFT_TABLE_F_OWNER refuse every other socket's
     // writes (EPERM); nothing an outsider tries changes what passes.
     require_root();
     let topo = build("owner");
@@ -461,8 +461,7 @@ fn with_the_owner_flag_outside_writes_are_refused_and_traffic_is_unchanged() {
 
 #[test]
 fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
-    // §22.1: the agent's death never removes policy (OWNER|PERSIST tables outlive their owner,
-    // netlink.md §4); the restarted agent re-adopts them and converges in one transaction, so an
+    // §22.1: the agent's death never removes policy (OWNER|PERSIST tables outlive their owner); the restarted agent re-adopts them and converges in one transaction, so an
     // established flow keeps going and no new connection is refused or let through wrongly at
     // any moment of the restart.
     require_root();
@@ -573,7 +572,7 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
 #[test]
 fn invalid_updates_leave_the_kernel_and_traffic_exactly_as_they_were() {
     // Felix's calc graph never sends a dangling reference, but a bad message must not take the
-    // dataplane down or half-apply (DESIGN.md §5: rejected inputs keep the previous state).
+    // dataplane down or half-apply.
     require_root();
     let topo = build("invalid");
     let _srv = listen(&topo);

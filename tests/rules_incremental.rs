@@ -1,4 +1,4 @@
-//! The incremental renderer (issue 9) against the full renderer, the oracle: after every step of
+//! The incremental renderer against the full renderer, the oracle: after every step of
 //! random update sequences (endpoints coming and going and sharing interfaces, policies and
 //! profiles changing and disappearing while referenced, IP set deltas, host endpoints named,
 //! `*` and resolved by address, pools, host addresses), the tables obtained by folding every
@@ -514,10 +514,10 @@ proptest! {
         side in side_size(),
     ) {
         use felix_nft::nft::diff::canonical_table;
-        use felix_nft::nft::reconcile::{FakeKernel, Ownership, Reconciler, SyncOptions};
+        use felix_nft::nft::reconcile::{FakeNft, Ownership, Reconciler, SyncOptions};
         let mut dp = dataplane(side);
         let mut rec = Reconciler::new(
-            FakeKernel::default(),
+            FakeNft::default(),
             SyncOptions { ownership: Ownership::Off, ..SyncOptions::default() },
         );
         rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -730,7 +730,7 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
     assert_eq!(dp.side_placement().0, names(&[2]));
 }
 
-/// Rules with the same expressions hold one copy of them (issue 9's memory), whether the
+/// Rules with the same expressions hold one copy of them, whether the
 /// endpoints arrive in one render or one at a time; the comments (rule ids) stay per chain.
 #[test]
 fn endpoints_with_the_same_policies_share_their_rule_bodies() {

@@ -1,4 +1,4 @@
-//! Rendering at scale keeps the kernel-cheap shape (reference/kernel-cost.md): no anonymous
+//! Rendering at scale keeps the kernel-cheap shape (docs/design.md, cost model): no anonymous
 //! sets, one shared set per distinct port or CIDR list however many rules use it, and a load
 //! that the kernel accepts in one `nft -f` inside a private namespace. Prints the timings.
 //!

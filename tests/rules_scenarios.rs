@@ -1,4 +1,4 @@
-//! Rendered rulesets for the scenarios of issue 4, as `nft -f` text: snapshot tests (insta) and a
+//! Rendered rulesets for the rule scenarios, as `nft -f` text: snapshot tests (insta) and a
 //! privileged test that loads every scenario into the kernel in a private network namespace and
 //! reads it back (every chain with the same rules, identified by their `cali:` comments, and
 //! every set present).

@@ -5,7 +5,7 @@
 //! admin-down endpoint passes nothing, and the profiles let the reverse direction through.
 //!
 //! The same flows are then measured with the workloads spread over the main and the side table
-//! (issue 9) in every way the daemon can place them: the verdicts must not change.
+//! in every way the daemon can place them: the verdicts must not change.
 //!
 //! Every namespace is made by the test: the host one by `common::in_private_netns`, the
 //! workload ones by `unshare -n sleep` children that the test kills when done.

@@ -101,7 +101,15 @@ fn probes_tell_pass_from_refused_from_drop() {
         flow("a", an, "ext", ext6, Tcp, TCP_PORT, Pass),
         flow("a", an, "ext", ext6, Icmp, 0, Pass),
     ];
-    let report = run_matrix(&open, DEFAULT_TIMEOUT);
+    // The first packets of a path wait for neighbour discovery on both hops (IPv6 especially,
+    // on a loaded machine): the open network gets a few seconds to converge before it is judged.
+    let t0 = Instant::now();
+    let report = loop {
+        let r = run_matrix(&open, DEFAULT_TIMEOUT);
+        if r.all_match() || t0.elapsed() > Duration::from_secs(5) {
+            break r;
+        }
+    };
     println!("{report}");
     assert!(report.all_match(), "open network:\n{report}");
 

@@ -1,4 +1,4 @@
-//! `felix-nft bench compare` (issue 8): the same Felix-shaped workload programmed by each backend
+//! `felix-nft bench compare`: the same Felix-shaped workload programmed by each backend
 //! in turn, each repetition in a fresh private network namespace, timed side by side.
 //!
 //! - [`workload`]: the generator (scales small/mid/large/custom) and the timed operations.
@@ -470,7 +470,7 @@ fn run_in_process(
     Ok(fx.read_back()?.1)
 }
 
-/// How the fresh-process backend drives the binary: `apply STATE` (issue 6) when the binary has
+/// How the fresh-process backend drives the binary: `apply STATE` when the binary has
 /// it, else the daemon reading the state document on stdin and exiting when it is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FreshMode {
@@ -490,9 +490,11 @@ fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path) -> Tool {
     let exe = exe.display().to_string();
     let name = ns.name();
     felix_env(match mode {
+        // The bench writes its documents itself, some of them empty on purpose.
         FreshMode::Apply { .. } => Tool::new(&[
             &exe,
             "apply",
+            "--allow-empty",
             &state.display().to_string(),
             "--netns",
             &name,
@@ -520,6 +522,7 @@ fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> Fres
         &felix_env(Tool::new(&[
             &exe_s,
             "apply",
+            "--allow-empty",
             &empty.display().to_string(),
             "--netns",
             &name,

@@ -1,7 +1,7 @@
 //! Measuring one operation: a baseline tool spawned directly inside the benchmark's namespace
 //! (no `ip netns exec` in the timed path), wall time around spawn+wait, user/sys CPU from
-//! `wait4`'s rusage, and peak RSS from GNU time's `%M` when asked (reference/baseline.md §Method:
-//! `wait4`'s `ru_maxrss` of a vfork'd child starts at the parent's RSS, so it cannot be used).
+//! `wait4`'s rusage, and peak RSS from GNU time's `%M` when asked
+//! (`wait4`'s `ru_maxrss` of a vfork'd child starts at the parent's RSS, so it cannot be used).
 //! felix-nft's in-process numbers come from the daemon's own path: [`Dataplane`] →
 //! [`Reconciler`] over one long-lived socket.
 //!

@@ -1,4 +1,4 @@
-//! The traffic spot-check (issue 8: "the three shapes must express the same policy"): at a tiny
+//! The traffic spot-check ("the three shapes must express the same policy"): at a tiny
 //! scale, the generated endpoints become real `cali…` veths of a [`Topology`], each backend in
 //! turn loads the full sync into a freshly built host namespace, and a handful of TCP flows
 //! chosen from the model (allowed source and port; source not in the set; port not allowed; the

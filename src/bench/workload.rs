@@ -34,7 +34,7 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// Issue 8's named scales.
+    /// The benchmark's named scales.
     pub const SMALL: Scale = Scale {
         w: 100,
         p: 50,

@@ -397,7 +397,7 @@ params! {
 
     // --- IP sets ---
     max_ipset_size: u32 = "MaxIpsetSize", U32, "1048576", NZ,
-        "Maximum IP-set size (ipset maxelem; nft sets are not limited by it).";
+        "Maximum IP-set size: an IP set update or delta that would leave a set bigger is rejected, naming the set.";
     ipv6_support: bool = "Ipv6Support", Kind::Bool, "true", 0,
         "Program the IPv6 dataplane too.";
 
@@ -529,7 +529,7 @@ params! {
     prometheus_metrics_port: u16 = "PrometheusMetricsPort", PORT, "9091", 0,
         "Port of the metrics endpoint.";
     prometheus_metrics_host: Option<String> = "PrometheusMetricsHost", Kind::Host, "", 0,
-        "Address the metrics endpoint listens on; unset = all.";
+        "Address the metrics endpoint listens on; unset = all addresses. The endpoint has no authentication (as Felix's): bind it to 127.0.0.1 or firewall the port where that matters.";
     prometheus_go_metrics_enabled: bool = "PrometheusGoMetricsEnabled", Kind::Bool, "true", 0,
         "Felix: Go runtime metrics (felix-nft exports runtime metrics under this switch).";
     prometheus_process_metrics_enabled: bool = "PrometheusProcessMetricsEnabled", Kind::Bool, "true", 0,
@@ -547,7 +547,7 @@ params! {
     nftables_table_owner: bool = "NftablesTableOwner", Kind::Bool, "true", OURS,
         "felix-nft: create our tables with the owner+persist flags (kernel 6.9+) so no other process can change them and they outlive us; false = plain tables.";
     nftables_side_table_size: u32 = "NftablesSideTableSize", Kind::Int { min: 0, max: 4096 }, "256", OURS,
-        "felix-nft: how many workload endpoints the small side table holds: endpoints added or changed after the first sync go there, so a commit validates only that table (issue 9); 0 = one table.";
+        "felix-nft: how many workload endpoints the small side table holds: endpoints added or changed after the first sync go there, so a commit validates only that table; 0 = one table.";
     input_max_message_bytes: u32 = "InputMaxMessageBytes", Kind::Int { min: 4096, max: 1 << 30 }, "67108864", OURS,
         "felix-nft: the largest input message, in bytes: a longer JSON line is rejected and skipped without being held in memory; a longer fd 3 frame ends the run (Felix's stream cannot be resynchronised past it). The default (64 MiB) holds an IP set update of 1,000,000 IPv6 members with ports.";
 }

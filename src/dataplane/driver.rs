@@ -1,4 +1,4 @@
-//! The event loop (reference §10.2–10.4, DESIGN.md §5): one task owns the dataplane state; the
+//! The event loop (reference §10.2–10.4): one task owns the dataplane state; the
 //! transports and the interface monitor talk to it over bounded channels.
 //!
 //! - Messages are batched: after one, up to 100 more are drained before an apply is considered.
@@ -29,6 +29,7 @@ use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
 use crate::rtnl::monitor::IfaceEvent;
+use crate::source::outbox::Outbox;
 use crate::source::Received;
 
 use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
@@ -152,7 +153,7 @@ pub struct Driver<K: Kernel> {
     pub dp: Dataplane,
     pub kernel: K,
     opts: LoopOptions,
-    out: Option<mpsc::Sender<FromDataplane>>,
+    out: Option<Outbox>,
     ops: Option<Ops>,
     health: Option<DataplaneHealth>,
     status: StatusReporter,
@@ -180,7 +181,7 @@ impl<K: Kernel> Driver<K> {
         dp: Dataplane,
         kernel: K,
         opts: LoopOptions,
-        out: Option<mpsc::Sender<FromDataplane>>,
+        out: Option<Outbox>,
         ops: Option<Ops>,
     ) -> Driver<K> {
         let health = ops.as_ref().map(|o| o.dataplane_health());
@@ -377,11 +378,19 @@ impl<K: Kernel> Driver<K> {
         }
         let mut moved: Vec<IpAddr> = Vec::new();
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
-            match self
+            let t0 = Instant::now();
+            let routes = self
                 .kernel
                 .routes(&desired.routes, scope.as_ref(), self.resync_routes)
-                .await
-            {
+                .await;
+            if let Some(ops) = &self.ops {
+                if self.resync_routes {
+                    ops.metrics.record_route_resync(t0.elapsed());
+                } else {
+                    ops.metrics.record_route_partial_resync(t0.elapsed());
+                }
+            }
+            match routes {
                 Ok(out) => {
                     if out.parked > 0 {
                         tracing::debug!(parked = out.parked, "routes waiting for their interface");
@@ -488,11 +497,13 @@ impl<K: Kernel> Driver<K> {
                 self.retry_at = self.retry_at.filter(|_| self.dp.dirty.any());
                 if !self.first_apply_done {
                     self.first_apply_done = true;
+                    if let Some(ops) = &self.ops {
+                        ops.metrics.record_initial_resync(self.started.elapsed());
+                    }
                     self.send(FromDataplane {
                         sequence_number: 0,
                         payload: Some(Out::DataplaneInSync(DataplaneInSync {})),
-                    })
-                    .await;
+                    });
                     tracing::info!("dataplane in sync");
                 }
             }
@@ -512,12 +523,12 @@ impl<K: Kernel> Driver<K> {
             if self.dp.cfg.endpoint_reporting {
                 let (w, h) = self.dp.statuses_in(&scope);
                 for m in self.status.update_in(&w, &h, &scope) {
-                    self.send(m).await;
+                    self.send(m);
                 }
             }
         }
         // The nf_tables commit's share is logged here rather than per transaction, so the cost
-        // of one apply can be read at info level (issue 9); so is the time since the oldest
+        // of one apply can be read at info level; so is the time since the oldest
         // update it carries was read (absent when only timers or interfaces asked for it).
         let since_read = self.pending_since.take().map(|t| t.elapsed());
         tracing::info!(
@@ -551,11 +562,12 @@ impl<K: Kernel> Driver<K> {
                 TableMode::Incremental
             };
             let model_changed = self.dp.dirty.tables;
-            // Only what changed goes to the kernel side, which keeps the rest (issue 9).
+            // Only what changed goes to the kernel side, which keeps the rest.
             let patch = TablesInput::Patch(self.dp.tables_patch());
             match self.kernel.tables(patch, mode).await {
                 Ok(out) => {
                     commit_time += out.commit_time;
+                    self.record_tables(&out, true);
                     if mode == TableMode::Resync
                         && !model_changed
                         && out.ops > 0
@@ -566,6 +578,19 @@ impl<K: Kernel> Driver<K> {
                             ops.metrics.record_drift_repairs("nftables", out.ops as u64);
                         }
                         tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
+                    } else if out.repaired > 0 && self.first_apply_done {
+                        // Another process wrote under an update's batch: the read-back that
+                        // followed put its change right along with the update.
+                        self.summary.drift_repairs += 1;
+                        if let Some(ops) = &self.ops {
+                            ops.metrics
+                                .record_drift_repairs("nftables", out.repaired as u64);
+                        }
+                        tracing::warn!(
+                            ops = out.repaired,
+                            update_ops = out.ops - out.repaired,
+                            "nf_tables changed from outside under an update; repaired with it"
+                        );
                     }
                     if mode == TableMode::Rebuild {
                         if let Some(ops) = &self.ops {
@@ -637,6 +662,44 @@ impl<K: Kernel> Driver<K> {
     }
 
     /// The quarantine changed (`grew`) or may have: the metrics follow.
+    /// The table phase's metrics: batches, read-backs, IP set transactions, object counts.
+    fn record_tables(&self, out: &super::kernel::TablesOutcome, ok: bool) {
+        let Some(ops) = &self.ops else {
+            return;
+        };
+        let m = &ops.metrics;
+        for &(bytes, messages) in &out.stats.batches {
+            m.record_batch(bytes, messages);
+        }
+        for _ in 0..out.stats.read_backs {
+            m.record_nft_list(ok);
+        }
+        let touches_sets = out.plans.iter().any(|p| {
+            p.ops.iter().any(|o| {
+                matches!(
+                    o,
+                    crate::nft::diff::Op::AddElements { .. }
+                        | crate::nft::diff::Op::DelElements { .. }
+                )
+            })
+        });
+        if touches_sets {
+            m.record_nft_set_call(ok);
+        }
+        for t in &out.objects {
+            m.set_nft_objects(
+                t.ip_version,
+                &t.table,
+                crate::ops::metrics::NftObjectCounts {
+                    chains: t.chains,
+                    rules: t.rules,
+                    sets: t.sets,
+                    maps: t.maps,
+                },
+            );
+        }
+    }
+
     fn quarantine_changed(&mut self, grew: bool) {
         if let Some(ops) = &self.ops {
             if grew {
@@ -647,16 +710,16 @@ impl<K: Kernel> Driver<K> {
         }
     }
 
-    async fn send(&mut self, mut m: FromDataplane) {
+    /// Queues a message for Felix; never waits (the outbox coalesces statuses while Felix is
+    /// slow to read).
+    fn send(&mut self, mut m: FromDataplane) {
         if let Some(out) = &self.out {
             m.sequence_number = 0;
-            if out.send(m).await.is_err() {
-                tracing::debug!("status channel closed");
-            }
+            out.push(m);
         }
     }
 
-    async fn heartbeat(&mut self) {
+    fn heartbeat(&mut self) {
         let m = FromDataplane {
             sequence_number: 0,
             payload: Some(Out::ProcessStatusUpdate(ProcessStatusUpdate {
@@ -664,7 +727,7 @@ impl<K: Kernel> Driver<K> {
                 uptime: self.started.elapsed().as_secs_f64(),
             })),
         };
-        self.send(m).await;
+        self.send(m);
     }
 
     /// Waits for the background conntrack cleanup and logs what failed.
@@ -805,7 +868,7 @@ impl<K: Kernel> Driver<K> {
                     if t >= heartbeat_at {
                         heartbeat_at = t + hb_period;
                         if !self.dp.cfg.reporting_interval.is_zero() {
-                            self.heartbeat().await;
+                            self.heartbeat();
                         }
                     }
                     if t >= health_at {

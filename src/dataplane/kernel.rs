@@ -27,7 +27,8 @@ use super::{DataplaneConfig, IfaceConf};
 pub enum TableMode {
     /// Diff against what we last committed (re-read only if someone else wrote since).
     Incremental,
-    /// Re-read the kernel first (refresh timer, after an error): repairs drift.
+    /// Re-read the kernel first (refresh timer, after an error): repairs drift. Skipped when
+    /// the ruleset generation shows no commit since ours (nothing can have drifted).
     Resync,
     /// Delete and re-add every table in one transaction (after repeated failures).
     Rebuild,
@@ -96,6 +97,42 @@ pub struct TablesOutcome {
     pub plans: Vec<crate::nft::diff::Plan>,
     /// Time in the kernel's hands: encoding and sending the batch, the commit, the ACK.
     pub commit_time: Duration,
+    /// Of `ops`, those that repaired another process's change found while committing an update.
+    pub repaired: usize,
+    /// Batches sent and read-backs done.
+    pub stats: crate::nft::reconcile::KernelStats,
+    /// What each of our tables holds now (after a commit; empty when nothing was committed).
+    pub objects: Vec<TableObjects>,
+}
+
+/// What one of our tables holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableObjects {
+    /// 4 or 6 (an `inet` table counts as 4).
+    pub ip_version: u8,
+    pub table: String,
+    pub chains: u64,
+    pub rules: u64,
+    pub sets: u64,
+    pub maps: u64,
+}
+
+impl TableObjects {
+    fn of(t: &Table) -> TableObjects {
+        let maps = t.sets.values().filter(|s| s.data.is_some()).count() as u64;
+        TableObjects {
+            ip_version: if t.family == crate::nft::model::Family::Ip6 {
+                6
+            } else {
+                4
+            },
+            table: t.name.clone(),
+            chains: t.chains.len() as u64,
+            rules: t.chains.values().map(|c| c.rules.len() as u64).sum(),
+            sets: t.sets.len() as u64 - maps,
+            maps,
+        }
+    }
 }
 
 impl From<SyncReport> for TablesOutcome {
@@ -105,6 +142,9 @@ impl From<SyncReport> for TablesOutcome {
             attempts: r.attempts,
             plans: r.plans,
             commit_time: Duration::ZERO,
+            repaired: r.repaired,
+            stats: Default::default(),
+            objects: Vec::new(),
         }
     }
 }
@@ -218,7 +258,7 @@ type NftReply = Result<TablesOutcome, NftError>;
 /// The nf_tables side: one long-lived socket and the reconciler's believed state, driven from
 /// the loop's own thread.
 ///
-/// Issue 9: an IP set member's commit takes 0.1–1 ms; handing it to a worker thread and waiting
+/// An IP set member's commit takes 0.1–1 ms; handing it to a worker thread and waiting
 /// for the answer cost two wake-ups of an idle CPU (0.05–0.1 ms each, measured with
 /// `scripts/daemon-latency`), so the batch is sent from the calling thread instead. A batch
 /// runs synchronously inside `sendmsg` (a full load: seconds), so on a multi-threaded runtime
@@ -264,7 +304,13 @@ impl NftSide {
         let base = rec.opts.clone();
         match mode {
             TableMode::Incremental => {}
-            TableMode::Resync => rec.mark_stale(),
+            TableMode::Resync => {
+                if rec.revalidate() {
+                    tracing::debug!(
+                        "nf_tables refresh: no commit touched our tables since ours, nothing to read back"
+                    );
+                }
+            }
             TableMode::Rebuild => {
                 rec.mark_stale();
                 rec.opts.rebuild = true;
@@ -288,7 +334,19 @@ impl NftSide {
         }
         rec.opts = base;
         let commit_time = rec.take_commit_time();
-        out.map(|o| TablesOutcome { commit_time, ..o })
+        let stats = rec.take_stats();
+        let objects = match &out {
+            Ok(o) if o.ops > 0 && !matches!(mode, TableMode::DryRun | TableMode::Plan) => {
+                rec.desired().iter().map(TableObjects::of).collect()
+            }
+            _ => Vec::new(),
+        };
+        out.map(|o| TablesOutcome {
+            commit_time,
+            stats,
+            objects,
+            ..o
+        })
     }
 }
 
@@ -303,6 +361,9 @@ fn plan_only(rec: &mut Reconciler<Nft>, desired: &[Table]) -> NftReply {
         attempts: 1,
         plans,
         commit_time: Duration::ZERO,
+        repaired: 0,
+        stats: Default::default(),
+        objects: Vec::new(),
     })
 }
 
@@ -836,6 +897,9 @@ impl Kernel for FakeKernel {
             attempts: 1,
             plans: Vec::new(),
             commit_time: Duration::ZERO,
+            repaired: 0,
+            stats: Default::default(),
+            objects: Vec::new(),
         })
     }
 

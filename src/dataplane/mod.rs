@@ -6,7 +6,7 @@
 //!
 //! - [`Dataplane`] (this file): the desired state. `on_update` validates and records — no kernel
 //!   I/O — and marks what became dirty; [`Dataplane::tables_patch`] renders only what changed
-//!   since the last call (the daemon's path, issue 9), [`Dataplane::desired_host`] the routes,
+//!   since the last call (the daemon's path), [`Dataplane::desired_host`] the routes,
 //!   neighbours and interface settings, and [`Dataplane::desired`] everything from scratch
 //!   (one-shot commands).
 //! - [`validate`]: rejects updates that would make the desired state wrong.
@@ -174,6 +174,7 @@ impl DataplaneConfig {
             vxlan_enabled: c.vxlan_enabled.unwrap_or(false),
             vxlan_enabled_v6: false,
             vxlan_port: c.vxlan_port,
+            max_ipset_size: c.max_ipset_size as usize,
             wireguard_port: c.wireguard_enabled.then_some(c.wireguard_listening_port),
             wireguard_port_v6: c
                 .wireguard_enabled_v6
@@ -349,8 +350,7 @@ pub struct Dirty {
     pub ifaces: BTreeSet<String>,
     /// The workload interfaces whose routes and neighbours may have changed since the host
     /// phases last completed; `None`: all of them (start of day, routes from Felix, a retry).
-    /// An endpoint update then costs the host phases its own interfaces, not every workload's
-    /// (issue 9).
+    /// An endpoint update then costs the host phases its own interfaces, not every workload's.
     pub host_scope: Option<BTreeSet<String>>,
 }
 
@@ -553,7 +553,7 @@ impl Dataplane {
             }
             Payload::IpsetUpdate(u) => self.changes.ipset_whole(&u.id),
             Payload::IpsetDeltaUpdate(u) => {
-                // A hash set changes by the elements of the members touched (issue 9: O(delta),
+                // A hash set changes by the elements of the members touched (O(delta),
                 // not O(set)); a NET set's members are merged into intervals, so it is rendered
                 // whole.
                 match self.model.ipsets.get(&u.id).map(|s| s.kind()) {
@@ -813,7 +813,7 @@ impl Dataplane {
         out
     }
 
-    /// Renders what changed since the last call, as patches to the tables (issue 9: an
+    /// Renders what changed since the last call, as patches to the tables (an
     /// update costs what it touches). The first call renders everything.
     pub fn tables_patch(&mut self) -> Vec<TablePatch> {
         let changes = std::mem::take(&mut self.changes);

@@ -1,4 +1,4 @@
-//! One-shot commands over the same dataplane (DESIGN.md §6): `apply STATE [--dry-run]`,
+//! One-shot commands over the same dataplane: `apply STATE [--dry-run]`,
 //! `plan STATE`, `dump [--json]`, `cleanup`, each acting in `--netns` or the current namespace.
 //!
 //! `apply` and `plan` share one input path: configuration → state document (every decode error
@@ -147,20 +147,30 @@ pub struct Target {
 // Entry points (the CLI arms call these)
 // ---------------------------------------------------------------------------------------------
 
-/// `felix-nft apply STATE [--dry-run]`. Ends the process, as every entry point here does.
-pub fn apply_command(state: &Path, dry_run: bool, target: &Target) -> ! {
+/// What a one-shot command prints on standard output, and its exit code; or why it failed
+/// (its exit code is [`OneShotError::exit_code`]). The caller prints and exits.
+pub type CommandResult = Result<(String, u8), OneShotError>;
+
+/// `felix-nft apply STATE [--dry-run]`.
+pub fn apply_command(
+    state: &Path,
+    dry_run: bool,
+    allow_empty: bool,
+    target: &Target,
+) -> CommandResult {
     let mode = if dry_run { Mode::DryRun } else { Mode::Apply };
-    finish(run_converge(state, mode, target))
+    run_converge(state, mode, allow_empty, target)
 }
 
 /// `felix-nft plan STATE`.
-pub fn plan_command(state: &Path, target: &Target) -> ! {
-    finish(run_converge(state, Mode::Plan, target))
+pub fn plan_command(state: &Path, allow_empty: bool, target: &Target) -> CommandResult {
+    run_converge(state, Mode::Plan, allow_empty, target)
 }
 
-/// `felix-nft dump [--json]`.
-pub fn dump_command(json: bool, target: &Target) -> ! {
-    finish((|| {
+/// `felix-nft dump [--json]`. The text form is written to standard output table by table as it
+/// is read; the JSON form is returned.
+pub fn dump_command(json: bool, target: &Target) -> CommandResult {
+    (|| {
         let cfg = load_config(target)?;
         let ns = open_ns(target)?;
         let snap = block_on(snapshot(ns.as_ref(), &cfg))??;
@@ -176,12 +186,12 @@ pub fn dump_command(json: bool, target: &Target) -> ! {
         // The process exits next: skip freeing the tables one allocation at a time.
         std::mem::forget(snap);
         Ok((text, EXIT_OK))
-    })())
+    })()
 }
 
 /// `felix-nft cleanup`.
-pub fn cleanup_command(target: &Target) -> ! {
-    finish((|| {
+pub fn cleanup_command(target: &Target) -> CommandResult {
+    (|| {
         let cfg = load_config(target)?;
         let ns = open_ns(target)?;
         let rep = block_on(cleanup(ns.as_ref(), &cfg))??;
@@ -191,34 +201,7 @@ pub fn cleanup_command(target: &Target) -> ! {
             EXIT_FAILED
         };
         Ok((rep.text(), code))
-    })())
-}
-
-/// Prints the report (stdout) or the error chain (stderr) and ends the process with its exit
-/// code. `_exit`, not a return from `main`: these commands leave their tables and models
-/// allocated (`std::mem::forget`), and the allocator's at-exit collection would walk every page
-/// of them: about 3 % of a fresh mid-scale `apply`'s user CPU (issue 9). Nothing else runs at
-/// exit that matters: stdout and stderr are flushed here, and whatever else the command held was
-/// dropped before this (the runtime) or is the kernel's to release at exit (sockets, memory).
-fn finish(r: Result<(String, u8), OneShotError>) -> ! {
-    use std::io::Write;
-    let code = match r {
-        Ok((text, code)) => {
-            // A closed pipe (`| head`) is not a failure of the command.
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-            code
-        }
-        Err(e) => {
-            eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));
-            e.exit_code()
-        }
-    };
-    let _ = std::io::stderr().flush();
-    // SAFETY: `_exit` ends the process; it touches no Rust state, and the buffered output was
-    // flushed above.
-    unsafe { libc::_exit(i32::from(code)) }
+    })()
 }
 
 fn load_config(target: &Target) -> Result<DataplaneConfig, OneShotError> {
@@ -268,10 +251,11 @@ pub enum Mode {
 fn run_converge(
     state_path: &Path,
     mode: Mode,
+    allow_empty: bool,
     target: &Target,
 ) -> Result<(String, u8), OneShotError> {
     let cfg = load_config(target)?;
-    let msgs = load_state(state_path, &cfg)?;
+    let msgs = load_state(state_path, &cfg, allow_empty)?;
     let ns = open_ns(target)?;
     let (changes, retained) = block_on(converge_retaining(ns.as_ref(), &cfg, msgs, mode))??;
     // The process exits next: freeing the model, the rendered tables and the reconciler's
@@ -289,9 +273,14 @@ fn run_converge(
     Ok((text, code))
 }
 
-/// Loads and validates a state document. Touches no kernel.
-pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<Valid>, OneShotError> {
-    let msgs = state::load(path).map_err(|source| match source {
+/// Loads and validates a state document, refusing one that describes nothing or may have been
+/// cut short unless `allow_empty` ([`state::check_complete`]). Touches no kernel.
+pub fn load_state(
+    path: &Path,
+    cfg: &DataplaneConfig,
+    allow_empty: bool,
+) -> Result<Vec<Valid>, OneShotError> {
+    let state_error = |source| match source {
         StateError::Invalid(errors) => OneShotError::Undecodable {
             path: path.to_path_buf(),
             errors,
@@ -300,7 +289,9 @@ pub fn load_state(path: &Path, cfg: &DataplaneConfig) -> Result<Vec<Valid>, OneS
             path: path.to_path_buf(),
             source,
         },
-    })?;
+    };
+    let (msgs, form) = state::load_with_form(path).map_err(state_error)?;
+    state::check_complete(&msgs, form, allow_empty).map_err(state_error)?;
     validated(cfg, msgs)
 }
 
@@ -321,7 +312,7 @@ pub struct SysctlChange {
 
 /// The changes `apply` makes (or made), as `plan` and `apply` print them.
 #[derive(Debug, Default)]
-pub struct Changes {
+pub struct ConvergeReport {
     /// nf_tables plans (per table) and their operation count.
     pub tables: Vec<Plan>,
     pub table_ops: usize,
@@ -340,7 +331,7 @@ pub struct Changes {
     pub errors: Vec<String>,
 }
 
-impl Changes {
+impl ConvergeReport {
     fn is_empty(&self) -> bool {
         self.table_ops == 0
             && self.routes.is_empty()
@@ -540,7 +531,7 @@ pub async fn converge(
     cfg: &DataplaneConfig,
     msgs: Vec<ToDataplane>,
     mode: Mode,
-) -> Result<Changes, OneShotError> {
+) -> Result<ConvergeReport, OneShotError> {
     let msgs = validated(cfg, msgs)?;
     converge_retaining(ns, cfg, msgs, mode)
         .await
@@ -560,7 +551,7 @@ async fn converge_retaining(
     cfg: &DataplaneConfig,
     msgs: Vec<Valid>,
     mode: Mode,
-) -> Result<(Changes, Retained), OneShotError> {
+) -> Result<(ConvergeReport, Retained), OneShotError> {
     let mut kernel = RealKernel::open(ns, cfg).map_err(kern("opening the kernel sockets"))?;
     let default_rp = kernel.procsys().default_rp_filter();
     let mut dp = Dataplane::new(cfg.clone(), default_rp).map_err(OneShotError::Render)?;
@@ -585,9 +576,9 @@ async fn converge_retaining(
     drop(dp);
 
     // Everything is planned against the kernel as it is now, by the code apply uses.
-    let mut ch = Changes {
+    let mut ch = ConvergeReport {
         route_sync_disabled: cfg.route_sync_disabled,
-        ..Changes::default()
+        ..ConvergeReport::default()
     };
     let mut syncers = route_syncers(cfg, None);
     let mut neigh = NeighSyncer::new();
@@ -747,7 +738,7 @@ async fn neigh_plan(
     cfg: &DataplaneConfig,
     desired: &Desired,
     links: &[LinkState],
-    ch: &mut Changes,
+    ch: &mut ConvergeReport,
     syncer: &mut NeighSyncer,
 ) -> Result<(), OneShotError> {
     let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();

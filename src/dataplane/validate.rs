@@ -13,6 +13,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::clip::{Clipped, ClippedQuoted};
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{IpSetType, Policy, PolicyId, Rule, TierInfo, ToDataplane};
 use crate::rules::{Members, Model};
@@ -22,7 +23,13 @@ pub const MAX_IFNAME_LEN: usize = 15;
 
 /// A rejected update.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("rejected {message} {id}: field `{field}` = {value:?}: {reason}")]
+#[error(
+    "rejected {message} {}: field `{}` = {}: {}",
+    Clipped(id),
+    Clipped(field),
+    ClippedQuoted(value),
+    Clipped(reason)
+)]
 pub struct InputError {
     /// The message kind (`workload_endpoint_update`, ...).
     pub message: &'static str,
@@ -161,6 +168,22 @@ impl Ctx<'_> {
             value: value.into(),
             reason: reason.to_string(),
         }
+    }
+
+    /// Refuses an IP set of `members` over `MaxIpsetSize`.
+    fn size(&self, members: usize) -> Result<(), InputError> {
+        let max = self.model.config.max_ipset_size;
+        if members <= max {
+            return Ok(());
+        }
+        Err(self.err(
+            "members",
+            format!("{members} members"),
+            &format!(
+                "the IP set would hold {members} members, more than MaxIpsetSize ({max}); \
+                 raise MaxIpsetSize or split the set"
+            ),
+        ))
     }
 
     fn cidrs(&self, field: &dyn fmt::Display, vs: &[String]) -> Result<(), InputError> {
@@ -486,10 +509,10 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
                     }
                 }
             }
-            return match Members::try_parse(kind, &u.members) {
-                Ok(parsed) => Ok(Some(parsed)),
-                Err(i) => Err(not_member(&c, "members", i, kind, &u.members[i])),
-            };
+            let parsed = Members::try_parse(kind, &u.members)
+                .map_err(|i| not_member(&c, "members", i, kind, &u.members[i]))?;
+            c.size(parsed.len())?;
+            return Ok(Some(parsed));
         }
         Payload::IpsetDeltaUpdate(d) => {
             c.id = d.id.clone();
@@ -502,6 +525,19 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             };
             members(&c, "added_members", kind, &d.added_members)?;
             members(&c, "removed_members", kind, &d.removed_members)?;
+            if let Some(current) = model.ipsets.get(&d.id) {
+                // Counted exactly only when a bound says it might be over.
+                if current.len() + d.added_members.len() > model.config.max_ipset_size {
+                    let mut after = current.clone();
+                    for m in &d.removed_members {
+                        after.remove(m);
+                    }
+                    for m in &d.added_members {
+                        after.insert(m);
+                    }
+                    c.size(after.len())?;
+                }
+            }
         }
         Payload::IpsetRemove(r) => {
             c.id = r.id.clone();
@@ -892,6 +928,31 @@ mod tests {
     const PROFILE: &str = r#"{"active_profile_update":{"id":{"name":"pr"},"profile":{"outbound_rules":[{"action":"allow","dst_ip_set_ids":["s:a"]}]}}}"#;
     const PROFILE_GONE: &str = r#"{"active_profile_remove":{"id":{"name":"pr"}}}"#;
     const WEP: &str = r#"{"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"w","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali1","ipv4_nets":["10.0.0.9/32"],"profile_ids":["pr"]}}}"#;
+
+    #[test]
+    fn an_ip_set_over_max_ipset_size_is_refused_naming_the_set() {
+        let mut model = Model::default();
+        model.config.max_ipset_size = 3;
+        let m = |l: &str| doc(&[l]).remove(0);
+        let four = m(
+            r#"{"ipset_update":{"id":"s:big","members":["10.0.0.1","10.0.0.2","10.0.0.3","10.0.0.4"]}}"#,
+        );
+        let e = validate(&model, &four).unwrap_err();
+        assert_eq!((e.id.as_str(), e.field.as_str()), ("s:big", "members"));
+        assert!(e.reason.contains("more than MaxIpsetSize (3)"), "{e}");
+        let three =
+            m(r#"{"ipset_update":{"id":"s:big","members":["10.0.0.1","10.0.0.2","10.0.0.3"]}}"#);
+        assert!(validate(&model, &three).is_ok());
+        model.apply(&three);
+        // A delta is judged by the size it leaves: one more is too many, one swapped is not.
+        let grow = m(r#"{"ipset_delta_update":{"id":"s:big","added_members":["10.0.0.9"]}}"#);
+        let e = validate(&model, &grow).unwrap_err();
+        assert!(e.to_string().contains("would hold 4 members"), "{e}");
+        let swap = m(
+            r#"{"ipset_delta_update":{"id":"s:big","added_members":["10.0.0.9","10.0.0.1"],"removed_members":["10.0.0.2"]}}"#,
+        );
+        assert!(validate(&model, &swap).is_ok());
+    }
 
     /// Each message is checked against the document before it, through the shadow model that
     /// records only IP set kinds, policies and profiles.

@@ -1,4 +1,4 @@
-//! `felix-nft demo`: the first thing a new user runs (issue 7 item 5). It builds a scratch node
+//! `felix-nft demo`: the first thing a new user runs. It builds a scratch node
 //! with the [`testbed`](crate::testbed) — a host namespace, three workloads joined to it by `cali…`
 //! veths the way Calico's CNI does, and an external host — runs the real dataplane loop
 //! (`Driver` + `RealKernel` + the interface monitor, in-process, acting only in the scratch host
@@ -48,7 +48,7 @@ use crate::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpe
 use crate::testbed::TestbedError;
 use crate::OWNER;
 
-/// The bundled example state: a state document (DESIGN.md §1) holding the NAT-outgoing pool, the
+/// The bundled example state: a state document holding the NAT-outgoing pool, the
 /// IP set, the profile and the two tiers' policies. The workload endpoints that refer to them are
 /// added at run time, because their interface MACs are only known once the veths exist.
 pub const EXAMPLE_STATE: &str = include_str!("example-state.json");
@@ -717,7 +717,7 @@ async fn read_routes(host: &NetNs) -> Result<(Vec<String>, usize), DemoError> {
 }
 
 /// Waits until some set of our IPv4 table holds `ip` (the delta's transaction committed: set
-/// elements and rules go in one batch, DESIGN.md §4).
+/// elements and rules go in one batch).
 fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), DemoError> {
     let mut nft = host.run(Nft::open)?.map_err(|source| DemoError::Nft {
         what: "nf_tables (opening the socket)".into(),
@@ -737,8 +737,7 @@ fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), Dem
                 .values()
                 .filter(|set| set.data.is_none())
                 .any(|set| {
-                    // An interval's end element sits at the first address after it (netlink.md
-                    // gotcha 7): only a start element makes `ip` a member.
+                    // An interval's end element sits at the first address after it: only a start element makes `ip` a member.
                     set.elements
                         .iter()
                         .any(|e| e.key[..] == key[..] && e.flags & INTERVAL_END == 0)
@@ -894,12 +893,14 @@ fn agent_main(
                 }
             }
         });
-        // Status goes to an unbounded std channel, so the loop never waits on the demo.
-        let (out_tx, mut out_rx) = mpsc::channel(64);
+        // Status goes through an outbox to a std channel, so the loop never waits on the demo.
+        let (out_tx, out_rx) = crate::source::outbox::outbox();
         tokio::spawn(async move {
-            while let Some(m) = out_rx.recv().await {
-                if status.send(m).is_err() {
-                    break;
+            while let Some(batch) = out_rx.take().await {
+                for m in batch {
+                    if status.send(m).is_err() {
+                        return;
+                    }
                 }
             }
         });

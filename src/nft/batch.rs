@@ -1,5 +1,5 @@
 //! One nf_tables transaction as bytes: `BATCH_BEGIN` (with the generation id) … `BATCH_END`,
-//! ready for one `sendmsg` (reference/netlink.md §4, gotchas 1–4).
+//! ready for one `sendmsg`.
 //!
 //! Every object message gets its own sequence number, and the batch remembers what each one
 //! does, so a kernel error (which names only a seq) can be reported as "adding rule 3 of chain
@@ -30,7 +30,7 @@ pub struct Batch {
     /// Sets created in this batch, per table → their `NFTA_SET_ID`.
     set_ids: SetIds,
     /// Where the expressions of each shared rule body were encoded for the table of the last
-    /// rule: endpoint chains repeat a few bodies thousands of times (issue 9), and copying the
+    /// rule: endpoint chains repeat a few bodies thousands of times, and copying the
     /// encoded attribute is cheaper than encoding it again. Holding the body keeps its address
     /// from being reused while it is a key.
     encoded_bodies: EncodedBodies,
@@ -92,7 +92,7 @@ pub struct Encoded {
 /// What one message of a batch does, for error messages. A rule (nearly every message of a
 /// full load) keeps only where its message starts and its position in the chain: its table,
 /// chain and comment are read back from the bytes if an error names it. Written out, the
-/// descriptions cost ~100 bytes per rule, 16 MB of a large full load (issue 9's RSS).
+/// descriptions cost ~100 bytes per rule, 16 MB of a large full load.
 #[derive(Debug, Clone)]
 enum Desc {
     Text(String, Target),

@@ -3,11 +3,11 @@
 //! Layer: generic nftables (no Calico). The renderer (`rules`) describes a rule as a chain of
 //! idioms — `iifname "cali*"`, `ip saddr 10.0.0.0/8`, `meta mark set mark or 0x10000` — and
 //! [`RuleBuilder`] appends, for each idiom, exactly the expressions `nft` 1.0.6 generates for it
-//! (checked with `nft --debug=netlink`, reference/netlink.md) together with the text. The text is
+//! (checked with `nft --debug=netlink`) together with the text. The text is
 //! what the snapshot tests show and what the privileged tests feed to `nft -f`; the expressions
 //! are what our codec commits. Keeping both in one call is what lets the two be compared.
 //!
-//! Encoding notes (netlink.md §7):
+//! Encoding notes:
 //! - register data from payloads (addresses, ports) is network order; meta/ct/fib values
 //!   (mark, l4proto, ct state, address type) are host order;
 //! - `iifname "x*"` is a prefix compare without NUL, an exact name is 16 bytes NUL-padded;
@@ -54,7 +54,7 @@ pub struct RuleBuilder {
     family: Family,
     exprs: Vec<Expr>,
     /// The statements so far in nft syntax, separated by spaces: written in place, as the
-    /// render writes some 30,000 rules at mid scale (issue 9).
+    /// render writes some 30,000 rules at mid scale.
     text: String,
 }
 

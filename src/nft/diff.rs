@@ -1,5 +1,5 @@
-//! Desired vs actual → the minimal ordered list of operations for one atomic batch
-//! (DESIGN.md §4, felix-dataplane.md §11):
+//! Desired vs actual → the minimal ordered list of operations for one atomic batch, as Calico's
+//! table reconciler computes it:
 //!
 //! 1. table (create, flag update, or re-adoption of an orphaned persistent table);
 //! 2. new sets and maps, then element deltas of plain sets (deletions before additions);
@@ -14,10 +14,10 @@
 //! A change the kernel cannot make in place (set key/flags/size, base-chain hook/type/priority,
 //! the owner flag) becomes a full rebuild: delete + add table inside the same batch. An empty
 //! diff has no operations and sends nothing. Interval sets are normalised first: overlapping
-//! and adjacent ranges merged (felix-dataplane.md §23.1), so an update never fails on EEXIST.
+//! and adjacent ranges merged, so an update never fails on EEXIST.
 //!
 //! Anonymous sets are encoded and decoded but the diff treats them as named sets; renderers
-//! should use named sets (kernel-cost.md §1).
+//! should use named sets (docs/design.md, cost model).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
@@ -489,7 +489,7 @@ const FIXED_TABLE_FLAGS: u32 = table_flags::OWNER | table_flags::PERSIST;
 
 fn needs_rebuild(desired: &Table, actual: &Table) -> Option<String> {
     // An orphaned persistent table reads back as PERSIST without OWNER; NEWTABLE with
-    // OWNER|PERSIST re-adopts it (netlink.md §4), so that is no rebuild.
+    // OWNER|PERSIST re-adopts it, so that is no rebuild.
     let adoptable = actual.flags & FIXED_TABLE_FLAGS == table_flags::PERSIST
         && desired.flags & FIXED_TABLE_FLAGS == FIXED_TABLE_FLAGS;
     if !adoptable && (desired.flags ^ actual.flags) & FIXED_TABLE_FLAGS != 0 {
@@ -681,7 +681,7 @@ pub fn return_rules(plan: &mut Plan, t: &mut Table) {
 }
 
 /// The plan that turns `actual` into `desired`. `readopt` forces a NEWTABLE with the desired
-/// flags (re-adopting an orphaned OWNER|PERSIST table, netlink.md §4).
+/// flags (re-adopting an orphaned OWNER|PERSIST table).
 pub fn diff(desired: &Table, actual: Option<&Table>, readopt: bool) -> Plan {
     let mut ops = Vec::new();
     let plan = |ops| Plan {
@@ -857,7 +857,7 @@ fn references_set(t: &Table, set: &str) -> bool {
 }
 
 /// Applies plans to an in-memory ruleset with the kernel's referential checks, all or nothing.
-/// This is the fake kernel of [`crate::nft::reconcile::FakeKernel`] and the oracle of the diff
+/// This is the fake kernel of [`crate::nft::reconcile::FakeNft`] and the oracle of the diff
 /// property tests.
 pub fn apply(
     tables: &mut BTreeMap<(Family, String), Table>,

@@ -2,8 +2,8 @@
 //! into the model. Only the named tables are ever asked for (never other users' tables).
 //!
 //! Consistency: the generation id is read before and after; a change, an `NLM_F_DUMP_INTR`
-//! flag, or duplicate keys in an element dump (the large-set rhashtable anomaly, netlink.md
-//! gotcha 10) make us read again. A failed read is an error, never an empty table; ENOENT on
+//! flag, or duplicate keys in an element dump (the large-set rhashtable
+//! anomaly: a resize during the dump) make us read again. A failed read is an error, never an empty table; ENOENT on
 //! the table itself is the one "absent" answer.
 //!
 //! Cost (mid scale: 2.5k chains, 30k rules, 517 sets, 152k elements): the chains and the sets

@@ -56,7 +56,7 @@ pub enum NftError {
         source: io::Error,
     },
     /// The ruleset changed since we read it (`ERESTART` on the batch generation id): re-read and
-    /// retry (reference/netlink.md §4).
+    /// retry.
     #[error("the nf_tables ruleset generation changed since it was read (ERESTART)")]
     Restart,
     /// A read of the kernel's state failed; never to be taken for an empty table.

@@ -10,11 +10,11 @@
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
 //! - [`diff`]: desired vs actual → ordered operations. [`print`](mod@print): `nft --debug=netlink` text.
 //! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
-//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeKernel`].
+//!   [`reconcile::NftKernel`] seam with the real [`reconcile::Nft`] and a [`reconcile::FakeNft`].
 //!
 //! Everything here is blocking (a batch is processed inside `sendmsg`): the daemon calls it
 //! from its loop's thread under `block_in_place`, never from a thread that polls tokio's
-//! reactor (reference/netlink.md §8; `dataplane::kernel` says why not a worker thread).
+//! reactor.
 
 pub mod batch;
 pub mod build;
@@ -28,5 +28,6 @@ pub mod print;
 pub mod reconcile;
 pub mod socket;
 pub mod txn;
+pub mod watch;
 
 pub use error::NftError;

@@ -9,7 +9,7 @@
 //! the kernel stores. Idioms such as "`iifname cali*`" or "`ip saddr 10.0.0.0/8`" are built from
 //! these by `nft::build`.
 //!
-//! Byte order (reference/netlink.md gotcha 5): register *data* (`Cmp::data`, element keys, ...)
+//! Byte order: register *data* (`Cmp::data`, element keys, ...)
 //! is stored here exactly as the kernel sees it — payload-derived values (addresses, ports) in
 //! network order, meta/ct values (mark, l4proto, ct state) in host order. Integer *attributes*
 //! (offsets, lengths, flags) are plain Rust integers; the codec converts them to big-endian.
@@ -81,7 +81,7 @@ pub struct Table {
     /// Sets and maps by name. An anonymous set (flags `ANONYMOUS|CONSTANT`, name `__set<N>`) is
     /// kept here too and referenced by that name from its rule's lookup; the codec sends it just
     /// before the rule. Prefer named sets: anonymous ones make big commits superlinear
-    /// (reference/kernel-cost.md §1).
+    /// (docs/design.md, cost model).
     pub sets: BTreeMap<String, Set>,
 }
 
@@ -270,7 +270,7 @@ impl Chain {
 
 /// A rule's expressions. Shared: rules with the same expressions (the thousands of endpoint
 /// chains repeat a few bodies; only their comments differ) hold one copy, and copying a rule
-/// copies a pointer (issue 9: desired state was ~0.5 KiB per rule).
+/// copies a pointer (desired state was ~0.5 KiB per rule).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Exprs(std::sync::Arc<[Expr]>);
 
@@ -349,8 +349,7 @@ impl PartialEq<Vec<Expr>> for Exprs {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Rule {
     pub exprs: Exprs,
-    /// Rule userdata comment (libnftnl udata TLV type 0; at most 255 bytes + NUL, netlink.md
-    /// gotcha 9). Our identity comments live here (`cali:<hash>; ...`).
+    /// Rule userdata comment (libnftnl udata TLV type 0; at most 255 bytes + NUL). Our identity comments live here (`cali:<hash>; ...`).
     pub comment: Option<String>,
     /// Kernel handle: `None` in desired state, set when read back from the kernel.
     pub handle: Option<u64>,
@@ -669,7 +668,7 @@ pub enum DataType {
     InetService,
     /// `mark` (19), 4 bytes, host order.
     Mark,
-    /// `ifname` (41), 16 bytes, NUL-padded (netlink.md gotcha 6).
+    /// `ifname` (41), 16 bytes, NUL-padded.
     IfName,
     /// Any other datatype id with its length.
     Other { id: u32, len: u32 },
@@ -731,10 +730,10 @@ pub struct Set {
     pub flags: u32,
     /// Map value type: `Some(DataType::Verdict)` for a verdict map.
     pub data: Option<DataType>,
-    /// `NFTA_SET_DESC_SIZE` hint (netlink.md §6: halves insert time, keeps dumps consistent).
+    /// `NFTA_SET_DESC_SIZE` hint (halves insert time and keeps dumps consistent).
     pub size: Option<u32>,
     /// Elements in the kernel's form. For interval sets, each range is a start element plus an
-    /// `INTERVAL_END` element at the first address after it (netlink.md gotcha 7).
+    /// `INTERVAL_END` element at the first address after it.
     pub elements: Vec<Element>,
 }
 
@@ -758,7 +757,7 @@ pub mod elem_flags {
 }
 
 /// An element's key bytes, inline up to 16 (an IPv6 address, an interface name, IPv4 address .
-/// protocol . port): a set member costs no allocation of its own (issue 9: 150,000 of them in a
+/// protocol . port): a set member costs no allocation of its own (150,000 of them in a
 /// full render at mid). Longer keys (IPv6 concatenations) spill to the heap.
 pub type ElemKey = smallvec::SmallVec<[u8; 16]>;
 
@@ -775,7 +774,7 @@ pub struct Element {
     pub data: Option<Box<ElemData>>,
 }
 // Most elements are set members with neither a range end nor a value: both are boxed so they
-// cost 8 + 16 bytes instead of 24 + 32 (issue 9's RSS: 611,000 elements at large scale); the
+// cost 8 + 16 bytes instead of 24 + 32 (611,000 elements at large scale); the
 // key is inline.
 const _: () = assert!(std::mem::size_of::<Element>() <= 56);
 

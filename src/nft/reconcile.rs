@@ -1,9 +1,9 @@
 //! The reconciler API: read our tables, diff against the desired ones, commit one atomic batch
 //! carrying the generation id, and retry from a fresh read when another writer got in first
-//! (ERESTART). Calico's table reconciler (felix-dataplane.md §11) minus the `nft` exec.
+//! (ERESTART). Calico's table reconciler minus the `nft` exec.
 //!
 //! [`NftKernel`] is the seam: [`Nft`] is the real kernel over one long-lived socket;
-//! [`FakeKernel`] holds tables in memory with the kernel's referential checks, so the dataplane
+//! [`FakeNft`] holds tables in memory with the kernel's referential checks, so the dataplane
 //! loop can be tested without privilege. Everything here is blocking: call it from a dedicated
 //! thread, never from an async worker.
 
@@ -17,6 +17,7 @@ use super::error::NftError;
 use super::model::*;
 use super::socket::NfSocket;
 use super::txn;
+use super::watch::Watch;
 
 /// What the reconciler needs from nf_tables.
 pub trait NftKernel {
@@ -32,20 +33,41 @@ pub trait NftKernel {
     fn owner_id(&self) -> Option<u32>;
     /// Whether tables may carry `OWNER|PERSIST` (kernel ≥ 6.9).
     fn supports_owner_persist(&mut self) -> Result<bool, NftError>;
+    /// The latest generation up to which every commit since the state at `genid` is known to
+    /// have left `ours` alone (see [`super::watch`]); `None` when not known.
+    fn quiet_since(&mut self, _genid: u32, _ours: &[(Family, &str)]) -> Option<u32> {
+        None
+    }
+    /// We know the kernel holds our state at `genid` (read back, nothing to change): watch
+    /// for other commits from there.
+    fn watch_from(&mut self, _genid: u32) {}
+    /// Bytes and netlink messages of the last batch sent.
+    fn last_batch(&self) -> (usize, usize) {
+        (0, 0)
+    }
 }
 
-/// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace.
+/// The real kernel: one long-lived `NETLINK_NETFILTER` socket in the current namespace, and
+/// a [`Watch`] of other processes' commits.
 pub struct Nft {
     sock: NfSocket,
     persist: Option<bool>,
+    watch: Option<Watch>,
+    last_batch: (usize, usize),
 }
 
 impl Nft {
-    /// Opens the socket in the calling thread's network namespace.
+    /// Opens the sockets in the calling thread's network namespace. Without the watch (it
+    /// could not be opened) every commit of another process costs a read-back.
     pub fn open() -> Result<Nft, NftError> {
+        let watch = Watch::open()
+            .inspect_err(|e| tracing::warn!(error = %e, "no nf_tables event socket: any other program's commit will cost a read-back of our tables"))
+            .ok();
         Ok(Nft {
             sock: NfSocket::open()?,
             persist: None,
+            watch,
+            last_batch: (0, 0),
         })
     }
 
@@ -78,6 +100,7 @@ impl Nft {
         self.sock.take_seq(b.seq_count());
         let enc = b.finish(!dry_run);
         let n = enc.messages();
+        self.last_batch = (enc.bytes.len(), n);
         tracing::trace!(bytes = enc.bytes.len(), messages = n, "nf_tables batch");
         let start = std::time::Instant::now();
         txn::send_batch(&mut self.sock, &enc)?;
@@ -109,7 +132,35 @@ impl NftKernel for Nft {
         genid: Option<u32>,
         dry_run: bool,
     ) -> Result<(), NftError> {
-        self.send(plans, genid, dry_run).map(|_| ())
+        if let Some(w) = &mut self.watch {
+            w.pause();
+        }
+        let r = self.send(plans, genid, dry_run).map(|_| ());
+        let after = match (&r, genid) {
+            (Ok(()), Some(g)) if !dry_run => Some(g.wrapping_add(1)),
+            (Ok(()), Some(g)) => Some(g),
+            _ => None,
+        };
+        if let (Some(w), Some(g)) = (&mut self.watch, after) {
+            let sock = &mut self.sock;
+            w.start(g, || dump::generation(sock));
+        }
+        r
+    }
+
+    fn quiet_since(&mut self, genid: u32, ours: &[(Family, &str)]) -> Option<u32> {
+        self.watch.as_mut()?.clean_since(genid, ours)
+    }
+
+    fn last_batch(&self) -> (usize, usize) {
+        self.last_batch
+    }
+
+    fn watch_from(&mut self, genid: u32) {
+        if let Some(w) = &mut self.watch {
+            let sock = &mut self.sock;
+            w.start(genid, || dump::generation(sock));
+        }
     }
 
     fn owner_id(&self) -> Option<u32> {
@@ -172,6 +223,15 @@ impl Default for SyncOptions {
     }
 }
 
+/// What reached the kernel, for the metrics.
+#[derive(Debug, Clone, Default)]
+pub struct KernelStats {
+    /// Each batch sent: bytes and netlink messages.
+    pub batches: Vec<(usize, usize)>,
+    /// Read-backs of our tables (whole reads and diffs).
+    pub read_backs: u32,
+}
+
 /// What a sync did.
 #[derive(Debug, Clone, Default)]
 pub struct SyncReport {
@@ -181,6 +241,10 @@ pub struct SyncReport {
     pub ops: usize,
     /// Attempts used (1 = no ERESTART).
     pub attempts: u32,
+    /// Operations beyond the update's own that put back what another process changed: set when
+    /// a batch built on the state we trusted was refused because someone else wrote (ERESTART)
+    /// and the read-back found more to do than the update.
+    pub repaired: usize,
 }
 
 /// The owner flags the kernel and the options allow.
@@ -260,6 +324,7 @@ pub fn sync(
                 plans,
                 ops,
                 attempts: attempt,
+                repaired: 0,
             });
         }
         match kernel.commit(&plans, Some(genid), opts.dry_run) {
@@ -268,11 +333,12 @@ pub fn sync(
                     plans,
                     ops,
                     attempts: attempt,
+                    repaired: 0,
                 })
             }
             Err(e) if e.is_restart() && attempt < opts.max_attempts => {
                 tracing::debug!(attempt, "nf_tables generation moved; re-reading");
-                // Felix backs off from 1 ms, doubling (felix-dataplane.md §11).
+                // Felix backs off from 1 ms, doubling.
                 std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
             }
             Err(e) => return Err(e),
@@ -281,7 +347,7 @@ pub fn sync(
 }
 
 /// A reconciler that remembers what it last committed, so the steady state costs a diff and
-/// the batch — no dump, no GETGEN (felix-dataplane.md §11 step 3: no post-write read-back).
+/// the batch — no dump, no GETGEN.
 ///
 /// It keeps the desired tables (one copy, with the ownership flags) and the generation its own
 /// last commit (or read) left. A batch computed from that belief carries that generation, so the
@@ -291,7 +357,7 @@ pub fn sync(
 ///
 /// Two ways in: [`Reconciler::apply`] with the whole desired state (diffed whole), or
 /// [`Reconciler::apply_patches`] with what changed (diffed only where the patches touch, so an
-/// update costs what it changes — issue 9).
+/// update costs what it changes).
 pub struct Reconciler<K: NftKernel> {
     pub kernel: K,
     pub opts: SyncOptions,
@@ -303,6 +369,8 @@ pub struct Reconciler<K: NftKernel> {
     flags: Option<u32>,
     /// Time spent in [`NftKernel::commit`] since [`Reconciler::take_commit_time`].
     commit_time: Duration,
+    /// Since [`Reconciler::take_stats`]: batches sent (bytes, messages, count) and read-backs.
+    stats: KernelStats,
 }
 
 impl<K: NftKernel> Reconciler<K> {
@@ -314,26 +382,68 @@ impl<K: NftKernel> Reconciler<K> {
             trusted: None,
             flags: None,
             commit_time: Duration::ZERO,
+            stats: KernelStats::default(),
         }
     }
 
     /// Time spent committing batches (encode, `sendmsg`, the kernel's commit, the ACK) since
-    /// the last call: the kernel's share of an apply, for the daemon's log (issue 9).
+    /// the last call: the kernel's share of an apply, for the daemon's log.
     pub fn take_commit_time(&mut self) -> Duration {
         std::mem::take(&mut self.commit_time)
     }
 
-    /// [`NftKernel::commit`], timed.
+    /// [`NftKernel::commit`], timed and counted.
     fn commit(&mut self, plans: &[Plan], genid: u32, dry_run: bool) -> Result<(), NftError> {
         let start = std::time::Instant::now();
         let r = self.kernel.commit(plans, Some(genid), dry_run);
         self.commit_time += start.elapsed();
+        let (bytes, messages) = self.kernel.last_batch();
+        self.stats.batches.push((bytes, messages));
         r
+    }
+
+    /// What reached the kernel since the last call.
+    pub fn take_stats(&mut self) -> KernelStats {
+        std::mem::take(&mut self.stats)
     }
 
     /// Forget the believed state: the next apply re-reads the kernel (refresh, repair drift).
     pub fn mark_stale(&mut self) {
         self.trusted = None;
+    }
+
+    /// The refresh: keeps the believed state when the kernel's ruleset generation is still the
+    /// one our last commit left — every change to nf_tables, anyone's, is a commit that moves
+    /// it, so nothing can have drifted — and otherwise forgets it, so the next apply reads our
+    /// tables back and repairs them. One GETGEN instead of a read-back that grows with the
+    /// tables (seconds for a set of several hundred thousand members). Returns whether the
+    /// state is still trusted.
+    pub fn revalidate(&mut self) -> bool {
+        self.advance_trusted();
+        if let Some(genid) = self.trusted {
+            if matches!(self.kernel.generation(), Ok(g) if g == genid) {
+                return true;
+            }
+        }
+        self.trusted = None;
+        false
+    }
+
+    /// Moves the believed generation past other processes' commits that left our tables alone
+    /// (the kernel's [`NftKernel::quiet_since`]), so a batch built on it is not refused and a
+    /// refresh finds nothing to read.
+    fn advance_trusted(&mut self) {
+        let Some(genid) = self.trusted else {
+            return;
+        };
+        let ours: Vec<(Family, &str)> = self
+            .desired
+            .iter()
+            .map(|t| (t.family, t.name.as_str()))
+            .collect();
+        if let Some(g) = self.kernel.quiet_since(genid, &ours) {
+            self.trusted = Some(g);
+        }
     }
 
     /// The desired tables as last given (ownership flags applied).
@@ -386,6 +496,7 @@ impl<K: NftKernel> Reconciler<K> {
         if !same_tables {
             self.trusted = None;
         }
+        self.advance_trusted();
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
             // No GETGEN: the batch carries the generation we believe in, and the kernel
             // refuses it (ERESTART) if anyone else wrote since — then we read and diff all.
@@ -398,12 +509,22 @@ impl<K: NftKernel> Reconciler<K> {
                     .filter(|p| !p.is_empty())
                     .collect();
                 drop(old);
-                if let Some(r) = self.commit_trusted(genid, plans)? {
-                    return Ok(r);
-                }
+                let expected = plans.iter().map(|p| p.ops.len()).sum();
+                return match self.commit_trusted(genid, plans)? {
+                    Some(r) => Ok(r),
+                    None => self.sync_after_outside_write(expected),
+                };
             }
         }
         self.sync_from_kernel()
+    }
+
+    /// [`Self::sync_from_kernel`] after another process wrote under a batch of `expected`
+    /// operations: what the read-back does beyond those is a repair.
+    fn sync_after_outside_write(&mut self, expected: usize) -> Result<SyncReport, NftError> {
+        let mut r = self.sync_from_kernel()?;
+        r.repaired = r.ops.saturating_sub(expected);
+        Ok(r)
     }
 
     /// Folds `patches` into the desired tables and converges the kernel, diffing only the
@@ -429,6 +550,7 @@ impl<K: NftKernel> Reconciler<K> {
                 plans: Vec::new(),
                 ops: 0,
                 attempts: 1,
+                repaired: 0,
             });
         }
         // Fold first, so nothing we were told is lost if anything below fails.
@@ -496,6 +618,7 @@ impl<K: NftKernel> Reconciler<K> {
             new.flags = with_owner_bits(new.flags, flags);
             old.flags = new.flags;
         }
+        self.advance_trusted();
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
             // No GETGEN round trip: the batch carries the generation we believe in (see
             // `apply_owned_inner`).
@@ -515,9 +638,11 @@ impl<K: NftKernel> Reconciler<K> {
                     }
                 }
                 if !whole {
-                    if let Some(r) = self.commit_trusted(genid, plans)? {
-                        return Ok(r);
-                    }
+                    let expected = plans.iter().map(|p| p.ops.len()).sum();
+                    return match self.commit_trusted(genid, plans)? {
+                        Some(r) => Ok(r),
+                        None => self.sync_after_outside_write(expected),
+                    };
                 }
             }
         }
@@ -537,24 +662,46 @@ impl<K: NftKernel> Reconciler<K> {
                 plans,
                 ops,
                 attempts: 1,
+                repaired: 0,
             }));
         }
-        match self.commit(&plans, genid, false) {
-            Ok(()) => {
-                self.trusted = Some(genid.wrapping_add(1));
-                Ok(Some(SyncReport {
-                    plans,
-                    ops,
-                    attempts: 1,
-                }))
-            }
-            Err(e) if e.is_restart() => {
-                self.trusted = None;
-                Ok(None)
-            }
-            Err(e) => {
-                self.trusted = None;
-                Err(e)
+        let mut genid = genid;
+        let mut attempts = 1;
+        loop {
+            match self.commit(&plans, genid, false) {
+                Ok(()) => {
+                    self.trusted = Some(genid.wrapping_add(1));
+                    return Ok(Some(SyncReport {
+                        plans,
+                        ops,
+                        attempts,
+                        repaired: 0,
+                    }));
+                }
+                Err(e) if e.is_restart() && attempts < self.opts.max_attempts => {
+                    // Someone else committed: if the watch saw it leave our tables alone, the
+                    // plans still hold at the new generation.
+                    let before = self.trusted;
+                    self.advance_trusted();
+                    match self.trusted {
+                        Some(g) if Some(g) != before => {
+                            genid = g;
+                            attempts += 1;
+                        }
+                        _ => {
+                            self.trusted = None;
+                            return Ok(None);
+                        }
+                    }
+                }
+                Err(e) if e.is_restart() => {
+                    self.trusted = None;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.trusted = None;
+                    return Err(e);
+                }
             }
         }
     }
@@ -563,6 +710,7 @@ impl<K: NftKernel> Reconciler<K> {
     /// a fresh read on ERESTART.
     fn sync_from_kernel(&mut self) -> Result<SyncReport, NftError> {
         self.trusted = None;
+        self.stats.read_backs += 1;
         let me = self.kernel.owner_id();
         let mut attempt = 0;
         loop {
@@ -600,10 +748,14 @@ impl<K: NftKernel> Reconciler<K> {
             let ops = plans.iter().map(|p| p.ops.len()).sum();
             if plans.is_empty() {
                 self.trusted = (!self.opts.dry_run).then_some(genid);
+                if !self.opts.dry_run {
+                    self.kernel.watch_from(genid);
+                }
                 return Ok(SyncReport {
                     plans,
                     ops,
                     attempts: attempt,
+                    repaired: 0,
                 });
             }
             let res = self.commit(&plans, genid, self.opts.dry_run);
@@ -615,6 +767,7 @@ impl<K: NftKernel> Reconciler<K> {
                         plans,
                         ops,
                         attempts: attempt,
+                        repaired: 0,
                     });
                 }
                 Err(e) if e.is_restart() && attempt < self.opts.max_attempts => {
@@ -631,7 +784,7 @@ impl<K: NftKernel> Reconciler<K> {
 ///
 /// A Felix IP set that gained or lost a member comes re-rendered whole; as a delta neither the
 /// set is copied nor every element hashed to find the one that changed (the daemon's member
-/// path, issue 9). The fold and the diff give the same result either way. Element lists that
+/// path). The fold and the diff give the same result either way. Element lists that
 /// are not strictly sorted are left alone (the diff handles them whole).
 fn sets_to_deltas(p: &mut TablePatch, t: &Table) {
     let plain = |s: &Set| s.data.is_none() && s.flags & set_flags::INTERVAL == 0;
@@ -720,7 +873,7 @@ pub fn remove_tables(
 
 /// An in-memory kernel for tests of code above the reconciler.
 #[derive(Debug, Default)]
-pub struct FakeKernel {
+pub struct FakeNft {
     pub tables: BTreeMap<(Family, String), Table>,
     pub generation: u32,
     /// Committed batches (dry-runs excluded).
@@ -733,7 +886,7 @@ pub struct FakeKernel {
     pub reads: usize,
 }
 
-impl NftKernel for FakeKernel {
+impl NftKernel for FakeNft {
     fn generation(&mut self) -> Result<u32, NftError> {
         Ok(self.generation)
     }
@@ -824,8 +977,8 @@ mod tests {
         }
     }
 
-    fn trusted(t: Table) -> Reconciler<FakeKernel> {
-        let mut r = Reconciler::new(FakeKernel::default(), SyncOptions::default());
+    fn trusted(t: Table) -> Reconciler<FakeNft> {
+        let mut r = Reconciler::new(FakeNft::default(), SyncOptions::default());
         r.apply(&[t]).unwrap();
         r
     }

@@ -1,7 +1,7 @@
 //! The blocking `NETLINK_NETFILTER` socket (on `netlink-sys`) and reply parsing.
 //!
 //! One long-lived socket per agent: closing one after deletions blocks 10–45 ms, and an owned
-//! table belongs to the socket that created it (reference/netlink.md §4, gotchas 13 and 16).
+//! table belongs to the socket that created it.
 //! A batch is processed by the kernel inside `sendmsg`, so every reply is queued when `send`
 //! returns; we then drain with `MSG_DONTWAIT` (gotcha 3, §4 "Done detection").
 

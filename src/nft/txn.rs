@@ -1,8 +1,8 @@
 //! Sending a batch and turning the kernel's answers into one result: success, `Restart`
 //! (generation moved: re-read and retry), or the first refused object with errno and
-//! extended-ACK text (reference/netlink.md §4).
+//! extended-ACK text.
 //!
-//! Dry-run caveat (netlink.md §4, gotcha 11): the kernel validates every message of a batch
+//! Dry-run caveat: the kernel validates every message of a batch
 //! without END, but a jump loop formed entirely inside a *new* table is only caught at commit
 //! (EMLINK). A clean dry-run is not a proof that the commit succeeds.
 

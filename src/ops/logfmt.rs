@@ -15,9 +15,16 @@
 //! …), and `span` (`{"name": …, <span fields>}`) when the event happened inside one.
 //!
 //! Logging is set up once per process, with no reload: Felix restarts on a logging change.
+//!
+//! The log file is created with mode 0640 (owner and group read it; it names policies,
+//! endpoints and addresses) and opened for appending; it is never rotated by felix-nft. Rotate
+//! it with logrotate's `copytruncate`: writes in append mode go to the end of the truncated file.
+//! Every value from input is cut to a bounded length before it reaches a message (see
+//! [`crate::clip`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::IsTerminal as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -147,7 +154,11 @@ fn open_log_file(path: &Path) -> Result<File, LogError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        OpenOptions::new().create(true).append(true).open(path)
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o640)
+            .open(path)
     };
     open().map_err(|source| LogError::OpenFile {
         path: path.to_path_buf(),
@@ -213,6 +224,17 @@ mod tests {
         assert_eq!("JSON".parse::<LogFormat>().unwrap(), LogFormat::Json);
         assert_eq!("text".parse::<LogFormat>().unwrap(), LogFormat::Text);
         assert!("yaml".parse::<LogFormat>().is_err());
+    }
+
+    #[test]
+    fn the_log_file_is_not_world_readable() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs").join("felix.log");
+        open_log_file(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        // 0640 under the usual umask; a stricter umask only takes bits away.
+        assert_eq!(mode & !0o640, 0, "mode {mode:o}");
     }
 
     #[test]

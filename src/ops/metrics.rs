@@ -190,7 +190,7 @@ impl Metrics {
             nft_maps: b.table_gauge("felix_nft_maps", "Number of active nftables maps.")?,
             nft_set_calls: b.counter(
                 "felix_nft_set_calls",
-                "Number of nftables set update transactions.",
+                "Number of nftables transactions that changed IP set members.",
             )?,
             nft_set_errors: b.counter(
                 "felix_nft_set_errors",
@@ -203,7 +203,7 @@ impl Metrics {
             )?,
             route_partial_resync: b.histogram(
                 "felix_route_table_partial_resync_seconds",
-                "Time taken to resync the routes of a single interface.",
+                "Time taken to sync the routes of the interfaces that changed.",
                 seconds,
             )?,
             drift_repairs: b.counter_vec(
@@ -295,7 +295,8 @@ impl Metrics {
         }
     }
 
-    /// One IP-set transaction (`felix_nft_set_calls`, `felix_nft_set_errors`).
+    /// One transaction that changed IP set members (`felix_nft_set_calls`,
+    /// `felix_nft_set_errors`).
     pub fn record_nft_set_call(&self, ok: bool) {
         self.nft_set_calls.inc();
         if !ok {
@@ -322,7 +323,7 @@ impl Metrics {
         self.route_resync.observe(duration.as_secs_f64());
     }
 
-    /// A resync of one interface's routes took `duration`.
+    /// A sync of the routes of the interfaces that changed took `duration`.
     pub fn record_route_partial_resync(&self, duration: Duration) {
         self.route_partial_resync.observe(duration.as_secs_f64());
     }

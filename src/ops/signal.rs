@@ -1,6 +1,6 @@
 //! The termination signals the daemon stops on: SIGTERM (systemd, Kubernetes, Felix stopping
 //! its external driver) and SIGINT (a terminal). Stopping never removes rules, routes or
-//! neighbours (DESIGN.md §4): it only ends the process.
+//! neighbours: it only ends the process.
 
 use std::io;
 

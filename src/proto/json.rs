@@ -1,4 +1,4 @@
-//! proto3 JSON for the Felix API types (felix-dataplane.md §2; DESIGN.md §1 "JSON stream").
+//! proto3 JSON for the Felix API types.
 //!
 //! The JSON form uses the proto's own field names (`ipset_update`, `added_members`) and accepts
 //! the lowerCamelCase names a proto3 JSON parser also accepts (`ipsetUpdate`, `addedMembers`).
@@ -58,8 +58,8 @@ impl JsonError {
             }
         }
         JsonError {
-            path,
-            message,
+            path: crate::clip::clip(path),
+            message: crate::clip::clip(message),
             line: inner.line(),
             column: inner.column(),
         }
@@ -83,7 +83,7 @@ fn decode_tracked<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
     let value = serde_path_to_error::deserialize(&mut de).map_err(JsonError::from_path_error)?;
     de.end().map_err(|e| JsonError {
         path: ".".to_string(),
-        message: strip_position(&e),
+        message: crate::clip::clip(strip_position(&e)),
         line: e.line(),
         column: e.column(),
     })?;
@@ -815,8 +815,8 @@ pub fn message_schema() -> Schema {
     let mut schema = schemars::schema_for!(ToDataplane);
     schema.insert(
         "description".into(),
-        "One Felix `ToDataplane` message in proto3 JSON with the proto's field names \
-         (felix-dataplane.md §2): `sequence_number` and exactly one payload field. felix-nft \
+        "One Felix `ToDataplane` message in proto3 JSON with the proto's field names: \
+         `sequence_number` and exactly one payload field. felix-nft \
          also accepts the lowerCamelCase spelling of every field name, which this schema does \
          not list."
             .into(),

@@ -1,11 +1,11 @@
-//! Per-interface and global kernel configuration (reference §14.2, netlink.md §5).
+//! Per-interface and global kernel configuration (reference §14.2).
 //!
 //! Where the kernel offers it, netlink:
 //! - IPv4 per-interface conf (`forwarding`, `proxy_arp`, `rp_filter`, `route_localnet`, …):
 //!   RTM_SETLINK with `IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF { <devconf id>: u32 } } }`
 //!   ([`set_ipv4_conf`]). The nested attribute is built by hand ([`inet_conf_nla`]) because the
 //!   typed builder (`AfSpecInet::DevConfRequest`) silently drops every field equal to 0, so
-//!   `rp_filter=0` would be acknowledged and not applied (netlink.md §5, verified there). The
+//!   `rp_filter=0` would be acknowledged and not applied. The
 //!   agent itself writes these through `/proc/sys` ([`ProcSys::set_ipv4_iface`]): each SETLINK
 //!   makes IPv6 walk its whole routing table, O(interfaces) per interface configured.
 //! - `proxy_delay`: RTM_SETNEIGHTBL on table `arp_cache` with
@@ -285,7 +285,7 @@ impl ProcSys {
     /// ([`set_ipv4_conf`]) makes the kernel announce a link change (NETDEV_CHANGE), and IPv6
     /// answers that by walking its whole routing table (`rt6_sync_up` → `fib6_ifup`), so
     /// configuring n interfaces cost O(n²): 39 s for the first sync of 5,000 endpoints with
-    /// their interfaces present (issue 9, `perf`). The proc handlers do what Felix's writes do
+    /// their interfaces present (`perf`). The proc handlers do what Felix's writes do
     /// (RTM_NEWNETCONF, LRO off on forwarding) and no walk.
     pub fn set_ipv4_iface(&self, ifname: &str, settings: &[(Ipv4Conf, u32)]) -> Result<()> {
         let files = settings

@@ -1,6 +1,6 @@
 //! The rtnetlink request connection, made in a chosen network namespace.
 //!
-//! A netlink socket belongs to the namespace of the thread that created it (netlink.md §5), so
+//! A netlink socket belongs to the namespace of the thread that created it, so
 //! [`socket_in`] enters the namespace on the current thread, creates the socket, and leaves again
 //! before anything async happens. [`RtnlHandle::connect`] then hands that finished socket to the
 //! tokio runtime: no tokio worker ever runs while inside a foreign namespace.

@@ -126,6 +126,10 @@ pub struct RulesConfig {
     pub vxlan_enabled_v6: bool,
     /// `VXLANPort` (4789).
     pub vxlan_port: u16,
+    /// `MaxIpsetSize` (1,048,576): an IP set update or delta that would leave a set with more
+    /// members is refused by validation (nf_tables sets have no such limit; Felix's ipsets do,
+    /// and an unbounded set costs the whole node memory and refresh time). Not rendered.
+    pub max_ipset_size: usize,
     /// `WireguardEnabled` with `WireguardListeningPort` (51820): allow the tunnel's UDP to and
     /// from this host.
     pub wireguard_port: Option<u16>,
@@ -197,6 +201,7 @@ impl Default for RulesConfig {
             vxlan_enabled: false,
             vxlan_enabled_v6: false,
             vxlan_port: 4789,
+            max_ipset_size: 1 << 20,
             wireguard_port: None,
             wireguard_port_v6: None,
             allow_vxlan_from_workloads: false,

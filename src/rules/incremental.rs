@@ -1,5 +1,5 @@
 //! Incremental rendering: re-renders only the objects whose inputs changed and says what
-//! changed as [`TablePatch`]es, so an update costs what it touches, not the whole state (issue 9).
+//! changed as [`TablePatch`]es, so an update costs what it touches, not the whole state.
 //!
 //! The unit of re-rendering is a [`Key`]: one workload interface, one host endpoint, one Felix
 //! IP set, one referenced policy or profile in one layer, or the base (static chains, internal
@@ -9,7 +9,7 @@
 //! reference-counted. Which policies and profiles exist in the tables follows reference counts
 //! per (layer, direction) kept from each endpoint's references, as [`super::render`] computes them.
 //!
-//! Placement (issue 9): with the side table on ([`super::side`]), a workload endpoint added or
+//! Placement: with the side table on ([`super::side`]), a workload endpoint added or
 //! changed after the first render goes to the side table, and so do the main-table endpoints
 //! that use a policy or profile that changed; their chains leave the main table (deletes cost
 //! the kernel nothing) and appear in the small side table, with the policies, profiles and IP
@@ -217,6 +217,21 @@ fn winner<'a>(inp: &Inputs<'a>, iface: &str) -> Option<&'a crate::proto::types::
 }
 
 /// Upserts and deletes collected during one update.
+/// What one update re-renders (see [`Incremental::touched`]).
+#[derive(Default)]
+struct Todo {
+    workloads: BTreeSet<String>,
+    owners: BTreeSet<(Tbl, Layer, RuleOwner)>,
+    ipsets: BTreeSet<(Tbl, String)>,
+}
+
+/// A policy or a profile: the two kinds of rule owners, rendered and referenced alike.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum RuleOwner {
+    Policy(PolicyId),
+    Profile(String),
+}
+
 #[derive(Default)]
 struct Pending {
     chains: BTreeMap<Obj, Option<Chain>>,
@@ -301,60 +316,102 @@ impl Incremental {
     /// Re-renders what `changes` touches and returns the patches (one per table; empty
     /// patches are left out).
     pub fn update(&mut self, inp: &Inputs, changes: &Changes) -> Vec<TablePatch> {
-        let m = inp.model;
         let mut pending = Pending::default();
-        let mut workloads: BTreeSet<String> = changes.workloads.clone();
-        let mut policies: BTreeSet<(Tbl, Layer, PolicyId)> = BTreeSet::new();
-        let mut profiles: BTreeSet<(Tbl, Layer, String)> = BTreeSet::new();
-        let mut ipsets: BTreeSet<(Tbl, String)> = changes
-            .ipsets
-            .iter()
-            .flat_map(|id| [(Tbl::Main, id.clone()), (Tbl::Side, id.clone())])
-            .collect();
-        let all = changes.all;
-        if all {
-            workloads.extend(inp.workload_ids.keys().cloned());
-            ipsets.extend(m.ipsets.keys().map(|id| (Tbl::Main, id.clone())));
+        let mut todo = self.touched(inp, changes);
+        // Host endpoints by interface; the smallest id wins.
+        let mut heps: BTreeMap<&str, &HostEndpoint> = BTreeMap::new();
+        for hep in inp.host_endpoints.values() {
+            if !hep.name.is_empty() {
+                heps.entry(hep.name.as_str()).or_insert(hep);
+            }
+        }
+        self.update_workloads(inp, &mut todo, &mut pending);
+        if changes.all || changes.host_endpoints {
+            self.update_host_endpoints(&heps, &mut todo, &mut pending);
+        }
+        self.update_rule_owners(inp.model, &mut todo, &mut pending);
+        self.update_ipsets(inp.model, &todo.ipsets, &mut pending);
+        self.update_ipset_members(inp.model, changes, &todo.ipsets, &mut pending);
+        if changes.all || changes.base || changes.host_endpoints {
+            self.update_base(inp.model, &heps, &mut pending);
+        }
+        if changes.all || !todo.workloads.is_empty() {
+            self.update_workload_derived(inp, &mut pending);
+        }
+        self.patches(pending)
+    }
+
+    /// What an update must re-render: the workloads, policies and profiles (per table and
+    /// layer) and IP sets it touched, with the workloads' placement decided.
+    fn touched(&mut self, inp: &Inputs, changes: &Changes) -> Todo {
+        let m = inp.model;
+        let mut todo = Todo {
+            workloads: changes.workloads.clone(),
+            ipsets: changes
+                .ipsets
+                .iter()
+                .flat_map(|id| [(Tbl::Main, id.clone()), (Tbl::Side, id.clone())])
+                .collect(),
+            ..Todo::default()
+        };
+        if changes.all {
+            todo.workloads.extend(inp.workload_ids.keys().cloned());
+            todo.ipsets
+                .extend(m.ipsets.keys().map(|id| (Tbl::Main, id.clone())));
             for k in self.produced.keys() {
                 match k {
                     Key::Workload(i) => {
-                        workloads.insert(i.clone());
+                        todo.workloads.insert(i.clone());
                     }
                     Key::IpSet(t, i) => {
-                        ipsets.insert((*t, i.clone()));
+                        todo.ipsets.insert((*t, i.clone()));
                     }
                     Key::Policy(t, l, id) => {
-                        policies.insert((*t, *l, id.clone()));
+                        todo.owners.insert((*t, *l, RuleOwner::Policy(id.clone())));
                     }
                     Key::Profile(t, l, n) => {
-                        profiles.insert((*t, *l, n.clone()));
+                        todo.owners.insert((*t, *l, RuleOwner::Profile(n.clone())));
                     }
                     _ => {}
                 }
             }
         }
-        self.place(inp, changes, &mut workloads);
+        self.place(inp, changes, &mut todo.workloads);
         // A changed policy or profile is re-rendered in every table and layer that references it.
-        for id in &changes.policies {
+        let changed = changes
+            .policies
+            .iter()
+            .map(|id| RuleOwner::Policy(id.clone()))
+            .chain(
+                changes
+                    .profiles
+                    .iter()
+                    .map(|n| RuleOwner::Profile(n.clone())),
+            );
+        for owner in changed {
             for t in [Tbl::Main, Tbl::Side] {
                 for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
-                    if self.policy_refs.contains_key(&(t, l, id.clone())) {
-                        policies.insert((t, l, id.clone()));
+                    if self.refs_of(t, l, &owner).is_some() {
+                        todo.owners.insert((t, l, owner.clone()));
                     }
                 }
             }
         }
-        for n in &changes.profiles {
-            for t in [Tbl::Main, Tbl::Side] {
-                for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
-                    if self.profile_refs.contains_key(&(t, l, n.clone())) {
-                        profiles.insert((t, l, n.clone()));
-                    }
-                }
-            }
-        }
+        todo
+    }
 
-        // Workloads. Their chains repeat a few bodies: each is rendered once in this pass.
+    /// The references to a policy's or profile's chains in one table and layer.
+    fn refs_of(&self, t: Tbl, l: Layer, owner: &RuleOwner) -> Option<&DirCounts> {
+        match owner {
+            RuleOwner::Policy(id) => self.policy_refs.get(&(t, l, id.clone())),
+            RuleOwner::Profile(n) => self.profile_refs.get(&(t, l, n.clone())),
+        }
+    }
+
+    /// Workload endpoints: their chains (each distinct body rendered once in this pass), their
+    /// dispatch-map elements, main's list of handed-off interfaces, and what they reference.
+    fn update_workloads(&mut self, inp: &Inputs, todo: &mut Todo, pending: &mut Pending) {
+        let workloads = std::mem::take(&mut todo.workloads);
         let mut bodies = super::endpoint::ChainBodies::default();
         for iface in &workloads {
             let wep = winner(inp, iface);
@@ -408,12 +465,7 @@ impl Incremental {
                         d.add.extend(now.as_ref().map(pick));
                     }
                 }
-                self.set_source_refs(
-                    Source::Workload(t, iface.clone()),
-                    refs,
-                    &mut policies,
-                    &mut profiles,
-                );
+                self.set_source_refs(Source::Workload(t, iface.clone()), refs, &mut todo.owners);
             }
             // Main's list of handed-off interfaces.
             let listed = wep.is_some() && self.side_on && self.side.contains(iface);
@@ -430,124 +482,119 @@ impl Incremental {
                     d.del.push(side::side_iface_element(iface));
                 }
             }
-            self.replace_shared(
-                Key::Workload(iface.clone()),
-                chains,
+            self.replace_shared(Key::Workload(iface.clone()), chains, Vec::new(), pending);
+        }
+
+        todo.workloads = workloads;
+    }
+
+    /// Host endpoints: their chains, per interface, and what they reference.
+    fn update_host_endpoints(
+        &mut self,
+        heps: &BTreeMap<&str, &HostEndpoint>,
+        todo: &mut Todo,
+        pending: &mut Pending,
+    ) {
+        let now: BTreeSet<String> = heps.keys().map(|s| s.to_string()).collect();
+        for gone in self
+            .hep_ifaces
+            .difference(&now)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            self.replace(
+                Key::HostEndpoint(gone.clone()),
                 Vec::new(),
-                &mut pending,
+                Vec::new(),
+                pending,
+            );
+            self.set_source_refs(
+                Source::HostEndpoint(gone),
+                Refs::default(),
+                &mut todo.owners,
             );
         }
-
-        // Host endpoints (by interface; the smallest id wins).
-        let mut heps: BTreeMap<&str, &HostEndpoint> = BTreeMap::new();
-        for hep in inp.host_endpoints.values() {
-            if !hep.name.is_empty() {
-                heps.entry(hep.name.as_str()).or_insert(hep);
+        for (iface, hep) in heps {
+            let mut chains = Vec::new();
+            for &f in &self.families {
+                chains.extend(
+                    self.r
+                        .host_endpoint_chains(f, iface, hep)
+                        .into_iter()
+                        .map(|c| (Tbl::Main, f, c.chain)),
+                );
             }
+            self.replace(
+                Key::HostEndpoint(iface.to_string()),
+                chains,
+                Vec::new(),
+                pending,
+            );
+            let mut refs = Refs::default();
+            refs.host_endpoint(iface, hep);
+            self.set_source_refs(
+                Source::HostEndpoint(iface.to_string()),
+                refs,
+                &mut todo.owners,
+            );
         }
-        if all || changes.host_endpoints {
-            let now: BTreeSet<String> = heps.keys().map(|s| s.to_string()).collect();
-            for gone in self
-                .hep_ifaces
-                .difference(&now)
-                .cloned()
-                .collect::<Vec<_>>()
-            {
-                self.replace(
-                    Key::HostEndpoint(gone.clone()),
-                    Vec::new(),
-                    Vec::new(),
-                    &mut pending,
-                );
-                self.set_source_refs(
-                    Source::HostEndpoint(gone),
-                    Refs::default(),
-                    &mut policies,
-                    &mut profiles,
-                );
-            }
-            for (iface, hep) in &heps {
-                let mut chains = Vec::new();
-                for &f in &self.families {
-                    chains.extend(
-                        self.r
-                            .host_endpoint_chains(f, iface, hep)
-                            .into_iter()
-                            .map(|c| (Tbl::Main, f, c.chain)),
-                    );
-                }
-                self.replace(
-                    Key::HostEndpoint(iface.to_string()),
-                    chains,
-                    Vec::new(),
-                    &mut pending,
-                );
-                let mut refs = Refs::default();
-                refs.host_endpoint(iface, hep);
-                self.set_source_refs(
-                    Source::HostEndpoint(iface.to_string()),
-                    refs,
-                    &mut policies,
-                    &mut profiles,
-                );
-            }
-            self.hep_ifaces = now;
-        }
+        self.hep_ifaces = now;
+    }
 
-        // Policies and profiles, in the directions still referenced.
-        for (t, layer, id) in &policies {
-            let dirs = live_dirs(self.policy_refs.get(&(*t, *layer, id.clone())));
+    /// Policies and profiles, in the directions still referenced; a side-table copy records
+    /// the IP sets it needs there.
+    fn update_rule_owners(&mut self, m: &Model, todo: &mut Todo, pending: &mut Pending) {
+        for (t, layer, owner) in std::mem::take(&mut todo.owners) {
+            let dirs = live_dirs(self.refs_of(t, layer, &owner));
             let (mut chains, mut sets) = (Vec::new(), Vec::new());
             let mut uses = BTreeSet::new();
             if !dirs.is_empty() {
                 for &f in &self.families {
-                    let (c, s) = render_policy(&self.r, f, m, (*layer, id), &dirs);
-                    chains.extend(c.into_iter().map(|c| (*t, f, c.chain)));
-                    sets.extend(s.into_iter().map(|s| (*t, f, s)));
+                    let (c, s) = match &owner {
+                        RuleOwner::Policy(id) => render_policy(&self.r, f, m, (layer, id), &dirs),
+                        RuleOwner::Profile(n) => render_profile(&self.r, f, m, (layer, n), &dirs),
+                    };
+                    chains.extend(c.into_iter().map(|c| (t, f, c.chain)));
+                    sets.extend(s.into_iter().map(|s| (t, f, s)));
                 }
-                if let Some(p) = m.policies.get(id) {
-                    policy::rules_ipsets(
-                        p.inbound_rules.iter().chain(&p.outbound_rules),
-                        &mut uses,
-                    );
-                }
-            } else {
-                self.policy_refs.remove(&(*t, *layer, id.clone()));
-            }
-            let key = Key::Policy(*t, *layer, id.clone());
-            if *t == Tbl::Side {
-                self.set_side_ipsets(key.clone(), uses, &mut ipsets);
-            }
-            self.replace(key, chains, sets, &mut pending);
-        }
-        for (t, layer, name) in &profiles {
-            let dirs = live_dirs(self.profile_refs.get(&(*t, *layer, name.clone())));
-            let (mut chains, mut sets) = (Vec::new(), Vec::new());
-            let mut uses = BTreeSet::new();
-            if !dirs.is_empty() {
-                for &f in &self.families {
-                    let (c, s) = render_profile(&self.r, f, m, (*layer, name), &dirs);
-                    chains.extend(c.into_iter().map(|c| (*t, f, c.chain)));
-                    sets.extend(s.into_iter().map(|s| (*t, f, s)));
-                }
-                if let Some(p) = m.profiles.get(name) {
-                    policy::rules_ipsets(
-                        p.inbound_rules.iter().chain(&p.outbound_rules),
-                        &mut uses,
-                    );
+                let rules = match &owner {
+                    RuleOwner::Policy(id) => m
+                        .policies
+                        .get(id)
+                        .map(|p| (&p.inbound_rules, &p.outbound_rules)),
+                    RuleOwner::Profile(n) => m
+                        .profiles
+                        .get(n)
+                        .map(|p| (&p.inbound_rules, &p.outbound_rules)),
+                };
+                if let Some((inbound, outbound)) = rules {
+                    policy::rules_ipsets(inbound.iter().chain(outbound), &mut uses);
                 }
             } else {
-                self.profile_refs.remove(&(*t, *layer, name.clone()));
+                match &owner {
+                    RuleOwner::Policy(id) => self.policy_refs.remove(&(t, layer, id.clone())),
+                    RuleOwner::Profile(n) => self.profile_refs.remove(&(t, layer, n.clone())),
+                };
             }
-            let key = Key::Profile(*t, *layer, name.clone());
-            if *t == Tbl::Side {
-                self.set_side_ipsets(key.clone(), uses, &mut ipsets);
+            let key = match owner {
+                RuleOwner::Policy(id) => Key::Policy(t, layer, id),
+                RuleOwner::Profile(n) => Key::Profile(t, layer, n),
+            };
+            if t == Tbl::Side {
+                self.set_side_ipsets(key.clone(), uses, &mut todo.ipsets);
             }
-            self.replace(key, chains, sets, &mut pending);
+            self.replace(key, chains, sets, pending);
         }
+    }
 
-        // Felix IP sets: all of them in main, the referenced ones in the side table.
-        for (t, id) in &ipsets {
+    /// Felix IP sets rendered whole: all of them in main, the referenced ones in the side table.
+    fn update_ipsets(
+        &mut self,
+        m: &Model,
+        ipsets: &BTreeSet<(Tbl, String)>,
+        pending: &mut Pending,
+    ) {
+        for (t, id) in ipsets {
             let wanted = *t == Tbl::Main || self.side_ipset_refs.contains_key(id);
             let mut sets = Vec::new();
             if let Some(members) = m.ipsets.get(id).filter(|_| wanted) {
@@ -555,10 +602,19 @@ impl Incremental {
                     sets.push((*t, f, self.r.ipset(f, id, members)));
                 }
             }
-            self.replace(Key::IpSet(*t, id.clone()), Vec::new(), sets, &mut pending);
+            self.replace(Key::IpSet(*t, id.clone()), Vec::new(), sets, pending);
         }
-        // IP set deltas: the touched members of the sets not rendered whole above, in every
-        // table and family that holds the set, added when the model has them, else deleted.
+    }
+
+    /// IP set deltas: the touched members of the sets not rendered whole, in every table and
+    /// family that holds the set, added when the model has them, else deleted.
+    fn update_ipset_members(
+        &mut self,
+        m: &Model,
+        changes: &Changes,
+        ipsets: &BTreeSet<(Tbl, String)>,
+        pending: &mut Pending,
+    ) {
         for (id, touched) in &changes.ipset_members {
             let Some(members) = m.ipsets.get(id) else {
                 continue;
@@ -586,66 +642,72 @@ impl Incremental {
                 }
             }
         }
+    }
 
-        // The base: whenever anything global or the host endpoints changed.
-        if all || changes.base || changes.host_endpoints {
-            let (mut chains, mut sets) = (Vec::new(), Vec::new());
-            let of = |t: Tbl| {
-                self.wl_dispatch
+    /// The base (static chains, dispatch maps whole, host-endpoint statics, the side table's
+    /// base): whenever anything global or the host endpoints changed.
+    fn update_base(
+        &mut self,
+        m: &Model,
+        heps: &BTreeMap<&str, &HostEndpoint>,
+        pending: &mut Pending,
+    ) {
+        let (mut chains, mut sets) = (Vec::new(), Vec::new());
+        let of = |t: Tbl| {
+            self.wl_dispatch
+                .iter()
+                .filter(move |((tt, _), _)| *tt == t)
+                .map(|(_, e)| e.clone())
+        };
+        for &f in &self.families {
+            let mut t = TextTable::new(f, crate::OWNER);
+            render_base_head(&self.r, f, m, &mut t);
+            for s in render_dispatch_maps(&self.r, of(Tbl::Main), heps) {
+                t.add_set(s);
+            }
+            render_hep_statics(&self.r, f, m, heps, &mut t);
+            chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
+            sets.extend(t.table.sets.into_values().map(|s| (Tbl::Main, f, s)));
+            if self.side_on {
+                let mut list = self.r.side_ifaces_set();
+                list.elements = self
+                    .listed
                     .iter()
-                    .filter(move |((tt, _), _)| *tt == t)
-                    .map(|(_, e)| e.clone())
-            };
-            for &f in &self.families {
-                let mut t = TextTable::new(f, crate::OWNER);
-                render_base_head(&self.r, f, m, &mut t);
-                for s in render_dispatch_maps(&self.r, of(Tbl::Main), &heps) {
-                    t.add_set(s);
-                }
-                render_hep_statics(&self.r, f, m, &heps, &mut t);
-                chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
-                sets.extend(t.table.sets.into_values().map(|s| (Tbl::Main, f, s)));
-                if self.side_on {
-                    let mut list = self.r.side_ifaces_set();
-                    list.elements = self
-                        .listed
-                        .iter()
-                        .map(|i| side::side_iface_element(i))
-                        .collect();
-                    sets.push((Tbl::Main, f, list));
-                    let (c, s) = self.r.side_base(f, of(Tbl::Side));
-                    chains.extend(c.into_iter().map(|c| (Tbl::Side, f, c.chain)));
-                    sets.extend(s.into_iter().map(|s| (Tbl::Side, f, s)));
-                }
+                    .map(|i| side::side_iface_element(i))
+                    .collect();
+                sets.push((Tbl::Main, f, list));
+                let (c, s) = self.r.side_base(f, of(Tbl::Side));
+                chains.extend(c.into_iter().map(|c| (Tbl::Side, f, c.chain)));
+                sets.extend(s.into_iter().map(|s| (Tbl::Side, f, s)));
             }
-            self.replace(Key::Base, chains, sets, &mut pending);
-            // The maps went whole.
-            pending.elements.clear();
         }
-        // RPF skip and floating IPs: whenever a workload changed.
-        if all || !workloads.is_empty() {
-            // Only spoofing workloads make RPF rules; skip the per-interface winner lookups
-            // when there are none (the common case).
-            let spoofing = m
-                .workloads
-                .values()
-                .any(|w| !w.allow_spoofed_source_prefixes.is_empty());
-            let winners: Vec<_> = inp
-                .workload_ids
-                .values()
-                .filter(|_| spoofing)
-                .filter_map(|ids| ids.iter().next().and_then(|id| m.workloads.get(id)))
-                .collect();
-            let mut chains = Vec::new();
-            for &f in &self.families {
-                let mut t = TextTable::new(f, crate::OWNER);
-                render_workload_derived(&self.r, f, m, winners.iter().copied(), &mut t);
-                chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
-            }
-            self.replace(Key::WorkloadDerived, chains, Vec::new(), &mut pending);
-        }
+        self.replace(Key::Base, chains, sets, pending);
+        // The maps went whole.
+        pending.elements.clear();
+    }
 
-        self.patches(pending)
+    /// RPF skip and floating IPs: whenever a workload changed.
+    fn update_workload_derived(&mut self, inp: &Inputs, pending: &mut Pending) {
+        let m = inp.model;
+        // Only spoofing workloads make RPF rules; skip the per-interface winner lookups
+        // when there are none (the common case).
+        let spoofing = m
+            .workloads
+            .values()
+            .any(|w| !w.allow_spoofed_source_prefixes.is_empty());
+        let winners: Vec<_> = inp
+            .workload_ids
+            .values()
+            .filter(|_| spoofing)
+            .filter_map(|ids| ids.iter().next().and_then(|id| m.workloads.get(id)))
+            .collect();
+        let mut chains = Vec::new();
+        for &f in &self.families {
+            let mut t = TextTable::new(f, crate::OWNER);
+            render_workload_derived(&self.r, f, m, winners.iter().copied(), &mut t);
+            chains.extend(t.table.chains.into_values().map(|c| (Tbl::Main, f, c)));
+        }
+        self.replace(Key::WorkloadDerived, chains, Vec::new(), pending);
     }
 
     /// Whether a workload interface's chains live in table `t`.
@@ -781,8 +843,7 @@ impl Incremental {
         &mut self,
         source: Source,
         refs: Refs,
-        policies: &mut BTreeSet<(Tbl, Layer, PolicyId)>,
-        profiles: &mut BTreeSet<(Tbl, Layer, String)>,
+        owners: &mut BTreeSet<(Tbl, Layer, RuleOwner)>,
     ) {
         if self.source_refs.get(&source).map_or(
             refs.policies.is_empty() && refs.profiles.is_empty(),
@@ -807,19 +868,30 @@ impl Incremental {
             &old.profiles,
             &refs.profiles,
         );
+        let (mut policies, mut profiles) = (BTreeSet::new(), BTreeSet::new());
         adjust(
             &mut self.policy_refs,
             t,
             &old.policies,
             &refs.policies,
-            policies,
+            &mut policies,
         );
         adjust(
             &mut self.profile_refs,
             t,
             &old.profiles,
             &refs.profiles,
-            profiles,
+            &mut profiles,
+        );
+        owners.extend(
+            policies
+                .into_iter()
+                .map(|(t, l, id)| (t, l, RuleOwner::Policy(id))),
+        );
+        owners.extend(
+            profiles
+                .into_iter()
+                .map(|(t, l, n)| (t, l, RuleOwner::Profile(n))),
         );
         if !(refs.policies.is_empty() && refs.profiles.is_empty()) {
             self.source_refs.insert(source, refs);
@@ -932,7 +1004,7 @@ impl Incremental {
 /// Makes `c`'s rules hold the copy of their expressions already rendered elsewhere (in
 /// `bodies`), if any. Endpoint chains repeat a few bodies thousands of times, with only the
 /// comments (the rule ids) differing: at 5,000 endpoints 148,000 rules have 4,000 distinct
-/// bodies, and sharing them halves the desired state's memory (issue 9's RSS target).
+/// bodies, and sharing them halves the desired state's memory.
 fn share_rules(
     bodies: &mut HashSet<Exprs, foldhash::fast::RandomState>,
     swept: &mut usize,

@@ -4,7 +4,7 @@
 //!
 //! Everything goes into one table per family (`ip calico`, `ip6 calico`; [`crate::OWNER`]),
 //! with Felix's iptables tables folded in as chain-name prefixes (`filter-cali-FORWARD`, §6.1),
-//! except the workload endpoints placed in the small side table ([`side`], issue 9).
+//! except the workload endpoints placed in the small side table ([`side`]).
 //! The API is granular so the dataplane managers can re-render only what changed:
 //!
 //! | what | function |
@@ -15,9 +15,9 @@
 //! | workload | [`Renderer::workload_chains`], [`Renderer::workload_dispatch_elements`]; [`Renderer::workload_chains_shared`] renders each distinct body once per pass |
 //! | host endpoint | [`Renderer::host_endpoint_chains`], [`Renderer::host_dispatch_elements`] |
 //! | policy / profile | [`Renderer::policy_chains`], [`Renderer::profile_chains`] (with their shared sets) |
-//! | side table (issue 9) | [`Renderer::side_base`], [`Renderer::side_resume_chains`], [`Renderer::side_ifaces_set`], [`Renderer::workload_chains_in`] |
+//! | side table | [`Renderer::side_base`], [`Renderer::side_resume_chains`], [`Renderer::side_ifaces_set`], [`Renderer::workload_chains_in`] |
 //! | everything | [`render`], [`render_text`], [`render_nft`] over a [`Model`]; [`render_text_placed`] with a side-table placement |
-//! | what changed | [`incremental::Incremental`]: patches per update (issue 9); equals [`render_text_placed`] |
+//! | what changed | [`incremental::Incremental`]: patches per update; equals [`render_text_placed`] |
 //!
 //! Chains come as [`TextChain`]s: the object-model chain plus the `nft` text of each rule,
 //! built in lockstep by [`crate::nft::build`]. [`TextChain::chain`] is what the codec commits.

@@ -170,7 +170,7 @@ impl Direction {
 }
 
 /// A set of directions, as two bits: the directions in which an endpoint references a policy
-/// or profile (a `BTreeSet<Direction>` was an allocation per reference; issue 9).
+/// or profile (a `BTreeSet<Direction>` was an allocation per reference).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Dirs(u8);
 
@@ -303,14 +303,15 @@ fn family_digit(family: Family) -> char {
 }
 
 /// The set name of a Felix IP set ID in a family's table: `cali40` (`cali60` for IPv6) and the
-/// ID, legalised, when it has one of the shapes Felix's IDs have — `s:AbCd…` (becoming
-/// `cali40s-AbCd…`) or a plain word like `all-hosts-net` — and otherwise `cali40_` and the
-/// base64url SHA-256 of the ID.
+/// ID, legalised, when it has one of the shapes Felix's IDs have — `s:AbCd…`, `n:…`, `svc:…`
+/// (becoming `cali40s-AbCd…`, `cali40svc-…`) or a plain word like `all-hosts-net` — and
+/// otherwise `cali40_` and the base64url SHA-256 of the ID.
 ///
 /// Felix cuts its names to ipset's 31 characters; nf_tables sets have no such limit, and a cut
 /// makes two IDs with a long common prefix one set (a policy leak), so nothing is cut here. The
-/// mapping is injective: a `x:` ID becomes `x-…` and a plain word never has `-` second, so
-/// the two shapes never meet, and hashed names alone have `_` after the family digits.
+/// mapping is injective: a `x:` or `svc:` ID becomes `x-…` or `svc-…`, a plain word never
+/// starts that way, so the two shapes never meet, and hashed names alone have `_` after the
+/// family digits.
 pub fn ipset_name(family: Family, id: &str) -> String {
     let prefix = format!("cali{}0", family_digit(family));
     let b = id.as_bytes();
@@ -319,10 +320,17 @@ pub fn ipset_name(family: Family, id: &str) -> String {
             && t.iter()
                 .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
     };
-    let felix_id = b.len() > 2 && b[0].is_ascii_lowercase() && b[1] == b':' && tail(&b[2..]);
+    // Felix's typed IDs: one lowercase letter (`s:` selectors, `n:` named ports) or `svc:`
+    // (services), a colon, a legal tail.
+    let typed = |sep: u8| match b {
+        [c, x, rest @ ..] if c.is_ascii_lowercase() && *x == sep => Some(rest),
+        [b's', b'v', b'c', x, rest @ ..] if *x == sep => Some(rest),
+        _ => None,
+    };
+    let felix_id = typed(b':').is_some_and(tail);
     let word = !b.is_empty()
         && b[0].is_ascii_alphanumeric()
-        && b.get(1) != Some(&b'-')
+        && typed(b'-').is_none()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
     if (felix_id || word) && prefix.len() + id.len() <= MAX_NAME_LEN {
@@ -398,7 +406,7 @@ fn id_comment(hash: &[u8; 28], capacity: usize) -> String {
 /// expressions (shared, not copied) and human comments, with the rule ids chained from `name`.
 /// `template` must come from [`ChainBuilder::new`] and [`ChainBuilder::push`] alone (no
 /// [`ChainBuilder::start_appends`]). Endpoint chains repeat a few bodies under thousands of
-/// names (issue 9): this re-hashes a body instead of rendering it again.
+/// names: this re-hashes a body instead of rendering it again.
 pub fn rename_chain(template: &TextChain, name: &str) -> Chain {
     let mut hash: [u8; 28] = Sha224::digest(name.as_bytes()).into();
     let rules = template
@@ -540,8 +548,11 @@ mod tests {
             "cali40s-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab"
         );
         assert_eq!(ipset_name(Family::Ip, "n:a-b_c"), "cali40n-a-b_c");
+        assert_eq!(ipset_name(Family::Ip, "svc:Ab-c"), "cali40svc-Ab-c");
         // Anything else is hashed: it could otherwise meet another ID's name.
         assert!(ipset_name(Family::Ip, "s-abc").starts_with("cali40_"));
+        assert!(ipset_name(Family::Ip, "svc-abc").starts_with("cali40_"));
+        assert!(ipset_name(Family::Ip, "ab:c").starts_with("cali40_"));
         assert!(ipset_name(Family::Ip, "a b").starts_with("cali40_"));
         assert_ne!(
             ipset_name(Family::Ip, "s-abc"),

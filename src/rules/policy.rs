@@ -2,7 +2,7 @@
 //! actions with the mark protocol, and the multi-value fields.
 //!
 //! Multi-value fields never use anonymous sets: they make a large commit superlinear in the
-//! kernel (reference/kernel-cost.md §1). A CIDR list or a port list of more than one entry
+//! kernel (docs/design.md, cost model). A CIDR list or a port list of more than one entry
 //! becomes a **shared, content-addressed named set** (`cali4n-…` / `cali4p-…`): the name is a
 //! hash of the canonical (sorted, merged) content, so every rule with the same list uses the same
 //! set. Felix's scratch-mark blocks (§9.3) remain only where a field is an OR across different
@@ -88,6 +88,16 @@ pub(crate) struct FamilyNets {
     pub dst: Vec<IpNet>,
     pub not_src: Vec<IpNet>,
     pub not_dst: Vec<IpNet>,
+}
+
+/// An ICMP type (and code) match; the header is ICMPv6 when `v6`.
+fn icmp_clause(v6: bool, t: i32, c: Option<i32>, negated: bool) -> Clause {
+    Clause::Icmp(
+        v6,
+        t.clamp(0, 255) as u8,
+        c.map(|c| c.clamp(0, 255) as u8),
+        negated,
+    )
 }
 
 pub(crate) fn family_nets(rule: &Rule, family: Family) -> Option<FamilyNets> {
@@ -334,7 +344,55 @@ impl Renderer {
             _ => family == Family::Ip6,
         };
 
+        let (clauses, blocks) =
+            self.rule_clauses(family, rule, &nets, (proto, not_proto), icmp_v6, sets);
+
+        let comments: Vec<String> = rule
+            .metadata
+            .as_ref()
+            .map(|m| {
+                m.annotations
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let comment_refs: Vec<&str> = comments.iter().map(String::as_str).collect();
+
+        let action = rule.action.to_ascii_lowercase();
+        if !matches!(
+            action.as_str(),
+            "" | "allow" | "deny" | "pass" | "next-tier" | "log"
+        ) {
+            warn!(action = %rule.action, "skipping rule with unknown action");
+            return false;
+        }
+
+        self.push_or_blocks(family, proto, &blocks, chain);
+        let mut b = RuleBuilder::new(family);
+        for c in &clauses {
+            b = apply(b, c);
+        }
+        if !blocks.is_empty() {
+            b = b.mark_has(self.marks.scratch0);
+        }
+        self.push_verdict(family, layer, &action, b, log, &comment_refs, chain);
+        true
+    }
+
+    /// A rule's match clauses, positive then negated, in Felix's order; port alternatives that
+    /// need an OR come back as blocks (at most two: source and destination).
+    fn rule_clauses(
+        &self,
+        family: Family,
+        rule: &Rule,
+        nets: &FamilyNets,
+        protos: (Option<u8>, Option<u8>),
+        icmp_v6: bool,
+        sets: &mut SetBag,
+    ) -> (Vec<Clause>, Vec<Vec<Clause>>) {
         // Positive clauses in Felix's order; port alternatives that need an OR become blocks.
+        let (proto, not_proto) = protos;
         let mut clauses: Vec<Clause> = Vec::new();
         let mut blocks: Vec<Vec<Clause>> = Vec::new();
         if let Some(p) = proto {
@@ -390,12 +448,7 @@ impl Renderer {
                     false,
                 ));
             }
-            clauses.push(Clause::Icmp(
-                icmp_v6,
-                t.clamp(0, 255) as u8,
-                c.map(|c| c.clamp(0, 255) as u8),
-                false,
-            ));
+            clauses.push(icmp_clause(icmp_v6, t, c, false));
         }
 
         // Negated clauses, same order.
@@ -437,37 +490,20 @@ impl Renderer {
                     false,
                 ));
             }
-            clauses.push(Clause::Icmp(
-                icmp_v6,
-                t.clamp(0, 255) as u8,
-                c.map(|c| c.clamp(0, 255) as u8),
-                true,
-            ));
+            clauses.push(icmp_clause(icmp_v6, t, c, true));
         }
+        (clauses, blocks)
+    }
 
-        let comments: Vec<String> = rule
-            .metadata
-            .as_ref()
-            .map(|m| {
-                m.annotations
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let comment_refs: Vec<&str> = comments.iter().map(String::as_str).collect();
-
-        let action = rule.action.to_ascii_lowercase();
-        if !matches!(
-            action.as_str(),
-            "" | "allow" | "deny" | "pass" | "next-tier" | "log"
-        ) {
-            warn!(action = %rule.action, "skipping rule with unknown action");
-            return false;
-        }
-
-        // OR blocks (§9.3): scratch0 holds "first block matched"; a second block ANDs via
-        // scratch1.
+    /// OR blocks (§9.3): each block's alternatives set a scratch mark the rule then matches on.
+    /// scratch0 holds "first block matched"; a second block ANDs via scratch1.
+    fn push_or_blocks(
+        &self,
+        family: Family,
+        proto: Option<u8>,
+        blocks: &[Vec<Clause>],
+        chain: &mut ChainBuilder,
+    ) {
         let m = self.marks;
         let proto_clause = proto.map(|p| Clause::Proto(p, false));
         if !blocks.is_empty() {
@@ -500,16 +536,25 @@ impl Renderer {
                 }
             }
         }
-        let mut b = RuleBuilder::new(family);
-        for c in &clauses {
-            b = apply(b, c);
-        }
-        if !blocks.is_empty() {
-            b = b.mark_has(m.scratch0);
-        }
-        match action.as_str() {
+    }
+
+    /// The rule's verdict on what matched `b`: a mark and a return for allow and pass, a drop
+    /// (or reject) for deny, a rate-limited log with the configured prefix for log.
+    #[allow(clippy::too_many_arguments)]
+    fn push_verdict(
+        &self,
+        family: Family,
+        layer: Layer,
+        action: &str,
+        mut b: RuleBuilder,
+        log: &LogCtx,
+        comment_refs: &[&str],
+        chain: &mut ChainBuilder,
+    ) {
+        let m = self.marks;
+        match action {
             "" | "allow" => {
-                chain.push(b.counter().mark_set_or(m.accept).build(), &comment_refs);
+                chain.push(b.counter().mark_set_or(m.accept).build(), comment_refs);
                 chain.push(
                     RuleBuilder::new(family)
                         .mark_has(m.accept)
@@ -520,7 +565,7 @@ impl Renderer {
                 );
             }
             "pass" | "next-tier" => {
-                chain.push(b.counter().mark_set_or(m.pass).build(), &comment_refs);
+                chain.push(b.counter().mark_set_or(m.pass).build(), comment_refs);
                 chain.push(
                     RuleBuilder::new(family)
                         .mark_has(m.pass)
@@ -531,7 +576,7 @@ impl Renderer {
                 );
             }
             "deny" => {
-                chain.push(b.counter().mark_set_or(m.drop).build(), &comment_refs);
+                chain.push(b.counter().mark_set_or(m.drop).build(), comment_refs);
                 let d = RuleBuilder::new(family).mark_has(m.drop).counter();
                 chain.push(self.deny(d, layer).build(), &["Drop if policy denied"]);
             }
@@ -549,10 +594,9 @@ impl Renderer {
                     }
                     prefix.truncate(end);
                 }
-                chain.push(b.counter().log(&prefix).build(), &comment_refs);
+                chain.push(b.counter().log(&prefix).build(), comment_refs);
             }
         }
-        true
     }
 
     /// `%k`/`%n`/`%p`/`%t` substituted into `LogPrefix` (§3.2).

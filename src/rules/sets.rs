@@ -148,7 +148,7 @@ pub fn is_member(kind: IpSetType, m: &str) -> bool {
 /// One IP set's members as the model keeps them: parsed when recorded, by family, in sets (so
 /// sorted and without duplicates). As strings, a mid-scale node's 100,000 members were about
 /// 5 MB of the daemon's memory; as addresses they are a fifth of that, and rendering them
-/// parses nothing (issue 9).
+/// parses nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Members {
     /// `IP`: addresses; a `/32` or `/128` member is its address.

@@ -1,8 +1,8 @@
-//! The side table (issue 9): a small second table per family (`ip calico-side`,
+//! The side table: a small second table per family (`ip calico-side`,
 //! [`crate::SIDE_TABLE`]) holding the workload endpoints added or changed since the last merge,
 //! with the policy and profile chains they jump to and the IP sets those reference. The kernel
 //! validates every table a commit touches by walking it whole from its base chains
-//! (kernel-cost.md §3: ~50 ms at large scale whatever was added; 1 ms for a small second table),
+//! (docs/design.md, cost model),
 //! so an endpoint that goes to the side table costs a small table's validation, and deleting
 //! it from the main table costs nothing (deletes are not validated). Which endpoint lives
 //! where is [`super::incremental`]'s business; this module renders the structure.

@@ -59,6 +59,48 @@ fn fam_v6(family: Family) -> bool {
     family == Family::Ip6
 }
 
+/// What every static chain of one family is built from.
+struct Statics {
+    family: Family,
+    v6: bool,
+    /// Workload interface patterns (`cali*`).
+    prefixes: Vec<String>,
+    hosts_set: String,
+    vxlan_set: String,
+    vxlan: bool,
+    ipip: bool,
+    wg_port: Option<u16>,
+}
+
+impl Statics {
+    fn new(rd: &Renderer, family: Family) -> Statics {
+        let cfg = &rd.cfg;
+        let v6 = fam_v6(family);
+        Statics {
+            family,
+            v6,
+            prefixes: cfg
+                .workload_iface_prefixes
+                .iter()
+                .map(|p| format!("{p}*"))
+                .collect(),
+            hosts_set: ipset_name(family, internal_sets::ALL_HOSTS_NET),
+            vxlan_set: ipset_name(family, internal_sets::ALL_VXLAN_NET),
+            vxlan: rd.vxlan_on(family),
+            ipip: cfg.ipip_enabled && !v6,
+            wg_port: if v6 {
+                cfg.wireguard_port_v6
+            } else {
+                cfg.wireguard_port
+            },
+        }
+    }
+
+    fn rule(&self) -> RuleBuilder {
+        RuleBuilder::new(self.family)
+    }
+}
+
 impl Renderer {
     /// The configured filter deny (drop or reject) in the filter layer; drop elsewhere (raw
     /// and mangle run before the hooks where `reject` is meaningful).
@@ -300,50 +342,57 @@ impl Renderer {
     /// `nat-cali-fip-dnat`/`-snat`, `filter-cali-cidr-block` and the host-endpoint dispatch
     /// chains — have their own functions.
     pub fn static_chains(&self, family: Family) -> Vec<TextChain> {
-        let m = self.marks;
-        let cfg = &self.cfg;
-        let v6 = fam_v6(family);
-        let r = || RuleBuilder::new(family);
-        let f = |n: &str| Layer::Filter.chain(n);
-        let prefixes: Vec<String> = cfg
-            .workload_iface_prefixes
-            .iter()
-            .map(|p| format!("{p}*"))
-            .collect();
-        let hosts_set = ipset_name(family, internal_sets::ALL_HOSTS_NET);
-        let vxlan_set = ipset_name(family, internal_sets::ALL_VXLAN_NET);
-        let vxlan = self.vxlan_on(family);
-        let ipip = cfg.ipip_enabled && !v6;
-        let mut out = Vec::new();
+        let s = Statics::new(self, family);
+        let mut out = vec![
+            self.filter_forward(&s),
+            self.filter_input(&s),
+            self.filter_wl_to_host(&s),
+            self.filter_output(&s),
+        ];
+        out.extend(self.failsafes(&s));
+        out.extend(self.workload_dispatch(&s));
+        out.push(self.mangle_prerouting(&s));
+        out.push(self.mangle_postrouting(&s));
+        out.push(self.raw_prerouting(&s));
+        out.push(self.raw_output(&s));
+        out.extend(self.nat(&s));
+        out
+    }
 
-        // filter cali-FORWARD (§7.1)
-        let mut c = ChainBuilder::new(&f(logical::FORWARD));
+    /// filter cali-FORWARD (§7.1)
+    fn filter_forward(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::FORWARD));
         c.push(
-            r().counter()
-                .mark_clear(m.pass | m.scratch0 | m.scratch1)
-                .build(),
-            &[],
-        );
-        c.push(
-            r().mark_lacks(m.accept)
+            s.rule()
                 .counter()
-                .jump(&f(logical::FROM_HEP_FORWARD))
+                .mark_clear(self.marks.pass | self.marks.scratch0 | self.marks.scratch1)
                 .build(),
             &[],
         );
-        for p in &prefixes {
-            c.push(self.wl_dispatch_jump(family, Iface::In, p), &[]);
-            c.push(self.wl_dispatch_jump(family, Iface::Out, p), &[]);
+        c.push(
+            s.rule()
+                .mark_lacks(self.marks.accept)
+                .counter()
+                .jump(&Layer::Filter.chain(logical::FROM_HEP_FORWARD))
+                .build(),
+            &[],
+        );
+        for p in &s.prefixes {
+            c.push(self.wl_dispatch_jump(s.family, Iface::In, p), &[]);
+            c.push(self.wl_dispatch_jump(s.family, Iface::Out, p), &[]);
         }
-        self.forward_after_workloads(family, &mut c);
-        out.push(c.finish());
+        self.forward_after_workloads(s.family, &mut c);
+        c.finish()
+    }
 
-        // filter cali-INPUT (§7.2)
-        let mut c = ChainBuilder::new(&f(logical::INPUT));
-        if ipip {
+    /// filter cali-INPUT (§7.2)
+    fn filter_input(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::INPUT));
+        if s.ipip {
             c.push(
-                r().l4proto(4)
-                    .saddr_in_set(&hosts_set)
+                s.rule()
+                    .l4proto(4)
+                    .saddr_in_set(&s.hosts_set)
                     .fib_addr_type_local(Dir::Dst, false)
                     .counter()
                     .verdict(self.filter_allow())
@@ -351,41 +400,40 @@ impl Renderer {
                 &["Allow IPIP packets from Calico hosts"],
             );
             c.push(
-                self.deny(r().l4proto(4).counter(), Layer::Filter).build(),
+                self.deny(s.rule().l4proto(4).counter(), Layer::Filter)
+                    .build(),
                 &["Drop IPIP packets from non-Calico hosts"],
             );
         }
-        if vxlan {
+        if s.vxlan {
             c.push(
-                r().l4proto(17)
-                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
-                    .saddr_in_set(&vxlan_set)
+                s.rule()
+                    .l4proto(17)
+                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
+                    .saddr_in_set(&s.vxlan_set)
                     .fib_addr_type_local(Dir::Dst, false)
                     .counter()
                     .verdict(self.filter_allow())
                     .build(),
                 &["Allow VXLAN packets from allowed hosts"],
             );
-            let b = r()
+            let b = s
+                .rule()
                 .l4proto(17)
-                .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
                 .fib_addr_type_local(Dir::Dst, false)
                 .counter();
-            let b = if v6 {
+            let b = if s.v6 {
                 self.deny(b, Layer::Filter)
             } else {
                 b.drop_()
             };
             c.push(b.build(), &["Drop VXLAN packets from non-allowed hosts"]);
         }
-        let wg_port = if v6 {
-            cfg.wireguard_port_v6
-        } else {
-            cfg.wireguard_port
-        };
-        if let Some(port) = wg_port {
+        if let Some(port) = s.wg_port {
             c.push(
-                r().l4proto(17)
+                s.rule()
+                    .l4proto(17)
                     .th_port(Dir::Dst, port, port, false)
                     .fib_addr_type_local(Dir::Dst, false)
                     .counter()
@@ -394,42 +442,51 @@ impl Renderer {
                 &["Allow incoming Wireguard packets"],
             );
         }
-        for p in &prefixes {
+        for p in &s.prefixes {
             c.push(
-                r().iifname(p)
+                s.rule()
+                    .iifname(p)
                     .counter()
-                    .goto(&f(logical::WL_TO_HOST))
+                    .goto(&Layer::Filter.chain(logical::WL_TO_HOST))
                     .build(),
                 &[],
             );
         }
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.filter_allow())
                 .build(),
             &[],
         );
-        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
         c.push(
-            r().counter().jump(&f(logical::FROM_HOST_ENDPOINT)).build(),
+            s.rule()
+                .counter()
+                .jump(&Layer::Filter.chain(logical::FROM_HOST_ENDPOINT))
+                .build(),
             &[],
         );
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.filter_allow())
                 .build(),
             &["Host endpoint policy accepted packet."],
         );
-        out.push(c.finish());
+        c.finish()
+    }
 
-        // filter cali-wl-to-host (§7.3)
-        let mut c = ChainBuilder::new(&f(logical::WL_TO_HOST));
-        if v6 {
+    /// filter cali-wl-to-host (§7.3)
+    fn filter_wl_to_host(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::WL_TO_HOST));
+        if s.v6 {
             for t in [130u8, 131, 132, 133, 135, 136] {
                 c.push(
-                    r().l4proto(58)
+                    s.rule()
+                        .l4proto(58)
                         .icmp(true, t, None, false)
                         .counter()
                         .verdict(self.filter_allow())
@@ -439,31 +496,38 @@ impl Renderer {
             }
         }
         c.push(
-            r().counter().jump(&f(logical::FROM_WL_DISPATCH)).build(),
+            s.rule()
+                .counter()
+                .jump(&Layer::Filter.chain(logical::FROM_WL_DISPATCH))
+                .build(),
             &[],
         );
         c.push(
-            self.endpoint_to_host_rule(family),
+            self.endpoint_to_host_rule(s.family),
             &["Configured DefaultEndpointToHostAction"],
         );
-        out.push(c.finish());
+        c.finish()
+    }
 
-        // filter cali-OUTPUT (§7.4)
-        let mut c = ChainBuilder::new(&f(logical::OUTPUT));
+    /// filter cali-OUTPUT (§7.4)
+    fn filter_output(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::OUTPUT));
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.filter_allow())
                 .build(),
             &[],
         );
-        for p in &prefixes {
-            c.push(r().oifname(p).counter().ret().build(), &[]);
+        for p in &s.prefixes {
+            c.push(s.rule().oifname(p).counter().ret().build(), &[]);
         }
-        if ipip {
+        if s.ipip {
             c.push(
-                r().l4proto(4)
-                    .daddr_in_set(&hosts_set)
+                s.rule()
+                    .l4proto(4)
+                    .daddr_in_set(&s.hosts_set)
                     .fib_addr_type_local(Dir::Src, false)
                     .counter()
                     .verdict(self.filter_allow())
@@ -471,11 +535,12 @@ impl Renderer {
                 &["Allow IPIP packets to other Calico hosts"],
             );
         }
-        if vxlan {
+        if s.vxlan {
             c.push(
-                r().l4proto(17)
-                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
-                    .daddr_in_set(&vxlan_set)
+                s.rule()
+                    .l4proto(17)
+                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
+                    .daddr_in_set(&s.vxlan_set)
                     .fib_addr_type_local(Dir::Src, false)
                     .counter()
                     .verdict(self.filter_allow())
@@ -483,9 +548,10 @@ impl Renderer {
                 &["Allow VXLAN packets to other Calico hosts"],
             );
         }
-        if let Some(port) = wg_port {
+        if let Some(port) = s.wg_port {
             c.push(
-                r().l4proto(17)
+                s.rule()
+                    .l4proto(17)
                     .th_port(Dir::Dst, port, port, false)
                     .fib_addr_type_local(Dir::Src, false)
                     .counter()
@@ -494,171 +560,245 @@ impl Renderer {
                 &["Allow outgoing Wireguard packets"],
             );
         }
-        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
         c.push(
-            r().ct_status_dnat(false)
+            s.rule()
+                .ct_status_dnat(false)
                 .counter()
-                .jump(&f(logical::TO_HOST_ENDPOINT))
+                .jump(&Layer::Filter.chain(logical::TO_HOST_ENDPOINT))
                 .build(),
             &[],
         );
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.filter_allow())
                 .build(),
             &["Host endpoint policy accepted packet."],
         );
-        out.push(c.finish());
+        c.finish()
+    }
 
-        // failsafes (§7.5)
+    /// failsafes (§7.5)
+    fn failsafes(&self, s: &Statics) -> Vec<TextChain> {
+        let mut out = Vec::new();
         for layer in [Layer::Filter, Layer::Mangle, Layer::Raw] {
-            out.extend(self.failsafe_chains(family, layer));
+            out.extend(self.failsafe_chains(s.family, layer));
         }
+        out
+    }
 
-        // workload dispatch (§6.5): one vmap lookup, then fail closed.
+    /// workload dispatch (§6.5): one vmap lookup, then fail closed.
+    fn workload_dispatch(&self, s: &Statics) -> Vec<TextChain> {
+        let mut out = Vec::new();
         for (name, which) in [
-            (f(logical::FROM_WL_DISPATCH), Iface::In),
-            (f(logical::TO_WL_DISPATCH), Iface::Out),
+            (Layer::Filter.chain(logical::FROM_WL_DISPATCH), Iface::In),
+            (Layer::Filter.chain(logical::TO_WL_DISPATCH), Iface::Out),
         ] {
             let mut c = ChainBuilder::new(&name);
             if self.side_table_on() {
-                self.side_handoff(family, which, &mut c);
+                self.side_handoff(s.family, which, &mut c);
             }
-            c.push(r().ifname_vmap(which, &name).build(), &[]);
+            c.push(s.rule().ifname_vmap(which, &name).build(), &[]);
             c.push(
-                self.deny(r().counter(), Layer::Filter).build(),
+                self.deny(s.rule().counter(), Layer::Filter).build(),
                 &["Unknown interface"],
             );
             out.push(c.finish());
         }
+        out
+    }
 
-        // mangle cali-PREROUTING (§7.6)
-        let mg = |n: &str| Layer::Mangle.chain(n);
-        let mut c = ChainBuilder::new(&mg(logical::PREROUTING));
+    /// mangle cali-PREROUTING (§7.6)
+    fn mangle_prerouting(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Mangle.chain(logical::PREROUTING));
         c.push(
-            r().ct_state(ct_state::ESTABLISHED | ct_state::RELATED)
+            s.rule()
+                .ct_state(ct_state::ESTABLISHED | ct_state::RELATED)
                 .counter()
                 .verdict(self.mangle_allow())
                 .build(),
             &[],
         );
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.mangle_allow())
                 .build(),
             &[],
         );
         c.push(
-            r().counter().jump(&mg(logical::FROM_HOST_ENDPOINT)).build(),
+            s.rule()
+                .counter()
+                .jump(&Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT))
+                .build(),
             &[],
         );
         c.push(
-            r().mark_has(m.accept)
+            s.rule()
+                .mark_has(self.marks.accept)
                 .counter()
                 .verdict(self.mangle_allow())
                 .build(),
             &["Host endpoint policy accepted packet."],
         );
-        out.push(c.finish());
+        c.finish()
+    }
 
-        // mangle cali-POSTROUTING (§7.7)
-        let mut c = ChainBuilder::new(&mg(logical::POSTROUTING));
-        c.push(r().mark_has(m.accept).counter().ret().build(), &[]);
-        c.push(r().counter().mark_clear(m.all()).build(), &[]);
+    /// mangle cali-POSTROUTING (§7.7)
+    fn mangle_postrouting(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Mangle.chain(logical::POSTROUTING));
         c.push(
-            r().ct_status_dnat(true)
+            s.rule().mark_has(self.marks.accept).counter().ret().build(),
+            &[],
+        );
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
+        c.push(
+            s.rule()
+                .ct_status_dnat(true)
                 .counter()
-                .jump(&mg(logical::TO_HOST_ENDPOINT))
+                .jump(&Layer::Mangle.chain(logical::TO_HOST_ENDPOINT))
                 .build(),
             &[],
         );
         c.push(
-            r().mark_has(m.accept).counter().ret().build(),
+            s.rule().mark_has(self.marks.accept).counter().ret().build(),
             &["Host endpoint policy accepted packet."],
         );
-        out.push(c.finish());
+        c.finish()
+    }
 
-        // raw cali-PREROUTING (§7.8)
-        let rw = |n: &str| Layer::Raw.chain(n);
-        let mut c = ChainBuilder::new(&rw(logical::PREROUTING));
-        c.push(r().counter().mark_clear(m.all()).build(), &[]);
-        if vxlan {
+    /// raw cali-PREROUTING (§7.8)
+    fn raw_prerouting(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::PREROUTING));
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
+        if s.vxlan {
             c.push(
-                r().l4proto(17)
-                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                s.rule()
+                    .l4proto(17)
+                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
                     .counter()
                     .notrack()
                     .build(),
                 &[],
             );
         }
-        for p in &prefixes {
+        for p in &s.prefixes {
             c.push(
-                r().iifname(p).counter().mark_set_or(m.scratch0).build(),
+                s.rule()
+                    .iifname(p)
+                    .counter()
+                    .mark_set_or(self.marks.scratch0)
+                    .build(),
                 &[],
             );
         }
         c.push(
-            r().mark_has(m.scratch0)
+            s.rule()
+                .mark_has(self.marks.scratch0)
                 .counter()
-                .jump(&rw(logical::RPF_SKIP))
+                .jump(&Layer::Raw.chain(logical::RPF_SKIP))
                 .build(),
             &[],
         );
         c.push(
             self.deny(
-                r().mark_has(m.scratch0).fib_rpf_missing().counter(),
+                s.rule()
+                    .mark_has(self.marks.scratch0)
+                    .fib_rpf_missing()
+                    .counter(),
                 Layer::Raw,
             )
             .build(),
             &["Strict reverse-path check for workloads"],
         );
         c.push(
-            r().mark_lacks(m.scratch0)
+            s.rule()
+                .mark_lacks(self.marks.scratch0)
                 .counter()
-                .jump(&rw(logical::FROM_HOST_ENDPOINT))
+                .jump(&Layer::Raw.chain(logical::FROM_HOST_ENDPOINT))
                 .build(),
             &[],
         );
-        c.push(r().mark_has(m.accept).counter().accept().build(), &[]);
-        out.push(c.finish());
-
-        // raw cali-OUTPUT (§7.9)
-        let mut c = ChainBuilder::new(&rw(logical::OUTPUT));
-        c.push(r().counter().mark_clear(m.all()).build(), &[]);
         c.push(
-            r().counter().jump(&rw(logical::TO_HOST_ENDPOINT)).build(),
+            s.rule()
+                .mark_has(self.marks.accept)
+                .counter()
+                .accept()
+                .build(),
             &[],
         );
-        if vxlan {
+        c.finish()
+    }
+
+    /// raw cali-OUTPUT (§7.9)
+    fn raw_output(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::OUTPUT));
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
+        c.push(
+            s.rule()
+                .counter()
+                .jump(&Layer::Raw.chain(logical::TO_HOST_ENDPOINT))
+                .build(),
+            &[],
+        );
+        if s.vxlan {
             c.push(
-                r().l4proto(17)
-                    .th_port(Dir::Dst, cfg.vxlan_port, cfg.vxlan_port, false)
+                s.rule()
+                    .l4proto(17)
+                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
                     .counter()
                     .notrack()
                     .build(),
                 &[],
             );
         }
-        c.push(r().mark_has(m.accept).counter().accept().build(), &[]);
-        out.push(c.finish());
+        c.push(
+            s.rule()
+                .mark_has(self.marks.accept)
+                .counter()
+                .accept()
+                .build(),
+            &[],
+        );
+        c.finish()
+    }
 
-        // nat cali-PREROUTING / cali-OUTPUT / cali-POSTROUTING (§7.11)
-        let nt = |n: &str| Layer::Nat.chain(n);
+    /// nat cali-PREROUTING / cali-OUTPUT / cali-POSTROUTING (§7.11)
+    fn nat(&self, s: &Statics) -> Vec<TextChain> {
+        let mut out = Vec::new();
         for name in [logical::PREROUTING, logical::OUTPUT] {
-            let mut c = ChainBuilder::new(&nt(name));
-            c.push(r().counter().jump(&nt(logical::FIP_DNAT)).build(), &[]);
+            let mut c = ChainBuilder::new(&Layer::Nat.chain(name));
+            c.push(
+                s.rule()
+                    .counter()
+                    .jump(&Layer::Nat.chain(logical::FIP_DNAT))
+                    .build(),
+                &[],
+            );
             out.push(c.finish());
         }
-        let mut c = ChainBuilder::new(&nt(logical::POSTROUTING));
-        c.push(r().counter().jump(&nt(logical::FIP_SNAT)).build(), &[]);
-        c.push(r().counter().jump(&nt(logical::NAT_OUTGOING)).build(), &[]);
-        let tunnels = if v6 {
-            &cfg.tunnel_ifaces_v6
+        let mut c = ChainBuilder::new(&Layer::Nat.chain(logical::POSTROUTING));
+        c.push(
+            s.rule()
+                .counter()
+                .jump(&Layer::Nat.chain(logical::FIP_SNAT))
+                .build(),
+            &[],
+        );
+        c.push(
+            s.rule()
+                .counter()
+                .jump(&Layer::Nat.chain(logical::NAT_OUTGOING))
+                .build(),
+            &[],
+        );
+        let tunnels = if s.v6 {
+            &self.cfg.tunnel_ifaces_v6
         } else {
-            &cfg.tunnel_ifaces_v4
+            &self.cfg.tunnel_ifaces_v4
         };
         for t in tunnels {
             let src_local = |b: RuleBuilder| {
@@ -668,30 +808,29 @@ impl Renderer {
             if t.starts_with("vxlan") {
                 // Keep the source port off the VXLAN port (calico#12244): the wider side of
                 // [1024, 65535] around it.
-                let p = cfg.vxlan_port;
+                let p = self.cfg.vxlan_port;
                 let range = if u32::from(p).saturating_sub(1024) > 65535 - u32::from(p) {
                     (1024, p.saturating_sub(1))
                 } else {
                     (p.saturating_add(1), 65535)
                 };
                 c.push(
-                    src_local(r().oifname(t).l4proto(17))
+                    src_local(s.rule().oifname(t).l4proto(17))
                         .counter()
-                        .masquerade(Some(range), cfg.masq_fully_random)
+                        .masquerade(Some(range), self.cfg.masq_fully_random)
                         .build(),
                     &["Masquerade non-tunnel sources leaving the tunnel"],
                 );
             }
             c.push(
-                src_local(r().oifname(t))
+                src_local(s.rule().oifname(t))
                     .counter()
-                    .masquerade(None, cfg.masq_fully_random)
+                    .masquerade(None, self.cfg.masq_fully_random)
                     .build(),
                 &["Masquerade non-tunnel sources leaving the tunnel"],
             );
         }
         out.push(c.finish());
-
         out
     }
 

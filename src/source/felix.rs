@@ -18,11 +18,12 @@ use std::thread::JoinHandle;
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 
+use super::outbox::{outbox, Outbox};
 use super::{
     Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY,
 };
+use crate::proto::decode_to_dataplane;
 use crate::proto::frame::{write_frame, AsyncFrameReader, FrameReader};
-use crate::proto::{decode_to_dataplane, FromDataplane};
 
 /// Felix → driver (reference §1.1).
 pub const FD_IN: RawFd = 3;
@@ -57,10 +58,7 @@ pub fn take_felix_fds() -> Result<(File, File), SourceError> {
 }
 
 /// The fd 4 writer: the sender the dataplane reports on, and the thread (returns frames written).
-pub type Writer = (
-    mpsc::Sender<FromDataplane>,
-    JoinHandle<Result<u64, SourceError>>,
-);
+pub type Writer = (Outbox, JoinHandle<Result<u64, SourceError>>);
 
 /// What the fd 3 reader saw before it ended cleanly.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -197,21 +195,33 @@ fn frame_item(index: u64, body: &[u8], summary: &mut ReadSummary) -> Received {
     }
 }
 
-/// Starts the fd 4 writer thread: each `FromDataplane` sent to the returned channel is written
-/// as one frame, with `sequence_number` assigned here (0, 1, 2, …; Felix ignores it, §1.2). The
-/// thread ends when every sender is dropped (`Ok(frames written)`) or a write fails (`Err`:
-/// Felix has gone, and will shut down — §1.1).
+/// Starts the fd 4 writer thread: each `FromDataplane` pushed to the returned [`Outbox`] is
+/// written as one frame, with `sequence_number` assigned here (0, 1, 2, …; Felix ignores it,
+/// §1.2). The outbox never blocks its pusher: while Felix is slow to read, statuses are coalesced
+/// (see [`super::outbox`]). The thread ends when every outbox handle is dropped
+/// (`Ok(frames written)`) or a write fails (`Err`, logged once when it happens: Felix has gone,
+/// and will shut down — §1.1; later statuses are dropped).
 pub fn spawn_writer<W: Write + Send + 'static>(output: W) -> Result<Writer, SourceError> {
-    let (tx, mut rx) = mpsc::channel::<FromDataplane>(CHANNEL_CAPACITY);
+    let (tx, rx) = outbox();
     let handle = std::thread::Builder::new()
         .name("felix-fd4".into())
         .spawn(move || {
             let mut output = output;
             let mut seq = 0u64;
-            while let Some(mut msg) = rx.blocking_recv() {
-                msg.sequence_number = seq;
-                write_frame(&mut output, &msg).map_err(SourceError::WriteFd4)?;
-                seq += 1;
+            while let Some(batch) = rx.blocking_take() {
+                for mut msg in batch {
+                    msg.sequence_number = seq;
+                    if let Err(e) = write_frame(&mut output, &msg) {
+                        rx.break_off();
+                        let e = SourceError::WriteFd4(e);
+                        tracing::error!(
+                            error = %crate::ops::logging::chain(&e),
+                            "fd 4 is closed: no more statuses can be sent to Felix"
+                        );
+                        return Err(e);
+                    }
+                    seq += 1;
+                }
             }
             Ok(seq)
         })
@@ -285,11 +295,10 @@ mod tests {
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
         let (tx, h) = spawn_writer(w).unwrap();
         for _ in 0..3 {
-            tx.blocking_send(FromDataplane {
+            tx.push(FromDataplane {
                 sequence_number: 99,
                 payload: Some(from_dataplane::Payload::DataplaneInSync(DataplaneInSync {})),
-            })
-            .unwrap();
+            });
         }
         drop(tx);
         assert_eq!(h.join().unwrap().unwrap(), 3);

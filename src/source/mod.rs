@@ -9,6 +9,7 @@
 //! which for fd 3 is Felix itself (reference §1.2, natural back-pressure).
 
 pub mod felix;
+pub mod outbox;
 pub mod state;
 pub mod stream;
 
@@ -138,7 +139,7 @@ pub enum SourceError {
 /// A pipe (Felix's fd 3, a piped stdin) is read by a task on the runtime: the kernel wakes the
 /// runtime's own thread, which reads, decodes and hands the message to the loop's task on the same
 /// thread. A reader thread of its own adds a wake-up of a second, idle CPU to every update, which
-/// on this kind of VM is 0.1–0.2 ms (issue 9). Anything else (a regular file, a terminal) cannot
+/// on this kind of VM is 0.1–0.2 ms. Anything else (a regular file, a terminal) cannot
 /// be polled and is read by a thread with blocking reads. A polled pipe is made non-blocking, a
 /// flag its other holders (a parent that kept the read end) share: the agent owns its input.
 pub enum Reader<T> {

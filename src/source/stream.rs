@@ -1,4 +1,4 @@
-//! JSON stream transport (DESIGN.md §1): one `ToDataplane` in proto3 JSON per line, from standard
+//! JSON stream transport: one `ToDataplane` in proto3 JSON per line, from standard
 //! input or from the clients of a unix socket, each client served on its own task.
 //!
 //! A line that does not decode is sent down the channel as [`Rejected`] with its line number and

@@ -81,8 +81,7 @@ pub struct Agent {
 
 impl Agent {
     /// Starts the daemon on `topo`'s host namespace with hermetic config: no config file, no
-    /// status reporting, plain tables (Debian's `nft` cannot print owner+persist ones, netlink.md
-    /// gotcha 19, and the tests read the ruleset as an oracle).
+    /// status reporting, plain tables (Debian's `nft` cannot print owner+persist ones, and the tests read the ruleset as an oracle).
     pub fn start(topo: &Topology, opts: AgentOptions) -> Agent {
         let bin = env!("CARGO_BIN_EXE_felix-nft");
         let mut cmd = match &opts.strace_to {
@@ -278,7 +277,7 @@ pub fn cidr4(w: &Workload) -> String {
     format!("{}/32", w.ipv4.expect("an IPv4 workload"))
 }
 
-// ---- messages (proto3 JSON, the proto's own field names: DESIGN.md §1) ----
+// ---- messages (proto3 JSON, the proto's own field names) ----
 
 pub fn in_sync() -> Value {
     json!({"in_sync": {}})

@@ -1,4 +1,4 @@
-//! The nf_tables netlink codec: our own, pure Rust (DESIGN.md §2). Encodes the object model of
+//! The nf_tables netlink codec: our own, pure Rust. Encodes the object model of
 //! [`crate::nft::model`] into nfnetlink messages and decodes the kernel's messages (dumps, echoes)
 //! back into the same model, so that `decode(encode(x)) == x`.
 //!
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Integer attributes are big-endian; register data is kept exactly as the kernel holds it
-//! (reference/netlink.md gotcha 5). This module knows netlink, not Calico, and does no I/O.
+//! (host order for most, network order for addresses). This module knows netlink, not Calico, and does no I/O.
 
 pub mod attr;
 mod expr;
@@ -60,7 +60,7 @@ pub enum CodecError {
     /// A message type this decoder does not handle.
     #[error("unexpected nf_tables message type {0}")]
     UnexpectedType(u16),
-    /// An attribute would exceed 64 KiB (`nla_len` is a u16; netlink.md gotcha 2).
+    /// An attribute would exceed 64 KiB (`nla_len` is a u16).
     #[error("{what} is {len} bytes, over the 64 KiB netlink attribute limit")]
     TooLarge { what: String, len: usize },
     /// A value the kernel would refuse (e.g. a rule comment over 255 bytes).

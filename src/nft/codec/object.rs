@@ -49,7 +49,7 @@ pub fn put_chain_ref(w: &mut MsgWriter, table: &str, chain: &str) {
     w.put_str(NFTA_CHAIN_NAME, chain);
 }
 
-/// Rule userdata: libnftnl TLV `NFTNL_UDATA_RULE_COMMENT`, NUL-terminated (netlink.md gotcha 9),
+/// Rule userdata: libnftnl TLV `NFTNL_UDATA_RULE_COMMENT`, NUL-terminated,
 /// written straight into the message.
 fn put_rule_udata(w: &mut MsgWriter, comment: &str) -> Result<(), CodecError> {
     let len = comment.len() + 1;
@@ -131,7 +131,7 @@ pub fn key_type_of(key: &[DataType]) -> (u32, u32) {
 }
 
 /// nft's byte order of a datatype (`BYTEORDER_*`), stored in set userdata so that `nft list`
-/// prints keys right (netlink.md gotcha 9).
+/// prints keys right.
 fn byteorder(t: DataType) -> u32 {
     match t {
         DataType::Ipv4Addr
@@ -289,7 +289,7 @@ const PLAIN_KEY_MAX: usize = 16;
 
 /// [`put_elem`] for an element with only flags and a key of at most [`PLAIN_KEY_MAX`] bytes,
 /// nearly every element of a full load: the same bytes, built on the stack and appended at once
-/// instead of attribute by attribute (issue 9). Like every attribute it starts 4-byte aligned,
+/// instead of attribute by attribute. Like every attribute it starts 4-byte aligned,
 /// so its padding is that of the key alone.
 fn put_plain_elem(w: &mut MsgWriter, ty: u16, flags: u32, key: &[u8]) {
     fn head(b: &mut [u8], len: usize, ty: u16) {
