@@ -103,6 +103,18 @@ impl Kernel for Refusing {
         self.inner.routes(routes, only, resync).await
     }
 
+    async fn overlay(
+        &mut self,
+        device: Option<&felix_nft::rtnl::vxlan::VxlanSpec>,
+        fdb: &[(Mac, IpAddr)],
+        device_changed: bool,
+        resync: bool,
+    ) -> Result<felix_nft::dataplane::kernel::OverlayOutcome, KernelError> {
+        self.inner
+            .overlay(device, fdb, device_changed, resync)
+            .await
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
