@@ -10,6 +10,8 @@
 //!   neighbours and interface settings, and [`Dataplane::desired`] everything from scratch
 //!   (one-shot commands).
 //! - [`validate`]: rejects updates that would make the desired state wrong.
+//! - [`overlay`]: cross-node networking: the VXLAN device, its FDB and ARP entries, cluster
+//!   routes, from VTEPs, route updates, pools and the host's interfaces.
 //! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
 //! - [`driver`]: the event loop — batching, InSync gating, throttling, the apply order, retries,
 //!   refresh timers, rebuild and fail-closed exit, status back to Felix.
