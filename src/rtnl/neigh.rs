@@ -41,7 +41,11 @@ pub struct NeighSyncer {
     desired: BTreeMap<String, BTreeMap<IpAddr, Mac>>,
     /// Entries to delete: interface → addresses no longer wanted.
     to_delete: BTreeMap<String, BTreeSet<IpAddr>>,
+    /// Interfaces whose every entry must be written (they flapped, or a write failed).
     dirty: BTreeSet<String>,
+    /// Entries added or changed since the last apply, per interface: an apply writes only these
+    /// (a VTEP more on a device with a thousand costs one write).
+    dirty_entries: BTreeMap<String, BTreeSet<IpAddr>>,
     resync: bool,
     stats: NeighSyncStats,
 }
@@ -89,8 +93,16 @@ impl NeighSyncer {
         if let Some(pending) = self.to_delete.get_mut(ifname) {
             pending.retain(|ip| !new.contains_key(ip));
         }
-        if old != new {
-            self.dirty.insert(ifname.to_string());
+        let changed: BTreeSet<IpAddr> = new
+            .iter()
+            .filter(|(ip, mac)| old.get(ip) != Some(mac))
+            .map(|(ip, _)| *ip)
+            .collect();
+        if !changed.is_empty() {
+            self.dirty_entries
+                .entry(ifname.to_string())
+                .or_default()
+                .extend(changed);
         }
         if !new.is_empty() {
             self.desired.insert(ifname.to_string(), new);
@@ -138,7 +150,10 @@ impl NeighSyncer {
 
     /// True when an apply has work to do.
     pub fn needs_apply(&self) -> bool {
-        self.resync || !self.dirty.is_empty() || !self.to_delete.is_empty()
+        self.resync
+            || !self.dirty.is_empty()
+            || !self.dirty_entries.is_empty()
+            || !self.to_delete.is_empty()
     }
 
     /// Writes what is dirty (or everything, on resync).
@@ -154,6 +169,7 @@ impl NeighSyncer {
         } else {
             self.dirty
                 .iter()
+                .chain(self.dirty_entries.keys())
                 .chain(self.to_delete.keys())
                 .cloned()
                 .collect()
@@ -164,10 +180,16 @@ impl NeighSyncer {
         } else {
             None
         };
-        self.dirty.clear();
+        let whole = std::mem::take(&mut self.dirty);
+        let mut entries = std::mem::take(&mut self.dirty_entries);
         for ifname in ifaces {
+            let only = if resync || whole.contains(&ifname) {
+                None
+            } else {
+                entries.remove(&ifname)
+            };
             if let Err(e) = self
-                .apply_iface(h, &ifname, kernel.as_ref(), &mut report)
+                .apply_iface(h, &ifname, kernel.as_ref(), only.as_ref(), &mut report)
                 .await
             {
                 self.dirty.insert(ifname.clone());
@@ -185,6 +207,7 @@ impl NeighSyncer {
         h: &RtnlHandle,
         ifname: &str,
         kernel: Option<&Vec<(u32, IpAddr)>>,
+        only: Option<&BTreeSet<IpAddr>>,
         report: &mut NeighReport,
     ) -> Result<()> {
         self.stats.link_gets += 1;
@@ -238,6 +261,9 @@ impl NeighSyncer {
             return Ok(());
         }
         for (ip, mac) in wanted {
+            if only.is_some_and(|o| !o.contains(&ip)) {
+                continue;
+            }
             self.stats.writes += 1;
             h.handle()
                 .neighbours()
@@ -350,5 +376,27 @@ mod tests {
         s.set_neighbours("cali1", []);
         assert!(!s.desired.contains_key("cali1"));
         assert_eq!(s.to_delete["cali1"].len(), 2);
+    }
+
+    #[test]
+    fn a_changed_entry_dirties_only_itself() {
+        let mut s = NeighSyncer::new();
+        let ip = |n: u8| IpAddr::from([10, 65, n, 0]);
+        let entries: Vec<(IpAddr, Mac)> =
+            (0..100).map(|n| (ip(n), [0x66, 0, 0, 0, 0, n])).collect();
+        s.update_neighbours("vxlan.calico", &entries);
+        s.dirty_entries.clear();
+        let mut more = entries.clone();
+        more.push((ip(200), [0x66, 0, 0, 0, 0, 200]));
+        more[3].1 = [0x66, 0, 0, 0, 0, 0xaa];
+        s.update_neighbours("vxlan.calico", &more);
+        assert_eq!(
+            s.dirty_entries["vxlan.calico"],
+            BTreeSet::from([ip(3), ip(200)])
+        );
+        assert!(
+            s.dirty.is_empty(),
+            "the interface as a whole is not rewritten"
+        );
     }
 }
