@@ -248,7 +248,7 @@ impl DataplaneConfig {
     }
 
     /// Felix's protocol for its routes other than those on a tunnel device: 80 while the
-    /// device protocol is boot (3), else the device protocol (overlay.md §2.6).
+    /// device protocol is boot (3), else the device protocol.
     pub fn felix_route_protocol(&self) -> u8 {
         if self.route_protocol == RTPROT_BOOT {
             RTPROT_FELIX

@@ -1,4 +1,4 @@
-//! Cross-node networking (overlay.md §2, reference §15/§17): from this node's and the other
+//! Cross-node networking (reference §15/§17): from this node's and the other
 //! nodes' VXLAN tunnel endpoints, Felix's route updates (IPAM blocks), the IP pools and the host's
 //! interfaces, the VXLAN device, its FDB, its ARP entries and the cluster routes wanted. Pure: no
 //! I/O; the loop hands the result to the kernel seam.
@@ -112,7 +112,7 @@ impl Overlay {
         }
     }
 
-    /// Whether IPv4 VXLAN is on (overlay.md §1.5).
+    /// Whether IPv4 VXLAN is on.
     pub fn vxlan_enabled(
         &self,
         pools: &BTreeMap<String, IpamPool>,
