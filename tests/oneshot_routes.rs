@@ -8,13 +8,13 @@ mod rtnl_common;
 use std::time::Duration;
 
 use felix_nft::rtnl::link::{create_veth, set_up};
-use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
 use rtnl_common::{in_netns_async, run_in};
 
 fn syncer(grace: Duration) -> RouteSyncer {
     // Ours: protocol 80 anywhere; any protocol on `cali*` (RemoveExternalRoutes).
-    let own = Ownership::by_prefixes([80], vec!["cali".into()], None);
+    let own = RouteOwnership::by_prefixes([80], vec!["cali".into()], None);
     RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own).with_grace(grace)
 }
 

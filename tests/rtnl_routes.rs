@@ -6,7 +6,7 @@ mod rtnl_common;
 use std::time::Duration;
 
 use felix_nft::rtnl::link;
-use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
+use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
 use rtnl_common::{in_netns_async, ip_json};
 
@@ -63,7 +63,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
             .await
             .unwrap();
 
-        let own = Ownership::by_prefixes([PROTO], vec!["cali".into()], None);
+        let own = RouteOwnership::by_prefixes([PROTO], vec!["cali".into()], None);
         let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own.clone())
             .with_grace(Duration::from_millis(800));
 
@@ -291,7 +291,7 @@ fn a_thousand_routes_converge_and_leave() {
         for i in 0..20 {
             veth_up(&h, &format!("cali{i}"), &format!("peer{i}")).await;
         }
-        let own = Ownership::by_prefixes([PROTO], vec!["cali".into()], None);
+        let own = RouteOwnership::by_prefixes([PROTO], vec!["cali".into()], None);
         let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
         for i in 0..20u32 {
             let routes = (0..50u32)

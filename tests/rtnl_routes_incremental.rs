@@ -14,7 +14,9 @@ use std::time::Instant;
 use felix_nft::dataplane::kernel::{Kernel, RealKernel};
 use felix_nft::dataplane::DataplaneConfig;
 use felix_nft::rtnl::link;
-use felix_nft::rtnl::routes::{Ownership, RouteSpec, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN};
+use felix_nft::rtnl::routes::{
+    RouteOwnership, RouteSpec, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN,
+};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
 use rtnl_common::{in_netns_async, ip_json, run_in};
 
@@ -36,7 +38,7 @@ fn syncer() -> RouteSyncer {
     RouteSyncer::new(
         IpFamily::V4,
         RT_TABLE_MAIN,
-        Ownership::by_prefixes([PROTO], vec!["cali".into()], None),
+        RouteOwnership::by_prefixes([PROTO], vec!["cali".into()], None),
     )
 }
 

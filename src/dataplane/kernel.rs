@@ -16,7 +16,7 @@ use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
-use crate::rtnl::routes::{Ownership as RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use crate::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::vxlan::{VxlanSpec, VxlanSyncer};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 

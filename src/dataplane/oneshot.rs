@@ -35,7 +35,7 @@ use crate::rtnl::link::{list_addresses, list_links, LinkState};
 use crate::rtnl::monitor::{ExcludeList, IfaceEvent};
 use crate::rtnl::neigh::{list_permanent, Mac, NeighSyncer};
 use crate::rtnl::routes::{
-    OwnedRoute, Ownership as RouteOwnership, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN,
+    OwnedRoute, RouteOwnership, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN,
 };
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 use crate::rules::RulesError;

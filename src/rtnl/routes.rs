@@ -3,7 +3,7 @@
 //!
 //! The caller (a dataplane manager) states what it wants per group (typically per interface) with
 //! [`RouteSyncer::set_routes`] and calls [`RouteSyncer::apply`]; nothing touches the kernel before
-//! that. Which kernel routes the syncer may change is the caller's [`Ownership`] rule, shaped like
+//! that. Which kernel routes the syncer may change is the caller's [`RouteOwnership`] rule, shaped like
 //! §15: routes with one of "our" protocols, or routes on an interface the caller calls a workload
 //! interface. Everything else in the table (foreign routes) is never touched.
 //!
@@ -143,7 +143,7 @@ impl fmt::Display for RouteKey {
 
 /// Which kernel routes the syncer owns (may replace or delete), in the shape of §15.
 #[derive(Clone)]
-pub struct Ownership {
+pub struct RouteOwnership {
     /// Routes with one of these protocols are ours wherever they point.
     pub protocols: BTreeSet<u8>,
     /// True for the names of workload interfaces.
@@ -156,15 +156,15 @@ pub struct Ownership {
     pub device_ifaces: BTreeSet<String>,
 }
 
-impl Ownership {
+impl RouteOwnership {
     /// Ours = `protocols`, plus any route on an interface whose name starts with one of
     /// `prefixes` (with `workload_protocols` limiting which protocols count there).
     pub fn by_prefixes(
         protocols: impl IntoIterator<Item = u8>,
         prefixes: Vec<String>,
         workload_protocols: Option<BTreeSet<u8>>,
-    ) -> Ownership {
-        Ownership {
+    ) -> RouteOwnership {
+        RouteOwnership {
             protocols: protocols.into_iter().collect(),
             is_workload_iface: Arc::new(move |name: &str| {
                 prefixes.iter().any(|p| name.starts_with(p.as_str()))
@@ -174,8 +174,8 @@ impl Ownership {
         }
     }
 
-    /// Adds interfaces every route on which is ours (see [`Ownership::device_ifaces`]).
-    pub fn with_device_ifaces(mut self, names: impl IntoIterator<Item = String>) -> Ownership {
+    /// Adds interfaces every route on which is ours (see [`RouteOwnership::device_ifaces`]).
+    pub fn with_device_ifaces(mut self, names: impl IntoIterator<Item = String>) -> RouteOwnership {
         self.device_ifaces.extend(names);
         self
     }
@@ -197,9 +197,9 @@ impl Ownership {
     }
 }
 
-impl fmt::Debug for Ownership {
+impl fmt::Debug for RouteOwnership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ownership")
+        f.debug_struct("RouteOwnership")
             .field("protocols", &self.protocols)
             .field("workload_protocols", &self.workload_protocols)
             .field("device_ifaces", &self.device_ifaces)
@@ -209,7 +209,7 @@ impl fmt::Debug for Ownership {
 
 /// What one apply did.
 #[derive(Debug, Default)]
-pub struct SyncReport {
+pub struct RouteSyncReport {
     /// Routes created where the key was free.
     pub added: Vec<RouteKey>,
     /// Routes whose key existed with other attributes and were replaced.
@@ -229,7 +229,7 @@ pub struct SyncReport {
     pub skipped: bool,
 }
 
-impl SyncReport {
+impl RouteSyncReport {
     /// Count of kernel writes made.
     pub fn changes(&self) -> usize {
         self.added.len() + self.replaced.len() + self.deleted.len()
@@ -415,7 +415,7 @@ const LINK_LOOKUP_LIMIT: usize = 32;
 pub struct RouteSyncer {
     family: IpFamily,
     table: u32,
-    ownership: Ownership,
+    ownership: RouteOwnership,
     grace: Duration,
     groups: BTreeMap<String, Vec<RouteSpec>>,
     /// Which groups want each key (first group in order wins it).
@@ -439,7 +439,7 @@ pub struct RouteSyncer {
 
 impl RouteSyncer {
     /// A syncer for `table` (e.g. [`RT_TABLE_MAIN`]) and `family`. Its first apply is full.
-    pub fn new(family: IpFamily, table: u32, ownership: Ownership) -> RouteSyncer {
+    pub fn new(family: IpFamily, table: u32, ownership: RouteOwnership) -> RouteSyncer {
         RouteSyncer {
             family,
             table,
@@ -552,11 +552,11 @@ impl RouteSyncer {
     /// included) on changed interfaces are looked at, against the believed state, with no dump.
     /// Per-route failures are in the report (and make the next apply full); a failing dump is
     /// returned as `Err`.
-    pub async fn apply(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
+    pub async fn apply(&mut self, h: &RtnlHandle) -> Result<RouteSyncReport> {
         if !self.needs_apply() {
-            return Ok(SyncReport {
+            return Ok(RouteSyncReport {
                 skipped: true,
-                ..SyncReport::default()
+                ..RouteSyncReport::default()
             });
         }
         let now = Instant::now();
@@ -568,7 +568,7 @@ impl RouteSyncer {
         }
     }
 
-    async fn apply_full(&mut self, h: &RtnlHandle, now: Instant) -> Result<SyncReport> {
+    async fn apply_full(&mut self, h: &RtnlHandle, now: Instant) -> Result<RouteSyncReport> {
         self.stale = true; // cleared only when the apply completes without errors
         self.stats.dumps += 1;
         let links = list_links(h).await?;
@@ -578,10 +578,10 @@ impl RouteSyncer {
         self.changed_keys.clear();
         self.changed_ifaces.clear();
 
-        let mut report = SyncReport {
+        let mut report = RouteSyncReport {
             parked: d.parked.clone(),
             in_grace: d.in_grace.clone(),
-            ..SyncReport::default()
+            ..RouteSyncReport::default()
         };
         let mut believed: BTreeMap<RouteKey, Believed> = d
             .in_place
@@ -639,7 +639,7 @@ impl RouteSyncer {
     }
 
     /// The O(change) apply: desired against believed for the keys that may differ.
-    async fn apply_incremental(&mut self, h: &RtnlHandle) -> Result<SyncReport> {
+    async fn apply_incremental(&mut self, h: &RtnlHandle) -> Result<RouteSyncReport> {
         self.stats.incremental += 1;
         let changed_ifaces = std::mem::take(&mut self.changed_ifaces);
         let mut keys = std::mem::take(&mut self.changed_keys);
@@ -692,7 +692,7 @@ impl RouteSyncer {
             }
         };
 
-        let mut report = SyncReport::default();
+        let mut report = RouteSyncReport::default();
         let mut wanted = wanted.into_iter().peekable();
         for key in keys {
             let spec = match wanted.peek() {
@@ -808,7 +808,7 @@ impl RouteSyncer {
         spec: &RouteSpec,
         oif: Option<u32>,
         existing: Option<Option<u32>>,
-        report: &mut SyncReport,
+        report: &mut RouteSyncReport,
     ) -> bool {
         let key = spec.key();
         let msg = match self.build(spec, oif) {
@@ -849,7 +849,7 @@ impl RouteSyncer {
         h: &RtnlHandle,
         key: RouteKey,
         b: &Believed,
-        report: &mut SyncReport,
+        report: &mut RouteSyncReport,
     ) -> Option<bool> {
         let msg = match self.build(&b.spec, b.oif) {
             Ok(m) => m,
@@ -876,7 +876,7 @@ impl RouteSyncer {
         }
     }
 
-    fn log(&self, report: &SyncReport, full: bool) {
+    fn log(&self, report: &RouteSyncReport, full: bool) {
         tracing::debug!(
             family = ?self.family,
             table = self.table,
@@ -1168,7 +1168,7 @@ mod tests {
 
     #[test]
     fn ownership_follows_section_15() {
-        let own = Ownership::by_prefixes([80], vec!["cali".into()], Some([3, 80].into()));
+        let own = RouteOwnership::by_prefixes([80], vec!["cali".into()], Some([3, 80].into()));
         assert!(own.owns(80, None), "our protocol anywhere");
         assert!(own.owns(80, Some("eth0")));
         assert!(
@@ -1183,14 +1183,14 @@ mod tests {
             !own.owns(186, Some("cali123")),
             "BIRD on a workload iface without RemoveExternalRoutes"
         );
-        let any = Ownership::by_prefixes([80], vec!["cali".into()], None);
+        let any = RouteOwnership::by_prefixes([80], vec!["cali".into()], None);
         assert!(any.owns(186, Some("cali123")));
         assert!(!any.owns(186, Some("eth0")));
     }
 
     #[test]
     fn set_routes_tracks_dirtiness_and_family() {
-        let own = Ownership::by_prefixes([80], vec!["cali".into()], None);
+        let own = RouteOwnership::by_prefixes([80], vec!["cali".into()], None);
         let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
         s.stale = false;
         let r = RouteSpec::device("10.0.0.1/32".parse().unwrap(), "cali1", 80, 1024);
@@ -1218,7 +1218,7 @@ mod tests {
 
     #[test]
     fn first_group_wins_a_key_and_the_index_follows_changes() {
-        let own = Ownership::by_prefixes([80], vec!["cali".into()], None);
+        let own = RouteOwnership::by_prefixes([80], vec!["cali".into()], None);
         let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
         let dst: IpNet = "10.0.0.1/32".parse().unwrap();
         let a = RouteSpec::device(dst, "cali1", 80, 1024);
