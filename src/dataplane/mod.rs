@@ -126,29 +126,38 @@ impl Default for DataplaneConfig {
     }
 }
 
+/// Felix's parameter values → the renderer's: the same choices, each type in its own layer
+/// (`rules` knows no configuration).
+macro_rules! same_choices {
+    ($($from:ident => $to:ident { $($v:ident),+ })+) => {$(
+        impl From<crate::config::$from> for rules::$to {
+            fn from(v: crate::config::$from) -> Self {
+                match v {
+                    $(crate::config::$from::$v => rules::$to::$v,)+
+                }
+            }
+        }
+    )+};
+}
+
+same_choices! {
+    AllowAction => AllowAction { Accept, Return }
+    DenyAction => DenyAction { Drop, Reject }
+    EndpointToHostAction => EndpointToHostAction { Drop, Return, Accept }
+    NatOutgoingExclusions => NatOutgoingExclusions { IpPoolsOnly, IpPoolsAndHostIps }
+    ServiceLoopPrevention => ServiceLoopPrevention { Drop, Reject, Disabled }
+}
+
 impl DataplaneConfig {
     /// Maps Felix's parameters (reference §3.2) onto the dataplane's.
     pub fn from_config(c: &Config) -> DataplaneConfig {
         use crate::config as cfg;
         let rules = RulesConfig {
             mark_mask: c.nftables_mark_mask,
-            filter_allow_action: match c.nftables_filter_allow_action {
-                cfg::AllowAction::Accept => rules::AllowAction::Accept,
-                cfg::AllowAction::Return => rules::AllowAction::Return,
-            },
-            mangle_allow_action: match c.nftables_mangle_allow_action {
-                cfg::AllowAction::Accept => rules::AllowAction::Accept,
-                cfg::AllowAction::Return => rules::AllowAction::Return,
-            },
-            filter_deny_action: match c.nftables_filter_deny_action {
-                cfg::DenyAction::Drop => rules::DenyAction::Drop,
-                cfg::DenyAction::Reject => rules::DenyAction::Reject,
-            },
-            endpoint_to_host_action: match c.default_endpoint_to_host_action {
-                cfg::EndpointToHostAction::Drop => rules::EndpointToHostAction::Drop,
-                cfg::EndpointToHostAction::Return => rules::EndpointToHostAction::Return,
-                cfg::EndpointToHostAction::Accept => rules::EndpointToHostAction::Accept,
-            },
+            filter_allow_action: c.nftables_filter_allow_action.into(),
+            mangle_allow_action: c.nftables_mangle_allow_action.into(),
+            filter_deny_action: c.nftables_filter_deny_action.into(),
+            endpoint_to_host_action: c.default_endpoint_to_host_action.into(),
             workload_iface_prefixes: c.interface_prefix.clone(),
             failsafe_inbound: c
                 .failsafe_inbound_host_ports
@@ -162,14 +171,7 @@ impl DataplaneConfig {
                 .collect(),
             nat_port_range: c.nat_port_range.map(|r| (r.first, r.last)),
             nat_outgoing_address: c.nat_outgoing_address,
-            nat_outgoing_exclusions: match c.nat_outgoing_exclusions {
-                cfg::NatOutgoingExclusions::IpPoolsOnly => {
-                    rules::NatOutgoingExclusions::IpPoolsOnly
-                }
-                cfg::NatOutgoingExclusions::IpPoolsAndHostIps => {
-                    rules::NatOutgoingExclusions::IpPoolsAndHostIps
-                }
-            },
+            nat_outgoing_exclusions: c.nat_outgoing_exclusions.into(),
             nat_outgoing_iface_filter: c.iptables_nat_outgoing_interface_filter.clone(),
             masq_fully_random: true,
             ipip_enabled: c.ipip_enabled.unwrap_or(false),
@@ -197,11 +199,7 @@ impl DataplaneConfig {
                 burst: u32::from(c.log_action_rate_limit_burst),
             }),
             disable_conntrack_invalid_check: c.disable_conntrack_invalid_check,
-            service_loop_prevention: match c.service_loop_prevention {
-                cfg::ServiceLoopPrevention::Drop => rules::ServiceLoopPrevention::Drop,
-                cfg::ServiceLoopPrevention::Reject => rules::ServiceLoopPrevention::Reject,
-                cfg::ServiceLoopPrevention::Disabled => rules::ServiceLoopPrevention::Disabled,
-            },
+            service_loop_prevention: c.service_loop_prevention.into(),
             ipv6_enabled: c.ipv6_support,
             floating_ips_enabled: c.floating_ips == cfg::EnabledDisabled::Enabled,
             side_table_size: c.nftables_side_table_size as usize,
