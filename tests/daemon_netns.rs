@@ -392,7 +392,14 @@ fn exits_cleanly(child: Child, stdin: ChildStdin) {
 /// its status reports: piped only when the caller reads them after the exit (a long run would
 /// fill the pipe).
 fn spawn_stdin(host: &Ns, stdout: Stdio) -> (Child, ChildStdin) {
-    let mut child = felix_nft(host)
+    spawn_stdin_with(host, stdout, &[])
+}
+
+/// [`spawn_stdin`] with more `FELIX_*` environment.
+fn spawn_stdin_with(host: &Ns, stdout: Stdio, env: &[(&str, &str)]) -> (Child, ChildStdin) {
+    let mut cmd = felix_nft(host);
+    cmd.envs(env.iter().copied());
+    let mut child = cmd
         .args(["run", "--source", "stdin", "--netns", &host.0])
         .stdin(Stdio::piped())
         .stdout(stdout)
@@ -401,6 +408,20 @@ fn spawn_stdin(host: &Ns, stdout: Stdio) -> (Child, ChildStdin) {
         .expect("spawning felix-nft");
     let stdin = child.stdin.take().expect("stdin");
     (child, stdin)
+}
+
+/// Sends the allow-all profile, `w`'s endpoint and InSync; waits until `w`'s chain is
+/// programmed and returns its name.
+fn program_allow_all(h: &Ns, stdin: &mut ChildStdin, w: &Workload) -> String {
+    for l in [ALLOW_ALL, &wep_update(w, 1, "allow-all"), IN_SYNC] {
+        writeln!(stdin, "{l}").expect("writing to felix-nft");
+    }
+    let chain = format!("filter-cali-tw-{}", w.iface);
+    assert!(
+        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        "never programmed"
+    );
+    chain
 }
 
 /// Polls `what` for up to 15 s.
@@ -682,18 +703,17 @@ fn the_metrics_say_what_the_daemon_did() {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let mut child = felix_nft(&h)
-        .env("FELIX_PROMETHEUSMETRICSENABLED", "true")
-        .env("FELIX_PROMETHEUSMETRICSHOST", "127.0.0.1")
-        .env("FELIX_PROMETHEUSMETRICSPORT", port.to_string())
-        .env("FELIX_HEALTHENABLED", "false")
-        .args(["run", "--source", "stdin", "--netns", &h.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let port = port.to_string();
+    let (child, mut stdin) = spawn_stdin_with(
+        &h,
+        Stdio::null(),
+        &[
+            ("FELIX_PROMETHEUSMETRICSENABLED", "true"),
+            ("FELIX_PROMETHEUSMETRICSHOST", "127.0.0.1"),
+            ("FELIX_PROMETHEUSMETRICSPORT", &port),
+            ("FELIX_HEALTHENABLED", "false"),
+        ],
+    );
     let set = r#"{"ipset_update":{"id":"s:a","type":"IP","members":["10.9.0.1"]}}"#;
     let profile = r#"{"active_profile_update":{"id":{"name":"p"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:a"]}],"outbound_rules":[{"action":"allow"}]}}}"#;
     for l in [set, profile, &wep_update(&w1, 1, "p"), IN_SYNC] {
@@ -713,7 +733,7 @@ fn the_metrics_say_what_the_daemon_did() {
         eventually(|| h.exec(&["nft", "list", "ruleset"]).contains("10.9.0.2")),
         "the delta was not programmed"
     );
-    let m = scrape(port);
+    let m = scrape(port.parse().expect("the port"));
     assert!(sample(&m, "felix_int_dataplane_initial_resync_time_seconds") > 0.0);
     assert!(
         sample(&m, "felix_nft_list_calls") >= 1.0,
@@ -744,25 +764,15 @@ fn a_refresh_reads_nothing_back_unless_our_tables_were_touched() {
     // about our tables: only then is there anything to read.
     let h = host();
     let w1 = workload(&h, 1);
-    let mut child = felix_nft(&h)
-        .env("FELIX_NFTABLESTABLEOWNER", "false")
-        .env("FELIX_NFTABLESREFRESHINTERVAL", "1")
-        .env("FELIX_LOGSEVERITYSCREEN", "debug")
-        .args(["run", "--source", "stdin", "--netns", &h.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
-    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    let chain = format!("filter-cali-tw-{}", w1.iface);
-    assert!(
-        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
-        "never programmed"
+    let (child, mut stdin) = spawn_stdin_with(
+        &h,
+        Stdio::null(),
+        &[
+            ("FELIX_NFTABLESREFRESHINTERVAL", "1"),
+            ("FELIX_LOGSEVERITYSCREEN", "debug"),
+        ],
     );
+    let chain = program_allow_all(&h, &mut stdin, &w1);
     std::thread::sleep(Duration::from_millis(2500));
     // Another program commits to a table of its own, again and again; an update of ours goes
     // in meanwhile.
@@ -831,24 +841,12 @@ fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
     let h = host();
     let w1 = workload(&h, 1);
     let w2 = workload(&h, 2);
-    let mut child = felix_nft(&h)
-        .env("FELIX_NFTABLESTABLEOWNER", "false")
-        .env("FELIX_NFTABLESREFRESHINTERVAL", "3600")
-        .args(["run", "--source", "stdin", "--netns", &h.0])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
-    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    let chain = format!("filter-cali-tw-{}", w1.iface);
-    assert!(
-        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
-        "never programmed"
+    let (child, mut stdin) = spawn_stdin_with(
+        &h,
+        Stdio::null(),
+        &[("FELIX_NFTABLESREFRESHINTERVAL", "3600")],
     );
+    let chain = program_allow_all(&h, &mut stdin, &w1);
     let flush = sh(
         "ip",
         &[
