@@ -13,7 +13,6 @@ use felix_nft::proto::PolicyId;
 use felix_nft::rtnl::monitor::IfaceEvent;
 use felix_nft::source::outbox::{outbox, OutboxReader};
 use felix_nft::source::Received;
-use tokio::sync::mpsc;
 
 mod loop_common;
 use loop_common::{link, msg, IN_SYNC};
@@ -84,19 +83,9 @@ async fn run(
     msgs: Vec<Received>,
     ifaces: Vec<IfaceEvent>,
 ) -> Result<(), DriverError> {
-    let (tx, rx) = mpsc::channel(1024);
-    let (itx, irx) = mpsc::channel(64);
-    for i in ifaces {
-        itx.send(i).await.expect("iface channel");
-    }
-    for m in msgs {
-        tx.send(m).await.expect("update channel");
-    }
-    drop(tx);
-    let _keep_monitor_open = itx;
     let r = tokio::time::timeout(
         std::time::Duration::from_secs(3600),
-        d.run(rx, irx, std::future::pending()),
+        loop_common::run(d, msgs, ifaces),
     )
     .await;
     match r {
