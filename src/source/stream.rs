@@ -131,6 +131,15 @@ fn over_long(buf: &[u8], max_len: usize) -> bool {
     buf.len() > max_len && buf.last() != Some(&b'\n')
 }
 
+/// How much of `chunk` belongs to the current line (through its newline), and whether the line
+/// ends in it.
+fn through_newline(chunk: &[u8]) -> (usize, bool) {
+    match chunk.iter().position(|&b| b == b'\n') {
+        Some(i) => (i + 1, true),
+        None => (chunk.len(), false),
+    }
+}
+
 /// Reads and drops the rest of a line, through its newline or EOF, holding no more than the
 /// reader's buffer; returns how many bytes were dropped.
 async fn discard_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> std::io::Result<u64> {
@@ -140,10 +149,7 @@ async fn discard_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> std::i
         if chunk.is_empty() {
             return Ok(dropped);
         }
-        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
+        let (n, done) = through_newline(chunk);
         reader.consume(n);
         dropped += n as u64;
         if done {
@@ -163,10 +169,7 @@ fn discard_line_blocking<R: std::io::Read>(
         if chunk.is_empty() {
             return Ok(dropped);
         }
-        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
+        let (n, done) = through_newline(chunk);
         reader.consume(n);
         dropped += n as u64;
         if done {
