@@ -86,6 +86,14 @@ pub async fn list_links(h: &RtnlHandle) -> Result<Vec<LinkState>> {
 
 /// Looks up one link by name; `Ok(None)` when it does not exist.
 pub async fn get_link(h: &RtnlHandle, name: &str) -> Result<Option<LinkState>> {
+    Ok(get_link_message(h, name)
+        .await?
+        .as_ref()
+        .and_then(LinkState::from_message))
+}
+
+/// The kernel's message for the link `name`; `Ok(None)` when it does not exist.
+pub(crate) async fn get_link_message(h: &RtnlHandle, name: &str) -> Result<Option<LinkMessage>> {
     let res: std::result::Result<Vec<LinkMessage>, _> = h
         .handle()
         .link()
@@ -95,7 +103,7 @@ pub async fn get_link(h: &RtnlHandle, name: &str) -> Result<Option<LinkState>> {
         .try_collect()
         .await;
     match res {
-        Ok(msgs) => Ok(msgs.iter().find_map(LinkState::from_message)),
+        Ok(mut msgs) => Ok(msgs.pop()),
         Err(e) => {
             let err = RtnlError::kernel("looking up link", name, e);
             if err.is_vanished_interface() {

@@ -380,28 +380,6 @@ fn incompatible(e: &Existing, spec: &VxlanSpec, parent: u32) -> Option<String> {
     None
 }
 
-async fn get_link_msg(h: &RtnlHandle, name: &str) -> Result<Option<LinkMessage>> {
-    let res: std::result::Result<Vec<LinkMessage>, _> = h
-        .handle()
-        .link()
-        .get()
-        .match_name(name.to_string())
-        .execute()
-        .try_collect()
-        .await;
-    match res {
-        Ok(mut msgs) => Ok(msgs.pop()),
-        Err(e) => {
-            let err = RtnlError::kernel("looking up link", name, e);
-            if err.is_vanished_interface() {
-                Ok(None)
-            } else {
-                Err(err)
-            }
-        }
-    }
-}
-
 /// Creates or corrects the device; its index, or `None` when the parent is missing.
 async fn ensure_device(
     h: &RtnlHandle,
@@ -411,7 +389,9 @@ async fn ensure_device(
     let Some(parent) = get_link(h, &spec.parent).await? else {
         return Ok(None);
     };
-    let mut current = get_link_msg(h, &spec.name).await?.map(|m| existing(&m));
+    let mut current = super::link::get_link_message(h, &spec.name)
+        .await?
+        .map(|m| existing(&m));
     if let Some(e) = &current {
         if let Some(why) = incompatible(e, spec, parent.index) {
             h.handle()
@@ -444,7 +424,9 @@ async fn ensure_device(
             .await
             .map_err(|e| RtnlError::kernel("creating VXLAN device", &spec.name, e))?;
         report.created = true;
-        current = get_link_msg(h, &spec.name).await?.map(|m| existing(&m));
+        current = super::link::get_link_message(h, &spec.name)
+            .await?
+            .map(|m| existing(&m));
     }
     let Some(e) = current else {
         return Err(RtnlError::Unexpected {
