@@ -140,20 +140,22 @@ pub struct RunArgs {
 pub enum BenchCommand {
     /// Program the same workload with each backend and compare.
     Compare {
-        /// small, mid, large, or W,P,R,S,M,K.
+        /// small, mid, large, W,P,R,S,M,K; or `cluster` (a node learning 1,000 remote VXLAN
+        /// nodes, against `ip -batch` + `bridge -batch`) and `cluster:N`.
         #[arg(long, default_value = "small")]
         scale: String,
-        /// Full syncs (fresh namespaces) per backend (default by scale: 5 / 3 / 1).
+        /// Full syncs (fresh namespaces) per backend (default by scale: 5 / 3 / 1; cluster 5).
         #[arg(long)]
         reps: Option<usize>,
-        /// Rounds of the incremental operations per repetition (default by scale: 3 / 3 / 2).
+        /// Rounds of the incremental operations per repetition (default by scale: 3 / 3 / 2;
+        /// cluster 5).
         #[arg(long)]
         inc: Option<usize>,
         /// Directory for the inputs, the JSON and the SVG chart.
         #[arg(long, default_value = "bench-out")]
         out: PathBuf,
         /// Only these backends (comma-separated: felix-nft, felix-nft-proc, ipt-nft, ipt-legacy,
-        /// nft-f).
+        /// nft-f; cluster: felix-nft, ip-batch).
         #[arg(long, value_delimiter = ',')]
         only: Option<Vec<String>>,
         /// First probe real traffic through a tiny test bed under each backend, and fail unless
@@ -300,6 +302,41 @@ fn bench_compare(
     felix_exe: Option<PathBuf>,
 ) -> ExitCode {
     use crate::bench;
+    if let Some(c) = bench::cluster::ClusterOptions::parse(scale, out.clone()) {
+        let mut opts = match c {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("felix-nft: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        opts.reps = reps.unwrap_or(opts.reps).max(1);
+        opts.inc = inc.unwrap_or(opts.inc);
+        opts.only = only;
+        if spot_check || felix_exe.is_some() {
+            eprintln!("felix-nft: --spot-check and --felix-exe do not apply to the cluster scale");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        return match bench::cluster::compare(&opts) {
+            Ok(r) => {
+                println!("{}", r.table());
+                println!("(JSON in {})", opts.out_dir.display());
+                if r.checks_ok {
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!("felix-nft: the kernel does not hold what the cluster asked for (see checks)");
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "felix-nft: bench compare: {}",
+                    crate::ops::logging::chain(&e)
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
     let scale = match scale.parse::<bench::workload::Scale>() {
         Ok(s) => s,
         Err(e) => {

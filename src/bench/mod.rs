@@ -5,6 +5,8 @@
 //! - [`shapes`]: the baselines' inputs (Felix's iptables + ipset shape, Calico's nft shape).
 //! - [`run`]: timing a spawned tool (wait4 rusage, GNU time RSS) and felix-nft in-process.
 //! - [`spot`]: the traffic spot-check (real packets through a test bed, every backend).
+//! - [`cluster`]: the cluster scale: a node learning N remote VXLAN nodes, the agent's loop
+//!   against `ip -batch` + `bridge -batch`.
 //! - [`report`]: medians with min/max, ratios, the table, JSON and the SVG chart.
 //!
 //! Invariants: nothing here writes the host's namespace (every spawn and socket checks it is not
@@ -12,6 +14,7 @@
 //! a baseline whose binary is missing is skipped with a note, never faked. This module is the
 //! only production code allowed to run external programs, and only the baselines.
 
+pub mod cluster;
 pub mod report;
 pub mod run;
 pub mod shapes;

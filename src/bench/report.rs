@@ -60,7 +60,7 @@ pub struct Stats {
     pub render_median_ms: Option<f64>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -74,7 +74,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl Stats {
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         let wall: Vec<f64> = self.samples.iter().map(|s| s.wall_ms).collect();
         self.n = wall.len();
         self.wall_min_ms = wall.iter().copied().fold(f64::INFINITY, f64::min);
@@ -438,7 +438,7 @@ impl Report {
     }
 }
 
-fn fmt_ms(v: f64) -> String {
+pub(super) fn fmt_ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
