@@ -1,7 +1,8 @@
 //! `felix-nft bench compare --scale small` end to end: every backend installed runs,
 //! the backends hold the same policy afterwards (rule and member counts against the generator),
 //! the JSON and SVG are written, and no benchmark namespace is left behind — also when a backend
-//! fails half way.
+//! fails half way. The cluster scale at 20 nodes: both backends run, the kernel holds exactly the
+//! nodes' routes, neighbours and FDB entries, and felix-nft's updates dump nothing.
 
 mod common;
 
@@ -118,6 +119,89 @@ fn a_failing_backend_leaves_no_namespace_behind() {
     opts.only = Some(vec!["felix-nft-proc".into()]);
     let err = bench::compare(&opts).unwrap_err();
     assert!(err.to_string().contains("/bin/false"), "{err}");
+    let after = bench_namespaces();
+    assert!(
+        after.iter().all(|n| before.contains(n)),
+        "left behind: {after:?}"
+    );
+}
+
+#[test]
+fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let before = bench_namespaces();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    c.args([
+        "bench",
+        "compare",
+        "--scale",
+        "cluster:20",
+        "--reps",
+        "1",
+        "--inc",
+        "1",
+        "--out",
+    ])
+    .arg(out.path());
+    common::isolate_netns(&mut c);
+    let o = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "bench compare --scale cluster:20 failed (run as root?):\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("| one node joins (VTEP + block) |"),
+        "{stdout}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("bench-cluster-20.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["nodes"], 20);
+    assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
+    let mut want = vec!["felix-nft"];
+    if installed("ip") && installed("bridge") {
+        want.push("ip-batch");
+    }
+    let checks: Vec<String> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    for b in &want {
+        for op in ["full", "add_vtep", "del_vtep", "mac_vtep"] {
+            let m = json["results"][b][op]["wall_median_ms"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+            assert!(m > 0.0 && m < 60_000.0, "{b} {op}: {m}");
+            assert_eq!(json["results"][b][op]["n"], 1, "{b} {op}");
+        }
+        // Read back with ip/bridge, entry by entry: exactly the 20 remote nodes.
+        for (when, kind) in [
+            ("after the first sync", "routes via the device"),
+            ("after the first sync", "permanent neighbours"),
+            ("after the first sync", "FDB entries"),
+            ("after the updates", "FDB entries"),
+        ] {
+            let line = format!("ok   {b} {when}: 20 {kind}, expected 20 (missing 0, unexpected 0)");
+            assert!(checks.contains(&line), "no {line:?} in {checks:?}");
+        }
+    }
+    // The first sync wrote a route, a neighbour and an FDB entry per node; an update wrote a
+    // few entries and dumped nothing.
+    let req = &json["requests"];
+    assert!(req["full"]["writes"].as_u64().unwrap() >= 60, "{req}");
+    for op in ["add_vtep", "del_vtep", "mac_vtep"] {
+        assert_eq!(req[op]["dumps"], 0, "{op}: {req}");
+        let w = req[op]["writes"].as_u64().unwrap();
+        assert!((1..=4).contains(&w), "{op} wrote {w}: {req}");
+    }
+    assert_eq!(json["baseline_lines"]["full"], 3 * 20 + 4);
     let after = bench_namespaces();
     assert!(
         after.iter().all(|n| before.contains(n)),

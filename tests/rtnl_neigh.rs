@@ -122,6 +122,10 @@ fn static_arp_entries_follow_the_endpoint() {
         s.set_neighbours("cali1", [(ip1, mac1)]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.deleted, vec![("cali1".to_string(), ip2)]);
+        assert!(
+            r.set.is_empty(),
+            "a deletion rewrites no other entry: {r:?}"
+        );
         assert!(!neighs("cali1").iter().any(|(d, ..)| d == "10.65.0.2"));
         s.set_neighbours("cali1", []);
         let r = s.apply(&h).await.unwrap();

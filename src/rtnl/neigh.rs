@@ -183,10 +183,12 @@ impl NeighSyncer {
         let whole = std::mem::take(&mut self.dirty);
         let mut entries = std::mem::take(&mut self.dirty_entries);
         for ifname in ifaces {
+            // Outside a resync or a flap only the entries that changed are written: an
+            // interface here only for a deletion writes none.
             let only = if resync || whole.contains(&ifname) {
                 None
             } else {
-                entries.remove(&ifname)
+                Some(entries.remove(&ifname).unwrap_or_default())
             };
             if let Err(e) = self
                 .apply_iface(h, &ifname, kernel.as_ref(), only.as_ref(), &mut report)
