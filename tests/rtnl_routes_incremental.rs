@@ -103,6 +103,15 @@ fn an_added_route_is_one_write_and_no_dump() {
         assert_eq!(delta(s.stats(), before).writes, 1);
         assert!(has("10.65.0.1", "cali2") && !has("10.65.0.1", "cali1"));
 
+        // A block route (a remote node's /26) that goes needs no conntrack cleanup: conntrack
+        // is keyed by address, and the block's first address may be a live workload's.
+        s.set_routes("block", vec![route("10.66.0.0/26", "cali2")]);
+        s.apply(&h).await.unwrap();
+        s.set_routes("block", vec![]);
+        let r = s.apply(&h).await.unwrap();
+        assert_eq!(r.deleted.len(), 1, "{r:?}");
+        assert!(r.moved_or_gone.is_empty(), "{r:?}");
+
         // Nothing changed: no I/O at all.
         let before = s.stats();
         assert!(s.apply(&h).await.unwrap().skipped);

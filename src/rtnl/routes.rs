@@ -216,8 +216,10 @@ pub struct RouteSyncReport {
     pub replaced: Vec<RouteKey>,
     /// Routes deleted (undesired and ours).
     pub deleted: Vec<RouteKey>,
-    /// Destinations that left an interface (deleted, or now on another interface): the caller
-    /// deletes their conntrack entries (§15).
+    /// Single addresses (/32, /128) that left an interface (deleted, or now on another
+    /// interface): the caller deletes their conntrack entries (§15). A wider route (an IPAM
+    /// block) is never listed: conntrack is keyed by address, and the block's first address may
+    /// be a live workload's (as in Felix, which cleans up single addresses only).
     pub moved_or_gone: Vec<IpNet>,
     /// Desired routes waiting for their interface (absent or down): (route, interface).
     pub parked: Vec<(RouteKey, String)>,
@@ -230,6 +232,13 @@ pub struct RouteSyncReport {
 }
 
 impl RouteSyncReport {
+    /// Records that `dst` left its interface (see [`RouteSyncReport::moved_or_gone`]).
+    fn left(&mut self, dst: IpNet) {
+        if dst.prefix_len() == dst.max_prefix_len() {
+            self.moved_or_gone.push(dst);
+        }
+    }
+
     /// Count of kernel writes made.
     pub fn changes(&self) -> usize {
         self.added.len() + self.replaced.len() + self.deleted.len()
@@ -437,6 +446,15 @@ pub struct RouteSyncer {
     stats: RouteSyncStats,
 }
 
+/// Each key's first route in `routes` (the one a group wants for it).
+fn first_specs(routes: &[RouteSpec]) -> BTreeMap<RouteKey, &RouteSpec> {
+    let mut m = BTreeMap::new();
+    for r in routes {
+        m.entry(r.key()).or_insert(r);
+    }
+    m
+}
+
 impl RouteSyncer {
     /// A syncer for `table` (e.g. [`RT_TABLE_MAIN`]) and `family`. Its first apply is full.
     pub fn new(family: IpFamily, table: u32, ownership: RouteOwnership) -> RouteSyncer {
@@ -481,23 +499,32 @@ impl RouteSyncer {
             self.groups.insert(group.clone(), routes.clone())
         }
         .unwrap_or_default();
-        for spec in &old {
-            let key = spec.key();
-            self.changed_keys.insert(key);
-            if let Some(g) = self.key_groups.get_mut(&key) {
-                g.remove(&group);
-                if g.is_empty() {
-                    self.key_groups.remove(&key);
+        // Only the keys whose route in this group differs are changed: a route more in a group
+        // of a thousand (a remote node joining) makes the next apply look at one key, not all.
+        let (before, after) = (first_specs(&old), first_specs(&routes));
+        for (key, spec) in &before {
+            if after.get(key) != Some(spec) {
+                self.changed_keys.insert(*key);
+            }
+            if !after.contains_key(key) {
+                if let Some(g) = self.key_groups.get_mut(key) {
+                    g.remove(&group);
+                    if g.is_empty() {
+                        self.key_groups.remove(key);
+                    }
                 }
             }
         }
-        for spec in &routes {
-            let key = spec.key();
-            self.changed_keys.insert(key);
-            self.key_groups
-                .entry(key)
-                .or_default()
-                .insert(group.clone());
+        for (key, spec) in &after {
+            if before.get(key) != Some(spec) {
+                self.changed_keys.insert(*key);
+            }
+            if !before.contains_key(key) {
+                self.key_groups
+                    .entry(*key)
+                    .or_default()
+                    .insert(group.clone());
+            }
         }
     }
 
@@ -613,7 +640,7 @@ impl RouteSyncer {
             match h.handle().route().del(k.msg.clone()).execute().await {
                 Ok(()) => {
                     report.deleted.push(k.key);
-                    report.moved_or_gone.push(k.key.dst);
+                    report.left(k.key.dst);
                 }
                 Err(e) => {
                     let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
@@ -705,7 +732,7 @@ impl RouteSyncer {
                 self.parked.remove(&key);
                 if let Some(b) = self.believed.remove(&key) {
                     match self.delete_believed(h, key, &b, &mut report).await {
-                        Some(true) => report.moved_or_gone.push(key.dst),
+                        Some(true) => report.left(key.dst),
                         Some(false) => {}
                         // Still ours: the full apply that follows deletes it without a grace
                         // period.
@@ -729,7 +756,7 @@ impl RouteSyncer {
                         if let Some(b) = self.believed.remove(&key) {
                             if b.spec.target.ifname() != Some(name) {
                                 match self.delete_believed(h, key, &b, &mut report).await {
-                                    Some(true) => report.moved_or_gone.push(key.dst),
+                                    Some(true) => report.left(key.dst),
                                     Some(false) => {}
                                     None => {
                                         self.believed.insert(key, b);
@@ -824,7 +851,7 @@ impl RouteSyncer {
                 match existing {
                     Some(old) => {
                         if old.is_some() && oif.is_some() && old != oif {
-                            report.moved_or_gone.push(key.dst);
+                            report.left(key.dst);
                         }
                         report.replaced.push(key);
                     }
@@ -1214,6 +1241,38 @@ mod tests {
         s.set_routes("cali1", vec![]);
         assert!(s.needs_apply());
         assert!(s.groups.is_empty() && s.key_groups.is_empty());
+    }
+
+    #[test]
+    fn a_route_more_in_a_large_group_changes_one_key() {
+        let own = RouteOwnership::by_prefixes([80], vec!["cali".into()], None);
+        let mut s = RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, own);
+        let block = |i: u32| {
+            let dst = IpNet::new(std::net::Ipv4Addr::from(0x0a80_0000 + 64 * i).into(), 26)
+                .unwrap_or_else(|e| panic!("{e}"));
+            RouteSpec::device(dst, "vxlan.calico", 3, 0)
+        };
+        let mut routes: Vec<RouteSpec> = (0..1000).map(block).collect();
+        s.set_routes("vxlan.calico", routes.clone());
+        assert_eq!(s.changed_keys.len(), 1000);
+        s.changed_keys.clear();
+        routes.push(block(1000));
+        s.update_routes("vxlan.calico", &routes);
+        assert_eq!(s.changed_keys, BTreeSet::from([block(1000).key()]));
+        s.changed_keys.clear();
+        let mut moved = block(7);
+        moved.metric = 0;
+        moved.protocol = 80;
+        routes.remove(0);
+        routes[6] = moved.clone();
+        s.update_routes("vxlan.calico", &routes);
+        assert_eq!(
+            s.changed_keys,
+            BTreeSet::from([block(0).key(), moved.key()]),
+            "a removed route and a changed one"
+        );
+        assert!(s.key_groups.get(&block(0).key()).is_none());
+        assert_eq!(s.desired_for(&moved.key()), Some(&moved));
     }
 
     #[test]
