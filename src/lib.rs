@@ -26,8 +26,9 @@
 //! - [`demo`]: `felix-nft demo`: a scratch node from the test bed, the real loop on an example
 //!   state, and a traffic matrix; acts only in namespaces it made.
 //! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
-//!   (iptables-restore + ipset, `nft -f`) in private namespaces; the only code that runs external
-//!   programs, and only those baselines.
+//!   (iptables-restore + ipset, `nft -f`; for the cluster scale `ip -batch` + `bridge -batch`) in
+//!   private namespaces; the only code that runs external programs, and only those baselines
+//!   (and `ip`/`bridge`/`nft` as read-back oracles).
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
 

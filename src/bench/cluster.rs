@@ -664,15 +664,13 @@ fn batch_rep(
     out.samples
         .push(("full", run_pair(&inputs.full_ip, &inputs.full_bridge)?));
     out.after_full = read_entries(&ns.name())?;
-    for (i, round) in inputs.rounds.iter().enumerate() {
+    // `inc` timed rounds, then the last one untimed, so both backends end in the same state.
+    for (i, round) in inputs.rounds.iter().enumerate().take(inc + 1) {
         for st in round {
             let s = run_pair(&st.ip, &st.bridge)?;
             if i < inc {
                 out.samples.push((st.op, s));
             }
-        }
-        if i == inc {
-            break;
         }
     }
     out.after_rounds = read_entries(&ns.name())?;
@@ -856,7 +854,7 @@ impl ClusterReport {
         s
     }
 
-    /// Writes `bench-cluster.json` (`bench-cluster-N.json` below 1,000 nodes... or above).
+    /// Writes `bench-cluster.json` at 1,000 nodes, `bench-cluster-N.json` at any other N.
     pub fn write_file(&self, dir: &Path) -> Result<PathBuf, BenchError> {
         let stem = if self.nodes == 1000 {
             "bench-cluster".to_string()
