@@ -1,12 +1,16 @@
-//! Privileged, end to end: a three-node cluster in network namespaces. Each node is a namespace
-//! on one underlay bridge, runs its own `felix-nft run --source stdin` process, and has one pod
-//! laid out as Calico's CNI leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host
-//! side a `cali*` veth). Each daemon gets what Felix's calculation graph would send that node:
-//! the pool, every node's VTEP, its own block as local and the others' as remote, its pod.
-//! Proves with real packets: pod ↔ pod ICMP and TCP across nodes over `vxlan.calico`; a VTEP's
-//! MAC change (traffic recovers); a node's removal (its FDB entry and route go, traffic to it
-//! fails); drift (the device or an FDB entry deleted by hand) repaired without a restart.
-//! `ip`/`bridge` are oracles and set-up tools only.
+//! Privileged, end to end: clusters of nodes in network namespaces. Each node is a namespace on
+//! an underlay bridge, runs its own `felix-nft run --source stdin` process, and has one pod laid
+//! out as Calico's CNI leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host side a
+//! `cali*` veth). A small controller in this file sends each daemon what Felix's calculation
+//! graph would send that node: the pool, every node's VTEP, its own block as local and the
+//! others' as remote, its pod, and the policies and IP sets that pod's endpoint uses.
+//!
+//! Proves with real packets:
+//! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; a VTEP's MAC change
+//!   (traffic recovers); a node's removal; drift (the device or an FDB entry deleted by hand)
+//!   repaired without a restart;
+//!
+//! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -17,7 +21,13 @@ use felix_nft::netns::{unique_netns_name, NamedNetNs, NetNs};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use serde_json::{json, Value};
 
-const NODES: u8 = 3;
+/// How long the cluster gets to converge after a change.
+const CONVERGE: Duration = Duration::from_secs(20);
+/// How long a probe waits for an answer: what an expected drop costs, and ample for an answer
+/// on a busy machine.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The port pods' TCP servers listen on.
+const PORT: u16 = 8080;
 
 fn sh(argv: &[&str]) -> String {
     let out = Command::new(argv[0])
@@ -32,13 +42,67 @@ fn sh(argv: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `ip -n NS ARGS`, stdout.
+fn ip(ns: &str, args: &[&str]) -> String {
+    let mut argv = vec!["ip", "-n", ns];
+    argv.extend_from_slice(args);
+    sh(&argv)
+}
+
 fn named(prefix: &str) -> NamedNetNs {
     NetNs::create_named(&unique_netns_name(prefix)).unwrap_or_else(|e| {
         panic!("this privileged test needs to create network namespaces ({e}); run as root")
     })
 }
 
+fn write_sysctl(ns: &NetNs, path: &str, value: &str) {
+    ns.run(|| std::fs::write(path, value))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("writing {path}: {e}"));
+}
+
+fn mac(k: u8) -> String {
+    format!("66:00:00:00:00:{k:02x}")
+}
+fn pod_ip(k: u8) -> IpAddr {
+    format!("10.65.{k}.2").parse().unwrap()
+}
+fn tunnel_ip(k: u8) -> String {
+    format!("10.65.{k}.0")
+}
+fn block_cidr(k: u8) -> String {
+    format!("10.65.{k}.0/26")
+}
+
+/// A node as the controller knows it: its index and which underlay subnet it sits on.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    k: u8,
+    subnet: u8,
+}
+
+impl Member {
+    fn ip(&self) -> String {
+        format!("172.31.{}.1{}", self.subnet, self.k)
+    }
+    fn gateway(&self) -> String {
+        format!("172.31.{}.1", self.subnet)
+    }
+    fn bridge(&self) -> String {
+        format!("br{}", self.subnet)
+    }
+}
+
+/// What the controller sends only to the node hosting a pod: the policies and IP sets its
+/// endpoint uses, and the endpoint's tiers.
+#[derive(Default)]
+struct Local {
+    msgs: Vec<Value>,
+    tiers: Vec<Value>,
+}
+
 struct Node {
+    member: Member,
     ns: NamedNetNs,
     pod: NamedNetNs,
     daemon: Child,
@@ -67,169 +131,212 @@ impl Drop for Node {
     }
 }
 
-fn mac(k: u8) -> String {
-    format!("66:00:00:00:00:{k:02x}")
-}
-fn node_ip(k: u8) -> String {
-    format!("172.31.0.1{k}")
-}
-fn pod_ip(k: u8) -> IpAddr {
-    format!("10.65.{k}.2").parse().unwrap()
-}
-
-fn vtep(k: u8, mac: &str) -> Value {
-    json!({"vtep_update": {"node": format!("n{k}"), "mac": mac,
-        "ipv4_addr": format!("10.65.{k}.0"), "parent_device_ip": node_ip(k)}})
-}
-
-fn block(own: u8, k: u8) -> Value {
-    json!({"route_update": {"types": if k == own { "LOCAL_WORKLOAD" } else { "REMOTE_WORKLOAD" },
-        "ip_pool_type": "VXLAN", "dst": format!("10.65.{k}.0/26"),
-        "dst_node_name": format!("n{k}"), "dst_node_ip": node_ip(k)}})
+/// The underlay, the nodes and the controller's view of the cluster. Dropping it stops every
+/// daemon and deletes every namespace.
+struct Cluster {
+    /// Field order is drop order: daemons and node namespaces first, the underlay last.
+    nodes: Vec<Node>,
+    /// Every node the controller knows, running or about to start.
+    members: Vec<Member>,
+    /// The pool's `vxlan_mode`: `Always` or `CrossSubnet`.
+    mode: &'static str,
+    /// Routes between the two underlay subnets (only when some node sits on subnet 1).
+    _router: Option<NamedNetNs>,
+    /// Holds the underlay bridges `br0` (172.31.0.0/24) and `br1` (172.31.1.0/24).
+    lan: NamedNetNs,
 }
 
-fn eventually(what: &str, nodes: &[Node], mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(e) if Instant::now() > deadline => {
-                let logs: String = nodes
-                    .iter()
-                    .map(|n| format!("--- {}\n{}", n.name(), n.log()))
-                    .collect();
-                panic!("{what}: {e}\n{logs}");
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+impl Cluster {
+    /// An underlay with the given nodes (`subnets[k]` = node k's subnet), each started with
+    /// its `local(k)` state.
+    fn build(mode: &'static str, subnets: &[u8], local: impl Fn(u8) -> Local) -> Cluster {
+        let lan = named("cl-lan");
+        let l = lan.name().to_string();
+        let two = subnets.contains(&1);
+        let bridges: &[&str] = if two { &["br0", "br1"] } else { &["br0"] };
+        for br in bridges {
+            ip(&l, &["link", "add", br, "type", "bridge"]);
+            ip(&l, &["link", "set", br, "up"]);
         }
+        // The router between the subnets: .1 on each, forwarding on.
+        let router = two.then(|| {
+            let rtr = named("cl-rtr");
+            let r = rtr.name().to_string();
+            ip(&r, &["link", "set", "lo", "up"]);
+            for s in 0..2u8 {
+                let (up, inner) = (format!("r{s}"), format!("eth{s}"));
+                ip(
+                    &l,
+                    &[
+                        "link", "add", &up, "type", "veth", "peer", "name", &inner, "netns", &r,
+                    ],
+                );
+                ip(&l, &["link", "set", &up, "master", &format!("br{s}"), "up"]);
+                ip(&r, &["link", "set", &inner, "up"]);
+                ip(
+                    &r,
+                    &["addr", "add", &format!("172.31.{s}.1/24"), "dev", &inner],
+                );
+            }
+            write_sysctl(rtr.ns(), "/proc/sys/net/ipv4/ip_forward", "1");
+            rtr
+        });
+        let mut c = Cluster {
+            nodes: Vec::new(),
+            members: subnets
+                .iter()
+                .enumerate()
+                .map(|(k, &subnet)| Member { k: k as u8, subnet })
+                .collect(),
+            mode,
+            _router: router,
+            lan,
+        };
+        for k in 0..subnets.len() as u8 {
+            c.start(k, local(k));
+        }
+        c
     }
-}
 
-fn ping(nodes: &[Node], from: u8, to: u8) -> Verdict {
-    icmp_echo(
-        nodes[from as usize].pod.ns(),
-        pod_ip(to),
-        Duration::from_millis(500),
-    )
-    .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to}: {e}"))
-}
+    fn member(&self, k: u8) -> Member {
+        *self
+            .members
+            .iter()
+            .find(|m| m.k == k)
+            .unwrap_or_else(|| panic!("no member n{k}"))
+    }
 
-fn fdb(node: &Node) -> String {
-    sh(&[
-        "bridge",
-        "-n",
-        node.name(),
-        "fdb",
-        "show",
-        "dev",
-        "vxlan.calico",
-    ])
-}
+    fn node(&self, k: u8) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.member.k == k)
+            .unwrap_or_else(|| panic!("no node n{k}"))
+    }
 
-#[test]
-fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
-    let lan = named("cl-lan");
-    let l = lan.name().to_string();
-    sh(&["ip", "-n", &l, "link", "add", "br0", "type", "bridge"]);
-    sh(&["ip", "-n", &l, "link", "set", "br0", "up"]);
-    let bin = env!("CARGO_BIN_EXE_felix-nft");
-    let mut nodes: Vec<Node> = Vec::new();
-    for k in 0..NODES {
+    fn node_mut(&mut self, k: u8) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.member.k == k)
+            .unwrap_or_else(|| panic!("no node n{k}"))
+    }
+
+    fn ns(&self, k: u8) -> String {
+        self.node(k).name().to_string()
+    }
+
+    /// Node k's VTEP as Felix sends it.
+    fn vtep(&self, k: u8, mac: &str) -> Value {
+        json!({"vtep_update": {"node": format!("n{k}"), "mac": mac,
+            "ipv4_addr": tunnel_ip(k), "parent_device_ip": self.member(k).ip()}})
+    }
+
+    /// Node k's block as Felix sends it to node `own`: `same_subnet` when the pool is
+    /// cross-subnet and both node IPs share a subnet.
+    fn block(&self, own: u8, k: u8) -> Value {
+        let local = k == own;
+        let same_subnet = !local
+            && self.mode == "CrossSubnet"
+            && self.member(own).subnet == self.member(k).subnet;
+        json!({"route_update": {"types": if local { "LOCAL_WORKLOAD" } else { "REMOTE_WORKLOAD" },
+            "ip_pool_type": "VXLAN", "dst": block_cidr(k), "same_subnet": same_subnet,
+            "dst_node_name": format!("n{k}"), "dst_node_ip": self.member(k).ip()}})
+    }
+
+    /// Creates node k (a known member) with its pod and daemon, and sends it its first sync:
+    /// every known member's VTEP and block, its local state, its pod's endpoint, in-sync.
+    fn start(&mut self, k: u8, local: Local) {
+        let member = self.member(k);
+        let l = self.lan.name().to_string();
         let ns = named(&format!("cl-n{k}"));
         let pod = named(&format!("cl-p{k}"));
         let (n, p) = (ns.name().to_string(), pod.name().to_string());
         let up = format!("u{k}");
-        sh(&[
-            "ip", "-n", &l, "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n,
-        ]);
-        sh(&["ip", "-n", &l, "link", "set", &up, "master", "br0", "up"]);
-        sh(&["ip", "-n", &n, "link", "set", "lo", "up"]);
-        sh(&["ip", "-n", &n, "link", "set", "eth0", "up"]);
-        sh(&[
-            "ip",
-            "-n",
+        ip(
+            &l,
+            &[
+                "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n,
+            ],
+        );
+        ip(&l, &["link", "set", &up, "master", &member.bridge(), "up"]);
+        ip(&n, &["link", "set", "lo", "up"]);
+        ip(&n, &["link", "set", "eth0", "up"]);
+        ip(
             &n,
-            "addr",
-            "add",
-            &format!("{}/24", node_ip(k)),
-            "dev",
-            "eth0",
-        ]);
+            &["addr", "add", &format!("{}/24", member.ip()), "dev", "eth0"],
+        );
         // A default route, as every node has: proxy ARP for the pods' 169.254.1.1 answers only
-        // for an address the node can route elsewhere.
-        sh(&[
-            "ip",
-            "-n",
+        // for an address the node can route elsewhere. On a cross-subnet underlay it is also
+        // the way to the other subnet.
+        ip(
             &n,
-            "route",
-            "add",
-            "default",
-            "via",
-            "172.31.0.1",
-            "dev",
-            "eth0",
-        ]);
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                &member.gateway(),
+                "dev",
+                "eth0",
+            ],
+        );
         // The pod, as Calico's CNI plugin leaves it.
         let cali = format!("cali{k}pod");
-        sh(&[
-            "ip", "-n", &n, "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns",
-            &p,
-        ]);
-        sh(&["ip", "-n", &n, "link", "set", &cali, "up"]);
-        sh(&["ip", "-n", &p, "link", "set", "lo", "up"]);
+        ip(
+            &n,
+            &[
+                "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns", &p,
+            ],
+        );
+        ip(&n, &["link", "set", &cali, "up"]);
+        ip(&p, &["link", "set", "lo", "up"]);
         // ICMP probes use unprivileged ping sockets.
-        pod.ns()
-            .run(|| std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647"))
-            .unwrap()
-            .unwrap();
-        sh(&["ip", "-n", &p, "link", "set", "eth0", "up"]);
-        sh(&[
-            "ip",
-            "-n",
+        write_sysctl(
+            pod.ns(),
+            "/proc/sys/net/ipv4/ping_group_range",
+            "0 2147483647",
+        );
+        ip(&p, &["link", "set", "eth0", "up"]);
+        ip(
             &p,
-            "addr",
-            "add",
-            &format!("{}/32", pod_ip(k)),
-            "dev",
-            "eth0",
-        ]);
-        sh(&[
-            "ip",
-            "-n",
+            &["addr", "add", &format!("{}/32", pod_ip(k)), "dev", "eth0"],
+        );
+        ip(
             &p,
-            "route",
-            "add",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-            "scope",
-            "link",
-        ]);
-        sh(&[
-            "ip",
-            "-n",
+            &[
+                "route",
+                "add",
+                "169.254.1.1",
+                "dev",
+                "eth0",
+                "scope",
+                "link",
+            ],
+        );
+        ip(
             &p,
-            "route",
-            "add",
-            "default",
-            "via",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-        ]);
-        let pod_mac: Value =
-            serde_json::from_str(&sh(&["ip", "-n", &p, "-j", "link", "show", "eth0"])).unwrap();
-        let pod_mac = pod_mac[0]["address"].as_str().unwrap().to_string();
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                "169.254.1.1",
+                "dev",
+                "eth0",
+            ],
+        );
+        let link: Value = serde_json::from_str(&ip(&p, &["-j", "link", "show", "eth0"])).unwrap();
+        let pod_mac = link[0]["address"].as_str().unwrap().to_string();
 
         let log = tempfile::NamedTempFile::new().unwrap();
-        let mut daemon = Command::new(bin)
-            .args(["run", "--source", "stdin", "--keep-running", "--netns", &n])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+        cmd.args(["run", "--source", "stdin", "--keep-running", "--netns", &n])
             .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
             .env("FELIX_NFTABLESTABLEOWNER", "false")
             .env("FELIX_REPORTINGINTERVALSECS", "0")
             .env("FELIX_FELIXHOSTNAME", format!("n{k}"))
             .env("FELIX_ROUTEREFRESHINTERVAL", "2")
-            .env_remove("FELIX_NFT_LOG_FORMAT")
+            .env_remove("FELIX_NFT_LOG_FORMAT");
+        let mut daemon = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
@@ -237,6 +344,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
             .expect("spawning felix-nft");
         let stdin = daemon.stdin.take().unwrap();
         let mut node = Node {
+            member,
             ns,
             pod,
             daemon,
@@ -248,26 +356,68 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
                 "profile": {"inbound_rules": [{"action": "allow"}],
                             "outbound_rules": [{"action": "allow"}]}}}),
             json!({"ipam_pool_update": {"id": "10.65.0.0-16", "pool": {"cidr": "10.65.0.0/16",
-                "masquerade": false, "vxlan_mode": "Always"}}}),
+                "masquerade": false, "vxlan_mode": self.mode}}}),
         ];
-        for j in 0..NODES {
-            msgs.push(vtep(j, &mac(j)));
-            msgs.push(block(k, j));
+        for m in &self.members {
+            msgs.push(self.vtep(m.k, &mac(m.k)));
+            msgs.push(self.block(k, m.k));
         }
+        msgs.extend(local.msgs);
         msgs.push(json!({"workload_endpoint_update": {
             "id": {"orchestrator_id": "k8s", "workload_id": format!("default/p{k}"), "endpoint_id": "eth0"},
             "endpoint": {"state": "active", "name": cali, "mac": pod_mac,
-                "ipv4_nets": [format!("{}/32", pod_ip(k))], "profile_ids": ["allow-all"]}}}));
+                "ipv4_nets": [format!("{}/32", pod_ip(k))], "profile_ids": ["allow-all"],
+                "tiers": local.tiers}}}));
         msgs.push(json!({"in_sync": {}}));
         node.send(&msgs);
-        nodes.push(node);
+        self.nodes.push(node);
     }
 
-    // The device as Felix makes it, on every node.
-    for node in &nodes {
-        eventually("vxlan.calico programmed", &nodes, || {
-            let out = sh(&["ip", "-n", node.name(), "-d", "-j", "link", "show"]);
-            let links: Value = serde_json::from_str(&out).unwrap();
+    /// Polls `check` until it passes; panics after [`CONVERGE`] with the last complaint and
+    /// every daemon's log.
+    fn eventually(&self, what: &str, mut check: impl FnMut() -> Result<(), String>) {
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            match check() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => {
+                    let logs: String = self
+                        .nodes
+                        .iter()
+                        .map(|n| format!("--- {}\n{}", n.name(), n.log()))
+                        .collect();
+                    panic!("{what}: {e}\n{logs}");
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    fn ping(&self, from: u8, to: u8) -> Verdict {
+        icmp_echo(self.node(from).pod.ns(), pod_ip(to), PROBE_TIMEOUT)
+            .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to}: {e}"))
+    }
+
+    /// TCP connect from pod `from` to pod `to`'s [`PORT`].
+    fn tcp(&self, from: u8, to: u8) -> Verdict {
+        let dst = SocketAddr::new(pod_ip(to), PORT);
+        tcp_connect(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+            .unwrap_or_else(|e| panic!("TCP probe p{from} → p{to}: {e}"))
+    }
+
+    fn wait_ping(&self, from: u8, to: u8, expect: Verdict) {
+        self.eventually(&format!("ping p{from} → p{to} {expect}"), || {
+            let v = self.ping(from, to);
+            (v == expect).then_some(()).ok_or(format!("{v}"))
+        });
+    }
+
+    /// Waits until `vxlan.calico` on node k is up with Felix's VNI, port and MTU.
+    fn wait_device(&self, k: u8) {
+        let n = self.ns(k);
+        self.eventually(&format!("vxlan.calico programmed on n{k}"), || {
+            let links: Value =
+                serde_json::from_str(&ip(&n, &["-d", "-j", "link", "show"])).unwrap();
             let dev = links
                 .as_array()
                 .unwrap()
@@ -280,8 +430,46 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
                 .ok_or(format!("{dev}"))
         });
     }
-    let n0 = nodes[0].name().to_string();
-    let routes = sh(&["ip", "-n", &n0, "route"]);
+
+    fn fdb(&self, k: u8) -> String {
+        sh(&[
+            "bridge",
+            "-n",
+            &self.ns(k),
+            "fdb",
+            "show",
+            "dev",
+            "vxlan.calico",
+        ])
+    }
+
+    fn neigh(&self, k: u8) -> String {
+        ip(&self.ns(k), &["neigh", "show", "dev", "vxlan.calico"])
+    }
+
+    fn routes(&self, k: u8) -> String {
+        ip(&self.ns(k), &["route"])
+    }
+
+    /// Asserts no daemon has exited.
+    fn daemons_alive(&mut self) {
+        for node in self.nodes.iter_mut() {
+            let status = node.daemon.try_wait().unwrap();
+            assert!(status.is_none(), "{} exited: {}", node.name(), node.log());
+        }
+    }
+}
+
+#[test]
+fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
+    let mut c = Cluster::build("Always", &[0, 0, 0], |_| Local::default());
+
+    // The device as Felix makes it, on every node.
+    for k in 0..3 {
+        c.wait_device(k);
+    }
+    let n0 = c.ns(0);
+    let routes = c.routes(0);
     assert!(
         routes.contains("10.65.1.0/26 via 10.65.1.0 dev vxlan.calico"),
         "{routes}"
@@ -290,77 +478,59 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         routes.contains("blackhole 10.65.0.0/26 proto 80"),
         "{routes}"
     );
-    let f = fdb(&nodes[0]);
+    let f = c.fdb(0);
     assert!(
         f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
         "{f}"
     );
-    let neigh = sh(&["ip", "-n", &n0, "neigh", "show", "dev", "vxlan.calico"]);
+    let neigh = c.neigh(0);
     assert!(
         neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
         "{neigh}"
     );
 
     // Pod ↔ pod, every ordered pair, ICMP.
-    for a in 0..NODES {
-        for b in 0..NODES {
+    for a in 0..3 {
+        for b in 0..3 {
             if a != b {
-                eventually(&format!("ping p{a} → p{b}"), &nodes, || {
-                    match ping(&nodes, a, b) {
-                        Verdict::Pass => Ok(()),
-                        v => Err(format!("{v:?}")),
-                    }
-                });
+                c.wait_ping(a, b, Verdict::Pass);
             }
         }
     }
     // TCP across nodes.
-    let server = TcpServer::start(nodes[0].pod.ns(), 8080).unwrap();
-    let dst = SocketAddr::new(pod_ip(0), server.port());
-    for from in 1..NODES {
-        let v = tcp_connect(nodes[from as usize].pod.ns(), dst, Duration::from_secs(2)).unwrap();
-        assert_eq!(v, Verdict::Pass, "TCP p{from} → p0");
+    let _server = TcpServer::start(c.node(0).pod.ns(), PORT).unwrap();
+    for from in 1..3 {
+        assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
 
     // n1's VTEP MAC changes (Felix sends Remove then Update to every node): n1's device is
     // re-created with the new MAC, the others' ARP and FDB entries follow, traffic recovers.
     let new_mac = "66:00:00:00:00:aa";
-    for node in nodes.iter_mut() {
-        node.send(&[json!({"vtep_remove": {"node": "n1"}}), vtep(1, new_mac)]);
+    let update = [json!({"vtep_remove": {"node": "n1"}}), c.vtep(1, new_mac)];
+    for node in c.nodes.iter_mut() {
+        node.send(&update);
     }
-    eventually("n1's new MAC in n0's FDB", &nodes, || {
-        let f = fdb(&nodes[0]);
+    c.eventually("n1's new MAC in n0's FDB", || {
+        let f = c.fdb(0);
         (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&mac(1)))
             .then_some(())
             .ok_or(f)
     });
-    eventually("n1's device has the new MAC", &nodes, || {
+    c.eventually("n1's device has the new MAC", || {
         // Re-created: for a moment it does not exist.
         let out = Command::new("ip")
-            .args(["-n", nodes[1].name(), "link", "show", "vxlan.calico"])
+            .args(["-n", &c.ns(1), "link", "show", "vxlan.calico"])
             .output()
             .map_err(|e| e.to_string())?;
         let out = String::from_utf8_lossy(&out.stdout).into_owned();
         out.contains(new_mac).then_some(()).ok_or(out)
     });
-    eventually("p0 → p1 after the MAC change", &nodes, || {
-        match ping(&nodes, 0, 1) {
-            Verdict::Pass => Ok(()),
-            v => Err(format!("{v:?}")),
-        }
-    });
+    c.wait_ping(0, 1, Verdict::Pass);
 
     // Drift on n0: the device deleted by hand comes back with its routes, ARP and FDB.
-    sh(&["ip", "-n", &n0, "link", "del", "vxlan.calico"]);
-    eventually(
-        "p0 → p2 after vxlan.calico was deleted",
-        &nodes,
-        || match ping(&nodes, 0, 2) {
-            Verdict::Pass => Ok(()),
-            v => Err(format!("{v:?}")),
-        },
-    );
-    let routes = sh(&["ip", "-n", &n0, "route"]);
+    ip(&n0, &["link", "del", "vxlan.calico"]);
+    c.wait_ping(0, 2, Verdict::Pass);
+    let routes = c.routes(0);
     assert!(
         routes.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico"),
         "{routes}"
@@ -377,35 +547,27 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         "vxlan.calico",
         "self",
     ]);
-    eventually("n2's FDB entry repaired", &nodes, || {
-        let f = fdb(&nodes[0]);
+    c.eventually("n2's FDB entry repaired", || {
+        let f = c.fdb(0);
         f.contains(&format!("{} dst 172.31.0.12", mac(2)))
             .then_some(())
             .ok_or(f)
     });
 
-    // n2 leaves: its block route and VTEP go from n0 (RouteRemove first, as Felix orders
+    // n2 leaves n0's view: its block route and VTEP go (RouteRemove first, as Felix orders
     // them); its FDB entry, ARP entry and route vanish and p0 can no longer reach p2.
-    nodes[0].send(&[
+    c.node_mut(0).send(&[
         json!({"route_remove": {"dst": "10.65.2.0/26"}}),
         json!({"vtep_remove": {"node": "n2"}}),
     ]);
-    eventually("n2 gone from n0", &nodes, || {
-        let f = fdb(&nodes[0]);
-        let r = sh(&["ip", "-n", &n0, "route"]);
-        let a = sh(&["ip", "-n", &n0, "neigh", "show", "dev", "vxlan.calico"]);
+    c.eventually("n2 gone from n0", || {
+        let (f, r, a) = (c.fdb(0), c.routes(0), c.neigh(0));
         (!f.contains(&mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
             .then_some(())
             .ok_or(format!("{f}\n{r}\n{a}"))
     });
-    assert_ne!(ping(&nodes, 0, 2), Verdict::Pass, "p0 → p2 after n2 left");
-    assert_eq!(ping(&nodes, 0, 1), Verdict::Pass, "p0 → p1 unaffected");
+    assert_ne!(c.ping(0, 2), Verdict::Pass, "p0 → p2 after n2 left");
+    assert_eq!(c.ping(0, 1), Verdict::Pass, "p0 → p1 unaffected");
 
-    for node in nodes.iter_mut() {
-        let _ = node.daemon.try_wait().map(|s| {
-            assert!(s.is_none(), "{} exited: {}", node.ns.name(), node.log());
-        });
-    }
-    drop(nodes);
-    drop(lan);
+    c.daemons_alive();
 }
