@@ -9,11 +9,13 @@
 //! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; a VTEP's MAC change
 //!   (traffic recovers); a node's removal; drift (the device or an FDB entry deleted by hand)
 //!   repaired without a restart;
+//! - policy across nodes: an ingress rule whose IP set holds another node's pod, an egress deny
+//!   towards a third node's pod, and an IP set delta that takes the admitted pod out and back;
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -49,6 +51,13 @@ fn ip(ns: &str, args: &[&str]) -> String {
     sh(&argv)
 }
 
+/// `nft ARGS` inside `ns`, stdout.
+fn nft(ns: &str, args: &[&str]) -> String {
+    let mut argv = vec!["ip", "netns", "exec", ns, "nft"];
+    argv.extend_from_slice(args);
+    sh(&argv)
+}
+
 fn named(prefix: &str) -> NamedNetNs {
     NetNs::create_named(&unique_netns_name(prefix)).unwrap_or_else(|e| {
         panic!("this privileged test needs to create network namespaces ({e}); run as root")
@@ -72,6 +81,29 @@ fn tunnel_ip(k: u8) -> String {
 }
 fn block_cidr(k: u8) -> String {
     format!("10.65.{k}.0/26")
+}
+
+/// Whether an nft set element list (`nft -j` form) holds the IPv4 address `ip`.
+fn in_set(elems: &[Value], ip: &str) -> bool {
+    let ip: Ipv4Addr = ip.parse().unwrap();
+    let addr = |v: &Value| v.as_str().and_then(|s| s.parse::<Ipv4Addr>().ok());
+    elems.iter().any(|e| {
+        let e = e.get("elem").map(|e| &e["val"]).unwrap_or(e);
+        if let Some(a) = addr(e) {
+            return a == ip;
+        }
+        if let Some([lo, hi]) = e.get("range").and_then(Value::as_array).map(Vec::as_slice) {
+            return matches!((addr(lo), addr(hi)), (Some(lo), Some(hi)) if lo <= ip && ip <= hi);
+        }
+        if let Some(p) = e.get("prefix") {
+            let (Some(a), Some(len)) = (addr(&p["addr"]), p["len"].as_u64()) else {
+                return false;
+            };
+            let mask = u32::MAX.checked_shl(32 - len as u32).unwrap_or(0);
+            return u32::from(a) & mask == u32::from(ip) & mask;
+        }
+        false
+    })
 }
 
 /// A node as the controller knows it: its index and which underlay subnet it sits on.
@@ -99,6 +131,29 @@ impl Member {
 struct Local {
     msgs: Vec<Value>,
     tiers: Vec<Value>,
+}
+
+fn ipset(id: &str, members: &[IpAddr]) -> Value {
+    json!({"ipset_update": {"id": id, "type": "IP", "members": members}})
+}
+
+fn ipset_delta(id: &str, added: &[IpAddr], removed: &[IpAddr]) -> Value {
+    json!({"ipset_delta_update": {"id": id, "added_members": added, "removed_members": removed}})
+}
+
+fn policy(name: &str, inbound: Value, outbound: Value) -> Value {
+    json!({"active_policy_update": {"id": {"name": name, "kind": "GlobalNetworkPolicy"},
+        "policy": {"tier": "default", "inbound_rules": inbound, "outbound_rules": outbound}}})
+}
+
+fn tier(ingress: &[&str], egress: &[&str]) -> Value {
+    let ids = |v: &[&str]| -> Vec<Value> {
+        v.iter()
+            .map(|n| json!({"name": n, "kind": "GlobalNetworkPolicy"}))
+            .collect()
+    };
+    json!({"name": "default", "ingress_policies": ids(ingress), "egress_policies": ids(egress),
+        "default_action": "Deny"})
 }
 
 struct Node {
@@ -412,6 +467,13 @@ impl Cluster {
         });
     }
 
+    fn wait_tcp(&self, from: u8, to: u8, expect: Verdict) {
+        self.eventually(&format!("TCP p{from} → p{to} {expect}"), || {
+            let v = self.tcp(from, to);
+            (v == expect).then_some(()).ok_or(format!("{v}"))
+        });
+    }
+
     /// Waits until `vxlan.calico` on node k is up with Felix's VNI, port and MTU.
     fn wait_device(&self, k: u8) {
         let n = self.ns(k);
@@ -449,6 +511,56 @@ impl Cluster {
 
     fn routes(&self, k: u8) -> String {
         ip(&self.ns(k), &["route"])
+    }
+
+    /// The elements of the all-VTEP set on node k, read from the kernel (`nft -j` shows an
+    /// address, a prefix or a range per element).
+    fn vtep_set(&self, k: u8) -> Vec<Value> {
+        let out = nft(
+            &self.ns(k),
+            &["-j", "list", "set", "ip", "calico", "cali40all-vxlan-net"],
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["nftables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o.get("set"))
+            .flat_map(|s| s["elem"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    /// Checks that node k holds exactly what Felix programs for the other members: a route,
+    /// a permanent neighbour and FDB entry and a VTEP set member per remote node, and nothing
+    /// for `gone` (nodes that left).
+    fn overlay_state(&self, k: u8, gone: &[Member]) -> Result<(), String> {
+        let (r, a, f, set) = (self.routes(k), self.neigh(k), self.fdb(k), self.vtep_set(k));
+        let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\n{set:?}");
+        for m in self.members.iter().filter(|m| m.k != k) {
+            let j = m.k;
+            let route = format!("{} via {} dev vxlan.calico", block_cidr(j), tunnel_ip(j));
+            let neigh = format!("{} lladdr {} PERMANENT", tunnel_ip(j), mac(j));
+            let fdb = format!("{} dst {} self permanent", mac(j), m.ip());
+            if !(r.contains(&route)
+                && a.contains(&neigh)
+                && f.contains(&fdb)
+                && in_set(&set, &m.ip()))
+            {
+                return Err(format!("n{j} incomplete {}", dump()));
+            }
+        }
+        for m in gone {
+            let (j, ip) = (m.k, m.ip());
+            if r.contains(&block_cidr(j))
+                || a.contains(&tunnel_ip(j))
+                || f.contains(&mac(j))
+                || f.contains(&ip)
+                || in_set(&set, &ip)
+            {
+                return Err(format!("n{j} still there {}", dump()));
+            }
+        }
+        Ok(())
     }
 
     /// Asserts no daemon has exited.
@@ -568,6 +680,76 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     });
     assert_ne!(c.ping(0, 2), Verdict::Pass, "p0 → p2 after n2 left");
     assert_eq!(c.ping(0, 1), Verdict::Pass, "p0 → p1 unaffected");
+
+    c.daemons_alive();
+}
+
+#[test]
+fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
+    // p1 admits only what is in `s:pods-n0` (p0) and may not send to `s:pods-n2` (p2); the
+    // sets and policies go only to n1, which hosts p1's endpoint, as Felix sends them.
+    let ingress = "default.ingress-from-n0";
+    let egress = "default.egress-not-n2";
+    let mut c = Cluster::build("Always", &[0, 0, 0], |k| match k {
+        1 => Local {
+            msgs: vec![
+                ipset("s:pods-n0", &[pod_ip(0)]),
+                ipset("s:pods-n2", &[pod_ip(2)]),
+                policy(
+                    ingress,
+                    json!([{"action": "allow", "src_ip_set_ids": ["s:pods-n0"]}]),
+                    json!([]),
+                ),
+                policy(
+                    egress,
+                    json!([]),
+                    json!([{"action": "deny", "dst_ip_set_ids": ["s:pods-n2"]},
+                           {"action": "allow"}]),
+                ),
+            ],
+            tiers: vec![tier(&[ingress], &[egress])],
+        },
+        _ => Local::default(),
+    });
+    let _servers: Vec<TcpServer> = (0..3)
+        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
+        .collect();
+    // The overlay is complete everywhere, so what fails below fails by policy.
+    for k in 0..3 {
+        c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
+    }
+    c.wait_ping(0, 2, Verdict::Pass);
+    c.wait_ping(2, 0, Verdict::Pass);
+
+    // Ingress on n1: the pod of n0 is admitted, the pod of n2 is not.
+    c.wait_ping(0, 1, Verdict::Pass);
+    c.wait_tcp(0, 1, Verdict::Pass);
+    assert_eq!(c.ping(2, 1), Verdict::Drop, "ping p2 → p1");
+    assert_eq!(c.tcp(2, 1), Verdict::Drop, "TCP p2 → p1");
+    // Egress from n1: towards n0's pod allowed, towards n2's pod denied.
+    assert_eq!(c.ping(1, 0), Verdict::Pass, "ping p1 → p0");
+    assert_eq!(c.tcp(1, 0), Verdict::Pass, "TCP p1 → p0");
+    assert_eq!(c.ping(1, 2), Verdict::Drop, "ping p1 → p2");
+    assert_eq!(c.tcp(1, 2), Verdict::Drop, "TCP p1 → p2");
+
+    // p0 leaves the admitted set by delta: new connections from it are dropped; back in, they
+    // pass again. (TCP: every probe is a new connection, which conntrack cannot let through.)
+    c.node_mut(1)
+        .send(&[ipset_delta("s:pods-n0", &[], &[pod_ip(0)])]);
+    c.wait_tcp(0, 1, Verdict::Drop);
+    c.node_mut(1)
+        .send(&[ipset_delta("s:pods-n0", &[pod_ip(0)], &[])]);
+    c.wait_tcp(0, 1, Verdict::Pass);
+
+    // p2 joins the admitted set and leaves the denied one: both of its directions open, which
+    // also shows the drops above were the policy's and not the path's.
+    c.node_mut(1).send(&[
+        ipset_delta("s:pods-n0", &[pod_ip(2)], &[]),
+        ipset_delta("s:pods-n2", &[], &[pod_ip(2)]),
+    ]);
+    c.wait_tcp(2, 1, Verdict::Pass);
+    c.wait_tcp(1, 2, Verdict::Pass);
+    assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1 still admitted");
 
     c.daemons_alive();
 }
