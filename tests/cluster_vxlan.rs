@@ -11,6 +11,8 @@
 //!   repaired without a restart;
 //! - policy across nodes: an ingress rule whose IP set holds another node's pod, an egress deny
 //!   towards a third node's pod, and an IP set delta that takes the admitted pod out and back;
+//! - a node that joins later (every node's routes, neighbours, FDB and VTEP set converge) and
+//!   leaves again (nothing of it stays anywhere);
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 
@@ -428,6 +430,39 @@ impl Cluster {
         self.nodes.push(node);
     }
 
+    /// A node that joined later: every other running node learns its VTEP and block.
+    fn announce(&mut self, k: u8) {
+        let others: Vec<u8> = self
+            .nodes
+            .iter()
+            .map(|n| n.member.k)
+            .filter(|&j| j != k)
+            .collect();
+        for j in others {
+            let msgs = [self.vtep(k, &mac(k)), self.block(j, k)];
+            self.node_mut(j).send(&msgs);
+        }
+    }
+
+    /// Node k leaves: every other node gets its RouteRemove and VTEPRemove (in Felix's order);
+    /// the node itself is handed back, still running, for the caller to drop.
+    fn leave(&mut self, k: u8) -> Node {
+        self.members.retain(|m| m.k != k);
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| n.member.k == k)
+            .unwrap_or_else(|| panic!("no node n{k}"));
+        let gone = self.nodes.remove(i);
+        for node in &mut self.nodes {
+            node.send(&[
+                json!({"route_remove": {"dst": block_cidr(k)}}),
+                json!({"vtep_remove": {"node": format!("n{k}")}}),
+            ]);
+        }
+        gone
+    }
+
     /// Polls `check` until it passes; panics after [`CONVERGE`] with the last complaint and
     /// every daemon's log.
     fn eventually(&self, what: &str, mut check: impl FnMut() -> Result<(), String>) {
@@ -750,6 +785,61 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     c.wait_tcp(2, 1, Verdict::Pass);
     c.wait_tcp(1, 2, Verdict::Pass);
     assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1 still admitted");
+
+    c.daemons_alive();
+}
+
+#[test]
+fn a_node_joins_later_and_leaves_without_a_trace() {
+    let mut c = Cluster::build("Always", &[0, 0], |_| Local::default());
+    for k in 0..2 {
+        c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
+    }
+    c.wait_ping(0, 1, Verdict::Pass);
+
+    // n2 comes up with the whole cluster in its first sync; then the others learn of it.
+    c.members.push(Member { k: 2, subnet: 0 });
+    c.start(2, Local::default());
+    c.announce(2);
+    c.wait_device(2);
+    for k in 0..3 {
+        c.eventually(&format!("n{k}'s overlay after n2 joined"), || {
+            c.overlay_state(k, &[])
+        });
+    }
+    let r = c.routes(2);
+    assert!(r.contains("blackhole 10.65.2.0/26 proto 80"), "{r}");
+    let _servers: Vec<TcpServer> = (0..3)
+        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
+        .collect();
+    for (a, b) in [(0, 2), (2, 0), (1, 2), (2, 1)] {
+        c.wait_ping(a, b, Verdict::Pass);
+        assert_eq!(c.tcp(a, b), Verdict::Pass, "TCP p{a} → p{b}");
+    }
+
+    // n2 leaves: every other node drops its route, neighbour, FDB entry and VTEP set member,
+    // and its pod (still running) can no longer be reached.
+    let gone = c.member(2);
+    let n2 = c.leave(2);
+    for k in 0..2 {
+        c.eventually(&format!("n2 gone from n{k}"), || {
+            c.overlay_state(k, &[gone])
+        });
+        let r = c.routes(k);
+        assert!(
+            !r.contains("10.65.2."),
+            "a route towards n2 stays on n{k}:\n{r}"
+        );
+    }
+    for k in 0..2 {
+        assert_ne!(c.ping(k, 2), Verdict::Pass, "ping p{k} → p2 after n2 left");
+        let dst = SocketAddr::new(pod_ip(2), PORT);
+        let v = tcp_connect(c.node(k).pod.ns(), dst, PROBE_TIMEOUT).unwrap();
+        assert_ne!(v, Verdict::Pass, "TCP p{k} → p2 after n2 left");
+    }
+    drop(n2);
+    c.wait_ping(0, 1, Verdict::Pass);
+    c.wait_ping(1, 0, Verdict::Pass);
 
     c.daemons_alive();
 }
