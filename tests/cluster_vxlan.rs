@@ -13,6 +13,8 @@
 //!   towards a third node's pod, and an IP set delta that takes the admitted pod out and back;
 //! - a node that joins later (every node's routes, neighbours, FDB and VTEP set converge) and
 //!   leaves again (nothing of it stays anywhere);
+//! - cross-subnet: same-subnet pods talk directly over the parent interface (no VXLAN on the
+//!   wire), pods behind a router through the tunnel;
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 
@@ -598,6 +600,56 @@ impl Cluster {
         Ok(())
     }
 
+    /// A named counter of VXLAN frames crossing the underlay bridges (our own table in the
+    /// underlay namespace; the nodes' daemons never see it).
+    fn count_vxlan_on_the_wire(&self) {
+        let l = self.lan.name();
+        nft(l, &["add", "table", "bridge", "wire"]);
+        nft(l, &["add", "counter", "bridge", "wire", "vxlan"]);
+        nft(
+            l,
+            &[
+                "add", "chain", "bridge", "wire", "frames", "{", "type", "filter", "hook",
+                "forward", "priority", "0", ";", "}",
+            ],
+        );
+        nft(
+            l,
+            &[
+                "add", "rule", "bridge", "wire", "frames", "udp", "dport", "4789", "counter",
+                "name", "vxlan",
+            ],
+        );
+    }
+
+    fn vxlan_frames_on_the_wire(&self) -> u64 {
+        let out = nft(
+            self.lan.name(),
+            &["-j", "list", "counter", "bridge", "wire", "vxlan"],
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["nftables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|o| o["counter"]["packets"].as_u64())
+            .unwrap_or_else(|| panic!("no counter in {out}"))
+    }
+
+    /// Packets node k sent into `vxlan.calico`.
+    fn tunnel_tx(&self, k: u8) -> u64 {
+        let ns = self.ns(k);
+        let out = sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "cat",
+            "/sys/class/net/vxlan.calico/statistics/tx_packets",
+        ]);
+        out.trim().parse().unwrap()
+    }
+
     /// Asserts no daemon has exited.
     fn daemons_alive(&mut self) {
         for node in self.nodes.iter_mut() {
@@ -842,4 +894,87 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
     c.wait_ping(1, 0, Verdict::Pass);
 
     c.daemons_alive();
+}
+
+#[test]
+fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_router() {
+    // n0 and n1 on 172.31.0.0/24, n2 on 172.31.1.0/24 behind the router.
+    let c = Cluster::build("CrossSubnet", &[0, 0, 1], |_| Local::default());
+    c.count_vxlan_on_the_wire();
+    for k in 0..3 {
+        c.wait_device(k);
+    }
+    let route_line = |k: u8, dst: &str| -> Option<String> {
+        c.routes(k)
+            .lines()
+            .find(|l| l.starts_with(&format!("{dst} ")))
+            .map(String::from)
+    };
+    // Same subnet: straight to the node over the parent; across the router: the tunnel.
+    for (k, j) in [(0, 1), (1, 0)] {
+        let want = format!("{} via 172.31.0.1{j} dev eth0 proto 80 ", block_cidr(j));
+        c.eventually(&format!("n{k}'s direct route to n{j}"), || {
+            let l = route_line(k, &block_cidr(j));
+            l.as_deref()
+                .filter(|l| l.starts_with(&want) && l.contains(" onlink"))
+                .map(|_| ())
+                .ok_or(format!("{l:?}"))
+        });
+    }
+    for (k, j) in [(0, 2), (1, 2), (2, 0), (2, 1)] {
+        let want = format!("{} via {} dev vxlan.calico ", block_cidr(j), tunnel_ip(j));
+        c.eventually(&format!("n{k}'s tunnel route to n{j}"), || {
+            let l = route_line(k, &block_cidr(j));
+            l.as_deref()
+                .filter(|l| l.starts_with(&want) && l.contains(" onlink"))
+                .map(|_| ())
+                .ok_or(format!("{l:?}"))
+        });
+    }
+    let _servers: Vec<TcpServer> = (0..3)
+        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
+        .collect();
+    for a in 0..3 {
+        for b in 0..3 {
+            if a != b {
+                c.wait_ping(a, b, Verdict::Pass);
+            }
+        }
+    }
+
+    // Same-subnet traffic: no VXLAN frame on the wire, nothing into either tunnel device.
+    let (wire, tx0, tx1) = (c.vxlan_frames_on_the_wire(), c.tunnel_tx(0), c.tunnel_tx(1));
+    for _ in 0..10 {
+        assert_eq!(c.ping(0, 1), Verdict::Pass, "ping p0 → p1");
+        assert_eq!(c.ping(1, 0), Verdict::Pass, "ping p1 → p0");
+        assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1");
+    }
+    assert_eq!(
+        c.vxlan_frames_on_the_wire(),
+        wire,
+        "VXLAN on the wire p0 ↔ p1"
+    );
+    assert_eq!(c.tunnel_tx(0), tx0, "n0's vxlan.calico TX during p0 ↔ p1");
+    assert_eq!(c.tunnel_tx(1), tx1, "n1's vxlan.calico TX during p0 ↔ p1");
+
+    // Across the router: every packet is encapsulated, both ways.
+    let (tx0, tx2) = (c.tunnel_tx(0), c.tunnel_tx(2));
+    for _ in 0..10 {
+        assert_eq!(c.ping(0, 2), Verdict::Pass, "ping p0 → p2");
+        assert_eq!(c.tcp(2, 0), Verdict::Pass, "TCP p2 → p0");
+    }
+    // Each echo and each handshake crosses both bridges, one way and back.
+    let frames = c.vxlan_frames_on_the_wire() - wire;
+    assert!(
+        frames >= 20,
+        "{frames} VXLAN frames on the wire for p0 ↔ p2"
+    );
+    assert!(
+        c.tunnel_tx(0) >= tx0 + 20,
+        "n0's vxlan.calico TX for p0 ↔ p2"
+    );
+    assert!(
+        c.tunnel_tx(2) >= tx2 + 20,
+        "n2's vxlan.calico TX for p0 ↔ p2"
+    );
 }
