@@ -7,8 +7,8 @@
 //!
 //! Proves with real packets:
 //! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; a VTEP's MAC change
-//!   (traffic recovers); a node's removal; drift (the device or an FDB entry deleted by hand)
-//!   repaired without a restart;
+//!   (traffic recovers); a node's removal; drift (the device, an FDB entry, a route or a
+//!   neighbour deleted by hand) repaired without a restart;
 //! - policy across nodes: an ingress rule whose IP set holds another node's pod, an egress deny
 //!   towards a third node's pod, and an IP set delta that takes the admitted pod out and back;
 //! - a node that joins later (every node's routes, neighbours, FDB and VTEP set converge) and
@@ -765,6 +765,17 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
             .then_some(())
             .ok_or(f)
     });
+    // So are a route and a neighbour entry.
+    ip(&n0, &["route", "del", "10.65.2.0/26"]);
+    ip(&n0, &["neigh", "del", "10.65.2.0", "dev", "vxlan.calico"]);
+    c.eventually("n2's route and neighbour repaired", || {
+        let (r, a) = (c.routes(0), c.neigh(0));
+        let neigh = format!("10.65.2.0 lladdr {} PERMANENT", mac(2));
+        (r.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico") && a.contains(&neigh))
+            .then_some(())
+            .ok_or(format!("{r}\n{a}"))
+    });
+    c.wait_ping(0, 2, Verdict::Pass);
 
     // n2 leaves n0's view: its block route and VTEP go (RouteRemove first, as Felix orders
     // them); its FDB entry, ARP entry and route vanish and p0 can no longer reach p2.
