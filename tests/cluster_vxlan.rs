@@ -9,8 +9,9 @@
 //! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; a VTEP's MAC change
 //!   (traffic recovers); a node's removal; drift (the device, an FDB entry, a route or a
 //!   neighbour deleted by hand) repaired without a restart;
-//! - policy across nodes: an ingress rule whose IP set holds another node's pod, an egress deny
-//!   towards a third node's pod, and an IP set delta that takes the admitted pod out and back;
+//! - policy across nodes: an ingress rule whose IP set holds another node's pod, an ingress deny
+//!   from a set holding a third node's pod, an egress deny towards it, and IP set deltas that
+//!   take the admitted pod out and back and lift the denies;
 //! - a node that joins later (every node's routes, neighbours, FDB and VTEP set converge) and
 //!   leaves again (nothing of it stays anywhere);
 //! - cross-subnet: same-subnet pods talk directly over the parent interface (no VXLAN on the
@@ -797,11 +798,25 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
 
 #[test]
 fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
-    // p1 admits only what is in `s:pods-n0` (p0) and may not send to `s:pods-n2` (p2); the
-    // sets and policies go only to n1, which hosts p1's endpoint, as Felix sends them.
+    // p1 admits only what is in `s:pods-n0` (p0) and may not send to `s:pods-n2` (p2); p0
+    // denies what is in `s:pods-n2` (p2) and admits the rest. The sets and policies go only to
+    // the node hosting the endpoint that uses them, as Felix sends them.
     let ingress = "default.ingress-from-n0";
     let egress = "default.egress-not-n2";
+    let deny = "default.ingress-deny-n2";
     let mut c = Cluster::build("Always", &[0, 0, 0], |k| match k {
+        0 => Local {
+            msgs: vec![
+                ipset("s:pods-n2", &[pod_ip(2)]),
+                policy(
+                    deny,
+                    json!([{"action": "deny", "src_ip_set_ids": ["s:pods-n2"]},
+                           {"action": "allow"}]),
+                    json!([]),
+                ),
+            ],
+            tiers: vec![tier(&[deny], &[])],
+        },
         1 => Local {
             msgs: vec![
                 ipset("s:pods-n0", &[pod_ip(0)]),
@@ -830,8 +845,11 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
     }
     c.wait_ping(0, 2, Verdict::Pass);
-    c.wait_ping(2, 0, Verdict::Pass);
 
+    // Ingress on n0: n1's pod is admitted, n2's pod denied.
+    c.wait_tcp(1, 0, Verdict::Pass);
+    assert_eq!(c.ping(2, 0), Verdict::Drop, "ping p2 → p0");
+    assert_eq!(c.tcp(2, 0), Verdict::Drop, "TCP p2 → p0");
     // Ingress on n1: the pod of n0 is admitted, the pod of n2 is not.
     c.wait_ping(0, 1, Verdict::Pass);
     c.wait_tcp(0, 1, Verdict::Pass);
@@ -861,6 +879,10 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     c.wait_tcp(2, 1, Verdict::Pass);
     c.wait_tcp(1, 2, Verdict::Pass);
     assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1 still admitted");
+    // And n0 stops denying it.
+    c.node_mut(0)
+        .send(&[ipset_delta("s:pods-n2", &[], &[pod_ip(2)])]);
+    c.wait_tcp(2, 0, Verdict::Pass);
 
     c.daemons_alive();
 }
