@@ -79,6 +79,10 @@ pub fn payload_kind(p: &Payload) -> &'static str {
         Payload::ServiceRemove(_) => "service_remove",
         Payload::WireguardEndpointV6Update(_) => "wireguard_endpoint_v6_update",
         Payload::WireguardEndpointV6Remove(_) => "wireguard_endpoint_v6_remove",
+        Payload::HostMetadataV6Update(_) => "host_metadata_v6_update",
+        Payload::HostMetadataV6Remove(_) => "host_metadata_v6_remove",
+        Payload::HostMetadataV4v6Update(_) => "host_metadata_v4v6_update",
+        Payload::HostMetadataV4v6Remove(_) => "host_metadata_v4v6_remove",
     }
 }
 
@@ -637,10 +641,14 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             c.tiers("endpoint.pre_dnat_tiers", &e.pre_dnat_tiers)?;
             c.tiers("endpoint.forward_tiers", &e.forward_tiers)?;
         }
-        Payload::HostMetadataUpdate(u) => {
+        Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
             c.id = u.hostname.clone();
             c.addr("ipv4_addr", &u.ipv4_addr)?;
             c.addr("ipv6_addr", &u.ipv6_addr)?;
+        }
+        Payload::HostMetadataV6Update(u) => {
+            c.id = u.hostname.clone();
+            c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
         }
         Payload::VtepUpdate(u) => {
             c.id = u.node.clone();
