@@ -577,20 +577,59 @@ impl Cluster {
             .collect()
     }
 
+    /// Node k's route to node j's block, as `ip route` prints it.
+    fn route_to(&self, k: u8, j: u8) -> Option<String> {
+        let dst = format!("{} ", block_cidr(j));
+        self.routes(k)
+            .lines()
+            .find(|l| l.starts_with(&dst))
+            .map(String::from)
+    }
+
+    /// Node k routes node j's block through the tunnel, with the tunnel's MTU (parent 1500 −
+    /// 50): `via <j's tunnel IP> dev vxlan.calico onlink mtu 1450`.
+    fn tunnel_route(&self, k: u8, j: u8) -> Result<(), String> {
+        let l = self.route_to(k, j);
+        let via = format!("{} via {} dev vxlan.calico ", block_cidr(j), tunnel_ip(j));
+        l.as_deref()
+            .filter(|l| l.starts_with(&via) && l.contains(" onlink") && l.contains(" mtu 1450"))
+            .map(|_| ())
+            .ok_or(format!("n{k}'s route to n{j}: {l:?}"))
+    }
+
+    /// Node k routes node j's block straight to j over the parent, as Felix does for a
+    /// cross-subnet pool within one subnet: `via <j's IP> dev eth0 proto 80 onlink`.
+    fn direct_route(&self, k: u8, j: u8) -> Result<(), String> {
+        let l = self.route_to(k, j);
+        let via = format!(
+            "{} via {} dev eth0 proto 80 ",
+            block_cidr(j),
+            self.member(j).ip()
+        );
+        l.as_deref()
+            .filter(|l| l.starts_with(&via) && l.contains(" onlink"))
+            .map(|_| ())
+            .ok_or(format!("n{k}'s route to n{j}: {l:?}"))
+    }
+
     /// Checks that node k holds what Felix programs for the other members — a route through
     /// the tunnel, a permanent neighbour and FDB entry, an `all-vxlan-net` and an
     /// `all-hosts-net` member per remote node — and nothing at all for `gone` (nodes that left).
+    /// `all-vxlan-net` leaves out k's own address, `all-hosts-net` holds it (reference §5.1).
     fn overlay_state(&self, k: u8, gone: &[Member]) -> Result<(), String> {
         let (r, a, f) = (self.routes(k), self.neigh(k), self.fdb(k));
         let vteps = self.internal_set(k, "all-vxlan-net");
         let hosts = self.internal_set(k, "all-hosts-net");
         let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}");
+        let own = self.member(k).ip();
+        if in_set(&vteps, &own) || !in_set(&hosts, &own) {
+            return Err(format!("n{k}'s own address {}", dump()));
+        }
         for m in self.members.iter().filter(|m| m.k != k) {
             let j = m.k;
-            let route = format!("{} via {} dev vxlan.calico", block_cidr(j), tunnel_ip(j));
             let neigh = format!("{} lladdr {} PERMANENT", tunnel_ip(j), mac(j));
             let fdb = format!("{} dst {} self permanent", mac(j), m.ip());
-            if !(r.contains(&route)
+            if !(self.tunnel_route(k, j).is_ok()
                 && a.contains(&neigh)
                 && f.contains(&fdb)
                 && in_set(&vteps, &m.ip())
@@ -677,9 +716,11 @@ impl Cluster {
 fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     let mut c = Cluster::build("Always", &[0, 0, 0], |_| Local::default());
 
-    // The device as Felix makes it, on every node.
+    // The device as Felix makes it, and a route, neighbour, FDB entry and set member per
+    // remote node, on every node.
     for k in 0..3 {
         c.wait_device(k);
+        c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
     }
     let n0 = c.ns(0);
     let routes = c.routes(0);
@@ -945,31 +986,15 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
     for k in 0..3 {
         c.wait_device(k);
     }
-    let route_line = |k: u8, dst: &str| -> Option<String> {
-        c.routes(k)
-            .lines()
-            .find(|l| l.starts_with(&format!("{dst} ")))
-            .map(String::from)
-    };
     // Same subnet: straight to the node over the parent; across the router: the tunnel.
     for (k, j) in [(0, 1), (1, 0)] {
-        let want = format!("{} via 172.31.0.1{j} dev eth0 proto 80 ", block_cidr(j));
         c.eventually(&format!("n{k}'s direct route to n{j}"), || {
-            let l = route_line(k, &block_cidr(j));
-            l.as_deref()
-                .filter(|l| l.starts_with(&want) && l.contains(" onlink"))
-                .map(|_| ())
-                .ok_or(format!("{l:?}"))
+            c.direct_route(k, j)
         });
     }
     for (k, j) in [(0, 2), (1, 2), (2, 0), (2, 1)] {
-        let want = format!("{} via {} dev vxlan.calico ", block_cidr(j), tunnel_ip(j));
         c.eventually(&format!("n{k}'s tunnel route to n{j}"), || {
-            let l = route_line(k, &block_cidr(j));
-            l.as_deref()
-                .filter(|l| l.starts_with(&want) && l.contains(" onlink"))
-                .map(|_| ())
-                .ok_or(format!("{l:?}"))
+            c.tunnel_route(k, j)
         });
     }
     let _servers: Vec<TcpServer> = (0..3)
