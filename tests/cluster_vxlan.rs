@@ -16,7 +16,8 @@
 //!   leaves again (nothing of it stays anywhere);
 //! - cross-subnet: same-subnet pods talk directly over the parent interface (no VXLAN on the
 //!   wire), pods behind a router through the tunnel;
-//! - a 1 MB TCP transfer between pods on two nodes.
+//! - a 1 MB TCP transfer between pods on two nodes;
+//! - IPv6 beside IPv4: pods talk over `vxlan-v6.calico`, and a leaving node's IPv6 state goes.
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 
@@ -88,28 +89,130 @@ fn tunnel_ip(k: u8) -> String {
 fn block_cidr(k: u8) -> String {
     format!("10.65.{k}.0/26")
 }
+fn mac6(k: u8) -> String {
+    format!("66:00:00:00:01:{k:02x}")
+}
+// IPv6 blocks are numbered from 10 so that no address has a zero group `ip` would compress.
+fn pod_ip6(k: u8) -> IpAddr {
+    format!("fd65::1{k}:2").parse().unwrap()
+}
+fn tunnel_ip6(k: u8) -> String {
+    format!("fd65::1{k}:0")
+}
+/// Calico's IPv6 blocks are /122.
+fn block6_cidr(k: u8) -> String {
+    format!("fd65::1{k}:0/122")
+}
 
-/// Whether an nft set element list (`nft -j` form) holds the IPv4 address `ip`.
+/// Whether an nft set element list (`nft -j` form) holds the address `ip` (either family).
 fn in_set(elems: &[Value], ip: &str) -> bool {
-    let ip: Ipv4Addr = ip.parse().unwrap();
-    let addr = |v: &Value| v.as_str().and_then(|s| s.parse::<Ipv4Addr>().ok());
+    // Both families as 128-bit numbers, IPv4 mapped, so one comparison serves both.
+    let num = |a: IpAddr| match a {
+        IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+        IpAddr::V6(a) => u128::from(a),
+    };
+    let ip: IpAddr = ip.parse().unwrap();
+    let width = if ip.is_ipv4() { 32 } else { 128 };
+    let x = num(ip);
+    let addr = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<IpAddr>().ok())
+            .filter(|a| a.is_ipv4() == ip.is_ipv4())
+            .map(num)
+    };
     elems.iter().any(|e| {
         let e = e.get("elem").map(|e| &e["val"]).unwrap_or(e);
         if let Some(a) = addr(e) {
-            return a == ip;
+            return a == x;
         }
         if let Some([lo, hi]) = e.get("range").and_then(Value::as_array).map(Vec::as_slice) {
-            return matches!((addr(lo), addr(hi)), (Some(lo), Some(hi)) if lo <= ip && ip <= hi);
+            return matches!((addr(lo), addr(hi)), (Some(lo), Some(hi)) if lo <= x && x <= hi);
         }
         if let Some(p) = e.get("prefix") {
             let (Some(a), Some(len)) = (addr(&p["addr"]), p["len"].as_u64()) else {
                 return false;
             };
-            let mask = u32::MAX.checked_shl(32 - len as u32).unwrap_or(0);
-            return u32::from(a) & mask == u32::from(ip) & mask;
+            let mask = u128::MAX.checked_shl(width - len as u32).unwrap_or(0);
+            return a & mask == x & mask;
         }
         false
     })
+}
+
+/// What differs between the IPv4 and the IPv6 overlay.
+#[derive(Debug, Clone, Copy)]
+struct Fam {
+    v6: bool,
+}
+const V4: Fam = Fam { v6: false };
+const V6: Fam = Fam { v6: true };
+
+impl Fam {
+    fn dev(self) -> &'static str {
+        if self.v6 {
+            "vxlan-v6.calico"
+        } else {
+            "vxlan.calico"
+        }
+    }
+    fn flag(self) -> &'static str {
+        if self.v6 {
+            "-6"
+        } else {
+            "-4"
+        }
+    }
+    /// The parent's 1500 less the encapsulation: 50 bytes over IPv4, 70 over IPv6.
+    fn mtu(self) -> u32 {
+        if self.v6 {
+            1430
+        } else {
+            1450
+        }
+    }
+    fn mac(self, k: u8) -> String {
+        if self.v6 {
+            mac6(k)
+        } else {
+            mac(k)
+        }
+    }
+    fn tunnel_ip(self, k: u8) -> String {
+        if self.v6 {
+            tunnel_ip6(k)
+        } else {
+            tunnel_ip(k)
+        }
+    }
+    fn block(self, k: u8) -> String {
+        if self.v6 {
+            block6_cidr(k)
+        } else {
+            block_cidr(k)
+        }
+    }
+    /// Text every address of node k's block starts with.
+    fn pool_part(self, k: u8) -> String {
+        if self.v6 {
+            format!("fd65::1{k}:")
+        } else {
+            format!("10.65.{k}.")
+        }
+    }
+    fn pod_ip(self, k: u8) -> IpAddr {
+        if self.v6 {
+            pod_ip6(k)
+        } else {
+            pod_ip(k)
+        }
+    }
+    fn host_ip(self, m: &Member) -> String {
+        if self.v6 {
+            m.ip6()
+        } else {
+            m.ip()
+        }
+    }
 }
 
 /// A node as the controller knows it: its index and which underlay subnet it sits on.
@@ -122,6 +225,13 @@ struct Member {
 impl Member {
     fn ip(&self) -> String {
         format!("172.31.{}.1{}", self.subnet, self.k)
+    }
+    /// In `ip`'s canonical form (`fd00:31::10` for subnet 0).
+    fn ip6(&self) -> String {
+        let a: std::net::Ipv6Addr = format!("fd00:31:{}::1{}", self.subnet, self.k)
+            .parse()
+            .unwrap();
+        a.to_string()
     }
     fn gateway(&self) -> String {
         format!("172.31.{}.1", self.subnet)
@@ -201,6 +311,8 @@ struct Cluster {
     members: Vec<Member>,
     /// The pool's `vxlan_mode`: `Always` or `CrossSubnet`.
     mode: &'static str,
+    /// Dual stack: IPv6 on the underlay and the pods, an IPv6 pool, IPv6 VTEPs.
+    v6: bool,
     /// Routes between the two underlay subnets (only when some node sits on subnet 1).
     _router: Option<NamedNetNs>,
     /// Holds the underlay bridges `br0` (172.31.0.0/24) and `br1` (172.31.1.0/24).
@@ -211,6 +323,21 @@ impl Cluster {
     /// An underlay with the given nodes (`subnets[k]` = node k's subnet), each started with
     /// its `local(k)` state.
     fn build(mode: &'static str, subnets: &[u8], local: impl Fn(u8) -> Local) -> Cluster {
+        Self::build_with(mode, subnets, false, local)
+    }
+
+    /// [`Self::build`], dual stack (one subnet only: the router has no IPv6).
+    fn build_dual_stack(mode: &'static str, subnets: &[u8]) -> Cluster {
+        assert!(!subnets.contains(&1), "the router speaks IPv4 only");
+        Self::build_with(mode, subnets, true, |_| Local::default())
+    }
+
+    fn build_with(
+        mode: &'static str,
+        subnets: &[u8],
+        v6: bool,
+        local: impl Fn(u8) -> Local,
+    ) -> Cluster {
         let lan = named("cl-lan");
         let l = lan.name().to_string();
         let two = subnets.contains(&1);
@@ -250,6 +377,7 @@ impl Cluster {
                 .map(|(k, &subnet)| Member { k: k as u8, subnet })
                 .collect(),
             mode,
+            v6,
             _router: router,
             lan,
         };
@@ -287,26 +415,54 @@ impl Cluster {
 
     /// Node k's VTEP as Felix sends it.
     fn vtep(&self, k: u8, mac: &str) -> Value {
-        json!({"vtep_update": {"node": format!("n{k}"), "mac": mac,
-            "ipv4_addr": tunnel_ip(k), "parent_device_ip": self.member(k).ip()}})
+        let mut v = json!({"node": format!("n{k}"), "mac": mac,
+            "ipv4_addr": tunnel_ip(k), "parent_device_ip": self.member(k).ip()});
+        if self.v6 {
+            v["mac_v6"] = json!(mac6(k));
+            v["ipv6_addr"] = json!(tunnel_ip6(k));
+            v["parent_device_ipv6"] = json!(self.member(k).ip6());
+        }
+        json!({ "vtep_update": v })
     }
 
     /// Node k's host metadata as Felix sends it: the node's BGP address in CIDR form.
     fn host(&self, k: u8) -> Value {
-        json!({"host_metadata_update": {"hostname": format!("n{k}"),
-            "ipv4_addr": format!("{}/24", self.member(k).ip())}})
+        let mut h = json!({"hostname": format!("n{k}"),
+            "ipv4_addr": format!("{}/24", self.member(k).ip())});
+        if self.v6 {
+            h["ipv6_addr"] = json!(format!("{}/64", self.member(k).ip6()));
+        }
+        json!({ "host_metadata_update": h })
     }
 
-    /// Node k's block as Felix sends it to node `own`: `same_subnet` when the pool is
-    /// cross-subnet and both node IPs share a subnet.
-    fn block(&self, own: u8, k: u8) -> Value {
+    /// Node k's blocks (one per family) as Felix sends them to node `own`: `same_subnet` when
+    /// the pool is cross-subnet and both node IPs share a subnet.
+    fn blocks(&self, own: u8, k: u8) -> Vec<Value> {
         let local = k == own;
         let same_subnet = !local
             && self.mode == "CrossSubnet"
             && self.member(own).subnet == self.member(k).subnet;
-        json!({"route_update": {"types": if local { "LOCAL_WORKLOAD" } else { "REMOTE_WORKLOAD" },
-            "ip_pool_type": "VXLAN", "dst": block_cidr(k), "same_subnet": same_subnet,
-            "dst_node_name": format!("n{k}"), "dst_node_ip": self.member(k).ip()}})
+        let route = |dst: String, node_ip: String| {
+            json!({"route_update": {"types": if local { "LOCAL_WORKLOAD" } else { "REMOTE_WORKLOAD" },
+                "ip_pool_type": "VXLAN", "dst": dst, "same_subnet": same_subnet,
+                "dst_node_name": format!("n{k}"), "dst_node_ip": node_ip}})
+        };
+        let mut v = vec![route(block_cidr(k), self.member(k).ip())];
+        if self.v6 {
+            v.push(route(block6_cidr(k), self.member(k).ip6()));
+        }
+        v
+    }
+
+    /// What node k's leaving costs the others: its blocks, VTEP and host (in Felix's order).
+    fn removals(&self, k: u8) -> Vec<Value> {
+        let mut v = vec![json!({"route_remove": {"dst": block_cidr(k)}})];
+        if self.v6 {
+            v.push(json!({"route_remove": {"dst": block6_cidr(k)}}));
+        }
+        v.push(json!({"vtep_remove": {"node": format!("n{k}")}}));
+        v.push(json!({"host_metadata_remove": {"hostname": format!("n{k}")}}));
+        v
     }
 
     /// Creates node k (a known member) with its pod and daemon, and sends it its first sync:
@@ -317,6 +473,15 @@ impl Cluster {
         let ns = named(&format!("cl-n{k}"));
         let pod = named(&format!("cl-p{k}"));
         let (n, p) = (ns.name().to_string(), pod.name().to_string());
+        // Addresses usable at once, without duplicate address detection: the pods' IPv6
+        // gateway is the host end's link-local address.
+        for netns in [&ns, &pod] {
+            write_sysctl(
+                netns.ns(),
+                "/proc/sys/net/ipv6/conf/default/accept_dad",
+                "0",
+            );
+        }
         let up = format!("u{k}");
         ip(
             &l,
@@ -331,6 +496,10 @@ impl Cluster {
             &n,
             &["addr", "add", &format!("{}/24", member.ip()), "dev", "eth0"],
         );
+        if self.v6 {
+            let addr = format!("{}/64", member.ip6());
+            ip(&n, &["addr", "add", &addr, "dev", "eth0"]);
+        }
         // A default route, as every node has: proxy ARP for the pods' 169.254.1.1 answers only
         // for an address the node can route elsewhere. On a cross-subnet underlay it is also
         // the way to the other subnet.
@@ -354,7 +523,10 @@ impl Cluster {
                 "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns", &p,
             ],
         );
-        ip(&n, &["link", "set", &cali, "up"]);
+        ip(
+            &n,
+            &["link", "set", &cali, "address", "ee:ee:ee:ee:ee:ee", "up"],
+        );
         ip(&p, &["link", "set", "lo", "up"]);
         // ICMP probes use unprivileged ping sockets.
         write_sysctl(
@@ -391,6 +563,15 @@ impl Cluster {
                 "eth0",
             ],
         );
+        if self.v6 {
+            let addr = format!("{}/128", pod_ip6(k));
+            ip(&p, &["addr", "add", &addr, "dev", "eth0"]);
+            let gw = "fe80::ecee:eeff:feee:eeee";
+            ip(
+                &p,
+                &["-6", "route", "add", "default", "via", gw, "dev", "eth0"],
+            );
+        }
         let link: Value = serde_json::from_str(&ip(&p, &["-j", "link", "show", "eth0"])).unwrap();
         let pod_mac = link[0]["address"].as_str().unwrap().to_string();
 
@@ -425,18 +606,29 @@ impl Cluster {
             json!({"ipam_pool_update": {"id": "10.65.0.0-16", "pool": {"cidr": "10.65.0.0/16",
                 "masquerade": false, "vxlan_mode": self.mode}}}),
         ];
+        if self.v6 {
+            msgs.push(
+                json!({"ipam_pool_update": {"id": "fd65::-64", "pool": {"cidr": "fd65::/64",
+                "masquerade": false, "vxlan_mode": self.mode}}}),
+            );
+        }
         for m in &self.members {
             msgs.push(self.vtep(m.k, &mac(m.k)));
-            msgs.push(self.block(k, m.k));
+            msgs.extend(self.blocks(k, m.k));
             msgs.push(self.host(m.k));
         }
-        msgs.push(json!({"encapsulation": {"vxlan_enabled": true}}));
+        msgs.push(json!({"encapsulation": {"vxlan_enabled": true, "vxlan_enabled_v6": self.v6}}));
         msgs.extend(local.msgs);
+        let v6_nets: Vec<String> = self
+            .v6
+            .then(|| format!("{}/128", pod_ip6(k)))
+            .into_iter()
+            .collect();
         msgs.push(json!({"workload_endpoint_update": {
             "id": {"orchestrator_id": "k8s", "workload_id": format!("default/p{k}"), "endpoint_id": "eth0"},
             "endpoint": {"state": "active", "name": cali, "mac": pod_mac,
-                "ipv4_nets": [format!("{}/32", pod_ip(k))], "profile_ids": ["allow-all"],
-                "tiers": local.tiers}}}));
+                "ipv4_nets": [format!("{}/32", pod_ip(k))], "ipv6_nets": v6_nets,
+                "profile_ids": ["allow-all"], "tiers": local.tiers}}}));
         msgs.push(json!({"in_sync": {}}));
         node.send(&msgs);
         self.nodes.push(node);
@@ -451,15 +643,18 @@ impl Cluster {
             .filter(|&j| j != k)
             .collect();
         for j in others {
-            let msgs = [self.vtep(k, &mac(k)), self.block(j, k), self.host(k)];
+            let mut msgs = vec![self.vtep(k, &mac(k))];
+            msgs.extend(self.blocks(j, k));
+            msgs.push(self.host(k));
             self.node_mut(j).send(&msgs);
         }
     }
 
-    /// Node k leaves: every other node gets its RouteRemove, VTEPRemove and HostMetadataRemove
-    /// (in Felix's order);
-    /// the node itself is handed back, still running, for the caller to drop.
+    /// Node k leaves: every other node gets its RouteRemoves, VTEPRemove and
+    /// HostMetadataRemove (in Felix's order); the node itself is handed back, still running,
+    /// for the caller to drop.
     fn leave(&mut self, k: u8) -> Node {
+        let removals = self.removals(k);
         self.members.retain(|m| m.k != k);
         let i = self
             .nodes
@@ -468,11 +663,7 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no node n{k}"));
         let gone = self.nodes.remove(i);
         for node in &mut self.nodes {
-            node.send(&[
-                json!({"route_remove": {"dst": block_cidr(k)}}),
-                json!({"vtep_remove": {"node": format!("n{k}")}}),
-                json!({"host_metadata_remove": {"hostname": format!("n{k}")}}),
-            ]);
+            node.send(&removals);
         }
         gone
     }
@@ -498,20 +689,35 @@ impl Cluster {
     }
 
     fn ping(&self, from: u8, to: u8) -> Verdict {
-        icmp_echo(self.node(from).pod.ns(), pod_ip(to), PROBE_TIMEOUT)
-            .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to}: {e}"))
+        self.ping_in(from, to, V4)
+    }
+
+    /// ICMP (ICMPv6) echo from pod `from` to pod `to`'s address of the family.
+    fn ping_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
+        let dst = f.pod_ip(to);
+        icmp_echo(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+            .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to} {dst}: {e}"))
     }
 
     /// TCP connect from pod `from` to pod `to`'s [`PORT`].
     fn tcp(&self, from: u8, to: u8) -> Verdict {
-        let dst = SocketAddr::new(pod_ip(to), PORT);
+        self.tcp_in(from, to, V4)
+    }
+
+    fn tcp_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
+        let dst = SocketAddr::new(f.pod_ip(to), PORT);
         tcp_connect(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
-            .unwrap_or_else(|e| panic!("TCP probe p{from} → p{to}: {e}"))
+            .unwrap_or_else(|e| panic!("TCP probe p{from} → {dst}: {e}"))
     }
 
     fn wait_ping(&self, from: u8, to: u8, expect: Verdict) {
-        self.eventually(&format!("ping p{from} → p{to} {expect}"), || {
-            let v = self.ping(from, to);
+        self.wait_ping_in(from, to, expect, V4)
+    }
+
+    fn wait_ping_in(&self, from: u8, to: u8, expect: Verdict, f: Fam) {
+        let dst = f.pod_ip(to);
+        self.eventually(&format!("ping p{from} → p{to} {dst} {expect}"), || {
+            let v = self.ping_in(from, to, f);
             (v == expect).then_some(()).ok_or(format!("{v}"))
         });
     }
@@ -523,50 +729,48 @@ impl Cluster {
         });
     }
 
-    /// Waits until `vxlan.calico` on node k is up with Felix's VNI, port and MTU.
-    fn wait_device(&self, k: u8) {
+    /// Waits until the family's VXLAN device on node k is up with Felix's VNI and port, and
+    /// the parent's MTU less the encapsulation.
+    fn wait_device(&self, k: u8, f: Fam) {
         let n = self.ns(k);
-        self.eventually(&format!("vxlan.calico programmed on n{k}"), || {
+        self.eventually(&format!("{} programmed on n{k}", f.dev()), || {
             let links: Value =
                 serde_json::from_str(&ip(&n, &["-d", "-j", "link", "show"])).unwrap();
             let dev = links
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|l| l["ifname"] == "vxlan.calico")
-                .ok_or("no vxlan.calico")?;
+                .find(|l| l["ifname"] == f.dev())
+                .ok_or(format!("no {}", f.dev()))?;
             let info = &dev["linkinfo"]["info_data"];
-            (info["id"] == 4096 && info["port"] == 4789 && dev["mtu"] == 1450)
+            (info["id"] == 4096 && info["port"] == 4789 && dev["mtu"] == f.mtu())
                 .then_some(())
                 .ok_or(format!("{dev}"))
         });
     }
 
-    fn fdb(&self, k: u8) -> String {
-        sh(&[
-            "bridge",
-            "-n",
-            &self.ns(k),
-            "fdb",
-            "show",
-            "dev",
-            "vxlan.calico",
-        ])
+    fn fdb(&self, k: u8, f: Fam) -> String {
+        sh(&["bridge", "-n", &self.ns(k), "fdb", "show", "dev", f.dev()])
     }
 
-    fn neigh(&self, k: u8) -> String {
-        ip(&self.ns(k), &["neigh", "show", "dev", "vxlan.calico"])
+    fn neigh(&self, k: u8, f: Fam) -> String {
+        ip(&self.ns(k), &[f.flag(), "neigh", "show", "dev", f.dev()])
     }
 
-    fn routes(&self, k: u8) -> String {
-        ip(&self.ns(k), &["route"])
+    fn routes(&self, k: u8, f: Fam) -> String {
+        ip(&self.ns(k), &[f.flag(), "route"])
     }
 
-    /// The elements of the internal IP set `name` (`all-vxlan-net`, `all-hosts-net`) on node k,
-    /// read from the kernel (`nft -j` shows an address, a prefix or a range per element).
-    fn internal_set(&self, k: u8, name: &str) -> Vec<Value> {
-        let set = format!("cali40{name}");
-        let out = nft(&self.ns(k), &["-j", "list", "set", "ip", "calico", &set]);
+    /// The elements of the internal IP set `name` (`all-vxlan-net`, `all-hosts-net`) of the
+    /// family on node k, read from the kernel (`nft -j` shows an address, a prefix or a range
+    /// per element).
+    fn internal_set(&self, k: u8, f: Fam, name: &str) -> Vec<Value> {
+        let (table, set) = if f.v6 {
+            ("ip6", format!("cali60{name}"))
+        } else {
+            ("ip", format!("cali40{name}"))
+        };
+        let out = nft(&self.ns(k), &["-j", "list", "set", table, "calico", &set]);
         let v: Value = serde_json::from_str(&out).unwrap();
         v["nftables"]
             .as_array()
@@ -578,21 +782,22 @@ impl Cluster {
     }
 
     /// Node k's route to node j's block, as `ip route` prints it.
-    fn route_to(&self, k: u8, j: u8) -> Option<String> {
-        let dst = format!("{} ", block_cidr(j));
-        self.routes(k)
+    fn route_to(&self, k: u8, j: u8, f: Fam) -> Option<String> {
+        let dst = format!("{} ", f.block(j));
+        self.routes(k, f)
             .lines()
             .find(|l| l.starts_with(&dst))
             .map(String::from)
     }
 
-    /// Node k routes node j's block through the tunnel, with the tunnel's MTU (parent 1500 −
-    /// 50): `via <j's tunnel IP> dev vxlan.calico onlink mtu 1450`.
-    fn tunnel_route(&self, k: u8, j: u8) -> Result<(), String> {
-        let l = self.route_to(k, j);
-        let via = format!("{} via {} dev vxlan.calico ", block_cidr(j), tunnel_ip(j));
+    /// Node k routes node j's block through the tunnel, with the tunnel's MTU:
+    /// `via <j's tunnel IP> dev vxlan.calico onlink mtu 1450` (`vxlan-v6.calico`, 1430).
+    fn tunnel_route(&self, k: u8, j: u8, f: Fam) -> Result<(), String> {
+        let l = self.route_to(k, j, f);
+        let via = format!("{} via {} dev {} ", f.block(j), f.tunnel_ip(j), f.dev());
+        let mtu = format!(" mtu {}", f.mtu());
         l.as_deref()
-            .filter(|l| l.starts_with(&via) && l.contains(" onlink") && l.contains(" mtu 1450"))
+            .filter(|l| l.starts_with(&via) && l.contains(" onlink") && l.contains(&mtu))
             .map(|_| ())
             .ok_or(format!("n{k}'s route to n{j}: {l:?}"))
     }
@@ -600,7 +805,7 @@ impl Cluster {
     /// Node k routes node j's block straight to j over the parent, as Felix does for a
     /// cross-subnet pool within one subnet: `via <j's IP> dev eth0 proto 80 onlink`.
     fn direct_route(&self, k: u8, j: u8) -> Result<(), String> {
-        let l = self.route_to(k, j);
+        let l = self.route_to(k, j, V4);
         let via = format!(
             "{} via {} dev eth0 proto 80 ",
             block_cidr(j),
@@ -614,38 +819,48 @@ impl Cluster {
 
     /// Checks that node k holds what Felix programs for the other members — a route through
     /// the tunnel, a permanent neighbour and FDB entry, an `all-vxlan-net` and an
-    /// `all-hosts-net` member per remote node — and nothing at all for `gone` (nodes that left).
-    /// `all-vxlan-net` leaves out k's own address, `all-hosts-net` holds it (reference §5.1).
+    /// `all-hosts-net` member per remote node — and nothing at all for `gone` (nodes that left),
+    /// in each family the cluster has.
     fn overlay_state(&self, k: u8, gone: &[Member]) -> Result<(), String> {
-        let (r, a, f) = (self.routes(k), self.neigh(k), self.fdb(k));
-        let vteps = self.internal_set(k, "all-vxlan-net");
-        let hosts = self.internal_set(k, "all-hosts-net");
+        self.overlay_family(k, gone, V4)?;
+        if self.v6 {
+            self.overlay_family(k, gone, V6)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::overlay_state`] for one family. `all-vxlan-net` leaves out k's own address,
+    /// `all-hosts-net` holds it (reference §5.1).
+    fn overlay_family(&self, k: u8, gone: &[Member], fam: Fam) -> Result<(), String> {
+        let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam), self.fdb(k, fam));
+        let vteps = self.internal_set(k, fam, "all-vxlan-net");
+        let hosts = self.internal_set(k, fam, "all-hosts-net");
         let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}");
-        let own = self.member(k).ip();
+        let own = fam.host_ip(&self.member(k));
         if in_set(&vteps, &own) || !in_set(&hosts, &own) {
             return Err(format!("n{k}'s own address {}", dump()));
         }
         for m in self.members.iter().filter(|m| m.k != k) {
-            let j = m.k;
-            let neigh = format!("{} lladdr {} PERMANENT", tunnel_ip(j), mac(j));
-            let fdb = format!("{} dst {} self permanent", mac(j), m.ip());
-            if !(self.tunnel_route(k, j).is_ok()
+            let (j, host) = (m.k, fam.host_ip(m));
+            let neigh = format!("{} lladdr {} PERMANENT", fam.tunnel_ip(j), fam.mac(j));
+            let fdb = format!("{} dst {host} self permanent", fam.mac(j));
+            if !(self.tunnel_route(k, j, fam).is_ok()
                 && a.contains(&neigh)
                 && f.contains(&fdb)
-                && in_set(&vteps, &m.ip())
-                && in_set(&hosts, &m.ip()))
+                && in_set(&vteps, &host)
+                && in_set(&hosts, &host))
             {
                 return Err(format!("n{j} incomplete {}", dump()));
             }
         }
         for m in gone {
-            let (j, ip) = (m.k, m.ip());
-            if r.contains(&format!("10.65.{j}."))
-                || a.contains(&tunnel_ip(j))
-                || f.contains(&mac(j))
-                || f.contains(&ip)
-                || in_set(&vteps, &ip)
-                || in_set(&hosts, &ip)
+            let (j, host) = (m.k, fam.host_ip(m));
+            if r.contains(&fam.pool_part(j))
+                || a.contains(&fam.tunnel_ip(j))
+                || f.contains(&fam.mac(j))
+                || f.contains(&host)
+                || in_set(&vteps, &host)
+                || in_set(&hosts, &host)
             {
                 return Err(format!("n{j} still there {}", dump()));
             }
@@ -719,11 +934,11 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     // The device as Felix makes it, and a route, neighbour, FDB entry and set member per
     // remote node, on every node.
     for k in 0..3 {
-        c.wait_device(k);
+        c.wait_device(k, V4);
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
     }
     let n0 = c.ns(0);
-    let routes = c.routes(0);
+    let routes = c.routes(0, V4);
     assert!(
         routes.contains("10.65.1.0/26 via 10.65.1.0 dev vxlan.calico"),
         "{routes}"
@@ -732,12 +947,12 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         routes.contains("blackhole 10.65.0.0/26 proto 80"),
         "{routes}"
     );
-    let f = c.fdb(0);
+    let f = c.fdb(0, V4);
     assert!(
         f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
         "{f}"
     );
-    let neigh = c.neigh(0);
+    let neigh = c.neigh(0, V4);
     assert!(
         neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
         "{neigh}"
@@ -765,7 +980,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         node.send(&update);
     }
     c.eventually("n1's new MAC in n0's FDB", || {
-        let f = c.fdb(0);
+        let f = c.fdb(0, V4);
         (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&mac(1)))
             .then_some(())
             .ok_or(f)
@@ -784,7 +999,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     // Drift on n0: the device deleted by hand comes back with its routes, ARP and FDB.
     ip(&n0, &["link", "del", "vxlan.calico"]);
     c.wait_ping(0, 2, Verdict::Pass);
-    let routes = c.routes(0);
+    let routes = c.routes(0, V4);
     assert!(
         routes.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico"),
         "{routes}"
@@ -802,7 +1017,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         "self",
     ]);
     c.eventually("n2's FDB entry repaired", || {
-        let f = c.fdb(0);
+        let f = c.fdb(0, V4);
         f.contains(&format!("{} dst 172.31.0.12", mac(2)))
             .then_some(())
             .ok_or(f)
@@ -811,7 +1026,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ip(&n0, &["route", "del", "10.65.2.0/26"]);
     ip(&n0, &["neigh", "del", "10.65.2.0", "dev", "vxlan.calico"]);
     c.eventually("n2's route and neighbour repaired", || {
-        let (r, a) = (c.routes(0), c.neigh(0));
+        let (r, a) = (c.routes(0, V4), c.neigh(0, V4));
         let neigh = format!("10.65.2.0 lladdr {} PERMANENT", mac(2));
         (r.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico") && a.contains(&neigh))
             .then_some(())
@@ -826,7 +1041,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         json!({"vtep_remove": {"node": "n2"}}),
     ]);
     c.eventually("n2 gone from n0", || {
-        let (f, r, a) = (c.fdb(0), c.routes(0), c.neigh(0));
+        let (f, r, a) = (c.fdb(0, V4), c.routes(0, V4), c.neigh(0, V4));
         (!f.contains(&mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
             .then_some(())
             .ok_or(format!("{f}\n{r}\n{a}"))
@@ -940,13 +1155,13 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
     c.members.push(Member { k: 2, subnet: 0 });
     c.start(2, Local::default());
     c.announce(2);
-    c.wait_device(2);
+    c.wait_device(2, V4);
     for k in 0..3 {
         c.eventually(&format!("n{k}'s overlay after n2 joined"), || {
             c.overlay_state(k, &[])
         });
     }
-    let r = c.routes(2);
+    let r = c.routes(2, V4);
     assert!(r.contains("blackhole 10.65.2.0/26 proto 80"), "{r}");
     let _servers: Vec<TcpServer> = (0..3)
         .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
@@ -984,7 +1199,7 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
     let c = Cluster::build("CrossSubnet", &[0, 0, 1], |_| Local::default());
     c.count_vxlan_on_the_wire();
     for k in 0..3 {
-        c.wait_device(k);
+        c.wait_device(k, V4);
     }
     // Same subnet: straight to the node over the parent; across the router: the tunnel.
     for (k, j) in [(0, 1), (1, 0)] {
@@ -994,7 +1209,7 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
     }
     for (k, j) in [(0, 2), (1, 2), (2, 0), (2, 1)] {
         c.eventually(&format!("n{k}'s tunnel route to n{j}"), || {
-            c.tunnel_route(k, j)
+            c.tunnel_route(k, j, V4)
         });
     }
     let _servers: Vec<TcpServer> = (0..3)
@@ -1111,12 +1326,63 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         // node's rules. Forgetting what the receiver learnt in the other direction makes it
         // advertise a full-size MSS again, so each direction finds the tunnel MTU itself.
         ip(c.node(b).pod.name(), &["route", "flush", "cache"]);
-        let got = bulk_transfer(&c, a, b, &data)
-            .unwrap_or_else(|e| panic!("1 MB p{a} → p{b}: {e}\nroutes on n{a}:\n{}", c.routes(a)));
+        let got = bulk_transfer(&c, a, b, &data).unwrap_or_else(|e| {
+            panic!(
+                "1 MB p{a} → p{b}: {e}\nroutes on n{a}:\n{}",
+                c.routes(a, V4)
+            )
+        });
         assert_eq!(got.len(), data.len(), "bytes received p{a} → p{b}");
         assert!(
             got == data,
             "the bytes p{b} received differ from those p{a} sent"
         );
     }
+}
+
+#[test]
+fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
+    let mut c = Cluster::build_dual_stack("Always", &[0, 0, 0]);
+    // Both devices, and per remote node a route, neighbour, FDB entry and set member in each
+    // family; a blackhole for the node's own IPv6 block.
+    for k in 0..3 {
+        c.wait_device(k, V4);
+        c.wait_device(k, V6);
+        c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
+        let r = c.routes(k, V6);
+        let blackhole = format!("blackhole {} ", block6_cidr(k));
+        assert!(
+            r.lines()
+                .any(|l| l.starts_with(&blackhole) && l.contains(" proto 80 ")),
+            "n{k}:\n{r}"
+        );
+    }
+    let _servers: Vec<TcpServer> = (0..3)
+        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
+        .collect();
+    for a in 0..3 {
+        for b in 0..3 {
+            if a != b {
+                c.wait_ping_in(a, b, Verdict::Pass, V6);
+                assert_eq!(c.tcp_in(a, b, V6), Verdict::Pass, "TCP6 p{a} → p{b}");
+                assert_eq!(c.ping(a, b), Verdict::Pass, "ping p{a} → p{b}");
+            }
+        }
+    }
+
+    // n2 leaves: both families of it go from the others, and its pod is out of reach.
+    let gone = c.member(2);
+    let n2 = c.leave(2);
+    for k in 0..2 {
+        c.eventually(&format!("n2 gone from n{k}"), || {
+            c.overlay_state(k, &[gone])
+        });
+        assert_ne!(c.ping_in(k, 2, V6), Verdict::Pass, "ping6 p{k} → p2");
+        assert_ne!(c.tcp_in(k, 2, V6), Verdict::Pass, "TCP6 p{k} → p2");
+    }
+    drop(n2);
+    c.wait_ping_in(0, 1, Verdict::Pass, V6);
+    c.wait_ping_in(1, 0, Verdict::Pass, V6);
+
+    c.daemons_alive();
 }
