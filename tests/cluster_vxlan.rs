@@ -39,16 +39,21 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 const PORT: u16 = 8080;
 
 fn sh(argv: &[&str]) -> String {
+    try_sh(argv).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs an oracle whose object may not exist yet (a device, a table): its failure is an
+/// answer to poll again on, not an error.
+fn try_sh(argv: &[&str]) -> Result<String, String> {
     let out = Command::new(argv[0])
         .args(&argv[1..])
         .output()
         .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{argv:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{argv:?} failed: {err}"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `ip -n NS ARGS`, stdout.
@@ -756,12 +761,13 @@ impl Cluster {
         });
     }
 
-    fn fdb(&self, k: u8, f: Fam) -> String {
-        sh(&["bridge", "-n", &self.ns(k), "fdb", "show", "dev", f.dev()])
+    fn fdb(&self, k: u8, f: Fam) -> Result<String, String> {
+        try_sh(&["bridge", "-n", &self.ns(k), "fdb", "show", "dev", f.dev()])
     }
 
-    fn neigh(&self, k: u8, f: Fam) -> String {
-        ip(&self.ns(k), &[f.flag(), "neigh", "show", "dev", f.dev()])
+    fn neigh(&self, k: u8, f: Fam) -> Result<String, String> {
+        let ns = self.ns(k);
+        try_sh(&["ip", "-n", &ns, f.flag(), "neigh", "show", "dev", f.dev()])
     }
 
     fn routes(&self, k: u8, f: Fam) -> String {
@@ -771,21 +777,25 @@ impl Cluster {
     /// The elements of the internal IP set `name` (`all-vxlan-net`, `all-hosts-net`) of the
     /// family on node k, read from the kernel (`nft -j` shows an address, a prefix or a range
     /// per element).
-    fn internal_set(&self, k: u8, f: Fam, name: &str) -> Vec<Value> {
+    fn internal_set(&self, k: u8, f: Fam, name: &str) -> Result<Vec<Value>, String> {
         let (table, set) = if f.v6 {
             ("ip6", format!("cali60{name}"))
         } else {
             ("ip", format!("cali40{name}"))
         };
-        let out = nft(&self.ns(k), &["-j", "list", "set", table, "calico", &set]);
+        let ns = self.ns(k);
+        let argv = [
+            "ip", "netns", "exec", &ns, "nft", "-j", "list", "set", table, "calico",
+        ];
+        let out = try_sh(&[&argv[..], &[set.as_str()]].concat())?;
         let v: Value = serde_json::from_str(&out).unwrap();
-        v["nftables"]
+        Ok(v["nftables"]
             .as_array()
             .unwrap()
             .iter()
             .filter_map(|o| o.get("set"))
             .flat_map(|s| s["elem"].as_array().cloned().unwrap_or_default())
-            .collect()
+            .collect())
     }
 
     /// Node k's route to node j's block, as `ip route` prints it.
@@ -839,9 +849,9 @@ impl Cluster {
     /// [`Self::overlay_state`] for one family. `all-vxlan-net` leaves out k's own address,
     /// `all-hosts-net` holds it (reference §5.1).
     fn overlay_family(&self, k: u8, gone: &[Member], fam: Fam) -> Result<(), String> {
-        let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam), self.fdb(k, fam));
-        let vteps = self.internal_set(k, fam, "all-vxlan-net");
-        let hosts = self.internal_set(k, fam, "all-hosts-net");
+        let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam)?, self.fdb(k, fam)?);
+        let vteps = self.internal_set(k, fam, "all-vxlan-net")?;
+        let hosts = self.internal_set(k, fam, "all-hosts-net")?;
         let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}");
         let own = fam.host_ip(&self.member(k));
         if in_set(&vteps, &own) || !in_set(&hosts, &own) {
@@ -954,12 +964,12 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         routes.contains("blackhole 10.65.0.0/26 proto 80"),
         "{routes}"
     );
-    let f = c.fdb(0, V4);
+    let f = c.fdb(0, V4).unwrap();
     assert!(
         f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
         "{f}"
     );
-    let neigh = c.neigh(0, V4);
+    let neigh = c.neigh(0, V4).unwrap();
     assert!(
         neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
         "{neigh}"
@@ -987,7 +997,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         node.send(&update);
     }
     c.eventually("n1's new MAC in n0's FDB", || {
-        let f = c.fdb(0, V4);
+        let f = c.fdb(0, V4)?;
         (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&mac(1)))
             .then_some(())
             .ok_or(f)
@@ -1024,7 +1034,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         "self",
     ]);
     c.eventually("n2's FDB entry repaired", || {
-        let f = c.fdb(0, V4);
+        let f = c.fdb(0, V4)?;
         f.contains(&format!("{} dst 172.31.0.12", mac(2)))
             .then_some(())
             .ok_or(f)
@@ -1033,7 +1043,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ip(&n0, &["route", "del", "10.65.2.0/26"]);
     ip(&n0, &["neigh", "del", "10.65.2.0", "dev", "vxlan.calico"]);
     c.eventually("n2's route and neighbour repaired", || {
-        let (r, a) = (c.routes(0, V4), c.neigh(0, V4));
+        let (r, a) = (c.routes(0, V4), c.neigh(0, V4)?);
         let neigh = format!("10.65.2.0 lladdr {} PERMANENT", mac(2));
         (r.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico") && a.contains(&neigh))
             .then_some(())
@@ -1048,7 +1058,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         json!({"vtep_remove": {"node": "n2"}}),
     ]);
     c.eventually("n2 gone from n0", || {
-        let (f, r, a) = (c.fdb(0, V4), c.routes(0, V4), c.neigh(0, V4));
+        let (f, r, a) = (c.fdb(0, V4)?, c.routes(0, V4), c.neigh(0, V4)?);
         (!f.contains(&mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
             .then_some(())
             .ok_or(format!("{f}\n{r}\n{a}"))
