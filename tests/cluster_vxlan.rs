@@ -1350,6 +1350,15 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
             got == data,
             "the bytes p{b} received differ from those p{a} sent"
         );
+        // The sender did meet the tunnel's MTU on the way, and learnt it.
+        let learnt = ip(
+            c.node(a).pod.name(),
+            &["route", "get", &pod_ip(b).to_string()],
+        );
+        assert!(
+            learnt.contains(" mtu 1450"),
+            "p{a}'s path to p{b}: {learnt}"
+        );
     }
 }
 
