@@ -6,8 +6,8 @@
 //! others' as remote, its pod, and the policies and IP sets that pod's endpoint uses.
 //!
 //! Proves with real packets:
-//! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; a VTEP's MAC change
-//!   (traffic recovers); a node's removal; drift (the device, an FDB entry, a route or a
+//! - pod ↔ pod ICMP and TCP across three nodes over `vxlan.calico`; VXLAN admitted only from
+//!   known VTEPs; a VTEP's MAC change (traffic recovers); a node's removal; drift (the device, an FDB entry, a route or a
 //!   neighbour deleted by hand) repaired without a restart;
 //! - policy across nodes: an ingress rule whose IP set holds another node's pod, an ingress deny
 //!   from a set holding a third node's pod, an egress deny towards it, and IP set deltas that
@@ -587,7 +587,9 @@ impl Cluster {
             .env("FELIX_NFTABLESTABLEOWNER", "false")
             .env("FELIX_REPORTINGINTERVALSECS", "0")
             .env("FELIX_FELIXHOSTNAME", format!("n{k}"))
+            // Drift is repaired at these intervals: short, so that tests can wait for it.
             .env("FELIX_ROUTEREFRESHINTERVAL", "2")
+            .env("FELIX_NFTABLESREFRESHINTERVAL", "2")
             .env_remove("FELIX_NFT_LOG_FORMAT");
         let mut daemon = cmd
             .stdin(Stdio::piped())
@@ -988,6 +990,34 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     for from in 1..3 {
         assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
+
+    // n0 admits VXLAN only from known VTEPs (reference §5.2; Calico's FV does the same): with
+    // n0's daemon paused and n2's address taken out of n0's all-vxlan-net by hand, p2 → p0 is
+    // dropped while p1 → p0 still passes. Resumed, the daemon puts the address back at its
+    // next table refresh.
+    let daemon = c.node(0).daemon.id() as libc::pid_t;
+    // SAFETY: signals a child this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGSTOP) }, 0);
+    let set = ["ip", "calico", "cali40all-vxlan-net"];
+    nft(&n0, &[&["flush", "set"][..], &set].concat());
+    nft(
+        &n0,
+        &[&["add", "element"][..], &set, &["{ 172.31.0.11 }"]].concat(),
+    );
+    assert_eq!(
+        c.ping(1, 0),
+        Verdict::Pass,
+        "ping p1 → p0, n1 still a known VTEP"
+    );
+    assert_eq!(
+        c.tcp(2, 0),
+        Verdict::Drop,
+        "TCP p2 → p0, n2 no longer a known VTEP"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGCONT) }, 0);
+    c.eventually("n2 back in n0's all-vxlan-net", || c.overlay_state(0, &[]));
+    c.wait_tcp(2, 0, Verdict::Pass);
 
     // n1's VTEP MAC changes (Felix sends Remove then Update to every node): n1's device is
     // re-created with the new MAC, the others' ARP and FDB entries follow, traffic recovers.
