@@ -139,6 +139,8 @@ macro_rules! say {
     ($out:expr, $($arg:tt)*) => { writeln!($out, $($arg)*).map_err(DemoError::Output)? };
 }
 
+pub mod cluster;
+
 /// True when the process runs as root (the demo makes namespaces and veths).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
