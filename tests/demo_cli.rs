@@ -325,3 +325,33 @@ fn demo_without_root_says_so_and_touches_nothing() {
         );
     }
 }
+
+#[test]
+fn demo_cluster_executes_no_program() {
+    require_root();
+    // The whole cluster demo — bed, controller, four agents, probes, teardown — under
+    // `strace -f -e trace=execve` (test tool): the only execve is the binary's own start.
+    let trace = tempfile::NamedTempFile::new().expect("a temporary file");
+    let bin = env!("CARGO_BIN_EXE_felix-nft");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=execve", "-o"])
+        .arg(trace.path())
+        .args([bin, "demo", "--cluster"])
+        .output()
+        .expect("running strace (test tool)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo --cluster under strace failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(trace.path()).expect("reading the trace");
+    let execs: Vec<&str> = trace.lines().filter(|l| l.contains("execve(")).collect();
+    assert_eq!(
+        execs.len(),
+        1,
+        "the demo executed programs:\n{}",
+        execs.join("\n")
+    );
+    assert!(execs[0].contains(bin), "{}", execs[0]);
+}
