@@ -338,7 +338,7 @@ impl Controller {
                     dst_node_name: n.name.clone(),
                     dst_node_ip: n.ip.to_string(),
                     same_subnet: !local
-                        && pool.is_some_and(|p| cross_subnet(p))
+                        && pool.is_some_and(cross_subnet)
                         && me.subnet_contains(n.ip),
                     nat_outgoing: pool.is_some_and(|p| p.masquerade),
                     ..RouteUpdate::default()
