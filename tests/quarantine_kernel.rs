@@ -105,14 +105,11 @@ impl Kernel for Refusing {
 
     async fn overlay(
         &mut self,
-        device: Option<&felix_nft::rtnl::vxlan::VxlanSpec>,
-        fdb: &[(Mac, IpAddr)],
-        device_changed: bool,
+        devices: &[felix_nft::rtnl::vxlan::VxlanWanted],
+        changed: &std::collections::BTreeSet<String>,
         resync: bool,
     ) -> Result<felix_nft::dataplane::kernel::OverlayOutcome, KernelError> {
-        self.inner
-            .overlay(device, fdb, device_changed, resync)
-            .await
+        self.inner.overlay(devices, changed, resync).await
     }
 
     async fn neighbours(

@@ -46,6 +46,7 @@ where
         admin_up: true,
         oper_up: true,
         mac: vec![0xee; 6],
+        mtu: 1500,
     }))
     .await
     .unwrap();

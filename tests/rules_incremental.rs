@@ -1,7 +1,7 @@
 //! The incremental renderer against the full renderer, the oracle: after every step of
 //! random update sequences (endpoints coming and going and sharing interfaces, policies and
 //! profiles changing and disappearing while referenced, IP set deltas, host endpoints named,
-//! `*` and resolved by address, pools, host addresses), the tables obtained by folding every
+//! `*` and resolved by address, pools, hosts, VTEPs turning VXLAN on, host addresses), the tables obtained by folding every
 //! patch so far must equal `rules::render` of the same model, object for object. And an update
 //! touches only what it changes: a member delta patches one set, nothing else.
 
@@ -14,8 +14,8 @@ use felix_nft::proto::types::{
     ActiveProfileRemove, ActiveProfileUpdate, HostEndpoint, HostEndpointId, HostEndpointRemove,
     HostEndpointUpdate, HostMetadataUpdate, IpSetDeltaUpdate, IpSetRemove, IpSetType, IpSetUpdate,
     IpamPool, IpamPoolRemove, IpamPoolUpdate, Policy, PolicyId, PortRange, Profile, ProfileId,
-    Protocol, Rule, TierInfo, ToDataplane, WorkloadEndpoint, WorkloadEndpointId,
-    WorkloadEndpointRemove, WorkloadEndpointUpdate,
+    Protocol, Rule, TierInfo, ToDataplane, VxlanTunnelEndpointRemove, VxlanTunnelEndpointUpdate,
+    WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointRemove, WorkloadEndpointUpdate,
 };
 use felix_nft::rtnl::monitor::IfaceEvent;
 use proptest::prelude::*;
@@ -162,6 +162,10 @@ enum Op {
     Pool(u8, bool),
     PoolRemove(u8),
     HostMeta(u8, u8),
+    /// A VTEP of node i (node-0 is this node) with underlay address a; the first turns the
+    /// VXLAN rules on.
+    Vtep(u8, u8),
+    VtepRemove(u8),
     Addrs(u8, u8),
     /// One step of merging the side table back into the main one.
     Merge,
@@ -187,6 +191,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2, any::<bool>()).prop_map(|(i, m)| Op::Pool(i, m)),
         1 => (0u8..2).prop_map(Op::PoolRemove),
         1 => (0u8..2, 0u8..3).prop_map(|(i, a)| Op::HostMeta(i, a)),
+        1 => (0u8..3, 0u8..3).prop_map(|(i, a)| Op::Vtep(i, a)),
+        1 => (0u8..3).prop_map(Op::VtepRemove),
         1 => (0u8..2, 0u8..3).prop_map(|(i, a)| Op::Addrs(i, a)),
         2 => Just(Op::Merge),
     ]
@@ -318,6 +324,16 @@ fn apply(dp: &mut Dataplane, op: &Op) {
             ipv4_addr: format!("192.168.1.{}", a + 1),
             ..Default::default()
         }),
+        Op::Vtep(i, a) => Payload::VtepUpdate(VxlanTunnelEndpointUpdate {
+            node: format!("node-{i}"),
+            mac: format!("66:00:00:00:00:{i:02x}"),
+            ipv4_addr: format!("10.65.{i}.0"),
+            parent_device_ip: format!("192.168.2.{}", 2 * a + 1),
+            ..Default::default()
+        }),
+        Op::VtepRemove(i) => Payload::VtepRemove(VxlanTunnelEndpointRemove {
+            node: format!("node-{i}"),
+        }),
         Op::Merge => {
             dp.request_side_merge();
             return;
@@ -384,6 +400,8 @@ fn check(dp: &mut Dataplane, store: &mut Vec<Table>) -> Result<(), TestCaseError
 fn dataplane(side: usize) -> Dataplane {
     let mut cfg = DataplaneConfig::default();
     cfg.rules.side_table_size = side;
+    cfg.rules.hostname = "node-0".into();
+    cfg.overlay.hostname = "node-0".into();
     Dataplane::new(cfg, 1).unwrap()
 }
 

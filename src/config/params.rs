@@ -462,6 +462,8 @@ params! {
     // --- Encapsulation ---
     vxlan_enabled: Option<bool> = "VXLANEnabled", Kind::OptionalBool, "", 0,
         "VXLAN on; unset = derived from the IP pools.";
+    vxlan_enabled_v6: Option<bool> = "VXLANEnabledV6", Kind::OptionalBool, "", 0,
+        "IPv6 VXLAN on; unset = derived from the IP pools.";
     vxlan_port: u16 = "VXLANPort", PORT, "4789", 0,
         "UDP port of VXLAN.";
     vxlan_vni: u32 = "VXLANVNI", Kind::Int { min: 0, max: 16_777_215 }, "4096", 0,

@@ -347,17 +347,9 @@ impl<K: Kernel> Driver<K> {
         // 2. The VXLAN device and its FDB (routes and ARP entries live on it), then routes,
         // then static ARP entries.
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.overlay || self.resync_routes) {
-            let device_changed = desired.vxlan.as_ref().is_some_and(|d| {
-                self.changed_ifaces.contains(&d.name) || self.changed_ifaces.contains(&d.parent)
-            });
             match self
                 .kernel
-                .overlay(
-                    desired.vxlan.as_ref(),
-                    &desired.fdb,
-                    device_changed,
-                    self.resync_routes,
-                )
+                .overlay(&desired.vxlan, &self.changed_ifaces, self.resync_routes)
                 .await
             {
                 Ok(out) => {

@@ -17,7 +17,7 @@ use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
-use crate::rtnl::vxlan::{VxlanSpec, VxlanSyncer};
+use crate::rtnl::vxlan::{VxlanSyncer, VxlanWanted};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 
 use super::{DataplaneConfig, IfaceConf};
@@ -216,15 +216,14 @@ pub trait Kernel {
         only: Option<&BTreeSet<String>>,
         resync: bool,
     ) -> Result<RoutesOutcome, KernelError>;
-    /// The VXLAN device (`None`: leave it as it is) and its permanent FDB entries; before the
-    /// routes and neighbours, which live on the device. `device_changed`: the device or its
-    /// parent was reported changed (look at it again); otherwise only a changed spec, an FDB
-    /// change or a resync costs kernel I/O.
+    /// The VXLAN devices and their permanent FDB entries; before the routes and neighbours,
+    /// which live on the devices. A device not listed is left as it is. `changed`: interfaces
+    /// reported changed (a device or its parent there is looked at again); otherwise only a
+    /// changed spec, an FDB change or a resync costs kernel I/O.
     async fn overlay(
         &mut self,
-        device: Option<&VxlanSpec>,
-        fdb: &[(Mac, IpAddr)],
-        device_changed: bool,
+        devices: &[VxlanWanted],
+        changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<OverlayOutcome, KernelError>;
     /// Permanent neighbours per interface (`only` as for routes); `changed` lists interfaces
@@ -375,7 +374,8 @@ pub struct RealKernel {
     routes_v4: RouteSyncer,
     routes_v6: RouteSyncer,
     neigh: NeighSyncer,
-    vxlan: VxlanSyncer,
+    /// One syncer per VXLAN device, by name.
+    vxlan: BTreeMap<String, VxlanSyncer>,
     procsys: ProcSys,
     /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
     /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
@@ -401,7 +401,10 @@ impl RealKernel {
             cfg.workload_prefixes.clone(),
             cfg.workload_route_protocols(),
         )
-        .with_device_ifaces([super::overlay::VXLAN_IFACE_V4.to_string()]);
+        .with_device_ifaces([
+            super::overlay::VXLAN_IFACE_V4.to_string(),
+            super::overlay::VXLAN_IFACE_V6.to_string(),
+        ]);
         let ns_owned =
             match ns {
                 Some(n) => Some(n.try_clone().map_err(|e| {
@@ -423,7 +426,7 @@ impl RealKernel {
             routes_v4: RouteSyncer::new(IpFamily::V4, RT_TABLE_MAIN, ownership.clone()),
             routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
             neigh: NeighSyncer::new(),
-            vxlan: VxlanSyncer::new(),
+            vxlan: BTreeMap::new(),
             procsys: ProcSys::new(procsys_ns),
             conntrack: None,
             conntrack_job: None,
@@ -445,9 +448,12 @@ impl RealKernel {
         self.neigh.stats()
     }
 
-    /// Requests the VXLAN syncer sent so far.
+    /// Requests the VXLAN syncers sent so far (all devices).
     pub fn vxlan_stats(&self) -> crate::rtnl::vxlan::VxlanSyncStats {
-        self.vxlan.stats()
+        self.vxlan
+            .values()
+            .map(VxlanSyncer::stats)
+            .fold(Default::default(), |a, b| a + b)
     }
 
     /// `/proc/sys` of the target namespace.
@@ -550,50 +556,54 @@ impl Kernel for RealKernel {
 
     async fn overlay(
         &mut self,
-        device: Option<&VxlanSpec>,
-        fdb: &[(Mac, IpAddr)],
-        device_changed: bool,
+        devices: &[VxlanWanted],
+        changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<OverlayOutcome, KernelError> {
-        if self.vxlan.device() != device {
-            self.vxlan.set_device(device.cloned());
-        } else if device_changed {
-            self.vxlan.device_changed();
-        }
-        self.vxlan.set_fdb(fdb.iter().copied());
-        if resync {
-            self.vxlan.request_resync();
-        }
-        if !self.vxlan.needs_apply() {
-            return Ok(OverlayOutcome::default());
-        }
-        let rep = self
-            .vxlan
-            .apply(&self.rtnl)
-            .await
-            .map_err(rtnl_err("syncing the VXLAN device"))?;
-        let created = rep.created;
-        if created {
-            if let Some(d) = device {
-                // A new device holds no routes or neighbours: write them again.
-                self.routes_v4.iface_changed(&d.name);
-                self.routes_v6.iface_changed(&d.name);
-                self.neigh.iface_changed(&d.name);
+        let mut out = OverlayOutcome::default();
+        for want in devices {
+            let syncer = self.vxlan.entry(want.name.clone()).or_default();
+            if syncer.device() != want.spec.as_ref() {
+                syncer.set_device(want.spec.clone());
+            } else if want
+                .spec
+                .as_ref()
+                .is_some_and(|d| changed.contains(&d.name) || changed.contains(&d.parent))
+            {
+                syncer.device_changed();
             }
+            syncer.set_fdb(want.fdb.iter().copied());
+            if resync {
+                syncer.request_resync();
+            }
+            if !syncer.needs_apply() {
+                continue;
+            }
+            let rep = syncer
+                .apply(&self.rtnl)
+                .await
+                .map_err(rtnl_err("syncing the VXLAN device"))?;
+            if rep.created {
+                // A new device holds no routes or neighbours: write them again.
+                self.routes_v4.iface_changed(&want.name);
+                self.routes_v6.iface_changed(&want.name);
+                self.neigh.iface_changed(&want.name);
+            }
+            if rep.created || rep.recreated.is_some() || !rep.corrected.is_empty() {
+                tracing::info!(
+                    device = %want.name,
+                    created = rep.created,
+                    recreated = ?rep.recreated,
+                    corrected = ?rep.corrected,
+                    "VXLAN device programmed"
+                );
+            }
+            out.created |= rep.created;
+            out.changes +=
+                rep.corrected.len() + rep.fdb_set + rep.fdb_deleted + usize::from(rep.created);
+            out.parked |= rep.parked;
         }
-        if rep.created || rep.recreated.is_some() || !rep.corrected.is_empty() {
-            tracing::info!(
-                created = rep.created,
-                recreated = ?rep.recreated,
-                corrected = ?rep.corrected,
-                "VXLAN device programmed"
-            );
-        }
-        Ok(OverlayOutcome {
-            created,
-            changes: rep.corrected.len() + rep.fdb_set + rep.fdb_deleted + usize::from(created),
-            parked: rep.parked,
-        })
+        Ok(out)
     }
 
     async fn neighbours(
@@ -921,14 +931,13 @@ impl Kernel for FakeKernel {
 
     async fn overlay(
         &mut self,
-        device: Option<&VxlanSpec>,
-        fdb: &[(Mac, IpAddr)],
-        _device_changed: bool,
+        devices: &[VxlanWanted],
+        _changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<OverlayOutcome, KernelError> {
         self.calls.push(Call::Overlay {
-            device: device.is_some(),
-            fdb: fdb.len(),
+            device: devices.iter().any(|d| d.spec.is_some()),
+            fdb: devices.iter().map(|d| d.fdb.len()).sum(),
             resync,
         });
         Ok(OverlayOutcome::default())

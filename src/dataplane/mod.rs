@@ -152,6 +152,7 @@ impl DataplaneConfig {
     /// Maps Felix's parameters (reference §3.2) onto the dataplane's.
     pub fn from_config(c: &Config) -> DataplaneConfig {
         use crate::config as cfg;
+        let hostname = c.felix_hostname.clone().unwrap_or_else(os_hostname);
         let rules = RulesConfig {
             mark_mask: c.nftables_mark_mask,
             filter_allow_action: c.nftables_filter_allow_action.into(),
@@ -176,7 +177,13 @@ impl DataplaneConfig {
             masq_fully_random: true,
             ipip_enabled: c.ipip_enabled.unwrap_or(false),
             vxlan_enabled: c.vxlan_enabled.unwrap_or(false),
-            vxlan_enabled_v6: false,
+            vxlan_enabled_v6: c.vxlan_enabled_v6.unwrap_or(false),
+            hostname: hostname.clone(),
+            external_nodes: c
+                .external_nodes_cidr_list
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
             vxlan_port: c.vxlan_port,
             max_ipset_size: c.max_ipset_size as usize,
             wireguard_port: c.wireguard_enabled.then_some(c.wireguard_listening_port),
@@ -236,11 +243,13 @@ impl DataplaneConfig {
             endpoint_reporting: true,
             side_merge_after: Duration::from_secs(2),
             overlay: overlay::OverlayConfig {
-                hostname: c.felix_hostname.clone().unwrap_or_else(os_hostname),
+                hostname,
                 vxlan_enabled: c.vxlan_enabled,
+                vxlan_enabled_v6: c.vxlan_enabled_v6,
                 vni: c.vxlan_vni,
                 port: c.vxlan_port,
                 mtu: (c.vxlan_mtu != 0).then_some(u32::from(c.vxlan_mtu)),
+                mtu_v6: (c.vxlan_mtu_v6 != 0).then_some(u32::from(c.vxlan_mtu_v6)),
             },
         }
     }
@@ -309,6 +318,7 @@ pub struct IfaceInfo {
     pub index: u32,
     pub oper_up: bool,
     pub admin_up: bool,
+    pub mtu: u32,
     pub addrs: BTreeSet<IpNet>,
 }
 
@@ -322,6 +332,20 @@ pub struct IfaceConf {
     pub ipv6: bool,
 }
 
+/// Whether a message can change which encapsulations are in use.
+fn encap_input(msg: &ToDataplane) -> bool {
+    matches!(
+        msg.payload,
+        Some(
+            Payload::Encapsulation(_)
+                | Payload::IpamPoolUpdate(_)
+                | Payload::IpamPoolRemove(_)
+                | Payload::VtepUpdate(_)
+                | Payload::VtepRemove(_)
+        )
+    )
+}
+
 /// The whole desired kernel state, rendered from the model.
 #[derive(Debug, Clone, Default)]
 pub struct Desired {
@@ -333,9 +357,8 @@ pub struct Desired {
     pub neighbours: BTreeMap<String, Vec<(IpAddr, Mac)>>,
     /// Per-interface configuration of every known workload interface.
     pub iface_conf: BTreeMap<String, IfaceConf>,
-    /// The VXLAN device (`None`: leave it as it is) and its FDB (MAC → remote node IP).
-    pub vxlan: Option<crate::rtnl::vxlan::VxlanSpec>,
-    pub fdb: Vec<(Mac, IpAddr)>,
+    /// The VXLAN devices of the families whose VXLAN is on, with their FDB entries.
+    pub vxlan: Vec<crate::rtnl::vxlan::VxlanWanted>,
 }
 
 /// What changed since the last apply.
@@ -456,8 +479,9 @@ impl Dataplane {
         }
         if self.note(msg) {
             self.model.apply_parsed(msg, members);
-            self.dirty.tables |= self.changes.any();
         }
+        self.sync_encap(msg);
+        self.dirty.tables |= self.changes.any();
         Ok(())
     }
 
@@ -469,10 +493,14 @@ impl Dataplane {
         if let Some(p) = &valid.msg.payload {
             self.remember(p);
         }
+        let encap = encap_input(&valid.msg);
         if self.note(&valid.msg) {
             self.model.apply_owned(valid.msg, valid.members);
-            self.dirty.tables |= self.changes.any();
         }
+        if encap {
+            self.sync_rules_encap();
+        }
+        self.dirty.tables |= self.changes.any();
     }
 
     /// Records what a valid message changes besides the model (routes, the interfaces it
@@ -587,19 +615,66 @@ impl Dataplane {
                 self.changes.base = true;
                 self.overlay_changed();
             }
-            Payload::IpamPoolRemove(_) | Payload::VtepUpdate(_) | Payload::VtepRemove(_) => {
+            Payload::IpamPoolRemove(_) => {
                 self.changes.base = true;
                 self.overlay_changed();
             }
-            Payload::HostMetadataUpdate(_)
-            | Payload::HostMetadataRemove(_)
-            | Payload::GlobalBgpConfigUpdate(_) => {
+            Payload::VtepUpdate(_) | Payload::VtepRemove(_) => {
+                // The VTEP set changes by element; the rules that use it stay.
+                self.changes
+                    .internal_sets
+                    .insert(rules::statics::internal_sets::ALL_VXLAN_NET);
+                self.overlay_changed();
+            }
+            Payload::HostMetadataUpdate(_) | Payload::HostMetadataRemove(_) => {
+                self.changes
+                    .internal_sets
+                    .insert(rules::statics::internal_sets::ALL_HOSTS_NET);
+            }
+            Payload::GlobalBgpConfigUpdate(_) => {
                 self.changes.base = true;
             }
             // Nothing else reaches the tables (rules::Model::apply ignores it).
             _ => return false,
         }
         true
+    }
+
+    /// Whether VXLAN of either family is on.
+    fn vxlan_on(&self) -> bool {
+        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
+        self.overlay.vxlan_enabled(pools, vteps) || self.overlay.vxlan_enabled_v6(pools, vteps)
+    }
+
+    fn sync_encap(&mut self, msg: &ToDataplane) {
+        if encap_input(msg) {
+            self.sync_rules_encap();
+        }
+    }
+
+    /// The firewall follows the encapsulations in use (VXLAN accepted from known VTEPs and
+    /// untracked, masquerade on the tunnel devices), which follow the pools, VTEPs and Felix's
+    /// `Encapsulation` when the configuration does not set them. A change re-renders the base.
+    fn sync_rules_encap(&mut self) {
+        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
+        let v4 = self.overlay.vxlan_enabled(pools, vteps);
+        let v6 = self.overlay.vxlan_enabled_v6(pools, vteps);
+        let (t4, t6) = self.overlay.tunnel_ifaces(pools, vteps);
+        let c = self.inc.config();
+        if (c.vxlan_enabled, c.vxlan_enabled_v6) == (v4, v6)
+            && c.tunnel_ifaces_v4 == t4
+            && c.tunnel_ifaces_v6 == t6
+        {
+            return;
+        }
+        let mut cfg = c.clone();
+        cfg.vxlan_enabled = v4;
+        cfg.vxlan_enabled_v6 = v6;
+        cfg.tunnel_ifaces_v4 = t4;
+        cfg.tunnel_ifaces_v6 = t6;
+        self.model.config = cfg.clone();
+        self.inc.set_config(cfg);
+        self.changes.base = true;
     }
 
     /// The VXLAN device, its FDB, ARP entries and routes may have changed.
@@ -645,11 +720,16 @@ impl Dataplane {
                 let came_up = l.oper_up && !e.oper_up;
                 let changed =
                     e.index != l.index || e.oper_up != l.oper_up || e.admin_up != l.admin_up;
+                let mtu_changed = e.mtu != l.mtu;
                 e.index = l.index;
                 e.oper_up = l.oper_up;
                 e.admin_up = l.admin_up;
+                e.mtu = l.mtu;
                 if changed {
                     self.iface_changed(&l.name, came_up);
+                } else if mtu_changed && !self.cfg.is_workload_iface(&l.name) && self.vxlan_on() {
+                    // The VXLAN MTU follows its parent's.
+                    self.overlay_changed();
                 }
             }
             E::Renamed {
@@ -699,10 +779,7 @@ impl Dataplane {
             self.model.this_host = this_host;
             self.changes.base = true;
             // The VXLAN parent is the interface that holds this node's address.
-            if self
-                .overlay
-                .vxlan_enabled(&self.model.pools, &self.model.vteps)
-            {
+            if self.vxlan_on() {
                 self.overlay_changed();
             }
         }
@@ -714,7 +791,7 @@ impl Dataplane {
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
         self.status_of_iface(name);
-        if name == overlay::VXLAN_IFACE_V4 {
+        if name == overlay::VXLAN_IFACE_V4 || name == overlay::VXLAN_IFACE_V6 {
             // Created, deleted or flapped: look at the device, re-assert what lives on it.
             self.overlay_changed();
         } else if self.cfg.is_workload_iface(name) {
@@ -1023,22 +1100,28 @@ impl Dataplane {
                     device_protocol: self.cfg.route_protocol,
                     felix_protocol: self.cfg.felix_route_protocol(),
                     metric_v4: self.cfg.route_metric_v4,
+                    metric_v6: self.cfg.route_metric_v6,
                 },
             );
-            if !o.tunnel_routes.is_empty() {
-                d.routes
-                    .insert(overlay::VXLAN_IFACE_V4.into(), o.tunnel_routes);
+            for dev in o.devices {
+                if !dev.tunnel_routes.is_empty() {
+                    d.routes.insert(dev.name.into(), dev.tunnel_routes);
+                }
+                if !dev.same_subnet_routes.is_empty() {
+                    d.routes
+                        .entry(overlay::SAME_SUBNET_GROUP.into())
+                        .or_default()
+                        .extend(dev.same_subnet_routes);
+                }
+                if !dev.neighbours.is_empty() {
+                    d.neighbours.insert(dev.name.into(), dev.neighbours);
+                }
+                d.vxlan.push(crate::rtnl::vxlan::VxlanWanted {
+                    name: dev.name.into(),
+                    spec: dev.spec,
+                    fdb: dev.fdb,
+                });
             }
-            if !o.same_subnet_routes.is_empty() {
-                d.routes
-                    .insert(overlay::SAME_SUBNET_GROUP.into(), o.same_subnet_routes);
-            }
-            if !o.neighbours.is_empty() {
-                d.neighbours
-                    .insert(overlay::VXLAN_IFACE_V4.into(), o.neighbours);
-            }
-            d.vxlan = o.device;
-            d.fdb = o.fdb;
         }
         d
     }

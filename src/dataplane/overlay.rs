@@ -1,19 +1,23 @@
 //! Cross-node networking (reference §15/§17): from this node's and the other
 //! nodes' VXLAN tunnel endpoints, Felix's route updates (IPAM blocks), the IP pools and the host's
-//! interfaces, the VXLAN device, its FDB, its ARP entries and the cluster routes wanted. Pure: no
-//! I/O; the loop hands the result to the kernel seam.
+//! interfaces, the VXLAN devices, their FDB, their ARP/NDP entries and the cluster routes wanted.
+//! Pure: no I/O; the loop hands the result to the kernel seam.
 //!
-//! - `vxlan.calico` exists once VXLAN is on (config `VXLANEnabled`, else Felix's `Encapsulation`,
-//!   else a pool with VXLAN, else a VTEP has arrived: Encapsulation may follow InSync) and this
-//!   node's VTEP and the interface holding its address are known.
-//! - Per remote VTEP: a permanent ARP entry (tunnel IP → VTEP MAC) on the device and an FDB
-//!   entry (VTEP MAC → node IP).
-//! - Per remote VXLAN block: `via <VTEP tunnel IP> dev vxlan.calico onlink` (with `VXLANMTU`
-//!   when set), or in cross-subnet mode `via <node IP> dev <parent> onlink proto 80`; a remote
-//!   tunnel address in its own /32 block (or borrowed) goes straight onto the device. No VTEP
-//!   yet: no route until it comes.
-//! - IPv6 VXLAN, IPIP and WireGuard are not built here: their pools and routes are reported once
-//!   as unsupported and otherwise ignored.
+//! One device per family, `vxlan.calico` (IPv4) and `vxlan-v6.calico` (IPv6), each built the same
+//! way from its family's half of the VTEPs:
+//! - the device exists once VXLAN of its family is on (config `VXLANEnabled`/`VXLANEnabledV6`,
+//!   else Felix's `Encapsulation`, else a pool of the family with VXLAN, else a VTEP of the family
+//!   has arrived: Encapsulation may follow InSync) and this node's VTEP and the interface holding
+//!   its address are known;
+//! - its MTU is `VXLANMTU`/`VXLANMTUV6`, or the parent's less the encapsulation (50, 70), and the
+//!   routes through it carry the same MTU;
+//! - per remote VTEP: a permanent neighbour entry (tunnel IP → VTEP MAC) on the device and an FDB
+//!   entry (VTEP MAC → node IP);
+//! - per remote VXLAN block: `via <VTEP tunnel IP> dev <device> onlink`, or in cross-subnet mode
+//!   `via <node IP> dev <parent> onlink proto 80`; a remote tunnel address in its own block (or
+//!   borrowed) goes straight onto the device. No VTEP yet: no route until it comes.
+//! - IPIP and WireGuard are not built here: their pools and routes are reported once as
+//!   unsupported and otherwise ignored.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -31,6 +35,8 @@ use super::IfaceInfo;
 
 /// Felix's IPv4 VXLAN device.
 pub const VXLAN_IFACE_V4: &str = "vxlan.calico";
+/// Felix's IPv6 VXLAN device.
+pub const VXLAN_IFACE_V6: &str = "vxlan-v6.calico";
 /// The route group of same-subnet (cross-subnet mode) routes via the parent interface.
 pub const SAME_SUBNET_GROUP: &str = "vxlan-same-subnet";
 
@@ -41,12 +47,16 @@ pub struct OverlayConfig {
     pub hostname: String,
     /// `VXLANEnabled`; `None`: derived.
     pub vxlan_enabled: Option<bool>,
+    /// `VXLANEnabledV6`; `None`: derived.
+    pub vxlan_enabled_v6: Option<bool>,
     /// `VXLANVNI` (4096).
     pub vni: u32,
     /// `VXLANPort` (4789).
     pub port: u16,
-    /// `VXLANMTU`; `None` (0): the kernel's default, the parent's MTU less 50.
+    /// `VXLANMTU`; `None` (0): the parent's MTU less 50.
     pub mtu: Option<u32>,
+    /// `VXLANMTUV6`; `None` (0): the parent's MTU less 70.
+    pub mtu_v6: Option<u32>,
 }
 
 impl Default for OverlayConfig {
@@ -54,18 +64,22 @@ impl Default for OverlayConfig {
         OverlayConfig {
             hostname: String::new(),
             vxlan_enabled: None,
+            vxlan_enabled_v6: None,
             vni: 4096,
             port: 4789,
             mtu: None,
+            mtu_v6: None,
         }
     }
 }
 
-/// What the overlay wants in the kernel.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OverlayDesired {
-    /// The device (`None`: VXLAN off, or this node's VTEP or its parent not known yet).
-    pub device: Option<VxlanSpec>,
+/// What the overlay wants in the kernel for one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceDesired {
+    /// `vxlan.calico` or `vxlan-v6.calico`.
+    pub name: &'static str,
+    /// The device (`None`: this node's VTEP or its parent not known yet; leave it alone).
+    pub spec: Option<VxlanSpec>,
     /// MAC → remote node IP.
     pub fdb: Vec<(Mac, IpAddr)>,
     /// Tunnel IP → MAC, on the device.
@@ -74,6 +88,19 @@ pub struct OverlayDesired {
     pub tunnel_routes: Vec<RouteSpec>,
     /// Same-subnet routes via the parent interface.
     pub same_subnet_routes: Vec<RouteSpec>,
+}
+
+/// What the overlay wants in the kernel: one entry per family whose VXLAN is on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OverlayDesired {
+    pub devices: Vec<DeviceDesired>,
+}
+
+impl OverlayDesired {
+    /// The device of this name, if its family is on.
+    pub fn device(&self, name: &str) -> Option<&DeviceDesired> {
+        self.devices.iter().find(|d| d.name == name)
+    }
 }
 
 /// Overlay state that is not in the rules model.
@@ -94,6 +121,48 @@ pub struct RouteParams {
     /// Felix's protocol for its other routes (80 while the device protocol is boot).
     pub felix_protocol: u8,
     pub metric_v4: u32,
+    pub metric_v6: u32,
+}
+
+/// One family's view of the VTEPs and the device.
+#[derive(Clone, Copy)]
+struct Fam {
+    v6: bool,
+    device: &'static str,
+    /// The encapsulation's overhead: the device's MTU is the parent's less this.
+    overhead: u32,
+}
+
+const V4: Fam = Fam {
+    v6: false,
+    device: VXLAN_IFACE_V4,
+    overhead: 50,
+};
+const V6: Fam = Fam {
+    v6: true,
+    device: VXLAN_IFACE_V6,
+    overhead: 70,
+};
+
+impl Fam {
+    /// A VTEP's (tunnel IP, MAC, node IP) of this family.
+    fn vtep(self, v: &VxlanTunnelEndpointUpdate) -> Option<(IpAddr, Mac, IpAddr)> {
+        let (tip, mac, host) = if self.v6 {
+            (&v.ipv6_addr, &v.mac_v6, &v.parent_device_ipv6)
+        } else {
+            (&v.ipv4_addr, &v.mac, &v.parent_device_ip)
+        };
+        let (tip, host) = (strip(tip)?, strip(host)?);
+        (tip.is_ipv6() == self.v6 && host.is_ipv6() == self.v6).then_some((
+            tip,
+            parse_mac(mac)?,
+            host,
+        ))
+    }
+
+    fn of(self, net: &IpNet) -> bool {
+        net.addr().is_ipv6() == self.v6
+    }
 }
 
 fn strip(s: &str) -> Option<IpAddr> {
@@ -118,29 +187,70 @@ impl Overlay {
         pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
     ) -> bool {
-        if let Some(v) = self.cfg.vxlan_enabled {
-            return v;
-        }
-        if self.encap.as_ref().is_some_and(|e| e.vxlan_enabled) {
-            return true;
-        }
-        pools.values().any(|p| {
-            mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| n.addr().is_ipv4())
-        }) || vteps.values().any(|v| !v.ipv4_addr.is_empty())
+        self.enabled(V4, pools, vteps)
     }
 
-    /// Reports, once, a pool this build cannot program: IPIP, or VXLAN over IPv6.
+    /// Whether IPv6 VXLAN is on.
+    pub fn vxlan_enabled_v6(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    ) -> bool {
+        self.enabled(V6, pools, vteps)
+    }
+
+    fn enabled(
+        &self,
+        f: Fam,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    ) -> bool {
+        let (cfg, encap) = if f.v6 {
+            (
+                self.cfg.vxlan_enabled_v6,
+                self.encap.as_ref().is_some_and(|e| e.vxlan_enabled_v6),
+            )
+        } else {
+            (
+                self.cfg.vxlan_enabled,
+                self.encap.as_ref().is_some_and(|e| e.vxlan_enabled),
+            )
+        };
+        if let Some(v) = cfg {
+            return v;
+        }
+        encap
+            || pools
+                .values()
+                .any(|p| mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| f.of(&n)))
+            || vteps
+                .values()
+                .any(|v| !(if f.v6 { &v.ipv6_addr } else { &v.ipv4_addr }).is_empty())
+    }
+
+    /// The tunnel devices that carry this node's tunnel address (IPv4, IPv6): host traffic
+    /// leaving them from another local address is masqueraded (§7.11).
+    pub fn tunnel_ifaces(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    ) -> (Vec<String>, Vec<String>) {
+        let local = vteps.get(&self.cfg.hostname);
+        let of = |f: Fam| {
+            (self.enabled(f, pools, vteps) && local.and_then(|v| f.vtep(v)).is_some())
+                .then(|| f.device.to_string())
+                .into_iter()
+                .collect()
+        };
+        (of(V4), of(V6))
+    }
+
+    /// Reports, once, a pool this build cannot program: IPIP.
     pub fn warn_pool(&mut self, id: &str, p: &IpamPool) {
         if mode_on(&p.ipip_mode) && !mode_on(&p.vxlan_mode) {
             self.warn_once(format!("pool {id}"), || {
                 tracing::warn!(pool = %id, cidr = %p.cidr, ipip_mode = %p.ipip_mode,
                     "IPIP is not supported by this build (no ipip kernel module): the pool's routes are not programmed");
-            });
-        }
-        if mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| n.addr().is_ipv6()) {
-            self.warn_once(format!("pool {id}"), || {
-                tracing::warn!(pool = %id, cidr = %p.cidr,
-                    "IPv6 VXLAN (vxlan-v6.calico) is not supported by this build: the pool's routes are not programmed");
             });
         }
     }
@@ -175,52 +285,78 @@ impl Overlay {
         is_workload_iface: impl Fn(&str) -> bool,
         p: RouteParams,
     ) -> OverlayDesired {
-        let mut d = OverlayDesired::default();
-        if !self.vxlan_enabled(pools, vteps) {
-            return d;
-        }
-        // Remote VTEPs (IPv4 part): tunnel IP, MAC, node IP.
-        let mut remote: BTreeMap<&str, (IpAddr, Mac, IpAddr)> = BTreeMap::new();
+        let devices = [V4, V6]
+            .into_iter()
+            .filter(|&f| self.enabled(f, pools, vteps))
+            .map(|f| self.device_desired(f, vteps, routes, ifaces, &is_workload_iface, p))
+            .collect();
+        OverlayDesired { devices }
+    }
+
+    fn device_desired(
+        &self,
+        f: Fam,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        routes: &BTreeMap<String, RouteUpdate>,
+        ifaces: &BTreeMap<String, IfaceInfo>,
+        is_workload_iface: &impl Fn(&str) -> bool,
+        p: RouteParams,
+    ) -> DeviceDesired {
+        let mut d = DeviceDesired {
+            name: f.device,
+            spec: None,
+            fdb: Vec::new(),
+            neighbours: Vec::new(),
+            tunnel_routes: Vec::new(),
+            same_subnet_routes: Vec::new(),
+        };
+        // Remote VTEPs (this family's part): tunnel IP, MAC, node IP.
+        let mut remote: BTreeMap<&str, IpAddr> = BTreeMap::new();
         let mut local = None;
         for (node, v) in vteps {
-            let (Some(tip), Some(mac), Some(host)) = (
-                strip(&v.ipv4_addr),
-                parse_mac(&v.mac),
-                strip(&v.parent_device_ip),
-            ) else {
+            let Some((tip, mac, host)) = f.vtep(v) else {
                 continue;
             };
             if *node == self.cfg.hostname {
                 local = Some((tip, mac, host));
             } else {
-                remote.insert(node.as_str(), (tip, mac, host));
+                remote.insert(node.as_str(), tip);
                 d.fdb.push((mac, host));
                 d.neighbours.push((tip, mac));
             }
         }
         // The parent: the host interface that holds this node's address (§2.3).
         let parent = local.and_then(|(_, _, host)| {
-            ifaces
-                .iter()
-                .find(|(name, i)| {
-                    !is_workload_iface(name)
-                        && name.as_str() != VXLAN_IFACE_V4
-                        && i.addrs.iter().any(|a| a.addr() == host)
-                })
-                .map(|(name, _)| name.clone())
+            ifaces.iter().find(|(name, i)| {
+                !is_workload_iface(name)
+                    && name.as_str() != VXLAN_IFACE_V4
+                    && name.as_str() != VXLAN_IFACE_V6
+                    && i.addrs.iter().any(|a| a.addr() == host)
+            })
         });
+        let cfg_mtu = if f.v6 { self.cfg.mtu_v6 } else { self.cfg.mtu };
+        // Felix's auto MTU: the host's less the encapsulation; the routes carry it too, so a
+        // pod's packets are cut to fit before they reach the device.
+        let mtu = cfg_mtu.or_else(|| {
+            parent
+                .map(|(_, i)| i.mtu)
+                .filter(|&m| m > f.overhead)
+                .map(|m| m - f.overhead)
+        });
+        let parent = parent.map(|(name, _)| name.clone());
         if let (Some((tip, mac, host)), Some(parent)) = (local, &parent) {
-            d.device = Some(VxlanSpec {
-                name: VXLAN_IFACE_V4.into(),
+            d.spec = Some(VxlanSpec {
+                name: f.device.into(),
                 vni: self.cfg.vni,
                 port: self.cfg.port,
                 parent: parent.clone(),
                 local: host,
                 mac,
-                mtu: self.cfg.mtu,
+                mtu,
                 addr: tip,
             });
         }
+        let metric = if f.v6 { p.metric_v6 } else { p.metric_v4 };
         let vxlan = IpPoolType::Vxlan as i32;
         let remote_workload = RouteType::RemoteWorkload as i32;
         let remote_tunnel = RouteType::RemoteTunnel as i32;
@@ -231,7 +367,7 @@ impl Overlay {
             let Ok(dst) = r.dst.parse::<IpNet>() else {
                 continue;
             };
-            if !dst.addr().is_ipv4() {
+            if !f.of(&dst) {
                 continue;
             }
             let dst = dst.trunc();
@@ -240,7 +376,7 @@ impl Overlay {
             if r.types & remote_workload == 0 && !borrowed_tunnel {
                 continue;
             }
-            let node_ip = strip(&r.dst_node_ip);
+            let node_ip = strip(&r.dst_node_ip).filter(|a| a.is_ipv6() == f.v6);
             if let (true, Some(parent), Some(gw)) = (r.same_subnet, &parent, node_ip) {
                 d.same_subnet_routes.push(RouteSpec {
                     dst,
@@ -250,22 +386,22 @@ impl Overlay {
                         onlink: true,
                     },
                     protocol: p.felix_protocol,
-                    metric: p.metric_v4,
+                    metric,
                     src: None,
                     mtu: None,
                 });
                 continue;
             }
             let target = if tunnel_own_block || borrowed_tunnel {
-                RouteTarget::Device(VXLAN_IFACE_V4.into())
+                RouteTarget::Device(f.device.into())
             } else {
-                let Some((tip, _, _)) = remote.get(r.dst_node_name.as_str()) else {
+                let Some(tip) = remote.get(r.dst_node_name.as_str()) else {
                     // Programmed once the node's VTEP arrives.
                     continue;
                 };
                 RouteTarget::Gateway {
                     via: *tip,
-                    dev: Some(VXLAN_IFACE_V4.into()),
+                    dev: Some(f.device.into()),
                     onlink: true,
                 }
             };
@@ -273,9 +409,9 @@ impl Overlay {
                 dst,
                 target,
                 protocol: p.device_protocol,
-                metric: p.metric_v4,
+                metric,
                 src: None,
-                mtu: self.cfg.mtu,
+                mtu,
             });
         }
         d
@@ -312,6 +448,7 @@ mod tests {
         device_protocol: 3,
         felix_protocol: 80,
         metric_v4: 1024,
+        metric_v6: 1024,
     };
 
     fn eth0(ip: &str) -> BTreeMap<String, IfaceInfo> {
@@ -321,6 +458,7 @@ mod tests {
                 index: 2,
                 oper_up: true,
                 admin_up: true,
+                mtu: 1500,
                 addrs: [format!("{ip}/24").parse().unwrap()].into(),
             },
         )])
@@ -353,7 +491,10 @@ mod tests {
             |n| n.starts_with("cali"),
             P,
         );
-        let dev = d.device.expect("local VTEP and parent known");
+        assert_eq!(d.devices.len(), 1, "IPv4 only: {d:?}");
+        let d = d.devices.into_iter().next().unwrap();
+        let dev = d.spec.expect("local VTEP and parent known");
+        assert_eq!(dev.mtu, Some(1450), "auto: the parent's 1500 less 50");
         assert_eq!(
             (dev.parent.as_str(), dev.local, dev.addr),
             (
@@ -368,7 +509,7 @@ mod tests {
         assert_eq!(d.tunnel_routes.len(), 1);
         assert_eq!(
             d.tunnel_routes[0].to_string(),
-            "10.65.1.0/26 metric 1024 via 10.65.1.0 dev vxlan.calico onlink proto 3"
+            "10.65.1.0/26 metric 1024 via 10.65.1.0 dev vxlan.calico onlink mtu 1450 proto 3"
         );
         assert_eq!(
             d.same_subnet_routes[0].to_string(),
@@ -397,6 +538,104 @@ mod tests {
         assert!(o.vxlan_enabled(&none, &none_vteps()));
         o.cfg.vxlan_enabled = Some(false);
         assert!(!o.vxlan_enabled(&pools, &none_vteps()));
+    }
+
+    #[test]
+    fn ipv6_vteps_make_the_v6_device_with_its_own_fdb_neighbours_and_routes() {
+        let o = Overlay::new(OverlayConfig {
+            hostname: "n0".into(),
+            mtu: Some(1400),
+            ..OverlayConfig::default()
+        });
+        let v6 = |node: &str, n: u8| VxlanTunnelEndpointUpdate {
+            mac_v6: format!("66:00:00:00:01:{n:02x}"),
+            ipv6_addr: format!("fd00:65::{n}:0"),
+            parent_device_ipv6: format!("fd00:31::1{n}"),
+            ..vtep(node, n)
+        };
+        let vteps: BTreeMap<_, _> = [v6("n0", 0), v6("n1", 1)]
+            .into_iter()
+            .map(|v| (v.node.clone(), v))
+            .collect();
+        let routes: BTreeMap<_, _> = [
+            RouteUpdate {
+                dst: "fd00:65::1:0/122".into(),
+                dst_node_ip: "fd00:31::11".into(),
+                ..block("n1", 1, RouteType::RemoteWorkload, false)
+            },
+            block("n1", 1, RouteType::RemoteWorkload, false),
+        ]
+        .into_iter()
+        .map(|r| (r.dst.clone(), r))
+        .collect();
+        let mut ifaces = eth0("172.31.0.10");
+        ifaces
+            .get_mut("eth0")
+            .unwrap()
+            .addrs
+            .insert("fd00:31::10/64".parse().unwrap());
+        let d = o.desired(
+            &BTreeMap::new(),
+            &vteps,
+            &routes,
+            &ifaces,
+            |n| n.starts_with("cali"),
+            P,
+        );
+        let names: Vec<_> = d.devices.iter().map(|d| d.name).collect();
+        assert_eq!(names, [VXLAN_IFACE_V4, VXLAN_IFACE_V6]);
+        let (d4, d6) = (&d.devices[0], &d.devices[1]);
+        assert_eq!(d4.spec.as_ref().unwrap().mtu, Some(1400), "VXLANMTU wins");
+        let s6 = d6.spec.as_ref().expect("v6 device");
+        assert_eq!(
+            (s6.parent.as_str(), s6.local, s6.addr, s6.mtu),
+            (
+                "eth0",
+                "fd00:31::10".parse().unwrap(),
+                "fd00:65::0:0".parse().unwrap(),
+                Some(1430)
+            ),
+            "auto MTU for IPv6: 1500 less 70"
+        );
+        assert_eq!(
+            d6.fdb,
+            [(
+                parse_mac("66:00:00:00:01:01").unwrap(),
+                "fd00:31::11".parse().unwrap()
+            )]
+        );
+        assert_eq!(d6.neighbours.len(), 1);
+        assert_eq!(
+            d6.tunnel_routes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["fd00:65::1:0/122 metric 1024 via fd00:65::1:0 dev vxlan-v6.calico onlink mtu 1430 proto 3"]
+        );
+        assert_eq!(
+            d4.tunnel_routes.len(),
+            1,
+            "the v4 block stays on vxlan.calico"
+        );
+    }
+
+    #[test]
+    fn tunnel_devices_masquerade_only_with_a_local_tunnel_address() {
+        let o = Overlay::new(OverlayConfig {
+            hostname: "n0".into(),
+            ..OverlayConfig::default()
+        });
+        let mut vteps: BTreeMap<_, _> = [("n1".to_string(), vtep("n1", 1))].into();
+        assert_eq!(
+            o.tunnel_ifaces(&BTreeMap::new(), &vteps),
+            (vec![], vec![]),
+            "no local VTEP"
+        );
+        vteps.insert("n0".into(), vtep("n0", 0));
+        assert_eq!(
+            o.tunnel_ifaces(&BTreeMap::new(), &vteps),
+            (vec![VXLAN_IFACE_V4.to_string()], vec![])
+        );
     }
 
     fn none_vteps() -> BTreeMap<String, VxlanTunnelEndpointUpdate> {

@@ -97,6 +97,7 @@ fn event(dp: &mut Dataplane, e: &Ev) {
             admin_up: up,
             oper_up: up,
             mac: vec![0xee; 6],
+            mtu: 1500,
         })),
         Ev::LinkGone(i) => dp.on_iface(&IfaceEvent::Removed {
             index: u32::from(i) + 10,
@@ -153,5 +154,100 @@ proptest! {
             };
             prop_assert_eq!(got, want, "after {:?}", chunk);
         }
+    }
+}
+
+fn vtep(node: &str, n: u8) -> Payload {
+    Payload::VtepUpdate(crate::proto::VxlanTunnelEndpointUpdate {
+        node: node.into(),
+        mac: format!("66:00:00:00:00:{n:02x}"),
+        ipv4_addr: format!("10.65.{n}.0"),
+        parent_device_ip: format!("172.31.0.1{n}"),
+        ..Default::default()
+    })
+}
+
+/// The IPv4 table as `nft` would print it.
+fn v4_table_text(dp: &Dataplane) -> String {
+    crate::nft::print::table(&v4_table(dp))
+}
+
+fn v4_table(dp: &Dataplane) -> crate::nft::model::Table {
+    let tables = dp.render_tables().unwrap();
+    tables
+        .into_iter()
+        .find(|t| t.family == crate::nft::model::Family::Ip)
+        .unwrap()
+}
+
+/// The start addresses of the intervals of an IPv4 interval set.
+fn v4_set_elements(dp: &Dataplane, set: &str) -> String {
+    let t = v4_table(dp);
+    t.sets[set]
+        .elements
+        .iter()
+        .filter(|e| e.flags & crate::nft::model::elem_flags::INTERVAL_END == 0)
+        .map(|e| {
+            let k: [u8; 4] = e.key[..4].try_into().unwrap();
+            std::net::Ipv4Addr::from(k).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn vteps_turn_the_vxlan_rules_on_and_change_the_vtep_set_by_element() {
+    let mut cfg = DataplaneConfig::default();
+    cfg.rules.hostname = "n0".into();
+    cfg.overlay.hostname = "n0".into();
+    let mut dp = Dataplane::new(cfg, 1).unwrap();
+    let _ = dp.tables_patch();
+    assert!(!v4_table_text(&dp).contains("VXLAN packets from allowed hosts"));
+
+    // VXLAN is not configured: the first VTEP turns it on (Encapsulation may come later).
+    dp.on_update(&msg(vtep("n0", 0))).unwrap();
+    dp.on_update(&msg(vtep("n1", 1))).unwrap();
+    let _ = dp.tables_patch();
+    let text = v4_table_text(&dp);
+    assert!(text.contains("VXLAN packets from allowed hosts"), "{text}");
+    assert!(text.contains("notrack"), "VXLAN is untracked: {text}");
+    assert!(
+        text.contains("[ masq"),
+        "host traffic leaving the tunnel is masqueraded: {text}"
+    );
+    let set_line = v4_set_elements(&dp, "cali40all-vxlan-net");
+    assert!(set_line.contains("172.31.0.11"), "{set_line}");
+    assert!(
+        !set_line.contains("172.31.0.10"),
+        "this node's own VTEP is not a remote host: {set_line}"
+    );
+
+    // One more VTEP: the set changes, no chain is rendered again.
+    dp.on_update(&msg(vtep("n5", 5))).unwrap();
+    let patches = dp.tables_patch();
+    for p in &patches {
+        assert!(
+            p.chains.is_empty(),
+            "no chain changes: {:?}",
+            p.chains.keys()
+        );
+        let sets: Vec<_> = p.sets.keys().collect();
+        assert!(
+            sets.iter().all(|s| s.ends_with("all-vxlan-net")),
+            "only the VTEP set: {sets:?}"
+        );
+    }
+    assert!(v4_set_elements(&dp, "cali40all-vxlan-net").contains("172.31.0.15"));
+}
+
+#[test]
+fn external_nodes_are_allowed_hosts_and_vteps() {
+    let mut cfg = DataplaneConfig::default();
+    cfg.rules.vxlan_enabled = true;
+    cfg.rules.external_nodes = vec!["192.0.2.0/24".into()];
+    let dp = Dataplane::new(cfg, 1).unwrap();
+    for set in ["all-vxlan-net", "all-hosts-net"] {
+        let line = v4_set_elements(&dp, &format!("cali40{set}"));
+        assert!(line.contains("192.0.2.0"), "{set}: {line}");
     }
 }

@@ -31,6 +31,8 @@ pub struct LinkState {
     pub oper_up: bool,
     /// Hardware address (6 bytes for Ethernet/veth), empty when the link has none.
     pub mac: Vec<u8>,
+    /// `IFLA_MTU` (0 when the message carries none).
+    pub mtu: u32,
 }
 
 impl LinkState {
@@ -38,10 +40,12 @@ impl LinkState {
     pub fn from_message(msg: &LinkMessage) -> Option<LinkState> {
         let mut name = None;
         let mut mac = Vec::new();
+        let mut mtu = 0;
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => name = Some(n.clone()),
                 LinkAttribute::Address(a) => mac = a.clone(),
+                LinkAttribute::Mtu(m) => mtu = *m,
                 _ => {}
             }
         }
@@ -55,6 +59,7 @@ impl LinkState {
             admin_up,
             oper_up,
             mac,
+            mtu,
         })
     }
 }

@@ -563,6 +563,7 @@ mod tests {
                 admin_up: up,
                 oper_up: up,
                 mac: vec![2, 0, 0, 0, 0, index as u8],
+                mtu: 1500,
             },
             addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
         }

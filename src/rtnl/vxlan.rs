@@ -53,6 +53,15 @@ pub struct VxlanSpec {
     pub addr: IpAddr,
 }
 
+/// One VXLAN device as the loop wants it: the device (`None`: leave whatever is there alone) and
+/// its permanent FDB entries (MAC → remote underlay address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanWanted {
+    pub name: String,
+    pub spec: Option<VxlanSpec>,
+    pub fdb: Vec<(Mac, IpAddr)>,
+}
+
 /// What one apply did.
 #[derive(Debug, Default)]
 pub struct VxlanReport {
@@ -79,8 +88,19 @@ pub struct VxlanSyncStats {
     pub fdb_writes: u64,
 }
 
+impl std::ops::Add for VxlanSyncStats {
+    type Output = VxlanSyncStats;
+    fn add(self, o: VxlanSyncStats) -> VxlanSyncStats {
+        VxlanSyncStats {
+            link_gets: self.link_gets + o.link_gets,
+            fdb_dumps: self.fdb_dumps + o.fdb_dumps,
+            fdb_writes: self.fdb_writes + o.fdb_writes,
+        }
+    }
+}
+
 /// One VXLAN device and its FDB: desired state and the kernel writes to get there.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct VxlanSyncer {
     spec: Option<VxlanSpec>,
     device_dirty: bool,
@@ -94,13 +114,25 @@ pub struct VxlanSyncer {
     stats: VxlanSyncStats,
 }
 
+impl Default for VxlanSyncer {
+    /// An empty syncer; the first apply with a spec is a resync.
+    fn default() -> VxlanSyncer {
+        VxlanSyncer {
+            spec: None,
+            device_dirty: false,
+            fdb: BTreeMap::new(),
+            fdb_dirty: BTreeSet::new(),
+            ifindex: None,
+            resync: true,
+            stats: VxlanSyncStats::default(),
+        }
+    }
+}
+
 impl VxlanSyncer {
     /// An empty syncer; the first apply with a spec is a resync.
     pub fn new() -> VxlanSyncer {
-        VxlanSyncer {
-            resync: true,
-            ..VxlanSyncer::default()
-        }
+        VxlanSyncer::default()
     }
 
     /// Sets the device wanted (`None`: leave whatever is there alone). No kernel I/O.

@@ -124,6 +124,11 @@ pub struct RulesConfig {
     pub vxlan_enabled: bool,
     /// VXLAN over IPv6 in use.
     pub vxlan_enabled_v6: bool,
+    /// This node's name (`FelixHostname`): its own VTEP is not a remote host.
+    pub hostname: String,
+    /// `ExternalNodesCIDRList`: non-Calico nodes allowed to send IPIP and VXLAN here (members
+    /// of `all-hosts-net` and `all-vxlan-net`).
+    pub external_nodes: Vec<String>,
     /// `VXLANPort` (4789).
     pub vxlan_port: u16,
     /// `MaxIpsetSize` (1,048,576): an IP set update or delta that would leave a set with more
@@ -200,6 +205,8 @@ impl Default for RulesConfig {
             ipip_enabled: false,
             vxlan_enabled: false,
             vxlan_enabled_v6: false,
+            hostname: String::new(),
+            external_nodes: Vec::new(),
             vxlan_port: 4789,
             max_ipset_size: 1 << 20,
             wireguard_port: None,

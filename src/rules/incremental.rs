@@ -54,6 +54,9 @@ pub struct Changes {
     pub ipset_members: BTreeMap<String, BTreeSet<String>>,
     /// Move the side table's endpoints back to the main table (one step per update).
     pub merge_side: bool,
+    /// Internal sets (by id) whose members changed while nothing else of the base did: hosts
+    /// and VTEPs come and go by element, not by re-rendering the base.
+    pub internal_sets: BTreeSet<&'static str>,
 }
 
 impl Changes {
@@ -67,6 +70,7 @@ impl Changes {
             || !self.profiles.is_empty()
             || !self.ipsets.is_empty()
             || !self.ipset_members.is_empty()
+            || !self.internal_sets.is_empty()
     }
 
     /// Records a member change of IP set `id`; a set to be rendered whole needs none.
@@ -243,6 +247,18 @@ struct Pending {
 }
 
 impl Incremental {
+    /// The renderer's configuration.
+    pub fn config(&self) -> &super::RulesConfig {
+        &self.r.cfg
+    }
+
+    /// Changes the configuration the base renders against (the encapsulations in use, which
+    /// follow the pools and VTEPs when Felix does not set them); the caller marks the base
+    /// changed. Mark bits and families do not change here.
+    pub fn set_config(&mut self, cfg: super::RulesConfig) {
+        self.r.cfg = cfg;
+    }
+
     pub fn new(r: Renderer) -> Incremental {
         Incremental {
             families: r.families(),
@@ -334,6 +350,8 @@ impl Incremental {
         self.update_ipset_members(inp.model, changes, &todo.ipsets, &mut pending);
         if changes.all || changes.base || changes.host_endpoints {
             self.update_base(inp.model, &heps, &mut pending);
+        } else if !changes.internal_sets.is_empty() {
+            self.update_internal_sets(inp.model, &changes.internal_sets, &mut pending);
         }
         if changes.all || !todo.workloads.is_empty() {
             self.update_workload_derived(inp, &mut pending);
@@ -684,6 +702,22 @@ impl Incremental {
         self.replace(Key::Base, chains, sets, pending);
         // The maps went whole.
         pending.elements.clear();
+    }
+
+    /// Internal sets whose members changed: upserted whole into the patch, which the
+    /// reconciler turns into element adds and deletes against what the kernel holds. They stay
+    /// the base's objects (the base renders them too).
+    fn update_internal_sets(
+        &mut self,
+        m: &Model,
+        ids: &BTreeSet<&'static str>,
+        pending: &mut Pending,
+    ) {
+        for &f in &self.families {
+            for s in super::render_internal_sets(&self.r, f, m, Some(ids)) {
+                pending.sets.insert((Tbl::Main, f, s.name.clone()), Some(s));
+            }
+        }
     }
 
     /// RPF skip and floating IPs: whenever a workload changed.

@@ -478,62 +478,77 @@ pub(crate) fn render_base_head(r: &Renderer, family: Family, model: &Model, t: &
         }
     }
 
-    // Internal sets, filled from pools, hosts and VTEPs.
-    let v6 = family == Family::Ip6;
-    let of_family = |s: &str| s.contains(':') == v6;
-    let mut internal: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for pool in model.pools.values() {
-        if !of_family(&pool.cidr) {
-            continue;
-        }
-        if pool.masquerade {
-            internal
-                .entry(internal_sets::MASQ_IPAM_POOLS)
-                .or_default()
-                .push(pool.cidr.clone());
-        }
-        let lb_only =
-            !pool.allowed_uses.is_empty() && pool.allowed_uses.iter().all(|u| u == "LoadBalancer");
-        if !lb_only {
-            internal
-                .entry(internal_sets::NETWORK_IP_POOLS)
-                .or_default()
-                .push(pool.cidr.clone());
-        }
-    }
-    for h in model.hosts.values() {
-        let a = if v6 { &h.ipv6_addr } else { &h.ipv4_addr };
-        if let Some(a) = host_addr(a) {
-            internal
-                .entry(internal_sets::ALL_HOSTS_NET)
-                .or_default()
-                .push(a);
-        }
-    }
-    for v in model.vteps.values() {
-        let a = if v6 {
-            &v.parent_device_ipv6
-        } else {
-            &v.parent_device_ip
-        };
-        if let Some(a) = host_addr(a) {
-            internal
-                .entry(internal_sets::ALL_VXLAN_NET)
-                .or_default()
-                .push(a);
-        }
-    }
-    for mut set in r.internal_sets(family) {
-        let id = set.name[6..].to_string();
-        if let Some(members) = internal.get(id.as_str()) {
-            set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
-        }
+    for set in render_internal_sets(r, family, model, None) {
         t.add_set(set);
     }
 
     // `this-host`: the addresses of this host's own interfaces.
     let this_host = Members::addresses(model.this_host.iter().copied());
     t.add_set(r.ipset(family, internal_sets::THIS_HOST, &this_host));
+}
+
+/// The internal sets filled from pools, hosts and VTEPs (all of them, or those in `only`, by
+/// id), with their elements.
+pub(crate) fn render_internal_sets(
+    r: &Renderer,
+    family: Family,
+    model: &Model,
+    only: Option<&BTreeSet<&'static str>>,
+) -> Vec<Set> {
+    let wanted = |id: &str| only.is_none_or(|o| o.contains(id));
+    let v6 = family == Family::Ip6;
+    let of_family = |s: &str| s.contains(':') == v6;
+    let mut internal: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut add = |id: &'static str, member: String| {
+        if wanted(id) {
+            internal.entry(id).or_default().push(member);
+        }
+    };
+    for pool in model.pools.values() {
+        if !of_family(&pool.cidr) {
+            continue;
+        }
+        if pool.masquerade {
+            add(internal_sets::MASQ_IPAM_POOLS, pool.cidr.clone());
+        }
+        let lb_only =
+            !pool.allowed_uses.is_empty() && pool.allowed_uses.iter().all(|u| u == "LoadBalancer");
+        if !lb_only {
+            add(internal_sets::NETWORK_IP_POOLS, pool.cidr.clone());
+        }
+    }
+    for h in model.hosts.values() {
+        let a = if v6 { &h.ipv6_addr } else { &h.ipv4_addr };
+        if let Some(a) = host_addr(a) {
+            add(internal_sets::ALL_HOSTS_NET, a);
+        }
+    }
+    // Remote VTEPs only: VXLAN from this node's own address is not another host's (§17).
+    for v in model.vteps.values().filter(|v| v.node != r.cfg.hostname) {
+        let a = if v6 {
+            &v.parent_device_ipv6
+        } else {
+            &v.parent_device_ip
+        };
+        if let Some(a) = host_addr(a) {
+            add(internal_sets::ALL_VXLAN_NET, a);
+        }
+    }
+    // Non-Calico nodes allowed to send tunnelled traffic (`ExternalNodesCIDRList`).
+    for cidr in r.cfg.external_nodes.iter().filter(|c| of_family(c)) {
+        add(internal_sets::ALL_HOSTS_NET, cidr.clone());
+        add(internal_sets::ALL_VXLAN_NET, cidr.clone());
+    }
+    r.internal_sets(family)
+        .into_iter()
+        .filter(|set| wanted(&set.name[6..]))
+        .map(|mut set| {
+            if let Some(members) = internal.get(&set.name[6..]) {
+                set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
+            }
+            set
+        })
+        .collect()
 }
 
 /// The dispatch maps with the workload elements given ((from, to) per interface) and those of

@@ -32,6 +32,7 @@ pub fn link(name: &str, index: u32, up: bool) -> IfaceEvent {
         admin_up: up,
         oper_up: up,
         mac: vec![0xee; 6],
+        mtu: 1500,
     })
 }
 
