@@ -33,7 +33,7 @@ fn message_schema_is_current() {
     let schema = check("message.schema.json", message_schema());
     // Every payload kind and the sequence number are described; unknown names are refused.
     let props = schema["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 34, "{:?}", props.keys().collect::<Vec<_>>());
+    assert_eq!(props.len(), 38, "{:?}", props.keys().collect::<Vec<_>>());
     for name in ["sequence_number", "ipset_update", "vtep_update", "in_sync"] {
         assert!(props.contains_key(name), "{name}");
     }

@@ -626,7 +626,12 @@ impl Dataplane {
                     .insert(rules::statics::internal_sets::ALL_VXLAN_NET);
                 self.overlay_changed();
             }
-            Payload::HostMetadataUpdate(_) | Payload::HostMetadataRemove(_) => {
+            Payload::HostMetadataUpdate(_)
+            | Payload::HostMetadataRemove(_)
+            | Payload::HostMetadataV6Update(_)
+            | Payload::HostMetadataV6Remove(_)
+            | Payload::HostMetadataV4v6Update(_)
+            | Payload::HostMetadataV4v6Remove(_) => {
                 self.changes
                     .internal_sets
                     .insert(rules::statics::internal_sets::ALL_HOSTS_NET);

@@ -251,3 +251,77 @@ fn external_nodes_are_allowed_hosts_and_vteps() {
         assert!(line.contains("192.0.2.0"), "{set}: {line}");
     }
 }
+
+#[test]
+fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
+    use crate::proto::{HostMetadataRemove, HostMetadataUpdate, HostMetadataV6Update};
+    let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
+    let _ = dp.tables_patch();
+    let hosts_v6 = |dp: &Dataplane| {
+        let tables = dp.render_tables().unwrap();
+        let t = tables
+            .iter()
+            .find(|t| t.family == crate::nft::model::Family::Ip6)
+            .unwrap();
+        t.sets["cali60all-hosts-net"]
+            .elements
+            .iter()
+            .filter(|e| e.flags & crate::nft::model::elem_flags::INTERVAL_END == 0)
+            .map(|e| {
+                let k: [u8; 16] = e.key[..16].try_into().unwrap();
+                std::net::Ipv6Addr::from(k).to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    // Felix 3.31/3.32: the IPv4 address, the IPv6 address apart, then both in CIDR form.
+    dp.on_update(&msg(Payload::HostMetadataUpdate(HostMetadataUpdate {
+        hostname: "h1".into(),
+        ipv4_addr: "172.31.0.11".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    dp.on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6Update {
+        hostname: "h1".into(),
+        ipv6_addr: "fd00:31::11".into(),
+    })))
+    .unwrap();
+    let patches = dp.tables_patch();
+    assert!(patches.iter().all(|p| p.chains.is_empty()), "sets only");
+    assert_eq!(hosts_v6(&dp), ["fd00:31::11"]);
+    assert_eq!(v4_set_elements(&dp, "cali40all-hosts-net"), "172.31.0.11");
+    dp.on_update(&msg(Payload::HostMetadataV4v6Update(HostMetadataUpdate {
+        hostname: "h2".into(),
+        ipv4_addr: "172.31.0.20/24".into(),
+        ipv6_addr: "fd00:31::20/64".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    assert_eq!(hosts_v6(&dp), ["fd00:31::11", "fd00:31::20"]);
+    // A bad address is refused with the message and field named.
+    let e = dp
+        .on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6Update {
+            hostname: "h3".into(),
+            ipv6_addr: "172.31.0.30".into(),
+        })))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("host_metadata_v6_update") && e.contains("ipv6_addr"),
+        "{e}"
+    );
+    // The v6 half goes, the v4 half stays; the V4V6 remove takes the whole host.
+    dp.on_update(&msg(Payload::HostMetadataV6Remove(
+        crate::proto::HostMetadataV6Remove {
+            hostname: "h1".into(),
+            ipv6_addr: String::new(),
+        },
+    )))
+    .unwrap();
+    dp.on_update(&msg(Payload::HostMetadataV4v6Remove(HostMetadataRemove {
+        hostname: "h2".into(),
+        ipv4_addr: String::new(),
+    })))
+    .unwrap();
+    assert!(hosts_v6(&dp).is_empty());
+    assert_eq!(v4_set_elements(&dp, "cali40all-hosts-net"), "172.31.0.11");
+}

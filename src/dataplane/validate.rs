@@ -79,6 +79,10 @@ pub fn payload_kind(p: &Payload) -> &'static str {
         Payload::ServiceRemove(_) => "service_remove",
         Payload::WireguardEndpointV6Update(_) => "wireguard_endpoint_v6_update",
         Payload::WireguardEndpointV6Remove(_) => "wireguard_endpoint_v6_remove",
+        Payload::HostMetadataV6Update(_) => "host_metadata_v6_update",
+        Payload::HostMetadataV6Remove(_) => "host_metadata_v6_remove",
+        Payload::HostMetadataV4v6Update(_) => "host_metadata_v4v6_update",
+        Payload::HostMetadataV4v6Remove(_) => "host_metadata_v4v6_remove",
     }
 }
 
@@ -209,6 +213,45 @@ impl Ctx<'_> {
 
     /// An optional address of one family (a bare IP; a `/32` or `/128` is tolerated, as Felix
     /// does).
+    /// A route to another node must not take a local workload's own address: it would hide
+    /// (or fight over) the workload's route on its `cali` interface. A block that merely
+    /// contains a local workload's address is normal (an address borrowed from another node's
+    /// block): the workload's host route is more specific and wins. Only host routes can hide
+    /// one, so only they are looked up.
+    fn no_local_workload_hidden(&self, u: &crate::proto::RouteUpdate) -> Result<(), InputError> {
+        use crate::proto::RouteType as T;
+        let remote = T::RemoteWorkload as i32 | T::RemoteHost as i32 | T::RemoteTunnel as i32;
+        let local = T::LocalWorkload as i32 | T::LocalHost as i32 | T::LocalTunnel as i32;
+        if u.types & remote == 0 || u.types & local != 0 {
+            return Ok(());
+        }
+        let Ok(dst) = u.dst.parse::<IpNet>() else {
+            return Ok(());
+        };
+        if dst.prefix_len() != dst.max_prefix_len() {
+            return Ok(());
+        }
+        for (id, w) in &self.model.workloads {
+            let hit = w
+                .ipv4_nets
+                .iter()
+                .chain(&w.ipv6_nets)
+                .filter_map(|n| n.parse::<IpNet>().ok())
+                .find(|n| n.contains(&dst.addr()));
+            if let Some(n) = hit {
+                return Err(self.err(
+                    "dst",
+                    u.dst.as_str(),
+                    &format!(
+                        "a route to node {:?} would hide the route of local workload {}/{}/{} ({n})",
+                        u.dst_node_name, id.orchestrator_id, id.workload_id, id.endpoint_id
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn family_addr(&self, field: &str, v: &str, v6: bool) -> Result<(), InputError> {
         if v.is_empty() {
             return Ok(());
@@ -637,10 +680,14 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             c.tiers("endpoint.pre_dnat_tiers", &e.pre_dnat_tiers)?;
             c.tiers("endpoint.forward_tiers", &e.forward_tiers)?;
         }
-        Payload::HostMetadataUpdate(u) => {
+        Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
             c.id = u.hostname.clone();
             c.addr("ipv4_addr", &u.ipv4_addr)?;
             c.addr("ipv6_addr", &u.ipv6_addr)?;
+        }
+        Payload::HostMetadataV6Update(u) => {
+            c.id = u.hostname.clone();
+            c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
         }
         Payload::VtepUpdate(u) => {
             c.id = u.node.clone();
@@ -712,6 +759,7 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
                 ));
             }
             c.addr("dst_node_ip", &u.dst_node_ip)?;
+            c.no_local_workload_hidden(u)?;
         }
         Payload::RouteRemove(r) => {
             c.id = r.dst.clone();
@@ -1223,6 +1271,23 @@ mod tests {
                 "{body}"
             );
         }
+        // A remote host route onto a local workload's address is refused; a block holding it
+        // (a borrowed address) is not.
+        let onto_wep = route(
+            r#""types":"REMOTE_WORKLOAD","ip_pool_type":"VXLAN","dst":"10.0.0.9/32","dst_node_name":"n1""#,
+        );
+        let mut model = Model::default();
+        model.apply(&doc(&[WEP]).remove(0));
+        let e = validate(&model, &doc(&[&onto_wep]).remove(0)).unwrap_err();
+        assert_eq!(
+            (e.message, e.field.as_str(), e.value.as_str()),
+            ("route_update", "dst", "10.0.0.9/32")
+        );
+        assert!(e.reason.contains("k8s/w/eth0"), "{}", e.reason);
+        let block = route(
+            r#""types":"REMOTE_WORKLOAD","ip_pool_type":"VXLAN","dst":"10.0.0.0/26","dst_node_name":"n1""#,
+        );
+        assert!(validate(&model, &doc(&[&block]).remove(0)).is_ok());
         assert_eq!(
             errors(&[r#"{"route_remove":{"dst":"not-a-cidr"}}"#]),
             vec![(0, "dst".to_string(), "not-a-cidr".to_string())]

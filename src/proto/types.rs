@@ -30,7 +30,7 @@ pub struct ToDataplane {
     pub sequence_number: u64,
     #[prost(
         oneof = "to_dataplane::Payload",
-        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34"
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 18, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38"
     )]
     pub payload: Option<to_dataplane::Payload>,
 }
@@ -108,6 +108,16 @@ pub mod to_dataplane {
         WireguardEndpointV6Update(super::WireguardEndpointV6Update),
         #[prost(message, tag = "34")]
         WireguardEndpointV6Remove(super::WireguardEndpointV6Remove),
+        /// Felix 3.31 and 3.32 send a host's IPv6 address apart, and both addresses again in
+        /// `HostMetadataV4V6Update`; 3.33 folded them into `HostMetadataUpdate`.
+        #[prost(message, tag = "35")]
+        HostMetadataV6Update(super::HostMetadataV6Update),
+        #[prost(message, tag = "36")]
+        HostMetadataV6Remove(super::HostMetadataV6Remove),
+        #[prost(message, tag = "37")]
+        HostMetadataV4v6Update(super::HostMetadataUpdate),
+        #[prost(message, tag = "38")]
+        HostMetadataV4v6Remove(super::HostMetadataRemove),
     }
 }
 
@@ -1087,6 +1097,33 @@ pub struct HostMetadataRemove {
     #[serde(alias = "ipv4Addr", skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "2")]
     pub ipv4_addr: String,
+}
+
+/// A host's IPv6 address alone (Felix 3.31 and 3.32); `ipv6_addr` is a bare address.
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostMetadataV6Update {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    #[prost(string, tag = "1")]
+    pub hostname: String,
+    #[serde(alias = "ipv6Addr", skip_serializing_if = "String::is_empty")]
+    #[prost(string, tag = "2")]
+    pub ipv6_addr: String,
+}
+
+#[derive(
+    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostMetadataV6Remove {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    #[prost(string, tag = "1")]
+    pub hostname: String,
+    #[serde(alias = "ipv6Addr", skip_serializing_if = "String::is_empty")]
+    #[prost(string, tag = "2")]
+    pub ipv6_addr: String,
 }
 
 #[derive(

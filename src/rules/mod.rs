@@ -330,11 +330,25 @@ impl Model {
                     self.host_endpoints.remove(id);
                 }
             }
-            Payload::HostMetadataUpdate(u) => {
+            Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
                 self.hosts.insert(u.hostname.clone(), u.clone());
             }
-            Payload::HostMetadataRemove(r) => {
+            Payload::HostMetadataRemove(r) | Payload::HostMetadataV4v6Remove(r) => {
                 self.hosts.remove(&r.hostname);
+            }
+            // The IPv6 half of a host (Felix 3.31/3.32): folded into the host's one record.
+            Payload::HostMetadataV6Update(u) => {
+                let h = self.hosts.entry(u.hostname.clone()).or_default();
+                h.hostname.clone_from(&u.hostname);
+                h.ipv6_addr.clone_from(&u.ipv6_addr);
+            }
+            Payload::HostMetadataV6Remove(r) => {
+                if let Some(h) = self.hosts.get_mut(&r.hostname) {
+                    h.ipv6_addr.clear();
+                    if h.ipv4_addr.is_empty() {
+                        self.hosts.remove(&r.hostname);
+                    }
+                }
             }
             Payload::IpamPoolUpdate(u) => {
                 if let Some(p) = &u.pool {
