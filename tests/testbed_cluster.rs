@@ -190,3 +190,77 @@ fn refuses_nodes_it_cannot_place() {
     drop(c);
     assert!(!netns_present(&lan));
 }
+
+#[test]
+fn routed_segments_reach_each_other_through_the_underlay_namespace() {
+    require_root();
+    let second: ipnet::Ipv4Net = "172.31.1.0/24".parse().unwrap();
+    let overlapping = ClusterSpec {
+        prefix: "fnt-t-clovl".into(),
+        routed: vec!["172.31.0.128/25".parse().unwrap()],
+        ..ClusterSpec::default()
+    };
+    let e = block_on(Cluster::build(&overlapping)).unwrap_err();
+    assert!(e.to_string().contains("overlap"), "{e}");
+
+    let mut c = block_on(Cluster::build(&ClusterSpec {
+        prefix: "fnt-t-clrt".into(),
+        routed: vec![second],
+        ..ClusterSpec::default()
+    }))
+    .unwrap();
+    block_on(c.add_node(&node("near", 1, &["a"]))).unwrap();
+    let far = NodeSpec {
+        ip: Ipv4Addr::new(172, 31, 1, 21),
+        ..node("far", 2, &["b"])
+    };
+    block_on(c.add_node(&far)).unwrap();
+    assert_eq!(c.segment_of(far.ip), Some((1, second)));
+    assert_eq!(c.node("far").unwrap().gateway, Ipv4Addr::new(172, 31, 1, 1));
+    // The first address of a routed segment is the router's: no node may take it.
+    let e = block_on(c.add_node(&NodeSpec {
+        ip: Ipv4Addr::new(172, 31, 1, 1),
+        ..node("gw", 3, &[])
+    }))
+    .unwrap_err();
+    assert!(e.to_string().contains("not a free host address"), "{e}");
+
+    // Each bridge holds its segment's gateway address and one node's port.
+    let lan = c.lan_netns_name().to_string();
+    for (br, gw) in [("br0", "172.31.0.1"), ("br1", "172.31.1.1")] {
+        let a = ip_json(&lan, &["addr", "show", "dev", br]);
+        let addrs: Vec<&str> = a[0]["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["family"] == "inet")
+            .map(|x| x["local"].as_str().unwrap())
+            .collect();
+        assert_eq!(addrs, vec![gw], "{br}");
+        assert_eq!(
+            ip_json(&lan, &["link", "show", "master", br]).len(),
+            1,
+            "{br}"
+        );
+    }
+    let far_ns = c.node("far").unwrap().netns_name().to_string();
+    assert_eq!(
+        ip_json(&far_ns, &["route", "show", "default"])[0]["gateway"],
+        "172.31.1.1"
+    );
+    // Node to node across the router, both ways, with no dataplane.
+    for (from, to) in [("near", "172.31.1.21"), ("far", "172.31.0.11")] {
+        let v = icmp_echo(
+            c.node(from).unwrap().ns(),
+            to.parse().unwrap(),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        assert_eq!(v, Verdict::Pass, "{from} → {to} through the router");
+    }
+    let names = all_netns(&c);
+    drop(c);
+    for n in &names {
+        assert!(!netns_present(n), "{n} left behind");
+    }
+}

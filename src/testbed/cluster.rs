@@ -9,12 +9,17 @@
 //!      cali… ── eth0 [pod]            cali… ── eth0 [pod]          (an address nobody holds)
 //! ```
 //!
-//! What the bed does is what the machines and the CNI plugin do, nothing more: the underlay
-//! (a bridge in its own namespace, one veth per node, renamed `eth0` on the node), the node's
-//! address and default route, and per pod the CNI plugin's veth, address and routes. The VXLAN
-//! device, routes, ARP, FDB, forwarding and rules are the dataplane's job.
+//! With more segments ([`ClusterSpec::routed`], for cross-subnet mode) each gets its own bridge
+//! (`br1`, `br2`, … in the same underlay namespace), and the underlay namespace becomes the
+//! router between them: every bridge then holds its segment's first address, the nodes'
+//! gateway, and the namespace forwards.
 //!
-//! Facts the bed relies on: a node needs a default route even though nothing answers at the
+//! What the bed does is what the machines and the CNI plugin do, nothing more: the underlay
+//! (bridges in their own namespace, one veth per node, renamed `eth0` on the node), the node's
+//! address and default route, and per pod the CNI plugin's veth, address and routes. The VXLAN
+//! device, routes, ARP, FDB, forwarding on the nodes and rules are the dataplane's job.
+//!
+//! Facts the bed relies on: a node needs a default route even when nothing answers at the
 //! gateway, because proxy ARP for the pods' `169.254.1.1` answers only for an address the node
 //! can route out of another interface; pods need `net.ipv4.ping_group_range` for the datagram
 //! ICMP probes (set by [`super::topology`] in every namespace it makes, and here in the nodes).
@@ -30,9 +35,10 @@ use rtnetlink::{LinkBridge, LinkUnspec};
 use super::topology::{build_workload, netns_safe, prepare_ns, Workload, WorkloadSpec};
 use super::TestbedError;
 use crate::netns::{unique_netns_name, NamedNetNs, NetNs};
+use crate::rtnl::devconf::ProcSys;
 use crate::rtnl::{link, RtnlError, RtnlHandle};
 
-/// The bridge in the underlay namespace.
+/// The bridge of the first underlay segment; segment `i` has `br<i>`.
 pub const UNDERLAY_BRIDGE: &str = "br0";
 /// A node's underlay interface.
 pub const NODE_UPLINK: &str = "eth0";
@@ -42,8 +48,12 @@ pub const NODE_UPLINK: &str = "eth0";
 pub struct ClusterSpec {
     /// Prefix of every namespace name (`PREFIX-ROLE-PID-N`).
     pub prefix: String,
-    /// The underlay subnet; its first address is every node's gateway and is held by nobody.
+    /// The underlay subnet; its first address is every node's gateway and is held by nobody
+    /// (unless there are routed segments).
     pub underlay: Ipv4Net,
+    /// Further segments, each on its own bridge, routed to the first and to each other by the
+    /// underlay namespace (module doc). Empty: one flat segment.
+    pub routed: Vec<Ipv4Net>,
 }
 
 impl Default for ClusterSpec {
@@ -52,6 +62,7 @@ impl Default for ClusterSpec {
             prefix: "fnt-cl".to_string(),
             underlay: Ipv4Net::new(Ipv4Addr::new(172, 31, 0, 0), 24)
                 .unwrap_or_else(|_| Ipv4Net::default()),
+            routed: Vec::new(),
         }
     }
 }
@@ -61,7 +72,7 @@ impl Default for ClusterSpec {
 pub struct NodeSpec {
     /// Unique in the cluster; also part of its namespace name.
     pub name: String,
-    /// Its underlay address, inside [`ClusterSpec::underlay`].
+    /// Its underlay address, inside [`ClusterSpec::underlay`] or one of the routed segments.
     pub ip: Ipv4Addr,
     pub pods: Vec<WorkloadSpec>,
 }
@@ -71,8 +82,10 @@ pub struct NodeSpec {
 pub struct Node {
     pub name: String,
     pub ip: Ipv4Addr,
-    /// The underlay's prefix length.
+    /// The prefix length of its segment.
     pub prefix_len: u8,
+    /// Its gateway: the first address of its segment.
+    pub gateway: Ipv4Addr,
     // Field order is drop order: pods before the node.
     pods: Vec<Workload>,
     ns: NamedNetNs,
@@ -119,25 +132,57 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Builds the underlay: a namespace holding the bridge. Needs root and a tokio runtime.
+    /// Builds the underlay: a namespace holding a bridge per segment (and routing between them
+    /// when there are several). Needs root and a tokio runtime.
     pub async fn build(spec: &ClusterSpec) -> Result<Cluster, TestbedError> {
-        if spec.underlay.prefix_len() > 29 {
-            return Err(TestbedError::Spec(format!(
-                "underlay {} has no room for nodes",
-                spec.underlay
-            )));
+        let segments = segments(spec);
+        for (i, a) in segments.iter().enumerate() {
+            if a.prefix_len() > 29 {
+                return Err(TestbedError::Spec(format!(
+                    "underlay segment {a} has no room for nodes"
+                )));
+            }
+            if let Some(b) = segments[..i]
+                .iter()
+                .find(|b| b.contains(&a.network()) || a.contains(&b.network()))
+            {
+                return Err(TestbedError::Spec(format!(
+                    "underlay segments {b} and {a} overlap"
+                )));
+            }
         }
         let lan = NetNs::create_named(&unique_netns_name(&format!("{}-lan", spec.prefix)))?;
         let lh = RtnlHandle::connect(Some(lan.ns())).map_err(rtnl("connecting to", "underlay"))?;
-        lh.handle()
-            .link()
-            .add(LinkBridge::new(UNDERLAY_BRIDGE).build())
-            .execute()
-            .await
-            .map_err(netlink("creating", UNDERLAY_BRIDGE))?;
-        link::set_up(&lh, UNDERLAY_BRIDGE, true)
-            .await
-            .map_err(rtnl("setting up", UNDERLAY_BRIDGE))?;
+        let routed = segments.len() > 1;
+        for (i, seg) in segments.iter().enumerate() {
+            let br = format!("br{i}");
+            lh.handle()
+                .link()
+                .add(LinkBridge::new(&br).build())
+                .execute()
+                .await
+                .map_err(netlink("creating", &br))?;
+            link::set_up(&lh, &br, true)
+                .await
+                .map_err(rtnl("setting up", &br))?;
+            if routed {
+                let gw = IpNet::new(IpAddr::V4(first_host(*seg)), seg.prefix_len())
+                    .map_err(|e| TestbedError::Spec(e.to_string()))?;
+                link::add_address(&lh, &br, gw)
+                    .await
+                    .map_err(rtnl("adding the gateway address to", &br))?;
+            }
+        }
+        if routed {
+            let sys = ProcSys::new(Some(lan.ns().try_clone().map_err(|source| {
+                TestbedError::Io {
+                    op: "cloning the underlay namespace handle",
+                    source,
+                }
+            })?));
+            sys.write("net/ipv4/ip_forward", "1")
+                .map_err(rtnl("setting", "net.ipv4.ip_forward in the underlay"))?;
+        }
         Ok(Cluster {
             nodes: Vec::new(),
             lan,
@@ -156,10 +201,18 @@ impl Cluster {
         self.lan.name()
     }
 
-    /// The nodes' default gateway: the underlay's first address, which nobody holds.
+    /// The default gateway of the first segment's nodes: its first address (held by nobody
+    /// unless the segments are routed).
     pub fn gateway(&self) -> Ipv4Addr {
-        let net = self.spec.underlay.network();
-        Ipv4Addr::from(u32::from(net).saturating_add(1))
+        first_host(self.spec.underlay)
+    }
+
+    /// The segment holding `ip`, with its index (its bridge is `br<index>`).
+    pub fn segment_of(&self, ip: Ipv4Addr) -> Option<(usize, Ipv4Net)> {
+        segments(&self.spec)
+            .into_iter()
+            .enumerate()
+            .find(|(_, s)| s.contains(&ip))
     }
 
     /// The nodes, in the order they were added.
@@ -181,20 +234,23 @@ impl Cluster {
                 spec.name
             )));
         }
-        let u = self.spec.underlay;
-        if !u.contains(&spec.ip)
-            || spec.ip == u.network()
-            || spec.ip == u.broadcast()
-            || spec.ip == self.gateway()
-            || self.nodes.iter().any(|n| n.ip == spec.ip)
-        {
+        let segment = self.segment_of(spec.ip);
+        let free = segment.is_some_and(|(_, u)| {
+            spec.ip != u.network() && spec.ip != u.broadcast() && spec.ip != first_host(u)
+        }) && self.nodes.iter().all(|n| n.ip != spec.ip);
+        let Some((seg, u)) = segment.filter(|_| free) else {
             return Err(TestbedError::Spec(format!(
-                "node {:?}: address {} is not a free host address of {u} (the gateway {} is taken)",
+                "node {:?}: address {} is not a free host address of an underlay segment ({}; \
+                 each segment's first address is its gateway)",
                 spec.name,
                 spec.ip,
-                self.gateway()
+                segments(&self.spec)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
-        }
+        };
         let ns = NetNs::create_named(&unique_netns_name(&format!(
             "{}-{}",
             self.spec.prefix,
@@ -207,7 +263,11 @@ impl Cluster {
         let lh =
             RtnlHandle::connect(Some(self.lan.ns())).map_err(rtnl("connecting to", "underlay"))?;
         let nh = RtnlHandle::connect(Some(ns.ns())).map_err(rtnl("connecting to", &spec.name))?;
-        if let Err(e) = self.plumb_node(&lh, &nh, &ns, spec, &port).await {
+        let bridge = format!("br{seg}");
+        if let Err(e) = self
+            .plumb_node(&lh, &nh, &ns, spec, &port, &bridge, u)
+            .await
+        {
             // The port would stay in the underlay, which lives on; both ends go with it.
             if let Err(del) = link::delete(&lh, &port).await {
                 if !del.is_vanished_interface() {
@@ -220,6 +280,7 @@ impl Cluster {
             name: spec.name.clone(),
             ip: spec.ip,
             prefix_len: u.prefix_len(),
+            gateway: first_host(u),
             pods: Vec::new(),
             ns,
         };
@@ -231,6 +292,7 @@ impl Cluster {
         Ok(&self.nodes[self.nodes.len() - 1])
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn plumb_node(
         &self,
         lh: &RtnlHandle,
@@ -238,6 +300,8 @@ impl Cluster {
         ns: &NamedNetNs,
         spec: &NodeSpec,
         port: &str,
+        bridge_name: &str,
+        segment: Ipv4Net,
     ) -> Result<(), TestbedError> {
         let what = |s: &str| format!("{s} of node {}", spec.name);
         let tmp = format!("tmp{port}");
@@ -247,9 +311,9 @@ impl Cluster {
         link::move_to_netns(lh, &tmp, ns.ns())
             .await
             .map_err(rtnl("moving", &what("underlay veth end")))?;
-        let bridge = link::index_of(lh, "attaching to bridge", UNDERLAY_BRIDGE)
+        let bridge = link::index_of(lh, "attaching to bridge", bridge_name)
             .await
-            .map_err(rtnl("looking up", UNDERLAY_BRIDGE))?;
+            .map_err(rtnl("looking up", bridge_name))?;
         let index = link::index_of(lh, "attaching to bridge", port)
             .await
             .map_err(rtnl("looking up", port))?;
@@ -270,7 +334,7 @@ impl Cluster {
                 .await
                 .map_err(rtnl("setting up", &what(ifname)))?;
         }
-        let addr = IpNet::new(IpAddr::V4(spec.ip), self.spec.underlay.prefix_len())
+        let addr = IpNet::new(IpAddr::V4(spec.ip), segment.prefix_len())
             .map_err(|e| TestbedError::Spec(e.to_string()))?;
         link::add_address(nh, NODE_UPLINK, addr)
             .await
@@ -282,7 +346,7 @@ impl Cluster {
             nh,
             default,
             Some(NODE_UPLINK),
-            Some(IpAddr::V4(self.gateway())),
+            Some(IpAddr::V4(first_host(segment))),
         )
         .await
         .map_err(rtnl("adding", &what("default route")))
@@ -325,6 +389,19 @@ impl Cluster {
         names.extend(self.nodes.into_iter().flat_map(Node::keep));
         names
     }
+}
+
+/// Every segment: the first underlay, then the routed ones.
+fn segments(spec: &ClusterSpec) -> Vec<Ipv4Net> {
+    std::iter::once(spec.underlay)
+        .chain(spec.routed.iter().copied())
+        .map(|s| s.trunc())
+        .collect()
+}
+
+/// A segment's first host address: its nodes' gateway.
+fn first_host(net: Ipv4Net) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(net.network()).saturating_add(1))
 }
 
 fn rtnl(op: &'static str, object: &str) -> impl FnOnce(RtnlError) -> TestbedError {
