@@ -4,7 +4,10 @@
 //! runs in-process. Proves across processes and the JSON transport: a policy on node 2 admits
 //! an IP set of pods on other nodes; a node joining later reaches everyone; a pod relabelled on
 //! one node changes what another node admits; a node leaving is withdrawn everywhere (its FDB
-//! entry gone, traffic to it fails). `bridge` is an oracle only.
+//! entry gone, traffic to it fails). And cross-subnet: with a second underlay segment behind the
+//! bed's router, a CrossSubnet pool sends same-subnet traffic straight over the underlay (the
+//! tunnel's transmit counter does not move) and traffic across the router through the tunnel.
+//! `ip` and `bridge` are oracles only.
 //!
 //! [`testbed::cluster`]: felix_nft::testbed::cluster
 //! [`testbed::controller`]: felix_nft::testbed::controller
@@ -156,8 +159,26 @@ fn join(
     k: u8,
     role: &str,
 ) -> (PodInfo, NetNs) {
+    join_at(
+        cluster,
+        ctl,
+        daemons,
+        k,
+        role,
+        Ipv4Addr::new(172, 31, 0, 10 + k),
+    )
+}
+
+/// [`join`] with the node's underlay address given.
+fn join_at(
+    cluster: &mut Cluster,
+    ctl: &mut Controller,
+    daemons: &mut BTreeMap<String, Daemon>,
+    k: u8,
+    role: &str,
+    ip: Ipv4Addr,
+) -> (PodInfo, NetNs) {
     let name = format!("n{k}");
-    let ip = Ipv4Addr::new(172, 31, 0, 10 + k);
     let node = block_on(cluster.add_node(&NodeSpec {
         name: name.clone(),
         ip,
@@ -289,6 +310,93 @@ fn controller_messages_carry_a_cluster_through_felix_nft_processes() {
         );
     }
     drop(server);
+    drop(daemons);
+    drop(cluster);
+}
+
+/// `ip -s -j link show vxlan.calico` in `netns` (oracle): packets the device has sent.
+fn vxlan_tx_packets(netns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["-n", netns, "-s", "-j", "link", "show", "vxlan.calico"])
+        .output()
+        .expect("ip (oracle)");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v[0]["stats64"]["tx"]["packets"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_router() {
+    require_root();
+    let mut cluster = block_on(Cluster::build(&ClusterSpec {
+        prefix: "fnt-t-clxs".into(),
+        routed: vec!["172.31.1.0/24".parse().expect("a subnet")],
+        ..ClusterSpec::default()
+    }))
+    .expect("building the underlay (this privileged test needs root)");
+    let mut ctl = model();
+    ctl.set_pool(
+        "10.65.0.0-16",
+        IpamPool {
+            cidr: "10.65.0.0/16".into(),
+            vxlan_mode: "CrossSubnet".into(),
+            ..IpamPool::default()
+        },
+    );
+    let mut daemons = BTreeMap::new();
+    let mut pods = BTreeMap::new();
+    pods.insert(1, join(&mut cluster, &mut ctl, &mut daemons, 1, "client").1);
+    pods.insert(2, join(&mut cluster, &mut ctl, &mut daemons, 2, "batch").1);
+    let far = Ipv4Addr::new(172, 31, 1, 13);
+    pods.insert(
+        3,
+        join_at(&mut cluster, &mut ctl, &mut daemons, 3, "batch", far).1,
+    );
+    flush(&mut ctl, &mut daemons);
+    let ping = |a: u8, b: u8| {
+        icmp_echo(&pods[&a], IpAddr::V4(pod_ip(b)), Duration::from_millis(500)).expect("probe")
+    };
+    for (a, b) in [(1, 2), (2, 1), (1, 3), (3, 1), (2, 3)] {
+        eventually(&format!("p{a} → p{b}"), &daemons, || {
+            ping(a, b) == Verdict::Pass
+        });
+    }
+    // On n1: n2's block straight via n2 on the shared subnet, n3's through the tunnel.
+    let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
+    let out = Command::new("ip")
+        .args(["-n", &n1, "route", "show"])
+        .output()
+        .expect("ip (oracle)");
+    let routes = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with("10.65.2.0/26 via 172.31.0.12 dev eth0") && l.contains("onlink")),
+        "{routes}"
+    );
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with("10.65.3.0/26 via 10.65.3.0 dev vxlan.calico")),
+        "{routes}"
+    );
+    // No VXLAN on the wire for the same-subnet peer; VXLAN for the one across the router.
+    let before = vxlan_tx_packets(&n1);
+    for _ in 0..5 {
+        assert_eq!(ping(1, 2), Verdict::Pass);
+    }
+    assert_eq!(
+        vxlan_tx_packets(&n1),
+        before,
+        "same-subnet traffic went into the tunnel"
+    );
+    for _ in 0..5 {
+        assert_eq!(ping(1, 3), Verdict::Pass);
+    }
+    assert!(
+        vxlan_tx_packets(&n1) >= before + 5,
+        "cross-router traffic did not use the tunnel"
+    );
+    drop(pods);
     drop(daemons);
     drop(cluster);
 }
