@@ -220,7 +220,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
     say!(out);
 
     let first = ctl.flush();
-    let clients = ctl_members(&first);
+    let clients = clients_sent(&first);
     say!(
         out,
         "1. the controller computes each node's messages as Felix's calculation graph would: its \
@@ -574,7 +574,7 @@ fn print_node(out: &mut dyn Write, ctl: &Controller, p: &Plan) -> Result<(), Dem
 }
 
 /// The members of the clients set as first sent (to the node that uses it).
-fn ctl_members(first: &BTreeMap<String, Vec<ToDataplane>>) -> String {
+fn clients_sent(first: &BTreeMap<String, Vec<ToDataplane>>) -> String {
     use crate::proto::to_dataplane::Payload;
     first
         .values()
