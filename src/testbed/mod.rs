@@ -1,6 +1,8 @@
 //! The traffic test bed: a scratch node in network namespaces, laid out the way Calico's CNI
 //! plugin lays out a real one, and probes that tell a passed flow from a dropped one with real
-//! sockets. Shared by the end-to-end tests and `felix-nft demo`.
+//! sockets. Shared by the end-to-end tests and `felix-nft demo`. [`cluster`] builds several such
+//! nodes on one underlay segment, and [`controller`] computes what Felix's calculation graph
+//! would send each of them (pure).
 //!
 //! ```text
 //!   [wl ns a] eth0 ──veth── caliXXXXXXXXXXX ┐
@@ -38,6 +40,8 @@
 //!
 //! [`Topology`]: topology::Topology
 
+pub mod cluster;
+pub mod controller;
 pub mod probe;
 pub mod topology;
 
