@@ -59,6 +59,29 @@ pub struct EndpointChainSpec<'a> {
     pub side_exit: u32,
 }
 
+/// The (interface key, chain) pairs of a workload dispatch map of `table`.
+fn dispatch_targets(
+    table: &crate::nft::model::Table,
+    to: bool,
+) -> impl Iterator<Item = (&crate::nft::model::ElemKey, &str)> {
+    let map = Layer::Filter.chain(if to {
+        logical::TO_WL_DISPATCH
+    } else {
+        logical::FROM_WL_DISPATCH
+    });
+    table
+        .sets
+        .get(&map)
+        .into_iter()
+        .flat_map(|s| &s.elements)
+        .filter_map(|e| match e.data.as_deref() {
+            Some(crate::nft::model::ElemData::Verdict(Verdict::Goto(c) | Verdict::Jump(c))) => {
+                Some((&e.key, c.as_str()))
+            }
+            _ => None,
+        })
+}
+
 /// The policies of a tier in one direction, staged ones left out.
 pub fn tier_policies(tier: &TierInfo, dir: Direction) -> impl Iterator<Item = &PolicyId> {
     let list = match dir {
@@ -462,21 +485,30 @@ impl Renderer {
         iface: &str,
         to: bool,
     ) -> Option<&'t str> {
-        let map = Layer::Filter.chain(if to {
-            logical::TO_WL_DISPATCH
-        } else {
-            logical::FROM_WL_DISPATCH
-        });
         let key = crate::nft::build::ifname_key(iface);
-        table.sets.get(&map)?.elements.iter().find_map(|e| {
-            match (e.key == key, e.data.as_deref()) {
-                (
-                    true,
-                    Some(crate::nft::model::ElemData::Verdict(Verdict::Goto(c) | Verdict::Jump(c))),
-                ) => Some(c.as_str()),
-                _ => None,
+        dispatch_targets(table, to)
+            .find(|(k, _)| **k == key)
+            .map(|(_, c)| c)
+    }
+
+    /// Every workload interface dispatched in `table`, with its (`tw`, `fw`) chains.
+    pub fn dispatched_workloads(
+        table: &crate::nft::model::Table,
+    ) -> std::collections::BTreeMap<String, (Option<&str>, Option<&str>)> {
+        let mut out = std::collections::BTreeMap::<String, (Option<&str>, Option<&str>)>::new();
+        for to in [true, false] {
+            for (key, chain) in dispatch_targets(table, to) {
+                let end = key.iter().position(|&b| b == 0).unwrap_or(key.len());
+                let iface = String::from_utf8_lossy(&key[..end]).into_owned();
+                let e = out.entry(iface).or_default();
+                if to {
+                    e.0 = Some(chain);
+                } else {
+                    e.1 = Some(chain);
+                }
             }
-        })
+        }
+        out
     }
 
     /// All chains of a host endpoint resolved to `iface` (`*` for the all-interfaces one):
