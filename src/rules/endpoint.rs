@@ -30,7 +30,8 @@ pub enum EndpointKind {
 /// Everything the endpoint chain template needs.
 #[derive(Clone, Debug)]
 pub struct EndpointChainSpec<'a> {
-    /// Full chain name (`filter-cali-tw-cali123`).
+    /// Full chain name (`filter-cali-tw-s.<content hash>` for a shared workload chain,
+    /// `filter-cali-tw-cali123` for one per interface).
     pub name: String,
     /// The layer the chain and the policy/profile chains it jumps to live in.
     pub layer: Layer,
@@ -351,8 +352,9 @@ impl Renderer {
         c.finish()
     }
 
-    /// The two filter chains of a workload endpoint: `filter-cali-tw-<if>` (ingress policy)
-    /// and `filter-cali-fw-<if>` (egress policy).
+    /// The two filter chains of a workload endpoint: `filter-cali-tw-…` (ingress policy) and
+    /// `filter-cali-fw-…` (egress policy), named by their content unless the endpoint has a
+    /// QoS limit (then by its interface).
     pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
         self.workload_chains_in(family, wep, false)
     }
