@@ -90,6 +90,10 @@ pub enum Command {
         /// Leave the topology in place for inspection.
         #[arg(long)]
         keep: bool,
+        /// A three-node cluster over VXLAN, one agent per node, and a fourth node joining and
+        /// leaving, instead of the single node.
+        #[arg(long)]
+        cluster: bool,
     },
     /// Benchmarks.
     Bench {
@@ -246,7 +250,7 @@ pub fn main() -> ExitCode {
         Some(Command::Cleanup { config, netns }) => {
             finish(oneshot::cleanup_command(&target(netns, config)))
         }
-        Some(Command::Demo { keep }) => demo(keep),
+        Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
         Some(Command::Bench {
             command:
                 BenchCommand::Compare {
@@ -278,11 +282,18 @@ fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
     }
 }
 
-/// `felix-nft demo`: exit 0 when every flow did what the policy says, 1 otherwise or on error.
-fn demo(keep: bool) -> ExitCode {
+/// `felix-nft demo [--cluster]`: exit 0 when every flow did what the policy says (and, for the
+/// cluster, every node held what it should), 1 otherwise or on error.
+fn demo(keep: bool, cluster: bool) -> ExitCode {
     let opts = crate::demo::DemoOptions { keep };
-    match crate::demo::run(&opts, &mut std::io::stdout()) {
-        Ok(outcome) if outcome.all_match() => ExitCode::SUCCESS,
+    let out = &mut std::io::stdout();
+    let result = if cluster {
+        crate::demo::cluster::run(&opts, out).map(|o| o.all_match())
+    } else {
+        crate::demo::run(&opts, out).map(|o| o.all_match())
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(crate::daemon::EXIT_FAILURE),
         Err(e) => {
             eprintln!("felix-nft: {}", crate::ops::logging::chain(&e));

@@ -20,11 +20,14 @@
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
 //! - [`daemon`]: the running agent: transport + interface monitor + loop + ops surface.
 //! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
-//! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout) and traffic probes, shared
-//!   by the end-to-end tests and `felix-nft demo`; reaches the kernel only through [`netns`] and
-//!   [`rtnl`] (plus plain sockets), and describes its workloads as [`proto`] endpoints.
-//! - [`demo`]: `felix-nft demo`: a scratch node from the test bed, the real loop on an example
-//!   state, and a traffic matrix; acts only in namespaces it made.
+//! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout), a cluster of such nodes on
+//!   one underlay, a controller computing each node's messages as Felix's calculation graph
+//!   would (pure), and traffic probes, shared by the end-to-end tests and `felix-nft demo`;
+//!   reaches the kernel only through [`netns`] and [`rtnl`] (plus plain sockets), and describes
+//!   its workloads as [`proto`] endpoints.
+//! - [`demo`]: `felix-nft demo [--cluster]`: a scratch node (or a three-node cluster, an agent
+//!   per node) from the test bed, the real loop, and a traffic matrix; acts only in namespaces
+//!   it made.
 //! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
 //!   (iptables-restore + ipset, `nft -f`; for the cluster scale `ip -batch` + `bridge -batch`) in
 //!   private namespaces; the only code that runs external programs, and only those baselines

@@ -265,10 +265,9 @@ fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
         "table ip calico",
         "table ip6 calico",
         "chain filter-cali-FORWARD",
-        &format!("chain filter-cali-tw-{}", w1.iface),
-        &format!("chain filter-cali-fw-{}", w2.iface),
+        &format!("\"{}\" : goto filter-cali-tw-", w1.iface),
+        &format!("\"{}\" : goto filter-cali-fw-", w2.iface),
         "map filter-cali-to-wl-dispatch",
-        &format!("\"{}\" : goto filter-cali-tw-{}", w1.iface, w1.iface),
         "chain filter-cali-pri-allow-all",
     ] {
         assert!(rules.contains(needle), "`{needle}` missing from:\n{rules}");
@@ -416,12 +415,24 @@ fn program_allow_all(h: &Ns, stdin: &mut ChildStdin, w: &Workload) -> String {
     for l in [ALLOW_ALL, &wep_update(w, 1, "allow-all"), IN_SYNC] {
         writeln!(stdin, "{l}").expect("writing to felix-nft");
     }
-    let chain = format!("filter-cali-tw-{}", w.iface);
     assert!(
-        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        eventually(|| tw_chain_of(h, &w.iface).is_some()),
         "never programmed"
     );
-    chain
+    tw_chain_of(h, &w.iface).expect("programmed")
+}
+
+/// The chain the workload interface `iface` is dispatched to on ingress (endpoint chains are
+/// shared by content, so the dispatch map says which), read from `nft list ruleset`.
+fn tw_chain_of(h: &Ns, iface: &str) -> Option<String> {
+    let rules = h.exec(&["nft", "list", "ruleset"]);
+    let name = felix_nft::testbed::dispatched_ingress_chains(&rules).remove(iface)?;
+    rules.contains(&format!("chain {name} ")).then_some(name)
+}
+
+/// `nft list ruleset` text that says `iface` is dispatched to an ingress chain.
+fn dispatched(iface: &str) -> String {
+    format!("\"{iface}\" : goto filter-cali-tw-")
 }
 
 /// Polls `what` for up to 15 s.
@@ -534,7 +545,7 @@ fn felix_pipes_program_the_node_and_report_status() {
         "{kinds:?}"
     );
     let rules = h.exec(&["nft", "list", "ruleset"]);
-    assert!(rules.contains(&format!("chain filter-cali-tw-{}", w1.iface)));
+    assert!(rules.contains(&dispatched(&w1.iface)));
 }
 
 #[test]
@@ -624,12 +635,14 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
         for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
             writeln!(stdin, "{l}").unwrap();
         }
-        let chain = format!("filter-cali-tw-{}", w1.iface);
         let t0 = Instant::now();
-        while !h.exec(&["nft", "list", "ruleset"]).contains(&chain) {
+        let chain = loop {
+            if let Some(c) = tw_chain_of(&h, &w1.iface) {
+                break c;
+            }
             assert!(t0.elapsed() < Duration::from_secs(20), "never programmed");
             std::thread::sleep(Duration::from_millis(100));
-        }
+        };
         let flush = sh(
             "ip",
             &[
@@ -719,9 +732,8 @@ fn the_metrics_say_what_the_daemon_did() {
     for l in [set, profile, &wep_update(&w1, 1, "p"), IN_SYNC] {
         writeln!(stdin, "{l}").unwrap();
     }
-    let chain = format!("filter-cali-tw-{}", w1.iface);
     assert!(
-        eventually(|| h.exec(&["nft", "list", "ruleset"]).contains(&chain)),
+        eventually(|| tw_chain_of(&h, &w1.iface).is_some()),
         "never programmed"
     );
     writeln!(
@@ -895,7 +907,7 @@ fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
     send(IN_SYNC);
     let tables = || h.exec(&["nft", "list", "ruleset"]);
     assert!(
-        eventually(|| tables().contains(&format!("chain filter-cali-tw-{} ", w1.iface))),
+        eventually(|| tables().contains(&dispatched(&w1.iface))),
         "first sync never happened"
     );
     // Another endpoint's apply programs its own route; w1's stays parked.
@@ -976,7 +988,7 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     };
     let side = || table("calico-side");
     let main = || table("calico");
-    let tw = |w: &Workload| format!("chain filter-cali-tw-{} ", w.iface);
+    let tw = |w: &Workload| dispatched(&w.iface);
     send(ALLOW_ALL);
     send(&wep_update(&w1, 1, "allow-all"));
     send(IN_SYNC);

@@ -9,6 +9,7 @@ use felix_nft::dataplane::kernel::{Call, FakeKernel, TableMode};
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::{json, ToDataplane};
 use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::rules::Renderer;
 use felix_nft::source::Received;
 use tokio::sync::mpsc;
 
@@ -190,7 +191,8 @@ async fn a_rejected_update_changes_nothing_and_the_stream_goes_on() {
     assert_eq!(d.summary().rejected, 2);
     let t = &d.kernel.committed[0];
     assert!(
-        t.chains.contains_key("filter-cali-tw-cali0000000002"),
+        Renderer::workload_chain_of(t, "cali0000000002", true)
+            .is_some_and(|c| t.chains.contains_key(c)),
         "later updates still apply"
     );
     assert!(!t.chains.keys().any(|c| c.contains("cali-much-too-long")));
@@ -299,8 +301,9 @@ async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idl
             .unwrap()
     };
     let (main, side) = (table(felix_nft::OWNER), table(felix_nft::SIDE_TABLE));
-    assert!(main.chains.contains_key("filter-cali-tw-cali0000000002"));
-    assert!(!side.chains.contains_key("filter-cali-tw-cali0000000002"));
+    assert!(Renderer::workload_chain_of(&main, "cali0000000002", true)
+        .is_some_and(|c| main.chains.contains_key(c)));
+    assert!(Renderer::workload_chain_of(&side, "cali0000000002", true).is_none());
     assert!(main.sets["filter-cali-wl-side"].elements.is_empty());
 }
 

@@ -1,7 +1,9 @@
 //! `felix-nft demo` run as a user runs it: the binary builds its scratch node,
 //! programs it, measures the matrix, flips one flow with an IP set delta and removes everything;
-//! with `--keep` it leaves the namespaces and says how to remove them; without root it says so
-//! and does nothing. `ip` is used here only as a test-side oracle, in the demo's own namespaces.
+//! `--cluster` does the same for three nodes over VXLAN with a fourth joining and leaving; with
+//! `--keep` they leave the namespaces and say how to remove them; without root the demo says so
+//! and does nothing. `ip` and `bridge` are used here only as test-side oracles, in the demo's own
+//! namespaces.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -170,22 +172,186 @@ fn demo_keep_leaves_the_node_and_prints_how_to_remove_it() {
 }
 
 #[test]
+fn demo_cluster_shows_cross_node_verdicts_a_join_and_a_leave_and_leaves_nothing_behind() {
+    require_root();
+    let t0 = Instant::now();
+    let (out, text, pid) = demo(&["--cluster"]);
+    let took = t0.elapsed();
+    let _guard = Leftovers(namespaces_of(pid));
+    assert!(
+        out.status.success(),
+        "demo --cluster failed ({:?}):\n{text}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    let row = |flow: &str, nth: usize| {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(flow))
+            .nth(nth)
+            .unwrap_or_default()
+            .to_string()
+    };
+    // Three nodes, each with the overlay for the other two, read back from its kernel.
+    for n in ["node-1", "node-2", "node-3"] {
+        let r = row(&format!("{n}  vni 4096, mtu 1450"), 0);
+        assert!(r.contains("   2    2       2  10.65."), "{n}: {r}\n{text}");
+    }
+    // Across nodes: the policy admits the client on node-1 and drops the batch pod on node-3.
+    let v = |flow: &str, nth: usize, verdict: &str| {
+        let r = row(flow, nth);
+        assert!(
+            r.contains(&format!("{verdict:<8}  {verdict:<8}")),
+            "{flow} #{nth} should be {verdict}: {r}\n{text}"
+        );
+    };
+    v("client@node-1 → server@node-2 tcp/8080", 0, "PASS");
+    v("batch@node-3 → server@node-2 tcp/8080", 0, "DROP");
+    v("server@node-2 → batch@node-3 icmp", 0, "PASS");
+    assert!(text.contains("5 flows, 5 as expected"), "{text}");
+    // node-4 joins: four nodes with three peers each, its client admitted on node-2.
+    assert!(
+        text.contains("node-2: ipset_delta_update s:clients +10.65.4.2/32, vtep_update node-4"),
+        "{text}"
+    );
+    assert!(
+        row("node-4  vni 4096", 0).contains("   3    3       3  10.65.4.0/26"),
+        "{text}"
+    );
+    v("client-4@node-4 → server@node-2 tcp/8080", 0, "PASS");
+    v("batch@node-3 → client-4@node-4 icmp", 0, "PASS");
+    assert!(text.contains("3 flows, 3 as expected"), "{text}");
+    // node-4 leaves: withdrawn everywhere, route before VTEP; traffic to and from it fails.
+    assert!(
+        text.contains("node-1: route_remove 10.65.4.0/26, vtep_remove node-4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nothing of node-4 is left anywhere"),
+        "{text}"
+    );
+    v("client-4@node-4 → server@node-2 tcp/8080", 1, "DROP");
+    v("batch@node-3 → client-4@node-4 icmp", 1, "DROP");
+    v("client@node-1 → server@node-2 tcp/8080", 1, "PASS");
+    assert_eq!(text.matches("flipped (was PASS)").count(), 3, "{text}");
+    assert!(text.contains("4 flows, 4 as expected"), "{text}");
+    assert!(!text.contains("MISMATCH") && !text.contains('✗'), "{text}");
+    assert!(
+        text.contains("every flow did what the policy says, and every node held what it should"),
+        "{text}"
+    );
+    assert!(
+        namespaces_of(pid).is_empty(),
+        "left behind: {:?}",
+        namespaces_of(pid)
+    );
+    assert!(took.as_secs() < 30, "the cluster demo took {took:?}");
+}
+
+#[test]
+fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
+    require_root();
+    let (out, text, pid) = demo(&["--cluster", "--keep"]);
+    let left = namespaces_of(pid);
+    let _guard = Leftovers(left.clone());
+    assert!(
+        out.status.success(),
+        "demo --cluster --keep failed:\n{text}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The underlay, three nodes and their pods; node-4 left during the demo.
+    assert_eq!(left.len(), 7, "{left:?}");
+    for n in &left {
+        assert!(
+            text.contains(&format!("ip netns del {n}")),
+            "{n} not in:\n{text}"
+        );
+    }
+    assert!(!left
+        .iter()
+        .any(|n| n.contains("node-4") || n.contains("client-4")));
+    // What the agents programmed stays after they stopped (oracle: `bridge`, `ip`).
+    let node1 = left
+        .iter()
+        .find(|n| n.starts_with("fnft-demo-node-1-"))
+        .expect("node-1's namespace");
+    let fdb = Command::new("bridge")
+        .args(["-n", node1, "fdb", "show", "dev", "vxlan.calico"])
+        .output()
+        .expect("bridge fdb");
+    let fdb = String::from_utf8_lossy(&fdb.stdout);
+    for dst in [
+        "dst 172.31.0.12 self permanent",
+        "dst 172.31.0.13 self permanent",
+    ] {
+        assert!(fdb.contains(dst), "{dst} missing:\n{fdb}");
+    }
+    assert!(!fdb.contains("172.31.0.14"), "node-4 stayed:\n{fdb}");
+    let routes = Command::new("ip")
+        .args(["-n", node1, "route", "show"])
+        .output()
+        .expect("ip route");
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(
+        routes.lines().any(
+            |l| l.starts_with("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico")
+                && l.contains("onlink")
+        ),
+        "{routes}"
+    );
+    assert!(routes.contains("blackhole 10.65.1.0/26"), "{routes}");
+}
+
+#[test]
 fn demo_without_root_says_so_and_touches_nothing() {
     require_root();
-    // Run as `nobody`: the binary must refuse before it makes anything.
-    let out = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
-        .arg("demo")
-        .uid(65534)
-        .gid(65534)
+    // Run as `nobody`: the binary must refuse before it makes anything, with either demo.
+    for args in [&[][..], &["--cluster"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+            .arg("demo")
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("spawning felix-nft demo as nobody");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?} stderr:\n{err}");
+        assert!(err.contains("needs root"), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn demo_cluster_executes_no_program() {
+    require_root();
+    // The whole cluster demo — bed, controller, four agents, probes, teardown — under
+    // `strace -f -e trace=execve` (test tool): the only execve is the binary's own start.
+    let trace = tempfile::NamedTempFile::new().expect("a temporary file");
+    let bin = env!("CARGO_BIN_EXE_felix-nft");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=execve", "-o"])
+        .arg(trace.path())
+        .args([bin, "demo", "--cluster"])
         .output()
-        .expect("spawning felix-nft demo as nobody");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr:\n{err}");
-    assert!(err.contains("needs root"), "{err}");
-    assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
+        .expect("running strace (test tool)");
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        out.status.success(),
+        "demo --cluster under strace failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let trace = std::fs::read_to_string(trace.path()).expect("reading the trace");
+    let execs: Vec<&str> = trace.lines().filter(|l| l.contains("execve(")).collect();
+    assert_eq!(
+        execs.len(),
+        1,
+        "the demo executed programs:\n{}",
+        execs.join("\n")
+    );
+    assert!(execs[0].contains(bin), "{}", execs[0]);
 }

@@ -745,7 +745,9 @@ fn admin_down_and_removed_endpoints_fail_closed() {
     });
     let ruleset = nft_ruleset(host_ns);
     assert!(
-        ruleset.contains(&format!("chain filter-cali-tw-{}", c.host_ifname)),
+        felix_nft::testbed::dispatched_ingress_chains(&ruleset)
+            .get(&c.host_ifname)
+            .is_some_and(|tw| ruleset.contains(&format!("chain {tw} "))),
         "admin-down endpoint lost its (deny) chains:\n{ruleset}"
     );
 
@@ -792,6 +794,134 @@ fn admin_down_and_removed_endpoints_fail_closed() {
             flow(src(a), v4(c), Tcp, WEB, Pass),
         ],
     );
+
+    let (status, log) = agent.stop();
+    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+}
+
+/// Endpoint chains shared by content: endpoints whose chains would have the same body use one
+/// chain, and sharing changes no verdict — not when the IP set their policy reads changes, not
+/// when one of them moves to another body (only its dispatch element moves; the others stay),
+/// and a QoS-limited endpoint keeps a chain of its own (a limiter is per endpoint).
+#[test]
+fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
+    require_root();
+    let topo = three("fnt-e2e-share");
+    let _srv = servers(&topo);
+    let (a, b, c) = (
+        topo.workload("a").unwrap(),
+        topo.workload("b").unwrap(),
+        topo.workload("c").unwrap(),
+    );
+    let host_ns = topo.host_netns_name();
+    let tw = |w: &felix_nft::testbed::topology::Workload| {
+        felix_nft::testbed::dispatched_ingress_chains(&nft_ruleset(host_ns))
+            .remove(&w.host_ifname)
+            .unwrap_or_default()
+    };
+    let mut agent = Agent::start(&topo, AgentOptions::default());
+    let web_from_clients = || json!([tier("default", &["web-from-clients"], &[], "Deny")]);
+    agent.send_all(&[
+        allow_all_profile(),
+        ipset("s:clients", "IP", &[A4.to_string()]),
+        policy(
+            "default",
+            "web-from-clients",
+            json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB]),
+                "src_ip_set_ids": ["s:clients"]}]),
+            json!([]),
+        ),
+        policy(
+            "default",
+            "other-from-all",
+            json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[OTHER])}]),
+            json!([]),
+        ),
+        wep(a, &["allow-all"], json!([])),
+        wep(b, &["allow-all"], web_from_clients()),
+        wep(c, &["allow-all"], web_from_clients()),
+        in_sync(),
+    ]);
+    agent.expect_matrix(
+        "b and c share one ingress chain",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(c), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Tcp, OTHER, Drop),
+            flow(src(c), v4(b), Tcp, WEB, Drop),
+            flow(src(b), v4(c), Tcp, WEB, Drop),
+        ],
+    );
+    let shared = tw(b);
+    assert!(shared.starts_with("filter-cali-tw-s."), "{shared}");
+    assert_eq!(tw(c), shared);
+
+    // 1. The set their policy reads changes: both see it, as before.
+    agent.send(&ipset_delta("s:clients", &[C4.to_string()], &[]));
+    agent.expect_matrix(
+        "c joins the clients",
+        &[
+            flow(src(c), v4(b), Tcp, WEB, Pass),
+            flow(src(b), v4(c), Tcp, WEB, Drop),
+            flow(src(a), v4(c), Tcp, WEB, Pass),
+        ],
+    );
+
+    // 2. b moves to another body: its element moves to a new chain; c stays where it was.
+    agent.send(&wep(
+        b,
+        &["allow-all"],
+        json!([tier("default", &["other-from-all"], &[], "Deny")]),
+    ));
+    agent.expect_matrix(
+        "b on a body of its own",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Drop),
+            flow(src(a), v4(b), Tcp, OTHER, Pass),
+            flow(src(a), v4(c), Tcp, WEB, Pass),
+            flow(src(a), v4(c), Tcp, OTHER, Drop),
+            flow(src(c), v4(b), Tcp, OTHER, Pass),
+        ],
+    );
+    assert_eq!(tw(c), shared);
+    assert_ne!(tw(b), shared);
+
+    // 3. c gets a QoS connection limit: a chain of its own, named after its interface; b moves
+    //    back to the first body, which nobody else uses now.
+    agent.send_all(&[
+        wep_with(
+            c,
+            "active",
+            &["allow-all"],
+            web_from_clients(),
+            json!({"qos_controls": {"ingress_max_connections": 100}}),
+        ),
+        wep(b, &["allow-all"], web_from_clients()),
+    ]);
+    agent.expect_matrix(
+        "c limited, b back",
+        &[
+            flow(src(a), v4(c), Tcp, WEB, Pass),
+            flow(src(a), v4(c), Tcp, OTHER, Drop),
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Tcp, OTHER, Drop),
+        ],
+    );
+    assert_eq!(tw(c), format!("filter-cali-tw-{}", c.host_ifname));
+    // Changed endpoints are policed from the side table (their chains there hand back to main)
+    // until the idle merge brings them home: then b is on the first body's chain again.
+    eventually("b back on the shared chain after the merge", || {
+        let ruleset = nft_ruleset(host_ns);
+        let endpoint_chains = ruleset
+            .lines()
+            .filter(|l| l.trim_start().starts_with("chain filter-cali-tw-"))
+            .count();
+        (tw(b) == shared && endpoint_chains == 2 * 3)
+            .then_some(())
+            .ok_or(format!(
+                "a's, the shared one, c's own, per family:\n{ruleset}"
+            ))
+    });
 
     let (status, log) = agent.stop();
     assert!(status.success(), "felix-nft exited with {status}:\n{log}");

@@ -557,7 +557,10 @@ fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
     )
     .ok();
     let programmed = ns.kernel_state();
-    assert!(programmed.contains("cali-tw-cali1a"), "{programmed}");
+    assert!(
+        programmed.contains("\"cali1a\" : goto filter-cali-tw-"),
+        "{programmed}"
+    );
 
     // One message per line, cut after its second line: no closing in_sync.
     let lines: Vec<&str> = GOOD.lines().filter(|l| l.starts_with('{')).collect();
@@ -625,7 +628,9 @@ fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
         &[],
     )
     .ok();
-    assert!(!ns.kernel_state().contains("cali-tw-cali1a"));
+    assert!(!ns
+        .kernel_state()
+        .contains("\"cali1a\" : goto filter-cali-tw-"));
 }
 
 #[test]

@@ -11,6 +11,7 @@ use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::from_dataplane::Payload as Out;
 use felix_nft::proto::PolicyId;
 use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::rules::Renderer;
 use felix_nft::source::outbox::{outbox, OutboxReader};
 use felix_nft::source::Received;
 
@@ -223,7 +224,13 @@ async fn a_bad_version_leaves_the_last_good_one_and_the_next_update_is_tried() {
             d.dp.model().policies[&pid(3)].inbound_rules[0].dst_ports[0].first,
             8003
         );
-        assert!(chain_comments(&d.kernel, "filter-cali-tw-cali00000000011").is_some());
+        // (In the side table, as an endpoint added after the first sync is.)
+        let tw = d
+            .kernel
+            .committed
+            .iter()
+            .find_map(|t| Renderer::workload_chain_of(t, "cali00000000011", true));
+        assert!(chain_comments(&d.kernel, tw.expect("endpoint 11 dispatched")).is_some());
 
         // The next update of p3 (a good one) leaves the quarantine and is programmed.
         let next = policy(3, false).replace("8003", "9003");

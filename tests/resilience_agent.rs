@@ -288,8 +288,12 @@ impl std::fmt::Debug for Ruleset {
     }
 }
 
+/// b's ingress chain (endpoint chains are shared by content: the dispatch map says which).
 fn tw_chain(topo: &Topology) -> String {
-    format!("filter-cali-tw-{}", topo.workload("b").unwrap().host_ifname)
+    let b = &topo.workload("b").unwrap().host_ifname;
+    felix_nft::testbed::dispatched_ingress_chains(&ruleset(topo).0.join("\n"))
+        .remove(b)
+        .unwrap_or_else(|| panic!("{b} is not dispatched"))
 }
 
 /// The outside writes, each of which opens tcp/9090 to b until repaired: an added rule, a deleted
@@ -726,11 +730,9 @@ fn wait_chains(topo: &Topology, present: &[String], absent: &[String]) {
     let t0 = Instant::now();
     loop {
         let rs = ruleset(topo);
+        let dispatched = felix_nft::testbed::dispatched_ingress_chains(&rs.0.join("\n"));
         let chains: std::collections::BTreeSet<&str> =
-            rs.0.iter()
-                .filter_map(|l| l.trim().strip_prefix("chain filter-cali-tw-"))
-                .map(|l| l.trim_end_matches(" {"))
-                .collect();
+            dispatched.keys().map(String::as_str).collect();
         let missing = present
             .iter()
             .filter(|n| !chains.contains(n.as_str()))

@@ -18,6 +18,7 @@ use felix_nft::proto::types::{
     WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointRemove, WorkloadEndpointUpdate,
 };
 use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::rules::Renderer;
 use proptest::prelude::*;
 
 fn msg(p: Payload) -> ToDataplane {
@@ -640,7 +641,7 @@ fn main_only_loses_objects_until_a_merge_brings_them_back() {
     // (not s:2, which no side policy uses).
     for t in p.iter().filter(is_side) {
         let chains: Vec<&String> = t.chains.keys().collect();
-        assert!(chains.iter().any(|c| c.ends_with("tw-cali3")), "{chains:?}");
+        assert!(chains.iter().any(|c| c.contains("-cali-tw-")), "{chains:?}");
         assert!(chains.iter().any(|c| c.contains("pol-0")), "{chains:?}");
         let sets: Vec<&String> = t.sets.keys().collect();
         assert!(sets.iter().any(|s| s.ends_with("s-0")), "{sets:?}");
@@ -741,17 +742,19 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
     check(&mut dp, &mut store).unwrap();
     assert!(!dp.side_pending(), "{:?}", dp.side_placement());
     let main = store.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
-    assert!(main.chains.contains_key("filter-cali-tw-cali1"));
+    let tw = Renderer::workload_chain_of(main, "cali1", true).expect("cali1 dispatched in main");
+    assert!(main.chains.contains_key(tw));
     // One whose policy uses no big set still goes to the side table.
     apply(&mut dp, &wep(2, 0, 0b10));
     check(&mut dp, &mut store).unwrap();
     assert_eq!(dp.side_placement().0, names(&[2]));
 }
 
-/// Rules with the same expressions hold one copy of them, whether the
-/// endpoints arrive in one render or one at a time; the comments (rule ids) stay per chain.
+/// Endpoints whose chains would have the same body share one chain (named by its content),
+/// whether they arrive in one render or one at a time; a body that changes for one endpoint
+/// moves only that endpoint to another chain, and a chain nobody uses any more goes.
 #[test]
-fn endpoints_with_the_same_policies_share_their_rule_bodies() {
+fn endpoints_with_the_same_policies_share_one_chain() {
     let mut dp = dataplane(0);
     let mut store = Vec::new();
     for op in [Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)] {
@@ -760,23 +763,51 @@ fn endpoints_with_the_same_policies_share_their_rule_bodies() {
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0b10));
     check(&mut dp, &mut store).unwrap();
-    let shared_in = |tables: &[Table]| {
+    let chain_of = |tables: &[Table], i: &str, to: bool| {
         let main = tables.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
-        let (a, b) = (
-            &main.chains["filter-cali-tw-cali0"],
-            &main.chains["filter-cali-tw-cali1"],
-        );
-        assert_eq!(a.rules.len(), b.rules.len());
-        for (x, y) in a.rules.iter().zip(&b.rules) {
-            assert_eq!(x.exprs, y.exprs);
-            assert!(x.exprs.shares(&y.exprs), "{:?}", x.exprs);
-            assert_ne!(x.comment, y.comment, "rule ids are per chain");
-        }
+        let c = Renderer::workload_chain_of(main, i, to)
+            .unwrap()
+            .to_string();
+        assert!(main.chains.contains_key(&c), "{c}");
+        c
     };
-    // The second endpoint came in an update of its own.
-    shared_in(&store);
-    // And in one full render.
-    shared_in(&dp.render_tables().unwrap());
+    let endpoint_chains = |tables: &[Table]| {
+        let main = tables.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
+        main.chains
+            .keys()
+            .filter(|c| c.contains("-cali-tw-") || c.contains("-cali-fw-"))
+            .count()
+    };
+    for tables in [store.clone(), dp.render_tables().unwrap()] {
+        for to in [true, false] {
+            assert_eq!(
+                chain_of(&tables, "cali0", to),
+                chain_of(&tables, "cali1", to)
+            );
+        }
+        assert_eq!(
+            endpoint_chains(&tables),
+            2,
+            "one tw and one fw chain for both"
+        );
+    }
+    // cali1's ingress policy changes: it moves to a chain of its own; cali0 stays.
+    let shared_tw = chain_of(&store, "cali0", true);
+    apply(&mut dp, &wep(1, 0b10, 0b10));
+    check(&mut dp, &mut store).unwrap();
+    assert_eq!(chain_of(&store, "cali0", true), shared_tw);
+    assert_ne!(chain_of(&store, "cali1", true), shared_tw);
+    assert_eq!(
+        chain_of(&store, "cali0", false),
+        chain_of(&store, "cali1", false)
+    );
+    assert_eq!(endpoint_chains(&store), 3);
+    // cali0 goes: its chain, used by nobody now, goes too.
+    apply(&mut dp, &Op::WepRemove(0));
+    check(&mut dp, &mut store).unwrap();
+    let main = store.iter().find(|t| t.name == felix_nft::OWNER).unwrap();
+    assert!(!main.chains.contains_key(&shared_tw));
+    assert_eq!(endpoint_chains(&store), 2);
 }
 
 /// A state document's messages move into the model (`Model::apply_owned`, the one-shot path):

@@ -16,7 +16,7 @@ fn fixture() -> String {
 fn lines_and_array_forms_load_the_same_messages() {
     let text = fixture();
     let from_lines = state::parse(text.as_bytes(), "fixture").unwrap();
-    assert_eq!(from_lines.len(), 33);
+    assert_eq!(from_lines.len(), 37);
     assert_eq!(from_lines.last().unwrap().kind(), "in_sync");
 
     let array = format!(

@@ -966,6 +966,19 @@ impl Snapshot {
                 t.name
             );
         }
+        for t in &self.tables {
+            // Endpoint chains are shared by content: say which one each interface uses.
+            for (iface, (to, from)) in crate::rules::Renderer::dispatched_workloads(t) {
+                let _ = writeln!(
+                    s,
+                    "endpoint {iface} ({} {}): to {} from {}",
+                    t.family.name(),
+                    t.name,
+                    to.unwrap_or("-"),
+                    from.unwrap_or("-")
+                );
+            }
+        }
         for r in &self.routes {
             let _ = writeln!(s, "route {r}");
         }
@@ -1017,6 +1030,12 @@ impl Snapshot {
                     "elements": e,
                     "chain_rules": chains,
                     "set_elements": sets,
+                    "endpoints": crate::rules::Renderer::dispatched_workloads(t)
+                        .into_iter()
+                        .map(|(iface, (to, from))| {
+                            (iface, serde_json::json!({"to": to, "from": from}))
+                        })
+                        .collect::<serde_json::Map<String, serde_json::Value>>(),
                 })
             })
             .collect();

@@ -13,36 +13,25 @@
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::mpsc as std_mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use netlink_packet_route::neighbour::{NeighbourMessage, NeighbourState};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use rtnetlink::RouteMessageBuilder;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
-use crate::dataplane::driver::{Driver, DriverError, LoopOptions, RunSummary};
-use crate::dataplane::kernel::{KernelError, RealKernel};
-use crate::dataplane::{Dataplane, DataplaneConfig};
+use crate::dataplane::DataplaneConfig;
 use crate::netns::{NetNs, NetNsError};
 use crate::nft::dump::read_table;
 use crate::nft::model::elem_flags::INTERVAL_END;
 use crate::nft::model::{Family, Table};
 use crate::nft::reconcile::Nft;
 use crate::nft::NftError;
-use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::to_dataplane::Payload;
-use crate::proto::{
-    FromDataplane, IpSetDeltaUpdate, PolicyId, TierInfo, ToDataplane, WorkloadEndpointUpdate,
-};
-use crate::rtnl::monitor::{self, MonitorConfig};
+use crate::proto::{IpSetDeltaUpdate, PolicyId, TierInfo, ToDataplane, WorkloadEndpointUpdate};
 use crate::rtnl::{link, RtnlError, RtnlHandle};
-use crate::rules::RulesError;
 use crate::source::state::StateError;
-use crate::source::{Origin, Received, Update};
 use crate::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, TcpServer, Verdict};
 use crate::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
 use crate::testbed::TestbedError;
@@ -140,27 +129,17 @@ impl From<AgentError> for DemoError {
     }
 }
 
-/// Why the in-process agent stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error("starting the agent's runtime")]
-    Runtime(#[source] io::Error),
-    #[error("opening the kernel sockets")]
-    Kernel(#[source] Box<KernelError>),
-    #[error("setting up the dataplane")]
-    Rules(#[source] RulesError),
-    #[error("starting the interface monitor")]
-    Monitor(#[source] RtnlError),
-    #[error("the dataplane loop")]
-    Driver(#[source] Box<DriverError>),
-    #[error("the agent thread panicked")]
-    Panicked,
-}
+mod agent;
+
+use agent::Agent;
+pub use agent::AgentError;
 
 macro_rules! say {
     ($out:expr) => { writeln!($out).map_err(DemoError::Output)? };
     ($out:expr, $($arg:tt)*) => { writeln!($out, $($arg)*).map_err(DemoError::Output)? };
 }
+
+pub mod cluster;
 
 /// True when the process runs as root (the demo makes namespaces and veths).
 pub fn is_root() -> bool {
@@ -759,163 +738,6 @@ fn wait_for_element(host: &NetNs, ip: Ipv4Addr, agent: &Agent) -> Result<(), Dem
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// The dataplane loop on its own thread and runtime, acting in the scratch host namespace, fed
-/// from a channel exactly as `felix-nft run` feeds it from a transport.
-struct Agent {
-    updates: mpsc::Sender<Received>,
-    status: std_mpsc::Receiver<FromDataplane>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<Result<RunSummary, AgentError>>>,
-}
-
-impl Agent {
-    fn start(host: &NetNs, cfg: DataplaneConfig) -> Result<Agent, DemoError> {
-        let ns = host.try_clone().map_err(|source| DemoError::Testbed {
-            op: "duplicating the host namespace handle",
-            source: TestbedError::Io { op: "dup", source },
-        })?;
-        let (utx, urx) = mpsc::channel(256);
-        let (stx, srx) = std_mpsc::channel();
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("demo-agent".into())
-            .spawn(move || agent_main(ns, cfg, urx, stx, stop_rx))
-            .map_err(DemoError::Runtime)?;
-        Ok(Agent {
-            updates: utx,
-            status: srx,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
-    }
-
-    fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-
-    fn send(&self, messages: Vec<ToDataplane>) -> Result<(), DemoError> {
-        for (index, message) in messages.into_iter().enumerate() {
-            let u = Update::new(Origin::Item { index }, message);
-            if self.updates.blocking_send(Ok(u)).is_err() {
-                return Err(DemoError::AgentGone {
-                    what: "taking the example state",
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn wait_in_sync(&self, timeout: Duration) -> Result<(), DemoError> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            match self.status.recv_timeout(Duration::from_millis(20)) {
-                Ok(FromDataplane {
-                    payload: Some(Out::DataplaneInSync(_)),
-                    ..
-                }) => return Ok(()),
-                Ok(_) | Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(DemoError::AgentGone {
-                        what: "reaching DataplaneInSync",
-                    })
-                }
-            }
-            if self.finished() {
-                return Err(DemoError::AgentGone {
-                    what: "reaching DataplaneInSync",
-                });
-            }
-        }
-        Err(DemoError::Timeout {
-            what: "DataplaneInSync",
-            timeout,
-        })
-    }
-
-    /// Stops the loop (the kernel state stays, as on SIGTERM) and returns what it did.
-    fn stop(mut self) -> Result<RunSummary, DemoError> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => Ok(r?),
-            Some(Err(_)) => Err(AgentError::Panicked.into()),
-            None => Err(DemoError::AgentGone { what: "stopping" }),
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // On an early error: stop the loop before the namespaces it acts in are deleted.
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn agent_main(
-    ns: NetNs,
-    cfg: DataplaneConfig,
-    updates: mpsc::Receiver<Received>,
-    status: std_mpsc::Sender<FromDataplane>,
-    stop: oneshot::Receiver<()>,
-) -> Result<RunSummary, AgentError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(AgentError::Runtime)?;
-    let r = rt.block_on(async move {
-        let kernel =
-            RealKernel::open(Some(&ns), &cfg).map_err(|e| AgentError::Kernel(Box::new(e)))?;
-        let rp_filter = kernel.procsys().default_rp_filter();
-        let dp = Dataplane::new(cfg.clone(), rp_filter).map_err(AgentError::Rules)?;
-        let (mut mon_rx, _mon) = monitor::start(
-            Some(&ns),
-            MonitorConfig {
-                exclude: cfg.iface_exclude.clone(),
-                resync_interval: cfg.iface_refresh,
-                ..MonitorConfig::default()
-            },
-        )
-        .map_err(AgentError::Monitor)?;
-        let (iface_tx, iface_rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            while let Some(ev) = mon_rx.recv().await {
-                if iface_tx.send(ev).await.is_err() {
-                    break;
-                }
-            }
-        });
-        // Status goes through an outbox to a std channel, so the loop never waits on the demo.
-        let (out_tx, out_rx) = crate::source::outbox::outbox();
-        tokio::spawn(async move {
-            while let Some(batch) = out_rx.take().await {
-                for m in batch {
-                    if status.send(m).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        let mut driver = Driver::new(dp, kernel, LoopOptions::default(), Some(out_tx), None);
-        driver
-            .run(updates, iface_rx, async {
-                let _ = stop.await;
-            })
-            .await
-            .map_err(|e| AgentError::Driver(Box::new(e)))?;
-        Ok(driver.summary().clone())
-    });
-    // The monitor's blocking reader may still wait on its socket: do not wait for it.
-    rt.shutdown_timeout(Duration::from_millis(200));
-    r
 }
 
 #[cfg(test)]

@@ -547,8 +547,9 @@ async fn ensure_address(
     Ok(())
 }
 
-/// The permanent FDB entries on device `index` that carry a MAC and a destination.
-async fn dump_fdb(h: &RtnlHandle, index: u32) -> Result<BTreeMap<Mac, IpAddr>> {
+/// The permanent FDB entries on device `index` that carry a MAC and a destination (also what
+/// `felix-nft demo --cluster` reads back).
+pub async fn dump_fdb(h: &RtnlHandle, index: u32) -> Result<BTreeMap<Mac, IpAddr>> {
     let msgs: Vec<NeighbourMessage> = h
         .handle()
         .neighbours()

@@ -9,8 +9,8 @@ use crate::nft::model::{ct_state, Chain, Element, Family, Verdict};
 use crate::proto::types::{HostEndpoint, PolicyId, TierInfo, WorkloadEndpoint};
 use crate::rules::config::AllowAction;
 use crate::rules::names::{
-    endpoint_chain, is_staged, logical, policy_chain, profile_chain, rename_chain, ChainBuilder,
-    Direction, EndpointChain, Layer,
+    endpoint_chain, is_staged, logical, policy_chain, profile_chain, rename_chain,
+    shared_endpoint_chain, ChainBuilder, Direction, EndpointChain, Layer,
 };
 use crate::rules::Renderer;
 
@@ -30,7 +30,8 @@ pub enum EndpointKind {
 /// Everything the endpoint chain template needs.
 #[derive(Clone, Debug)]
 pub struct EndpointChainSpec<'a> {
-    /// Full chain name (`filter-cali-tw-cali123`).
+    /// Full chain name (`filter-cali-tw-s.<content hash>` for a shared workload chain,
+    /// `filter-cali-tw-cali123` for one per interface).
     pub name: String,
     /// The layer the chain and the policy/profile chains it jumps to live in.
     pub layer: Layer,
@@ -57,6 +58,29 @@ pub struct EndpointChainSpec<'a> {
     /// Mark bits the terminal established-accept clears: the side table's hand-off bits for a
     /// workload chain in the side table (so main does not resume after it), else 0.
     pub side_exit: u32,
+}
+
+/// The (interface key, chain) pairs of a workload dispatch map of `table`.
+fn dispatch_targets(
+    table: &crate::nft::model::Table,
+    to: bool,
+) -> impl Iterator<Item = (&crate::nft::model::ElemKey, &str)> {
+    let map = Layer::Filter.chain(if to {
+        logical::TO_WL_DISPATCH
+    } else {
+        logical::FROM_WL_DISPATCH
+    });
+    table
+        .sets
+        .get(&map)
+        .into_iter()
+        .flat_map(|s| &s.elements)
+        .filter_map(|e| match e.data.as_deref() {
+            Some(crate::nft::model::ElemData::Verdict(Verdict::Goto(c) | Verdict::Jump(c))) => {
+                Some((&e.key, c.as_str()))
+            }
+            _ => None,
+        })
 }
 
 /// The policies of a tier in one direction, staged ones left out.
@@ -97,6 +121,42 @@ pub struct BodyKey<'a> {
     packet_rate: Option<(u64, u32)>,
     max_connections: Option<u32>,
     side_exit: u32,
+}
+
+impl EndpointChainSpec<'_> {
+    /// Everything but the name, in a canonical text: two specs with equal content render
+    /// equal chains (in each family).
+    fn content(&self) -> String {
+        // Every field named: a field added to the spec must be placed here or ignored here.
+        let EndpointChainSpec {
+            name: _,
+            layer,
+            kind,
+            dir,
+            tiers,
+            profiles,
+            failsafe,
+            admin_up,
+            allow,
+            workload_egress,
+            packet_rate,
+            max_connections,
+            side_exit,
+        } = self;
+        // Of each tier, what the body reads in this direction: the other direction's
+        // policies do not make two bodies differ.
+        let tiers: Vec<_> = tiers
+            .iter()
+            .map(|t| {
+                let policies: Vec<&PolicyId> = tier_policies(t, *dir).collect();
+                (&t.name, &t.default_action, policies)
+            })
+            .collect();
+        format!(
+            "{layer:?} {kind:?} {dir:?} {tiers:?} {profiles:?} {failsafe:?} {admin_up} {allow:?} \
+             {workload_egress} {packet_rate:?} {max_connections:?} {side_exit}"
+        )
+    }
 }
 
 impl<'a> BodyKey<'a> {
@@ -292,8 +352,9 @@ impl Renderer {
         c.finish()
     }
 
-    /// The two filter chains of a workload endpoint: `filter-cali-tw-<if>` (ingress policy)
-    /// and `filter-cali-fw-<if>` (egress policy).
+    /// The two filter chains of a workload endpoint: `filter-cali-tw-…` (ingress policy) and
+    /// `filter-cali-fw-…` (egress policy), named by their content unless the endpoint has a
+    /// QoS limit (then by its interface).
     pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
         self.workload_chains_in(family, wep, false)
     }
@@ -386,29 +447,70 @@ impl Renderer {
             mk(EndpointChain::ToWorkload, Direction::Inbound),
             mk(EndpointChain::FromWorkload, Direction::Outbound),
         ]
+        .map(|mut spec| {
+            // Equal bodies are one chain, named by its content; a body with per-endpoint state
+            // (a QoS rate or connection limit) stays the endpoint's own: sharing a limiter would
+            // change what it limits.
+            if spec.packet_rate.is_none() && spec.max_connections.is_none() {
+                let kind = if spec.workload_egress {
+                    EndpointChain::FromWorkload
+                } else {
+                    EndpointChain::ToWorkload
+                };
+                spec.name = shared_endpoint_chain(spec.layer, kind, &spec.content());
+            }
+            spec
+        })
     }
 
     /// The dispatch-map elements of a workload interface: (`filter-cali-from-wl-dispatch`
-    /// element, `filter-cali-to-wl-dispatch` element).
-    pub fn workload_dispatch_elements(&self, iface: &str) -> (Element, Element) {
+    /// element, `filter-cali-to-wl-dispatch` element), each a goto to the endpoint's chain in the
+    /// main table (`side` false) or the side table.
+    pub fn workload_dispatch_elements(
+        &self,
+        iface: &str,
+        wep: &WorkloadEndpoint,
+        side: bool,
+    ) -> (Element, Element) {
+        let [to, from] = self.workload_specs(wep, side);
         (
-            ifname_verdict_element(
-                iface,
-                Verdict::Goto(endpoint_chain(
-                    Layer::Filter,
-                    EndpointChain::FromWorkload,
-                    iface,
-                )),
-            ),
-            ifname_verdict_element(
-                iface,
-                Verdict::Goto(endpoint_chain(
-                    Layer::Filter,
-                    EndpointChain::ToWorkload,
-                    iface,
-                )),
-            ),
+            ifname_verdict_element(iface, Verdict::Goto(from.name)),
+            ifname_verdict_element(iface, Verdict::Goto(to.name)),
         )
+    }
+
+    /// The chain a workload interface is dispatched to in `table` (its `tw` chain with `to`,
+    /// else its `fw` chain), read from the table's dispatch map: endpoint chains are shared by
+    /// content, so an interface's chain is found through the map, not by its name.
+    pub fn workload_chain_of<'t>(
+        table: &'t crate::nft::model::Table,
+        iface: &str,
+        to: bool,
+    ) -> Option<&'t str> {
+        let key = crate::nft::build::ifname_key(iface);
+        dispatch_targets(table, to)
+            .find(|(k, _)| **k == key)
+            .map(|(_, c)| c)
+    }
+
+    /// Every workload interface dispatched in `table`, with its (`tw`, `fw`) chains.
+    pub fn dispatched_workloads(
+        table: &crate::nft::model::Table,
+    ) -> std::collections::BTreeMap<String, (Option<&str>, Option<&str>)> {
+        let mut out = std::collections::BTreeMap::<String, (Option<&str>, Option<&str>)>::new();
+        for to in [true, false] {
+            for (key, chain) in dispatch_targets(table, to) {
+                let end = key.iter().position(|&b| b == 0).unwrap_or(key.len());
+                let iface = String::from_utf8_lossy(&key[..end]).into_owned();
+                let e = out.entry(iface).or_default();
+                if to {
+                    e.0 = Some(chain);
+                } else {
+                    e.1 = Some(chain);
+                }
+            }
+        }
+        out
     }
 
     /// All chains of a host endpoint resolved to `iface` (`*` for the all-interfaces one):

@@ -181,6 +181,9 @@ pub struct Incremental {
     produced: BTreeMap<Key, Produced>,
     /// Users of each set (content-addressed policy sets are shared).
     set_users: BTreeMap<Obj, u32>,
+    /// How many keys produce each chain: endpoint chains are shared by every interface with
+    /// the same body; a chain goes when its last user does.
+    chain_users: BTreeMap<Obj, u32>,
     policy_refs: BTreeMap<(Tbl, Layer, PolicyId), DirCounts>,
     profile_refs: BTreeMap<(Tbl, Layer, String), DirCounts>,
     source_refs: BTreeMap<Source, Refs>,
@@ -266,6 +269,7 @@ impl Incremental {
             r,
             produced: BTreeMap::new(),
             set_users: BTreeMap::new(),
+            chain_users: BTreeMap::new(),
             policy_refs: BTreeMap::new(),
             profile_refs: BTreeMap::new(),
             source_refs: BTreeMap::new(),
@@ -459,7 +463,7 @@ impl Incremental {
                     }
                 }
                 // Dispatch elements: deltas, unless the base re-renders the maps whole below.
-                let now = here.map(|_| self.r.workload_dispatch_elements(iface));
+                let now = here.map(|w| self.r.workload_dispatch_elements(iface, w, t == Tbl::Side));
                 let key = (t, iface.clone());
                 let before = match &now {
                     Some(n) => self.wl_dispatch.insert(key, n.clone()),
@@ -956,8 +960,13 @@ impl Incremental {
     ) {
         let mut now = Produced::default();
         for (t, f, c) in chains {
-            now.chains.push((t, f, c.name.clone()));
-            pending.chains.insert((t, f, c.name.clone()), Some(c));
+            let k = (t, f, c.name.clone());
+            if now.chains.contains(&k) {
+                continue;
+            }
+            *self.chain_users.entry(k.clone()).or_default() += 1;
+            now.chains.push(k.clone());
+            pending.chains.insert(k, Some(c));
         }
         // Users are counted up before the old ones are counted down, so a set this key keeps
         // never drops to zero in between.
@@ -969,12 +978,12 @@ impl Incremental {
         }
         // What the key made before goes unless it made it again (nothing, in a full render).
         let old = self.produced.remove(&key).unwrap_or_default();
-        if !old.chains.is_empty() {
-            let kept: BTreeSet<&Obj> = now.chains.iter().collect();
-            for c in old.chains {
-                if !kept.contains(&c) {
-                    pending.chains.insert(c, None);
-                }
+        for c in old.chains {
+            let users = self.chain_users.entry(c.clone()).or_default();
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                self.chain_users.remove(&c);
+                pending.chains.insert(c, None);
             }
         }
         for s in old.sets {

@@ -748,7 +748,9 @@ pub fn render_text_placed(
                 t.add_chain(c);
             }
         }
-        let wl_elements = main_weps.keys().map(|i| r.workload_dispatch_elements(i));
+        let wl_elements = main_weps
+            .iter()
+            .map(|(i, w)| r.workload_dispatch_elements(i, w, false));
         for m in render_dispatch_maps(&r, wl_elements, &heps) {
             t.add_set(m);
         }
@@ -768,7 +770,9 @@ pub fn render_text_placed(
 
         if side_on {
             let mut t = TextTable::new(family, crate::SIDE_TABLE);
-            let wl_elements = side_weps.keys().map(|i| r.workload_dispatch_elements(i));
+            let wl_elements = side_weps
+                .iter()
+                .map(|(i, w)| r.workload_dispatch_elements(i, w, true));
             let (chains, maps) = r.side_base(family, wl_elements);
             chains.into_iter().for_each(|c| t.add_chain(c));
             maps.into_iter().for_each(|m| t.add_set(m));

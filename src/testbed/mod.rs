@@ -1,6 +1,8 @@
 //! The traffic test bed: a scratch node in network namespaces, laid out the way Calico's CNI
 //! plugin lays out a real one, and probes that tell a passed flow from a dropped one with real
-//! sockets. Shared by the end-to-end tests and `felix-nft demo`.
+//! sockets. Shared by the end-to-end tests and `felix-nft demo`. [`cluster`] builds several such
+//! nodes on one underlay segment, and [`controller`] computes what Felix's calculation graph
+//! would send each of them (pure).
 //!
 //! ```text
 //!   [wl ns a] eth0 ──veth── caliXXXXXXXXXXX ┐
@@ -38,6 +40,8 @@
 //!
 //! [`Topology`]: topology::Topology
 
+pub mod cluster;
+pub mod controller;
 pub mod probe;
 pub mod topology;
 
@@ -76,4 +80,46 @@ pub enum TestbedError {
     /// The spec asks for something the bed cannot build.
     #[error("invalid test bed spec: {0}")]
     Spec(String),
+}
+
+/// The workload interfaces an `nft list ruleset` text dispatches to an ingress (`tw`) chain,
+/// with that chain's name. Endpoint chains are shared by content, so the dispatch maps, not the
+/// chain names, say which chain an interface uses; tests read them this way from the `nft`
+/// oracle's output (each table's map: a later table's entry wins).
+pub fn dispatched_ingress_chains(ruleset: &str) -> std::collections::BTreeMap<String, String> {
+    const GOTO: &str = "\" : goto filter-cali-tw-";
+    let mut out = std::collections::BTreeMap::new();
+    let mut rest = ruleset;
+    while let Some(at) = rest.find(GOTO) {
+        let iface_start = rest[..at].rfind('"').map_or(0, |q| q + 1);
+        let iface = &rest[iface_start..at];
+        let chain_start = at + GOTO.len() - "filter-cali-tw-".len();
+        let chain: String = rest[chain_start..]
+            .chars()
+            .take_while(|c| !matches!(c, ',' | '}') && !c.is_whitespace())
+            .collect();
+        out.insert(iface.to_string(), chain);
+        rest = &rest[chain_start..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dispatched_ingress_chains_are_read_from_map_elements() {
+        let text = r#"
+	map filter-cali-to-wl-dispatch {
+		type ifname : verdict
+		elements = { "cali1a" : goto filter-cali-tw-s.AbC, "cali2b" : goto filter-cali-tw-s.AbC,
+			     "cali3c" : goto filter-cali-tw-cali3c }
+	}
+	map filter-cali-from-wl-dispatch {
+		elements = { "cali1a" : goto filter-cali-fw-s.x }
+	}"#;
+        let m = super::dispatched_ingress_chains(text);
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(m["cali1a"], "filter-cali-tw-s.AbC");
+        assert_eq!(m["cali3c"], "filter-cali-tw-cali3c");
+    }
 }

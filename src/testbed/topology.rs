@@ -150,6 +150,11 @@ impl Workload {
         self.netns.name()
     }
 
+    /// Leaves the workload's namespace in place; returns its name.
+    pub(super) fn keep(self) -> String {
+        self.netns.keep()
+    }
+
     /// `aa:bb:cc:dd:ee:ff`, the form of the endpoint's `mac` field.
     pub fn mac_string(&self) -> String {
         format_mac(&self.mac)
@@ -311,7 +316,7 @@ impl Topology {
     pub fn keep(self) -> Vec<String> {
         let mut names = vec![self.host.keep()];
         names.extend(self.external.map(|e| e.netns.keep()));
-        names.extend(self.workloads.into_iter().map(|w| w.netns.keep()));
+        names.extend(self.workloads.into_iter().map(Workload::keep));
         names
     }
 
@@ -326,7 +331,9 @@ impl Topology {
     }
 }
 
-async fn build_workload(
+/// Makes one workload the way the CNI plugin does, joined to the namespace `hh` acts in (the
+/// module doc); shared with [`super::cluster`], whose nodes are hosts too.
+pub(super) async fn build_workload(
     prefix: &str,
     hh: &RtnlHandle,
     spec: &WorkloadSpec,
@@ -555,7 +562,7 @@ async fn set_mac(h: &RtnlHandle, ifname: &str, mac: [u8; 6]) -> Result<(), Testb
 /// later skip IPv6 duplicate address detection. Without the latter a host interface's
 /// link-local address stays tentative for about a second, and the kernel sends no neighbour
 /// solicitation for forwarded packets until it is usable (it is their source, `ndisc_solicit`).
-fn prepare_ns(ns: &NetNs) -> Result<(), TestbedError> {
+pub(super) fn prepare_ns(ns: &NetNs) -> Result<(), TestbedError> {
     let sys = ProcSys::new(Some(ns.try_clone().map_err(io_err("cloning ns handle"))?));
     sys.write("net/ipv4/ping_group_range", "0 2147483647")
         .map_err(rtnl("setting", "net.ipv4.ping_group_range"))?;
@@ -565,7 +572,7 @@ fn prepare_ns(ns: &NetNs) -> Result<(), TestbedError> {
 
 /// A workload name as part of a namespace name: `[A-Za-z0-9_.-]` kept, anything else `_`, at
 /// most 32 characters (the namespace name also carries the prefix, pid and counter).
-fn netns_safe(name: &str) -> String {
+pub(super) fn netns_safe(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "_.-".contains(c) {

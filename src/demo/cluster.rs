@@ -1,0 +1,901 @@
+//! `felix-nft demo --cluster`: three nodes on one underlay segment, a felix-nft agent on each,
+//! pods on each node, and a policy that matters across nodes; then a fourth node joins and
+//! leaves. It shows what each agent programmed for the overlay (read back from the kernel) and
+//! which cross-node flows pass, measured with real connections, and removes every namespace it
+//! made (unless `--keep`).
+//!
+//! The nodes come from [`testbed::cluster`](crate::testbed::cluster), their messages from
+//! [`testbed::controller`](crate::testbed::controller) (what Felix's calculation graph would send
+//! each node). Each agent is the real loop in-process ([`super::agent`]), one per node namespace,
+//! so the demo needs no binary on the path and finishes in seconds; `tests/cluster_vxlan.rs`
+//! runs the same kind of cluster with one `felix-nft run` process per node.
+//!
+//! Layering as the single-node demo: a tool on top of the stack, acting only in namespaces it
+//! created, running no external program.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use ipnet::{IpNet, Ipv4Net};
+use netlink_packet_route::link::{InfoData, InfoVxlan, LinkAttribute, LinkInfo};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
+use rtnetlink::RouteMessageBuilder;
+
+use super::agent::Agent;
+use super::{print_matrix, DemoError, DemoOptions, APPLY_TIMEOUT, NETNS_PREFIX, PROBE_TIMEOUT};
+use crate::config::Config;
+use crate::dataplane::overlay::VXLAN_IFACE_V4;
+use crate::dataplane::DataplaneConfig;
+use crate::netns::NetNs;
+use crate::proto::protocol::NumberOrName;
+use crate::proto::{
+    IpamPool, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo, ToDataplane,
+};
+use crate::rtnl::neigh::{list_permanent, Mac};
+use crate::rtnl::vxlan::{dump_fdb, fmt_mac};
+use crate::rtnl::{link, RtnlError, RtnlHandle};
+use crate::testbed::cluster::{Cluster, ClusterSpec, NodeSpec};
+use crate::testbed::controller::{Controller, IpSetSource, NodeInfo, PodInfo};
+use crate::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, TcpServer, Verdict};
+use crate::testbed::topology::WorkloadSpec;
+use crate::testbed::TestbedError;
+
+const POOL: &str = "10.65.0.0/16";
+const POOL_ID: &str = "10.65.0.0-16";
+const CLIENTS_SET: &str = "s:clients";
+const PROFILE: &str = "kns.default";
+const PORT: u16 = 8080;
+const UNDERLAY_PREFIX: u8 = 24;
+
+/// One node of the demo: its name, index (its address is `172.31.0.1<k>`, its block
+/// `10.65.<k>.0/26`) and its one pod (name, role label).
+struct Plan {
+    node: &'static str,
+    k: u8,
+    pod: &'static str,
+    role: &'static str,
+}
+
+const PLAN: [Plan; 4] = [
+    Plan {
+        node: "node-1",
+        k: 1,
+        pod: "client",
+        role: "client",
+    },
+    Plan {
+        node: "node-2",
+        k: 2,
+        pod: "server",
+        role: "server",
+    },
+    Plan {
+        node: "node-3",
+        k: 3,
+        pod: "batch",
+        role: "batch",
+    },
+    Plan {
+        node: "node-4",
+        k: 4,
+        pod: "client-4",
+        role: "client",
+    },
+];
+
+impl Plan {
+    fn ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(172, 31, 0, 10 + self.k)
+    }
+    fn block(&self) -> Ipv4Net {
+        Ipv4Net::new(Ipv4Addr::new(10, 65, self.k, 0), 26).unwrap_or_default()
+    }
+    fn pod_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 65, self.k, 2)
+    }
+}
+
+/// What the cluster demo found.
+#[derive(Debug, Clone)]
+pub struct ClusterOutcome {
+    /// The matrices: three nodes, after the fourth joined, after it left.
+    pub matrices: Vec<MatrixReport>,
+    /// Every read-back check held (every node converged; nothing of the leaver stayed).
+    pub converged: bool,
+    /// Namespace names left in place (`--keep`), the underlay first; empty otherwise.
+    pub kept: Vec<String>,
+}
+
+impl ClusterOutcome {
+    /// True when every flow did what the policy says and every node held what it should.
+    pub fn all_match(&self) -> bool {
+        self.converged && self.matrices.iter().all(MatrixReport::all_match)
+    }
+}
+
+/// The overlay of one node, read back from its kernel.
+#[derive(Debug, Clone, Default)]
+struct OverlayState {
+    /// `vxlan.calico`: VNI, MTU, its address.
+    device: Option<(u32, u32, Option<IpNet>)>,
+    fdb: BTreeMap<Mac, IpAddr>,
+    arp: Vec<(IpAddr, Option<Mac>)>,
+    /// `dst via gw` on the device.
+    tunnel_routes: Vec<(IpNet, Option<IpAddr>)>,
+    blackholes: Vec<IpNet>,
+}
+
+impl OverlayState {
+    /// Whether this node holds exactly the overlay for `peers` (the other nodes).
+    fn holds(&self, peers: &[&NodeInfo]) -> bool {
+        let fdb_ok = self.fdb.len() == peers.len()
+            && peers.iter().all(|p| {
+                parse_mac(&p.vtep_mac).is_some_and(|m| self.fdb.get(&m) == Some(&IpAddr::V4(p.ip)))
+            });
+        let arp_ok = self.arp.len() == peers.len()
+            && peers.iter().all(|p| {
+                self.arp
+                    .iter()
+                    .any(|(ip, _)| *ip == IpAddr::V4(p.tunnel_ip))
+            });
+        let routes_ok = self.tunnel_routes.len() == peers.len()
+            && peers.iter().all(|p| {
+                self.tunnel_routes
+                    .iter()
+                    .any(|(dst, _)| *dst == IpNet::V4(p.block))
+            });
+        self.device.is_some() && fdb_ok && arp_ok && routes_ok
+    }
+
+    /// Whether anything of `gone` is still here.
+    fn remembers(&self, gone: &NodeInfo) -> bool {
+        let mac = parse_mac(&gone.vtep_mac);
+        mac.is_some_and(|m| self.fdb.contains_key(&m))
+            || self.fdb.values().any(|ip| *ip == IpAddr::V4(gone.ip))
+            || self
+                .arp
+                .iter()
+                .any(|(ip, _)| *ip == IpAddr::V4(gone.tunnel_ip))
+            || self
+                .tunnel_routes
+                .iter()
+                .any(|(dst, _)| *dst == IpNet::V4(gone.block))
+    }
+}
+
+fn parse_mac(s: &str) -> Option<Mac> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).ok())
+        .collect::<Option<_>>()?;
+    v.try_into().ok()
+}
+
+/// Runs the cluster demo, printing to `out`. `Ok` means it ran to the end; whether every flow
+/// and every node did what it should is in the outcome.
+pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, DemoError> {
+    if !super::is_root() {
+        return Err(DemoError::NotRoot);
+    }
+    let t0 = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DemoError::Runtime)?;
+    say!(
+        out,
+        "felix-nft demo --cluster: nodes and pods in network namespaces, one felix-nft agent per \
+         node; nothing on this host is changed"
+    );
+    say!(out);
+
+    let bed = |op| move |source| DemoError::Testbed { op, source };
+    let spec = ClusterSpec {
+        prefix: NETNS_PREFIX.to_string(),
+        ..ClusterSpec::default()
+    };
+    let mut cluster = rt
+        .block_on(Cluster::build(&spec))
+        .map_err(bed("building the underlay"))?;
+    let mut ctl = controller();
+    let mut agents: BTreeMap<&'static str, Agent> = BTreeMap::new();
+    let mut servers = Vec::new();
+    for p in &PLAN[..3] {
+        add_node(&rt, &mut cluster, &mut ctl, p)?;
+        servers.push(listener(&cluster, p)?);
+    }
+    say!(
+        out,
+        "cluster: underlay {} on a bridge (namespace {}); IP pool {POOL}, VXLAN always; one /26 \
+         block per node",
+        spec.underlay,
+        cluster.lan_netns_name()
+    );
+    for p in &PLAN[..3] {
+        print_node(out, &ctl, p)?;
+    }
+    say!(out);
+
+    let first = ctl.flush();
+    let clients = clients_sent(&first);
+    say!(
+        out,
+        "1. the controller computes each node's messages as Felix's calculation graph would: its \
+         own pod, the policy, profile and IP set that pod uses; the pool; every node's VTEP, \
+         block and host address"
+    );
+    say!(
+        out,
+        "   {}",
+        first
+            .iter()
+            .map(|(n, m)| format!("{n}: {} messages", m.len()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    say!(
+        out,
+        "   server's policy: allow tcp/{PORT} from IP set {CLIENTS_SET} = pods labelled \
+         role=client on any node (now {clients}); anything else ends the tier: drop"
+    );
+    let t_sync = Instant::now();
+    for p in &PLAN[..3] {
+        let agent = start_agent(&cluster, p)?;
+        agent.send(first.get(p.node).cloned().unwrap_or_default())?;
+        agents.insert(p.node, agent);
+    }
+    for a in agents.values() {
+        a.wait_in_sync(APPLY_TIMEOUT)?;
+    }
+    say!(
+        out,
+        "   all three agents in sync after {} ms (each its DataplaneInSync)",
+        t_sync.elapsed().as_millis()
+    );
+    let mut converged = wait_converged(&rt, &cluster, &ctl)?;
+    say!(out);
+
+    say!(
+        out,
+        "2. what each agent programmed for the overlay (read back from its kernel):"
+    );
+    print_overlay(out, &rt, &cluster, &ctl)?;
+    say!(out);
+
+    let (flows, why) = flows_three(&cluster);
+    // The first packets of a fresh pod wait for proxy ARP: an untimed round settles it.
+    let _ = run_matrix(&flows, PROBE_TIMEOUT);
+    let m1 = run_matrix(&flows, PROBE_TIMEOUT);
+    say!(
+        out,
+        "3. traffic across nodes, real TCP/ICMP pod to pod over vxlan.calico ({} ms timeout):",
+        PROBE_TIMEOUT.as_millis()
+    );
+    print_matrix(out, &flows, &why, &m1, None)?;
+    say!(out);
+
+    // A node joins: its pod is a client, so node-2's set gains a member.
+    let p4 = &PLAN[3];
+    add_node(&rt, &mut cluster, &mut ctl, p4)?;
+    servers.push(listener(&cluster, p4)?);
+    let join = ctl.flush();
+    say!(
+        out,
+        "4. {} joins with pod {} (role=client, {}): the controller sends it its snapshot, and \
+         every other node its VTEP, block and host",
+        p4.node,
+        p4.pod,
+        p4.pod_ip()
+    );
+    for (n, msgs) in join.iter().filter(|(n, _)| *n != p4.node) {
+        say!(out, "   {n}: {}", kinds(msgs));
+    }
+    let t_join = Instant::now();
+    let agent4 = start_agent(&cluster, p4)?;
+    agent4.send(join.get(p4.node).cloned().unwrap_or_default())?;
+    agents.insert(p4.node, agent4);
+    for (n, msgs) in &join {
+        if let Some(a) = agents.get(n.as_str()).filter(|_| n != p4.node) {
+            a.send(msgs.clone())?;
+        }
+    }
+    converged &= wait_converged(&rt, &cluster, &ctl)?;
+    say!(
+        out,
+        "   every node converged after {} ms:",
+        t_join.elapsed().as_millis()
+    );
+    print_overlay(out, &rt, &cluster, &ctl)?;
+    let (flows, why) = flows_joined(&cluster, true);
+    let _ = run_matrix(&flows, PROBE_TIMEOUT);
+    let m2 = run_matrix(&flows, PROBE_TIMEOUT);
+    print_matrix(out, &flows, &why, &m2, None)?;
+    say!(out);
+
+    // It leaves: the controller withdraws it everywhere while its pod still runs, so what stops
+    // the traffic is the withdrawal; then its agent stops and its namespaces go.
+    let gone = ctl.node(p4.node).cloned();
+    ctl.remove_node(p4.node);
+    let leave = ctl.flush();
+    say!(
+        out,
+        "5. {} leaves: the controller withdraws it from every node (route before VTEP, as Felix \
+         orders them)",
+        p4.node
+    );
+    for (n, msgs) in &leave {
+        say!(out, "   {n}: {}", kinds(msgs));
+    }
+    let t_leave = Instant::now();
+    for (n, msgs) in &leave {
+        if let Some(a) = agents.get(n.as_str()) {
+            a.send(msgs.clone())?;
+        }
+    }
+    converged &= wait_converged(&rt, &cluster, &ctl)?;
+    say!(
+        out,
+        "   every node converged after {} ms:",
+        t_leave.elapsed().as_millis()
+    );
+    print_overlay(out, &rt, &cluster, &ctl)?;
+    if let Some(gone) = &gone {
+        let mut stray = Vec::new();
+        for p in &PLAN[..3] {
+            let Some(node) = cluster.node(p.node) else {
+                continue;
+            };
+            if rt.block_on(read_overlay(node.ns()))?.remembers(gone) {
+                stray.push(p.node);
+            }
+        }
+        if stray.is_empty() {
+            say!(
+                out,
+                "   nothing of {} is left anywhere: its MAC in no FDB, {} in no ARP table, {} in \
+                 no route",
+                gone.name,
+                gone.tunnel_ip,
+                gone.block
+            );
+        } else {
+            converged = false;
+            say!(
+                out,
+                "   ✗ {} still hold something of {}",
+                stray.join(", "),
+                gone.name
+            );
+        }
+    }
+    // One round, no warm-up: a warm-up towards the leaver would only prime a failed ARP.
+    let (flows, why) = flows_joined(&cluster, false);
+    let m3 = run_matrix(&flows, PROBE_TIMEOUT);
+    print_matrix(out, &flows, &why, &m3, Some(&m2))?;
+    if let Some(a) = agents.remove(p4.node) {
+        a.stop()?;
+    }
+    servers.pop();
+    cluster.remove_node(p4.node);
+    say!(
+        out,
+        "   {}'s agent stopped and its namespaces are deleted",
+        p4.node
+    );
+    say!(out);
+
+    let mut applies = 0;
+    for (_, a) in std::mem::take(&mut agents) {
+        applies += a.stop()?.applies;
+    }
+    drop(servers);
+    let mut kept = Vec::new();
+    if opts.keep {
+        kept = cluster.keep();
+        say!(
+            out,
+            "6. kept for inspection (the agents have stopped; what they programmed stays). Look with"
+        );
+        let node = kept.get(1).map_or("NODE", String::as_str);
+        say!(out, "     ip -n {node} -d link show {VXLAN_IFACE_V4}");
+        say!(out, "     bridge -n {node} fdb show dev {VXLAN_IFACE_V4}");
+        say!(out, "     ip netns exec {node} nft list ruleset");
+        say!(out, "   and remove them with");
+        for n in &kept {
+            say!(out, "     ip netns del {n}");
+        }
+    } else {
+        drop(cluster);
+        say!(
+            out,
+            "6. removed everything: the agents stopped, and every namespace the demo made is deleted"
+        );
+    }
+    let matrices = vec![m1, m2, m3];
+    let mismatches: usize = matrices.iter().map(|m| m.mismatches().len()).sum();
+    say!(
+        out,
+        "{} in {:.1} s ({applies} applies by the agents)",
+        match (mismatches, converged) {
+            (0, true) => "every flow did what the policy says, and every node held what it should"
+                .to_string(),
+            (0, false) => "✗ a node did NOT hold what it should".to_string(),
+            (n, _) => format!("✗ {n} flows did NOT do what the policy says"),
+        },
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(ClusterOutcome {
+        matrices,
+        converged,
+        kept,
+    })
+}
+
+/// The cluster-wide model: the pool, the profile every pod has, the IP set of clients and the
+/// server's policy.
+fn controller() -> Controller {
+    let mut c = Controller::new();
+    c.set_pool(
+        POOL_ID,
+        IpamPool {
+            cidr: POOL.to_string(),
+            vxlan_mode: "Always".to_string(),
+            ..IpamPool::default()
+        },
+    );
+    let allow = || Rule {
+        action: "allow".to_string(),
+        ..Rule::default()
+    };
+    c.set_profile(
+        PROFILE,
+        Profile {
+            inbound_rules: vec![allow()],
+            outbound_rules: vec![allow()],
+        },
+    );
+    c.set_ipset(
+        CLIENTS_SET,
+        IpSetSource::Labels([("role".to_string(), "client".to_string())].into()),
+    );
+    c.set_policy(
+        server_policy(),
+        Policy {
+            inbound_rules: vec![Rule {
+                action: "allow".to_string(),
+                protocol: Some(Protocol {
+                    number_or_name: Some(NumberOrName::Name("tcp".to_string())),
+                }),
+                dst_ports: vec![PortRange {
+                    first: i32::from(PORT),
+                    last: i32::from(PORT),
+                }],
+                src_ip_set_ids: vec![CLIENTS_SET.to_string()],
+                ..Rule::default()
+            }],
+            ..Policy::default()
+        },
+    );
+    c
+}
+
+fn server_policy() -> PolicyId {
+    PolicyId {
+        name: "server.allow-clients".to_string(),
+        kind: "GlobalNetworkPolicy".to_string(),
+        ..PolicyId::default()
+    }
+}
+
+/// Builds a node and its pod, and tells the controller about both.
+fn add_node(
+    rt: &tokio::runtime::Runtime,
+    cluster: &mut Cluster,
+    ctl: &mut Controller,
+    p: &Plan,
+) -> Result<(), DemoError> {
+    let node = rt
+        .block_on(cluster.add_node(&NodeSpec {
+            name: p.node.to_string(),
+            ip: p.ip(),
+            pods: vec![WorkloadSpec::v4(p.pod, p.pod_ip())],
+        }))
+        .map_err(|source| DemoError::Testbed {
+            op: "adding a node",
+            source,
+        })?;
+    ctl.add_node(NodeInfo::new(p.node, p.ip(), UNDERLAY_PREFIX, p.block()));
+    for w in node.pods() {
+        let mut endpoint = w.endpoint(&[PROFILE]);
+        if p.role == "server" {
+            endpoint.tiers = vec![TierInfo {
+                name: "default".to_string(),
+                ingress_policies: vec![server_policy()],
+                ..TierInfo::default()
+            }];
+        }
+        ctl.add_pod(
+            p.node,
+            PodInfo {
+                id: w.endpoint_id(),
+                endpoint,
+                labels: [("role".to_string(), p.role.to_string())].into(),
+            },
+        );
+    }
+    Ok(())
+}
+
+fn listener(cluster: &Cluster, p: &Plan) -> Result<TcpServer, DemoError> {
+    let pod = cluster
+        .node(p.node)
+        .and_then(|n| n.pod(p.pod))
+        .ok_or_else(|| DemoError::Testbed {
+            op: "finding a pod",
+            source: TestbedError::Spec(format!("no pod {} on {}", p.pod, p.node)),
+        })?;
+    TcpServer::start(pod.ns(), PORT).map_err(|source| DemoError::Testbed {
+        op: "starting a listener",
+        source,
+    })
+}
+
+/// The agent for node `p`, on defaults (hermetic: no config file, no environment) with the
+/// node's name as `FelixHostname`, which tells it which VTEP is its own.
+fn start_agent(cluster: &Cluster, p: &Plan) -> Result<Agent, DemoError> {
+    let node = cluster.node(p.node).ok_or_else(|| DemoError::Testbed {
+        op: "finding a node",
+        source: TestbedError::Spec(format!("no node {}", p.node)),
+    })?;
+    let mut cfg = DataplaneConfig::from_config(&Config::default());
+    cfg.overlay.hostname = p.node.to_string();
+    Agent::start(node.ns(), cfg)
+}
+
+fn print_node(out: &mut dyn Write, ctl: &Controller, p: &Plan) -> Result<(), DemoError> {
+    if let Some(n) = ctl.node(p.node) {
+        say!(
+            out,
+            "  {:<7} {:<12} block {:<13} VTEP {} {}   pod {:<9} {:<10} role={}",
+            n.name,
+            n.ip.to_string(),
+            n.block.to_string(),
+            n.tunnel_ip,
+            n.vtep_mac,
+            p.pod,
+            p.pod_ip().to_string(),
+            p.role
+        );
+    }
+    Ok(())
+}
+
+/// The members of the clients set as first sent (to the node that uses it).
+fn clients_sent(first: &BTreeMap<String, Vec<ToDataplane>>) -> String {
+    use crate::proto::to_dataplane::Payload;
+    first
+        .values()
+        .flatten()
+        .find_map(|m| match &m.payload {
+            Some(Payload::IpsetUpdate(u)) if u.id == CLIENTS_SET => Some(u.members.join(", ")),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A short account of a node's messages: `vtep_update node-4, route_update 10.65.4.0/26, …`.
+fn kinds(msgs: &[ToDataplane]) -> String {
+    use crate::proto::to_dataplane::Payload;
+    msgs.iter()
+        .map(|m| match &m.payload {
+            Some(Payload::VtepUpdate(u)) => format!("vtep_update {}", u.node),
+            Some(Payload::VtepRemove(u)) => format!("vtep_remove {}", u.node),
+            Some(Payload::RouteUpdate(u)) => format!("route_update {}", u.dst),
+            Some(Payload::RouteRemove(u)) => format!("route_remove {}", u.dst),
+            Some(Payload::HostMetadataUpdate(u)) => format!("host_metadata_update {}", u.hostname),
+            Some(Payload::HostMetadataRemove(u)) => format!("host_metadata_remove {}", u.hostname),
+            Some(Payload::IpsetDeltaUpdate(u)) => {
+                let mut s = format!("ipset_delta_update {}", u.id);
+                for a in &u.added_members {
+                    s.push_str(&format!(" +{a}"));
+                }
+                for r in &u.removed_members {
+                    s.push_str(&format!(" -{r}"));
+                }
+                s
+            }
+            Some(p) => format!("{p:?}")
+                .split('(')
+                .next()
+                .unwrap_or("?")
+                .to_string(),
+            None => "empty".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Waits until every node holds the overlay for every other node the controller knows.
+/// `Ok(false)` when some node did not within the apply timeout.
+fn wait_converged(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    ctl: &Controller,
+) -> Result<bool, DemoError> {
+    let deadline = Instant::now() + APPLY_TIMEOUT;
+    loop {
+        let mut all = true;
+        for me in ctl.nodes() {
+            let Some(node) = cluster.node(&me.name) else {
+                continue;
+            };
+            let peers: Vec<&NodeInfo> = ctl.nodes().filter(|n| n.name != me.name).collect();
+            if !rt.block_on(read_overlay(node.ns()))?.holds(&peers) {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn print_overlay(
+    out: &mut dyn Write,
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    ctl: &Controller,
+) -> Result<(), DemoError> {
+    say!(
+        out,
+        "   {:<7} {:<36} {:>3} {:>4} {:>7}  blackhole",
+        "node",
+        VXLAN_IFACE_V4,
+        "FDB",
+        "ARP",
+        "routes"
+    );
+    let mut example = None;
+    for me in ctl.nodes() {
+        let Some(node) = cluster.node(&me.name) else {
+            continue;
+        };
+        let o = rt.block_on(read_overlay(node.ns()))?;
+        let dev = match o.device {
+            Some((vni, mtu, addr)) => format!(
+                "vni {vni}, mtu {mtu}, {}",
+                addr.map(|a| a.to_string())
+                    .unwrap_or_else(|| "no address".into())
+            ),
+            None => "missing".to_string(),
+        };
+        say!(
+            out,
+            "   {:<7} {:<36} {:>3} {:>4} {:>7}  {}",
+            me.name,
+            dev,
+            o.fdb.len(),
+            o.arp.len(),
+            o.tunnel_routes.len(),
+            o.blackholes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if example.is_none() {
+            example = Some((me.name.clone(), o));
+        }
+    }
+    if let Some((name, o)) = example {
+        let routes: Vec<String> = o
+            .tunnel_routes
+            .iter()
+            .map(|(dst, gw)| match gw {
+                Some(gw) => format!("{dst} via {gw}"),
+                None => dst.to_string(),
+            })
+            .collect();
+        let fdb: Vec<String> = o
+            .fdb
+            .iter()
+            .map(|(m, ip)| format!("{} → {ip}", fmt_mac(m)))
+            .collect();
+        say!(
+            out,
+            "   on {name}: routes {} (dev {VXLAN_IFACE_V4} onlink); FDB {}",
+            routes.join(", "),
+            fdb.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Reads the overlay of the node namespace `ns`: the device, its FDB and permanent ARP entries,
+/// the routes through it and the blackholes.
+async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
+    let h = RtnlHandle::connect(Some(ns)).map_err(DemoError::Rtnl)?;
+    let mut o = OverlayState::default();
+    let Some(msg) = link::get_link_message(&h, VXLAN_IFACE_V4)
+        .await
+        .map_err(DemoError::Rtnl)?
+    else {
+        return Ok(o);
+    };
+    let index = msg.header.index;
+    let (mut vni, mut mtu) = (0, 0);
+    for a in &msg.attributes {
+        match a {
+            LinkAttribute::Mtu(m) => mtu = *m,
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    if let LinkInfo::Data(InfoData::Vxlan(vs)) = i {
+                        for v in vs {
+                            if let InfoVxlan::Id(x) = v {
+                                vni = *x;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let addr = link::list_addresses(&h)
+        .await
+        .map_err(DemoError::Rtnl)?
+        .into_iter()
+        .find(|(i, _)| *i == index)
+        .map(|(_, a)| a);
+    o.device = Some((vni, mtu, addr));
+    o.fdb = dump_fdb(&h, index).await.map_err(DemoError::Rtnl)?;
+    o.arp = list_permanent(&h)
+        .await
+        .map_err(DemoError::Rtnl)?
+        .into_iter()
+        .filter(|n| n.ifindex == index)
+        .map(|n| (n.ip, n.mac))
+        .collect();
+    let routes: Vec<RouteMessage> = h
+        .handle()
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "routes", e)))?;
+    for m in &routes {
+        let (mut dst, mut oif, mut gw) = (None, None, None);
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Destination(RouteAddress::Inet(v4)) => dst = Some(*v4),
+                RouteAttribute::Oif(i) => oif = Some(*i),
+                RouteAttribute::Gateway(RouteAddress::Inet(v4)) => gw = Some(IpAddr::V4(*v4)),
+                _ => {}
+            }
+        }
+        let Some(dst) = dst.and_then(|d| {
+            Ipv4Net::new(d, m.header.destination_prefix_length)
+                .ok()
+                .map(IpNet::V4)
+        }) else {
+            continue;
+        };
+        if m.header.kind == RouteType::BlackHole {
+            o.blackholes.push(dst);
+        } else if oif == Some(index) && dst.prefix_len() < 32 {
+            o.tunnel_routes.push((dst, gw));
+        }
+    }
+    Ok(o)
+}
+
+type Flows<'a> = (Vec<Flow<'a>>, Vec<&'static str>);
+
+/// A flow from pod `from` to pod `to` (each `pod@node`), if both exist.
+fn flow<'a>(
+    cluster: &'a Cluster,
+    from: &Plan,
+    to: &Plan,
+    proto: Proto,
+    expect: Verdict,
+) -> Option<Flow<'a>> {
+    let src = cluster.node(from.node)?.pod(from.pod)?;
+    Some(Flow {
+        from: format!("{}@{}", from.pod, from.node),
+        ns: src.ns(),
+        to: format!("{}@{}", to.pod, to.node),
+        dst: IpAddr::V4(to.pod_ip()),
+        proto,
+        port: if proto == Proto::Icmp { 0 } else { PORT },
+        expect,
+    })
+}
+
+fn collect<'a>(v: Vec<(Option<Flow<'a>>, &'static str)>) -> Flows<'a> {
+    v.into_iter()
+        .filter_map(|(f, why)| f.map(|f| (f, why)))
+        .unzip()
+}
+
+/// The three nodes' flows.
+fn flows_three(cluster: &Cluster) -> Flows<'_> {
+    use Proto::*;
+    use Verdict::*;
+    let [n1, n2, n3, _] = &PLAN;
+    collect(vec![
+        (
+            flow(cluster, n1, n2, Tcp, Pass),
+            "server admits s:clients; client (node-1) is in it",
+        ),
+        (
+            flow(cluster, n3, n2, Tcp, Drop),
+            "batch is not in s:clients: dropped on node-2 at the end of the tier",
+        ),
+        (
+            flow(cluster, n2, n3, Icmp, Pass),
+            "profile allows; node-2 → node-3 through the tunnel",
+        ),
+        (
+            flow(cluster, n3, n1, Tcp, Pass),
+            "profile allows; node-3 → node-1 through the tunnel",
+        ),
+        (
+            flow(cluster, n1, n3, Icmp, Pass),
+            "profile allows; node-1 → node-3 through the tunnel",
+        ),
+    ])
+}
+
+/// The flows to and from node-4's pod while it is a member (`joined`) and after it left.
+fn flows_joined(cluster: &Cluster, joined: bool) -> Flows<'_> {
+    use Proto::*;
+    use Verdict::*;
+    let [n1, n2, n3, n4] = &PLAN;
+    let mut v = if joined {
+        vec![
+            (
+                flow(cluster, n4, n2, Tcp, Pass),
+                "node-2's s:clients gained client-4 (an IP set delta)",
+            ),
+            (
+                flow(cluster, n3, n4, Icmp, Pass),
+                "node-3 learned node-4's VTEP and block",
+            ),
+            (
+                flow(cluster, n4, n1, Icmp, Pass),
+                "node-4 learned the others' from its snapshot",
+            ),
+        ]
+    } else {
+        vec![
+            (
+                flow(cluster, n4, n2, Tcp, Drop),
+                "node-2 drops VXLAN from node-4, no longer a known VTEP",
+            ),
+            (
+                flow(cluster, n3, n4, Icmp, Drop),
+                "node-3 has no route to 10.65.4.0/26 any more",
+            ),
+            (
+                flow(cluster, n4, n1, Icmp, Drop),
+                "node-1 drops VXLAN from node-4, no longer a known VTEP",
+            ),
+        ]
+    };
+    if !joined {
+        v.push((
+            flow(cluster, n1, n2, Tcp, Pass),
+            "unaffected by node-4 leaving",
+        ));
+    }
+    collect(v)
+}
