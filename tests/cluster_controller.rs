@@ -55,6 +55,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(netns: &str, hostname: &str) -> Daemon {
+        Daemon::start_with(netns, hostname, &[])
+    }
+
+    fn start_with(netns: &str, hostname: &str, env: &[(&str, &str)]) -> Daemon {
         let log = tempfile::NamedTempFile::new().expect("a log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
             .args([
@@ -69,6 +73,7 @@ impl Daemon {
             .env("FELIX_REPORTINGINTERVALSECS", "0")
             .env("FELIX_FELIXHOSTNAME", hostname)
             .env_remove("FELIX_NFT_LOG_FORMAT")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log.reopen().expect("reopening the log"))
@@ -178,6 +183,19 @@ fn join_at(
     role: &str,
     ip: Ipv4Addr,
 ) -> (PodInfo, NetNs) {
+    join_with(cluster, ctl, daemons, k, role, ip, &[])
+}
+
+/// [`join_at`] with extra environment for the node's daemon.
+fn join_with(
+    cluster: &mut Cluster,
+    ctl: &mut Controller,
+    daemons: &mut BTreeMap<String, Daemon>,
+    k: u8,
+    role: &str,
+    ip: Ipv4Addr,
+    env: &[(&str, &str)],
+) -> (PodInfo, NetNs) {
     let name = format!("n{k}");
     let node = block_on(cluster.add_node(&NodeSpec {
         name: name.clone(),
@@ -208,7 +226,7 @@ fn join_at(
         format!("10.65.{k}.0/26").parse().expect("a block"),
     ));
     assert!(ctl.add_pod(&name, pod.clone()));
-    daemons.insert(name.clone(), Daemon::start(&netns, &name));
+    daemons.insert(name.clone(), Daemon::start_with(&netns, &name, env));
     (pod, pod_ns)
 }
 
@@ -395,6 +413,70 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
     assert!(
         vxlan_tx_packets(&n1) >= before + 5,
         "cross-router traffic did not use the tunnel"
+    );
+    drop(pods);
+    drop(daemons);
+    drop(cluster);
+}
+
+/// A pool without encapsulation, with Felix (not BIRD) programming cluster routes
+/// (`ProgramClusterRoutes=Enabled`): each node routes the others' blocks straight via their
+/// node address on the underlay, `proto 80 onlink`; no VXLAN device is made; pods talk.
+#[test]
+fn noencap_pools_are_routed_via_the_nodes_when_felix_programs_cluster_routes() {
+    require_root();
+    let mut cluster = block_on(Cluster::build(&ClusterSpec {
+        prefix: "fnt-t-clne".into(),
+        ..ClusterSpec::default()
+    }))
+    .expect("building the underlay (this privileged test needs root)");
+    let mut ctl = model();
+    ctl.set_pool(
+        "10.65.0.0-16",
+        IpamPool {
+            cidr: "10.65.0.0/16".into(),
+            ..IpamPool::default()
+        },
+    );
+    let env = [("FELIX_PROGRAMCLUSTERROUTES", "Enabled")];
+    let mut daemons = BTreeMap::new();
+    let mut pods = BTreeMap::new();
+    for (k, role) in [(1, "client"), (2, "batch")] {
+        let ip = Ipv4Addr::new(172, 31, 0, 10 + k);
+        let (_, ns) = join_with(&mut cluster, &mut ctl, &mut daemons, k, role, ip, &env);
+        pods.insert(k, ns);
+    }
+    flush(&mut ctl, &mut daemons);
+    let ping = |a: u8, b: u8| {
+        icmp_echo(&pods[&a], IpAddr::V4(pod_ip(b)), Duration::from_millis(500)).expect("probe")
+    };
+    for (a, b) in [(1, 2), (2, 1)] {
+        eventually(
+            &format!("p{a} → p{b} without encapsulation"),
+            &daemons,
+            || ping(a, b) == Verdict::Pass,
+        );
+    }
+    let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
+    let show = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["-n", &n1])
+            .args(args)
+            .output()
+            .expect("ip (oracle)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let routes = show(&["route", "show"]);
+    assert!(
+        routes.lines().any(
+            |l| l.starts_with("10.65.2.0/26 via 172.31.0.12 dev eth0 proto 80")
+                && l.contains("onlink")
+        ),
+        "{routes}"
+    );
+    assert!(
+        !show(&["link", "show"]).contains("vxlan.calico"),
+        "no tunnel for a pool without encapsulation"
     );
     drop(pods);
     drop(daemons);

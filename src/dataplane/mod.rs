@@ -250,6 +250,11 @@ impl DataplaneConfig {
                 port: c.vxlan_port,
                 mtu: (c.vxlan_mtu != 0).then_some(u32::from(c.vxlan_mtu)),
                 mtu_v6: (c.vxlan_mtu_v6 != 0).then_some(u32::from(c.vxlan_mtu_v6)),
+                noencap_routes: matches!(
+                    c.program_cluster_routes,
+                    cfg::ProgramClusterRoutes::Enabled
+                        | cfg::ProgramClusterRoutes::EnabledNoEncapOnly
+                ),
             },
         }
     }
@@ -635,6 +640,10 @@ impl Dataplane {
                 self.changes
                     .internal_sets
                     .insert(rules::statics::internal_sets::ALL_HOSTS_NET);
+                if self.overlay.cfg.noencap_routes {
+                    // This node's own address finds the no-encap routes' parent.
+                    self.overlay_changed();
+                }
             }
             Payload::GlobalBgpConfigUpdate(_) => {
                 self.changes.base = true;
@@ -1098,6 +1107,7 @@ impl Dataplane {
             let o = self.overlay.desired(
                 &self.model.pools,
                 &self.model.vteps,
+                &self.model.hosts,
                 &self.routes,
                 &self.ifaces,
                 |n| self.cfg.is_workload_iface(n),
@@ -1108,6 +1118,10 @@ impl Dataplane {
                     metric_v6: self.cfg.route_metric_v6,
                 },
             );
+            if !o.noencap_routes.is_empty() {
+                d.routes
+                    .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
+            }
             for dev in o.devices {
                 if !dev.tunnel_routes.is_empty() {
                     d.routes.insert(dev.name.into(), dev.tunnel_routes);

@@ -6,9 +6,9 @@
 //! One device per family, `vxlan.calico` (IPv4) and `vxlan-v6.calico` (IPv6), each built the same
 //! way from its family's half of the VTEPs:
 //! - the device exists once VXLAN of its family is on (config `VXLANEnabled`/`VXLANEnabledV6`,
-//!   else Felix's `Encapsulation`, else a pool of the family with VXLAN, else a VTEP of the family
-//!   has arrived: Encapsulation may follow InSync) and this node's VTEP and the interface holding
-//!   its address are known;
+//!   else Felix's `Encapsulation` once one came, else a pool of the family with VXLAN, else a VTEP
+//!   of the family has arrived: Encapsulation may follow InSync) and this node's VTEP and the
+//!   interface holding its address are known;
 //! - its MTU is `VXLANMTU`/`VXLANMTUV6`, or the parent's less the encapsulation (50, 70), and the
 //!   routes through it carry the same MTU;
 //! - per remote VTEP: a permanent neighbour entry (tunnel IP → VTEP MAC) on the device and an FDB
@@ -24,8 +24,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::proto::VxlanTunnelEndpointUpdate;
 use crate::proto::{Encapsulation, IpPoolType, IpamPool, RouteType, RouteUpdate};
+use crate::proto::{HostMetadataUpdate, VxlanTunnelEndpointUpdate};
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::{RouteSpec, RouteTarget};
 use crate::rtnl::vxlan::VxlanSpec;
@@ -39,6 +39,8 @@ pub const VXLAN_IFACE_V4: &str = "vxlan.calico";
 pub const VXLAN_IFACE_V6: &str = "vxlan-v6.calico";
 /// The route group of same-subnet (cross-subnet mode) routes via the parent interface.
 pub const SAME_SUBNET_GROUP: &str = "vxlan-same-subnet";
+/// The route group of no-encap cluster routes (remote blocks of pools without encapsulation).
+pub const NOENCAP_GROUP: &str = "noencap";
 
 /// The overlay's configuration.
 #[derive(Debug, Clone)]
@@ -57,6 +59,9 @@ pub struct OverlayConfig {
     pub mtu: Option<u32>,
     /// `VXLANMTUV6`; `None` (0): the parent's MTU less 70.
     pub mtu_v6: Option<u32>,
+    /// `ProgramClusterRoutes` is `Enabled` or `EnabledNoEncapOnly`: Felix, not BIRD, routes
+    /// the blocks of pools without encapsulation.
+    pub noencap_routes: bool,
 }
 
 impl Default for OverlayConfig {
@@ -69,6 +74,7 @@ impl Default for OverlayConfig {
             port: 4789,
             mtu: None,
             mtu_v6: None,
+            noencap_routes: false,
         }
     }
 }
@@ -90,10 +96,12 @@ pub struct DeviceDesired {
     pub same_subnet_routes: Vec<RouteSpec>,
 }
 
-/// What the overlay wants in the kernel: one entry per family whose VXLAN is on.
+/// What the overlay wants in the kernel: one entry per family whose VXLAN is on, and the
+/// no-encap cluster routes (both families).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OverlayDesired {
     pub devices: Vec<DeviceDesired>,
+    pub noencap_routes: Vec<RouteSpec>,
 }
 
 impl OverlayDesired {
@@ -205,24 +213,25 @@ impl Overlay {
         pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
     ) -> bool {
-        let (cfg, encap) = if f.v6 {
-            (
-                self.cfg.vxlan_enabled_v6,
-                self.encap.as_ref().is_some_and(|e| e.vxlan_enabled_v6),
-            )
+        let cfg = if f.v6 {
+            self.cfg.vxlan_enabled_v6
         } else {
-            (
-                self.cfg.vxlan_enabled,
-                self.encap.as_ref().is_some_and(|e| e.vxlan_enabled),
-            )
+            self.cfg.vxlan_enabled
         };
         if let Some(v) = cfg {
             return v;
         }
-        encap
-            || pools
-                .values()
-                .any(|p| mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| f.of(&n)))
+        // Felix's own verdict, from the pools, once it has sent one.
+        if let Some(e) = &self.encap {
+            return if f.v6 {
+                e.vxlan_enabled_v6
+            } else {
+                e.vxlan_enabled
+            };
+        }
+        pools
+            .values()
+            .any(|p| mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| f.of(&n)))
             || vteps
                 .values()
                 .any(|v| !(if f.v6 { &v.ipv6_addr } else { &v.ipv4_addr }).is_empty())
@@ -276,10 +285,12 @@ impl Overlay {
     }
 
     /// The desired overlay state.
+    #[allow(clippy::too_many_arguments)]
     pub fn desired(
         &self,
         pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
         routes: &BTreeMap<String, RouteUpdate>,
         ifaces: &BTreeMap<String, IfaceInfo>,
         is_workload_iface: impl Fn(&str) -> bool,
@@ -290,7 +301,79 @@ impl Overlay {
             .filter(|&f| self.enabled(f, pools, vteps))
             .map(|f| self.device_desired(f, vteps, routes, ifaces, &is_workload_iface, p))
             .collect();
-        OverlayDesired { devices }
+        OverlayDesired {
+            devices,
+            noencap_routes: self.noencap_routes(
+                pools,
+                hosts,
+                routes,
+                ifaces,
+                &is_workload_iface,
+                p,
+            ),
+        }
+    }
+
+    /// Felix's no-encap manager (reference overlay §4): with `ProgramClusterRoutes` giving it
+    /// the job and a pool without encapsulation in use, each remote block of such a pool goes
+    /// `via <node IP> dev <parent> onlink proto 80`; the parent is the interface that holds this
+    /// node's own address (from its host metadata). No parent known: no route (there is no
+    /// tunnel to fall back on).
+    fn noencap_routes(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        routes: &BTreeMap<String, RouteUpdate>,
+        ifaces: &BTreeMap<String, IfaceInfo>,
+        is_workload_iface: &impl Fn(&str) -> bool,
+        p: RouteParams,
+    ) -> Vec<RouteSpec> {
+        let needed = self.encap.as_ref().is_some_and(|e| e.no_encap_enabled)
+            || pools
+                .values()
+                .any(|p| !mode_on(&p.ipip_mode) && !mode_on(&p.vxlan_mode));
+        if !self.cfg.noencap_routes || !needed {
+            return Vec::new();
+        }
+        let me = hosts.get(&self.cfg.hostname);
+        let parent_of = |v6: bool| {
+            let own = strip(me.map(|h| if v6 { &h.ipv6_addr } else { &h.ipv4_addr })?)?;
+            ifaces
+                .iter()
+                .find(|(name, i)| {
+                    !is_workload_iface(name)
+                        && name.as_str() != VXLAN_IFACE_V4
+                        && name.as_str() != VXLAN_IFACE_V6
+                        && i.addrs.iter().any(|a| a.addr() == own)
+                })
+                .map(|(name, _)| name.clone())
+        };
+        let parents = [parent_of(false), parent_of(true)];
+        let remote_workload = RouteType::RemoteWorkload as i32;
+        routes
+            .values()
+            .filter(|r| {
+                r.ip_pool_type == IpPoolType::NoEncap as i32 && r.types & remote_workload != 0
+            })
+            .filter_map(|r| {
+                let dst = r.dst.parse::<IpNet>().ok()?.trunc();
+                let v6 = dst.addr().is_ipv6();
+                let gw = strip(&r.dst_node_ip).filter(|a| a.is_ipv6() == v6)?;
+                let parent = parents[usize::from(v6)].clone()?;
+                Some(RouteSpec {
+                    dst,
+                    target: RouteTarget::Gateway {
+                        via: gw,
+                        dev: Some(parent),
+                        onlink: true,
+                    },
+                    protocol: p.felix_protocol,
+                    metric: if v6 { p.metric_v6 } else { p.metric_v4 },
+                    src: None,
+                    mtu: None,
+                })
+            })
+            .collect()
     }
 
     fn device_desired(
@@ -486,6 +569,7 @@ mod tests {
         let d = o.desired(
             &BTreeMap::new(),
             &vteps,
+            &BTreeMap::new(),
             &routes,
             &eth0("172.31.0.10"),
             |n| n.starts_with("cali"),
@@ -536,6 +620,12 @@ mod tests {
             ..Default::default()
         });
         assert!(o.vxlan_enabled(&none, &none_vteps()));
+        // Felix's Encapsulation, once sent, outweighs the pools and VTEPs seen here.
+        let vteps = BTreeMap::from([("n1".to_string(), vtep("n1", 1))]);
+        o.encap = Some(Encapsulation::default());
+        assert!(!o.vxlan_enabled(&pools, &vteps));
+        o.cfg.vxlan_enabled = Some(true);
+        assert!(o.vxlan_enabled(&none, &none_vteps()));
         o.cfg.vxlan_enabled = Some(false);
         assert!(!o.vxlan_enabled(&pools, &none_vteps()));
     }
@@ -577,6 +667,7 @@ mod tests {
         let d = o.desired(
             &BTreeMap::new(),
             &vteps,
+            &BTreeMap::new(),
             &routes,
             &ifaces,
             |n| n.starts_with("cali"),
@@ -636,6 +727,62 @@ mod tests {
             o.tunnel_ifaces(&BTreeMap::new(), &vteps),
             (vec![VXLAN_IFACE_V4.to_string()], vec![])
         );
+    }
+
+    #[test]
+    fn noencap_blocks_route_via_the_node_when_felix_programs_cluster_routes() {
+        let mut o = Overlay::new(OverlayConfig {
+            hostname: "n0".into(),
+            noencap_routes: true,
+            ..OverlayConfig::default()
+        });
+        let pools = BTreeMap::from([(
+            "10.66.0.0-16".to_string(),
+            IpamPool {
+                cidr: "10.66.0.0/16".into(),
+                ..Default::default()
+            },
+        )]);
+        let hosts = BTreeMap::from([(
+            "n0".to_string(),
+            HostMetadataUpdate {
+                hostname: "n0".into(),
+                ipv4_addr: "172.31.0.10/24".into(),
+                ..Default::default()
+            },
+        )]);
+        let routes: BTreeMap<_, _> = [
+            RouteUpdate {
+                ip_pool_type: IpPoolType::NoEncap as i32,
+                dst: "10.66.1.0/26".into(),
+                ..block("n1", 1, RouteType::RemoteWorkload, false)
+            },
+            RouteUpdate {
+                ip_pool_type: IpPoolType::NoEncap as i32,
+                dst: "10.66.0.0/26".into(),
+                ..block("n0", 0, RouteType::LocalWorkload, false)
+            },
+        ]
+        .into_iter()
+        .map(|r| (r.dst.clone(), r))
+        .collect();
+        let ifaces = eth0("172.31.0.10");
+        let want = |o: &Overlay, hosts: &BTreeMap<String, HostMetadataUpdate>| {
+            o.desired(&pools, &none_vteps(), hosts, &routes, &ifaces, |_| false, P)
+                .noencap_routes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            want(&o, &hosts),
+            ["10.66.1.0/26 metric 1024 via 172.31.0.11 dev eth0 onlink proto 80"]
+        );
+        // This node's address unknown: no parent, no route (no tunnel to fall back on).
+        assert!(want(&o, &BTreeMap::new()).is_empty());
+        // BIRD's job unless ProgramClusterRoutes says otherwise.
+        o.cfg.noencap_routes = false;
+        assert!(want(&o, &hosts).is_empty());
     }
 
     fn none_vteps() -> BTreeMap<String, VxlanTunnelEndpointUpdate> {
