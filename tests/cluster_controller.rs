@@ -54,11 +54,8 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(netns: &str, hostname: &str) -> Daemon {
-        Daemon::start_with(netns, hostname, &[])
-    }
-
-    fn start_with(netns: &str, hostname: &str, env: &[(&str, &str)]) -> Daemon {
+    /// Starts `felix-nft run` in `netns` as node `hostname`, with extra environment.
+    fn start(netns: &str, hostname: &str, env: &[(&str, &str)]) -> Daemon {
         let log = tempfile::NamedTempFile::new().expect("a log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
             .args([
@@ -226,7 +223,7 @@ fn join_with(
         format!("10.65.{k}.0/26").parse().expect("a block"),
     ));
     assert!(ctl.add_pod(&name, pod.clone()));
-    daemons.insert(name.clone(), Daemon::start_with(&netns, &name, env));
+    daemons.insert(name.clone(), Daemon::start(&netns, &name, env));
     (pod, pod_ns)
 }
 
