@@ -34,6 +34,9 @@
 //!   (and `ip`/`bridge`/`nft` as read-back oracles).
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
+// A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says
+// what the binary, the tests and the benches use.
+#![warn(unreachable_pub)]
 
 pub mod bench;
 pub mod cli;

@@ -192,7 +192,7 @@ pub fn put_expr(w: &mut MsgWriter, e: &Expr) {
 
 /// [`put_expr`], a lookup without a set id taking its id from `set_id(set name)` (sets created
 /// in the same batch).
-pub fn put_expr_in(w: &mut MsgWriter, e: &Expr, set_id: &dyn Fn(&str) -> Option<u32>) {
+pub(super) fn put_expr_in(w: &mut MsgWriter, e: &Expr, set_id: &dyn Fn(&str) -> Option<u32>) {
     let elem = w.begin_nest(NFTA_LIST_ELEM);
     w.put_str(NFTA_EXPR_NAME, expr_name(e));
     if let Expr::Other { data, .. } = e {
