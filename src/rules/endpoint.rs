@@ -100,19 +100,20 @@ pub(crate) fn allow_verdict(a: AllowAction) -> Verdict {
 }
 
 /// Endpoint chain bodies rendered in one pass of the renderer, by everything that shapes them
-/// ([`BodyKey`]). At 1,000 endpoints the bench's 2,000 workload chains have 250 distinct bodies.
+/// ([`Body`], per family). At 1,000 endpoints the bench's 2,000 workload chains have 250
+/// distinct bodies.
 #[derive(Default)]
-pub struct ChainBodies<'a>(HashMap<BodyKey<'a>, TextChain, foldhash::fast::RandomState>);
+pub struct ChainBodies<'a>(HashMap<(Family, Body<'a>), TextChain, foldhash::fast::RandomState>);
 
-/// All of an [`EndpointChainSpec`] but the chain's name, and the family: what makes two
-/// endpoint chains differ only in their name and rule ids.
+/// All of an [`EndpointChainSpec`] but the chain's name: what makes two endpoint chains differ
+/// only in their name and rule ids. Of each tier, what the body reads in the spec's direction
+/// (the other direction's policies do not make two bodies differ).
 #[derive(PartialEq, Eq, Hash)]
-pub struct BodyKey<'a> {
-    family: Family,
+pub struct Body<'a> {
     layer: Layer,
     kind: EndpointKind,
     dir: Direction,
-    tiers: &'a [TierInfo],
+    tiers: Vec<(&'a str, &'a str, Vec<&'a PolicyId>)>,
     profiles: &'a [String],
     failsafe: Option<String>,
     admin_up: bool,
@@ -123,44 +124,8 @@ pub struct BodyKey<'a> {
     side_exit: u32,
 }
 
-impl EndpointChainSpec<'_> {
-    /// Everything but the name, in a canonical text: two specs with equal content render
-    /// equal chains (in each family).
-    fn content(&self) -> String {
-        // Every field named: a field added to the spec must be placed here or ignored here.
-        let EndpointChainSpec {
-            name: _,
-            layer,
-            kind,
-            dir,
-            tiers,
-            profiles,
-            failsafe,
-            admin_up,
-            allow,
-            workload_egress,
-            packet_rate,
-            max_connections,
-            side_exit,
-        } = self;
-        // Of each tier, what the body reads in this direction: the other direction's
-        // policies do not make two bodies differ.
-        let tiers: Vec<_> = tiers
-            .iter()
-            .map(|t| {
-                let policies: Vec<&PolicyId> = tier_policies(t, *dir).collect();
-                (&t.name, &t.default_action, policies)
-            })
-            .collect();
-        format!(
-            "{layer:?} {kind:?} {dir:?} {tiers:?} {profiles:?} {failsafe:?} {admin_up} {allow:?} \
-             {workload_egress} {packet_rate:?} {max_connections:?} {side_exit}"
-        )
-    }
-}
-
-impl<'a> BodyKey<'a> {
-    fn of(family: Family, spec: &EndpointChainSpec<'a>) -> BodyKey<'a> {
+impl<'a> Body<'a> {
+    fn of(spec: &EndpointChainSpec<'a>) -> Body<'a> {
         // Every field named: a field added to the spec must be placed here or ignored here.
         let EndpointChainSpec {
             name: _,
@@ -177,12 +142,17 @@ impl<'a> BodyKey<'a> {
             max_connections,
             side_exit,
         } = spec;
-        BodyKey {
-            family,
+        Body {
             layer: *layer,
             kind: *kind,
             dir: *dir,
-            tiers,
+            tiers: tiers
+                .iter()
+                .map(|t| {
+                    let policies = tier_policies(t, *dir).collect();
+                    (t.name.as_str(), t.default_action.as_str(), policies)
+                })
+                .collect(),
             profiles,
             failsafe: failsafe.clone(),
             admin_up: *admin_up,
@@ -192,6 +162,26 @@ impl<'a> BodyKey<'a> {
             max_connections: *max_connections,
             side_exit: *side_exit,
         }
+    }
+
+    /// A digest of the body, the same in every process of this build: the name of the chain
+    /// every endpoint with this body shares. Fed through `Hash` (lengths before lists, a
+    /// terminator after strings), so two different bodies never feed the same bytes.
+    fn digest(&self) -> [u8; 28] {
+        use sha2::Digest;
+        use std::hash::{Hash, Hasher};
+        struct Feed(sha2::Sha224);
+        impl Hasher for Feed {
+            fn write(&mut self, bytes: &[u8]) {
+                self.0.update(bytes);
+            }
+            fn finish(&self) -> u64 {
+                0
+            }
+        }
+        let mut f = Feed(sha2::Sha224::new());
+        self.hash(&mut f);
+        f.0.finalize().into()
     }
 }
 
@@ -387,7 +377,7 @@ impl Renderer {
         self.workload_specs(wep, side)
             .into_iter()
             .map(|spec| {
-                let key = BodyKey::of(family, &spec);
+                let key = (family, Body::of(&spec));
                 match bodies.0.get(&key) {
                     Some(t) => rename_chain(t, &spec.name),
                     None => {
@@ -457,7 +447,7 @@ impl Renderer {
                 } else {
                     EndpointChain::ToWorkload
                 };
-                spec.name = shared_endpoint_chain(spec.layer, kind, &spec.content());
+                spec.name = shared_endpoint_chain(spec.layer, kind, &Body::of(&spec).digest());
             }
             spec
         })

@@ -151,13 +151,13 @@ pub fn endpoint_chain(layer: Layer, kind: EndpointChain, iface: &str) -> String 
 }
 
 /// `<layer>-cali-tw-s.<hash>` and friends: an endpoint chain shared by every interface whose
-/// chain has this body, named by `content` (a canonical description of what makes the body).
-/// The suffix is 24 characters, longer than any interface name (15), so it never meets a
-/// per-interface chain's name.
-pub fn shared_endpoint_chain(layer: Layer, kind: EndpointChain, content: &str) -> String {
+/// chain has this body, named by `digest` (of what makes the body). The suffix is 24
+/// characters, longer than any interface name (15), so it never meets a per-interface chain's
+/// name.
+pub fn shared_endpoint_chain(layer: Layer, kind: EndpointChain, digest: &[u8]) -> String {
     let mut name = layer.chain(kind.logical_prefix());
     name.push_str("s.");
-    URL_SAFE_NO_PAD.encode_string(&Sha224::digest(content.as_bytes())[..16], &mut name);
+    URL_SAFE_NO_PAD.encode_string(&digest[..digest.len().min(16)], &mut name);
     name
 }
 
