@@ -485,7 +485,9 @@ impl Dataplane {
         if self.note(msg) {
             self.model.apply_parsed(msg, members);
         }
-        self.sync_encap(msg);
+        if encap_input(msg) {
+            self.sync_rules_encap();
+        }
         self.dirty.tables |= self.changes.any();
         Ok(())
     }
@@ -658,12 +660,6 @@ impl Dataplane {
     fn vxlan_on(&self) -> bool {
         let (pools, vteps) = (&self.model.pools, &self.model.vteps);
         self.overlay.vxlan_enabled(pools, vteps) || self.overlay.vxlan_enabled_v6(pools, vteps)
-    }
-
-    fn sync_encap(&mut self, msg: &ToDataplane) {
-        if encap_input(msg) {
-            self.sync_rules_encap();
-        }
     }
 
     /// The firewall follows the encapsulations in use (VXLAN accepted from known VTEPs and

@@ -173,6 +173,21 @@ impl Fam {
     }
 }
 
+/// The host interface that holds this node's address `own` (§2.3): the underlay parent of the
+/// tunnel, or of the routes that go straight to other nodes.
+fn parent_iface<'i>(
+    ifaces: &'i BTreeMap<String, IfaceInfo>,
+    own: IpAddr,
+    is_workload_iface: &impl Fn(&str) -> bool,
+) -> Option<(&'i String, &'i IfaceInfo)> {
+    ifaces.iter().find(|(name, i)| {
+        !is_workload_iface(name)
+            && name.as_str() != VXLAN_IFACE_V4
+            && name.as_str() != VXLAN_IFACE_V6
+            && i.addrs.iter().any(|a| a.addr() == own)
+    })
+}
+
 fn strip(s: &str) -> Option<IpAddr> {
     s.split('/').next()?.parse().ok()
 }
@@ -338,15 +353,7 @@ impl Overlay {
         let me = hosts.get(&self.cfg.hostname);
         let parent_of = |v6: bool| {
             let own = strip(me.map(|h| if v6 { &h.ipv6_addr } else { &h.ipv4_addr })?)?;
-            ifaces
-                .iter()
-                .find(|(name, i)| {
-                    !is_workload_iface(name)
-                        && name.as_str() != VXLAN_IFACE_V4
-                        && name.as_str() != VXLAN_IFACE_V6
-                        && i.addrs.iter().any(|a| a.addr() == own)
-                })
-                .map(|(name, _)| name.clone())
+            parent_iface(ifaces, own, is_workload_iface).map(|(name, _)| name.clone())
         };
         let parents = [parent_of(false), parent_of(true)];
         let remote_workload = RouteType::RemoteWorkload as i32;
@@ -409,14 +416,7 @@ impl Overlay {
             }
         }
         // The parent: the host interface that holds this node's address (§2.3).
-        let parent = local.and_then(|(_, _, host)| {
-            ifaces.iter().find(|(name, i)| {
-                !is_workload_iface(name)
-                    && name.as_str() != VXLAN_IFACE_V4
-                    && name.as_str() != VXLAN_IFACE_V6
-                    && i.addrs.iter().any(|a| a.addr() == host)
-            })
-        });
+        let parent = local.and_then(|(_, _, host)| parent_iface(ifaces, host, is_workload_iface));
         let cfg_mtu = if f.v6 { self.cfg.mtu_v6 } else { self.cfg.mtu };
         // Felix's auto MTU: the host's less the encapsulation; the routes carry it too, so a
         // pod's packets are cut to fit before they reach the device.
