@@ -254,7 +254,7 @@ fn external_nodes_are_allowed_hosts_and_vteps() {
 
 #[test]
 fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
-    use crate::proto::{HostMetadataRemove, HostMetadataUpdate, HostMetadataV6Update};
+    use crate::proto::{HostMetadataRemove, HostMetadataUpdate, HostMetadataV6};
     let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
     let _ = dp.tables_patch();
     let hosts_v6 = |dp: &Dataplane| {
@@ -280,7 +280,7 @@ fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
         ..Default::default()
     })))
     .unwrap();
-    dp.on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6Update {
+    dp.on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6 {
         hostname: "h1".into(),
         ipv6_addr: "fd00:31::11".into(),
     })))
@@ -299,7 +299,7 @@ fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
     assert_eq!(hosts_v6(&dp), ["fd00:31::11", "fd00:31::20"]);
     // A bad address is refused with the message and field named.
     let e = dp
-        .on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6Update {
+        .on_update(&msg(Payload::HostMetadataV6Update(HostMetadataV6 {
             hostname: "h3".into(),
             ipv6_addr: "172.31.0.30".into(),
         })))
@@ -310,12 +310,10 @@ fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
         "{e}"
     );
     // The v6 half goes, the v4 half stays; the V4V6 remove takes the whole host.
-    dp.on_update(&msg(Payload::HostMetadataV6Remove(
-        crate::proto::HostMetadataV6Remove {
-            hostname: "h1".into(),
-            ipv6_addr: String::new(),
-        },
-    )))
+    dp.on_update(&msg(Payload::HostMetadataV6Remove(HostMetadataV6 {
+        hostname: "h1".into(),
+        ipv6_addr: String::new(),
+    })))
     .unwrap();
     dp.on_update(&msg(Payload::HostMetadataV4v6Remove(HostMetadataRemove {
         hostname: "h2".into(),

@@ -445,8 +445,8 @@ pub mod wire {
         ServiceRemove: ServiceRemove = service_remove / "serviceRemove",
         WireguardEndpointV6Update: WireguardEndpointV6Update = wireguard_endpoint_v6_update / "wireguardEndpointV6Update",
         WireguardEndpointV6Remove: WireguardEndpointV6Remove = wireguard_endpoint_v6_remove / "wireguardEndpointV6Remove",
-        HostMetadataV6Update: HostMetadataV6Update = host_metadata_v6_update / "hostMetadataV6Update",
-        HostMetadataV6Remove: HostMetadataV6Remove = host_metadata_v6_remove / "hostMetadataV6Remove",
+        HostMetadataV6Update: HostMetadataV6 = host_metadata_v6_update / "hostMetadataV6Update",
+        HostMetadataV6Remove: HostMetadataV6 = host_metadata_v6_remove / "hostMetadataV6Remove",
         HostMetadataV4v6Update: HostMetadataUpdate = host_metadata_v4v6_update / "hostMetadataV4v6Update",
         HostMetadataV4v6Remove: HostMetadataRemove = host_metadata_v4v6_remove / "hostMetadataV4v6Remove"
     }

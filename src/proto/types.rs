@@ -111,9 +111,9 @@ pub mod to_dataplane {
         /// Felix 3.31 and 3.32 send a host's IPv6 address apart, and both addresses again in
         /// `HostMetadataV4V6Update`; 3.33 folded them into `HostMetadataUpdate`.
         #[prost(message, tag = "35")]
-        HostMetadataV6Update(super::HostMetadataV6Update),
+        HostMetadataV6Update(super::HostMetadataV6),
         #[prost(message, tag = "36")]
-        HostMetadataV6Remove(super::HostMetadataV6Remove),
+        HostMetadataV6Remove(super::HostMetadataV6),
         #[prost(message, tag = "37")]
         HostMetadataV4v6Update(super::HostMetadataUpdate),
         #[prost(message, tag = "38")]
@@ -1099,25 +1099,13 @@ pub struct HostMetadataRemove {
     pub ipv4_addr: String,
 }
 
-/// A host's IPv6 address alone (Felix 3.31 and 3.32); `ipv6_addr` is a bare address.
+/// A host's IPv6 address alone (Felix 3.31 and 3.32; `ipv6_addr` is a bare address): the body
+/// of both `HostMetadataV6Update` and `HostMetadataV6Remove`, which have the same fields.
 #[derive(
     Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 #[serde(default, deny_unknown_fields)]
-pub struct HostMetadataV6Update {
-    #[serde(skip_serializing_if = "String::is_empty")]
-    #[prost(string, tag = "1")]
-    pub hostname: String,
-    #[serde(alias = "ipv6Addr", skip_serializing_if = "String::is_empty")]
-    #[prost(string, tag = "2")]
-    pub ipv6_addr: String,
-}
-
-#[derive(
-    Clone, PartialEq, ::prost::Message, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(default, deny_unknown_fields)]
-pub struct HostMetadataV6Remove {
+pub struct HostMetadataV6 {
     #[serde(skip_serializing_if = "String::is_empty")]
     #[prost(string, tag = "1")]
     pub hostname: String,

@@ -674,17 +674,7 @@ impl Renderer {
     fn raw_prerouting(&self, s: &Statics) -> TextChain {
         let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::PREROUTING));
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        if s.vxlan {
-            c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
-                    .counter()
-                    .notrack()
-                    .build(),
-                &[],
-            );
-        }
+        self.untrack_vxlan(s, &mut c);
         for p in &s.prefixes {
             c.push(
                 s.rule()
@@ -733,17 +723,9 @@ impl Renderer {
         c.finish()
     }
 
-    /// raw cali-OUTPUT (§7.9)
-    fn raw_output(&self, s: &Statics) -> TextChain {
-        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::OUTPUT));
-        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .counter()
-                .jump(&Layer::Raw.chain(logical::TO_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
+    /// VXLAN uses other source ports each way, so tracking it would only make unreplied flows
+    /// (§7.8, §7.9): untracked when VXLAN is on.
+    fn untrack_vxlan(&self, s: &Statics, c: &mut ChainBuilder) {
         if s.vxlan {
             c.push(
                 s.rule()
@@ -755,6 +737,20 @@ impl Renderer {
                 &[],
             );
         }
+    }
+
+    /// raw cali-OUTPUT (§7.9)
+    fn raw_output(&self, s: &Statics) -> TextChain {
+        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::OUTPUT));
+        c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
+        c.push(
+            s.rule()
+                .counter()
+                .jump(&Layer::Raw.chain(logical::TO_HOST_ENDPOINT))
+                .build(),
+            &[],
+        );
+        self.untrack_vxlan(s, &mut c);
         c.push(
             s.rule()
                 .mark_has(self.marks.accept)
