@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use serde_json::{json, Value};
 
-use super::report::{fmt_ms, Stats};
+use super::report::{fmt_ms, wall_cell, Stats};
 use super::run::{self, Sample, Tool};
 use super::{fresh_ns, which, write, BenchError, BenchNs};
 use crate::dataplane::driver::{Driver, LoopOptions};
@@ -786,15 +786,7 @@ impl ClusterReport {
         for op in ROWS {
             let cells: Vec<String> = bs
                 .iter()
-                .map(|b| match self.results.get(*b).and_then(|o| o.get(op)) {
-                    Some(st) if st.n > 0 => format!(
-                        "**{}** ({}–{})",
-                        fmt_ms(st.wall_median_ms),
-                        fmt_ms(st.wall_min_ms),
-                        fmt_ms(st.wall_max_ms)
-                    ),
-                    _ => "–".into(),
-                })
+                .map(|b| wall_cell(self.results.get(*b).and_then(|o| o.get(op))))
                 .collect();
             let req = self.requests.get(op).map_or("–".into(), |r| {
                 format!("{} / {} / {}", r.writes, r.link_gets, r.dumps)

@@ -257,15 +257,7 @@ impl Report {
             }
             let cells: Vec<String> = bs
                 .iter()
-                .map(|b| match self.results.get(*b).and_then(|o| o.get(op)) {
-                    Some(st) if st.n > 0 => format!(
-                        "**{}** ({}–{})",
-                        fmt_ms(st.wall_median_ms),
-                        fmt_ms(st.wall_min_ms),
-                        fmt_ms(st.wall_max_ms)
-                    ),
-                    _ => "–".into(),
-                })
+                .map(|b| wall_cell(self.results.get(*b).and_then(|o| o.get(op))))
                 .collect();
             let _ = writeln!(s, "| {} | {} |", row_label(op), cells.join(" | "));
         }
@@ -435,6 +427,19 @@ impl Report {
             .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
         Ok(())
+    }
+}
+
+/// A table cell: the wall median in bold with (min–max), or a dash without samples.
+pub(super) fn wall_cell(st: Option<&Stats>) -> String {
+    match st {
+        Some(st) if st.n > 0 => format!(
+            "**{}** ({}–{})",
+            fmt_ms(st.wall_median_ms),
+            fmt_ms(st.wall_min_ms),
+            fmt_ms(st.wall_max_ms)
+        ),
+        _ => "–".into(),
     }
 }
 
