@@ -669,7 +669,7 @@ impl Dataplane {
         let (pools, vteps) = (&self.model.pools, &self.model.vteps);
         let v4 = self.overlay.vxlan_enabled(pools, vteps);
         let v6 = self.overlay.vxlan_enabled_v6(pools, vteps);
-        let (t4, t6) = self.overlay.tunnel_ifaces(pools, vteps);
+        let (t4, t6) = self.overlay.tunnel_ifaces(vteps, (v4, v6));
         let c = self.inc.config();
         if (c.vxlan_enabled, c.vxlan_enabled_v6) == (v4, v6)
             && c.tunnel_ifaces_v4 == t4

@@ -252,21 +252,22 @@ impl Overlay {
                 .any(|v| !(if f.v6 { &v.ipv6_addr } else { &v.ipv4_addr }).is_empty())
     }
 
-    /// The tunnel devices that carry this node's tunnel address (IPv4, IPv6): host traffic
-    /// leaving them from another local address is masqueraded (§7.11).
+    /// The tunnel devices, of the families whose VXLAN is on (`on`: IPv4, IPv6), that carry
+    /// this node's tunnel address: host traffic leaving them from another local address is
+    /// masqueraded (§7.11).
     pub fn tunnel_ifaces(
         &self,
-        pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        on: (bool, bool),
     ) -> (Vec<String>, Vec<String>) {
         let local = vteps.get(&self.cfg.hostname);
-        let of = |f: Fam| {
-            (self.enabled(f, pools, vteps) && local.and_then(|v| f.vtep(v)).is_some())
+        let of = |f: Fam, on: bool| {
+            (on && local.and_then(|v| f.vtep(v)).is_some())
                 .then(|| f.device.to_string())
                 .into_iter()
                 .collect()
         };
-        (of(V4), of(V6))
+        (of(V4, on.0), of(V6, on.1))
     }
 
     /// Reports, once, a pool this build cannot program: IPIP.
@@ -718,15 +719,17 @@ mod tests {
         });
         let mut vteps: BTreeMap<_, _> = [("n1".to_string(), vtep("n1", 1))].into();
         assert_eq!(
-            o.tunnel_ifaces(&BTreeMap::new(), &vteps),
+            o.tunnel_ifaces(&vteps, (true, true)),
             (vec![], vec![]),
             "no local VTEP"
         );
         vteps.insert("n0".into(), vtep("n0", 0));
         assert_eq!(
-            o.tunnel_ifaces(&BTreeMap::new(), &vteps),
-            (vec![VXLAN_IFACE_V4.to_string()], vec![])
+            o.tunnel_ifaces(&vteps, (true, true)),
+            (vec![VXLAN_IFACE_V4.to_string()], vec![]),
+            "its IPv4 half only"
         );
+        assert_eq!(o.tunnel_ifaces(&vteps, (false, true)), (vec![], vec![]));
     }
 
     #[test]
