@@ -346,7 +346,9 @@ impl<K: Kernel> Driver<K> {
         };
         // 2. The VXLAN device and its FDB (routes and ARP entries live on it), then routes,
         // then static ARP entries.
-        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.overlay || self.resync_routes) {
+        if !self.dp.cfg.route_sync_disabled
+            && (self.dp.dirty.overlay || self.resync_routes || desired.overlay_delta)
+        {
             match self
                 .kernel
                 .overlay(&desired.vxlan, &self.changed_ifaces, self.resync_routes)
@@ -371,9 +373,15 @@ impl<K: Kernel> Driver<K> {
         let mut moved: Vec<IpAddr> = Vec::new();
         if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
             let t0 = Instant::now();
+            // The scope's interfaces, and the route groups of the remote blocks that changed.
+            let only = scope.as_ref().map(|s| {
+                let mut only = s.clone();
+                only.extend(desired.overlay_groups.iter().cloned());
+                only
+            });
             let routes = self
                 .kernel
-                .routes(&desired.routes, scope.as_ref(), self.resync_routes)
+                .routes(&desired.routes, only.as_ref(), self.resync_routes)
                 .await;
             if let Some(ops) = &self.ops {
                 if self.resync_routes {
@@ -440,6 +448,7 @@ impl<K: Kernel> Driver<K> {
             self.resync_routes = false;
             // Done: from now on only what changes.
             self.dp.dirty.host_scope = Some(BTreeSet::new());
+            self.dp.dirty.overlay_keys = Default::default();
         }
 
         // 4. Per-interface configuration of workload interfaces that are up (§14.2).
