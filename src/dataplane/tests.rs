@@ -222,22 +222,44 @@ fn vteps_turn_the_vxlan_rules_on_and_change_the_vtep_set_by_element() {
         "this node's own VTEP is not a remote host: {set_line}"
     );
 
-    // One more VTEP: the set changes, no chain is rendered again.
+    // One more VTEP: one element more, nothing else rendered again.
     dp.on_update(&msg(vtep("n5", 5))).unwrap();
     let patches = dp.tables_patch();
+    let mut added = Vec::new();
     for p in &patches {
         assert!(
-            p.chains.is_empty(),
-            "no chain changes: {:?}",
-            p.chains.keys()
+            p.chains.is_empty() && p.sets.is_empty(),
+            "no chain or whole set: {:?} {:?}",
+            p.chains.keys(),
+            p.sets.keys()
         );
-        let sets: Vec<_> = p.sets.keys().collect();
-        assert!(
-            sets.iter().all(|s| s.ends_with("all-vxlan-net")),
-            "only the VTEP set: {sets:?}"
-        );
+        for (set, d) in &p.elements {
+            assert!(set.ends_with("all-vxlan-net"), "only the VTEP set: {set}");
+            assert!(d.del.is_empty(), "{d:?}");
+            added.extend(d.add.iter().cloned());
+        }
     }
+    assert_eq!(
+        added,
+        [crate::nft::build::addr_element("172.31.0.15".parse().unwrap())]
+    );
     assert!(v4_set_elements(&dp, "cali40all-vxlan-net").contains("172.31.0.15"));
+    // It leaves: one element less.
+    dp.on_update(&msg(Payload::VtepRemove(
+        crate::proto::VxlanTunnelEndpointRemove { node: "n5".into() },
+    )))
+    .unwrap();
+    let patches = dp.tables_patch();
+    let dels: Vec<_> = patches
+        .iter()
+        .flat_map(|p| p.elements.values())
+        .flat_map(|d| d.del.iter().cloned())
+        .collect();
+    assert_eq!(
+        dels,
+        [crate::nft::build::addr_element("172.31.0.15".parse().unwrap())]
+    );
+    assert!(!v4_set_elements(&dp, "cali40all-vxlan-net").contains("172.31.0.15"));
 }
 
 #[test]
