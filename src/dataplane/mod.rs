@@ -445,6 +445,8 @@ pub struct Dataplane {
     routes: BTreeMap<String, RouteUpdate>,
     /// Cross-node networking state besides the model's VTEPs, pools and routes.
     overlay: overlay::Overlay,
+    /// How many VTEPs have a tunnel address of each family (IPv4, IPv6).
+    vteps_with: [usize; 2],
     ifaces: BTreeMap<String, IfaceInfo>,
     datastore_in_sync: bool,
     ifaces_in_sync: bool,
@@ -473,6 +475,7 @@ impl Dataplane {
             heps_resolved: BTreeMap::new(),
             status_dirty: status::StatusScope::everything(),
             overlay: overlay::Overlay::new(cfg.overlay.clone()),
+            vteps_with: [0; 2],
             cfg,
             routes: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -653,6 +656,14 @@ impl Dataplane {
                     Payload::VtepUpdate(u) => Some(u),
                     _ => None,
                 };
+                for (v, sign) in [(old, -1), (new, 1)] {
+                    let fams = v.map(overlay::vtep_families).unwrap_or_default();
+                    for (n, has) in self.vteps_with.iter_mut().zip(fams) {
+                        if has {
+                            *n = n.saturating_add_signed(sign);
+                        }
+                    }
+                }
                 for v in old.into_iter().chain(new) {
                     for a in [&v.parent_device_ip, &v.parent_device_ipv6] {
                         if let Some(a) = member_addr(a) {
@@ -671,11 +682,10 @@ impl Dataplane {
                         _ => overlay::vtep_entries(None),
                     };
                     self.overlay.vtep_changed(node, &was, &now);
-                    self.dirty
-                        .overlay_keys
-                        .nodes
-                        .entry(node.clone())
-                        .or_insert(was);
+                    if !self.overlay_all_pending() {
+                        let keys = &mut self.dirty.overlay_keys;
+                        keys.nodes.entry(node.clone()).or_insert(was);
+                    }
                     self.dirty.routes = true;
                     self.dirty.neighbours = true;
                 }
@@ -730,18 +740,22 @@ impl Dataplane {
 
     /// Whether VXLAN of either family is on.
     fn vxlan_on(&self) -> bool {
-        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
-        self.overlay.vxlan_enabled(pools, vteps) || self.overlay.vxlan_enabled_v6(pools, vteps)
+        let (v4, v6) = self.vxlan_families();
+        v4 || v6
+    }
+
+    /// Whether VXLAN of each family (IPv4, IPv6) is on.
+    fn vxlan_families(&self) -> (bool, bool) {
+        self.overlay
+            .vxlan_on(&self.model.pools, self.vteps_with.map(|n| n > 0))
     }
 
     /// The firewall follows the encapsulations in use (VXLAN accepted from known VTEPs and
     /// untracked, masquerade on the tunnel devices), which follow the pools, VTEPs and Felix's
     /// `Encapsulation` when the configuration does not set them. A change re-renders the base.
     fn sync_rules_encap(&mut self) {
-        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
-        let v4 = self.overlay.vxlan_enabled(pools, vteps);
-        let v6 = self.overlay.vxlan_enabled_v6(pools, vteps);
-        let (t4, t6) = self.overlay.tunnel_ifaces(vteps, (v4, v6));
+        let (v4, v6) = self.vxlan_families();
+        let (t4, t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
         let c = self.inc.config();
         if (c.vxlan_enabled, c.vxlan_enabled_v6) == (v4, v6)
             && c.tunnel_ifaces_v4 == t4
@@ -773,11 +787,18 @@ impl Dataplane {
         };
         if old.into_iter().chain(new).all(remote_vxlan) {
             if let Some(dst) = new.or(old).map(|r| r.dst.clone()) {
-                self.dirty.overlay_keys.dsts.insert(dst);
+                if !self.overlay_all_pending() {
+                    self.dirty.overlay_keys.dsts.insert(dst);
+                }
             }
         } else {
             self.dirty.host_scope = None;
         }
+    }
+
+    /// Whether the next host phases state the whole overlay anyway (no key to record then).
+    fn overlay_all_pending(&self) -> bool {
+        self.dirty.overlay || self.dirty.host_scope.is_none()
     }
 
     /// The VXLAN device, its FDB, ARP entries and routes may have changed.

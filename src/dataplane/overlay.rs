@@ -116,6 +116,12 @@ impl OverlayDesired {
 }
 
 /// Overlay state that is not in the rules model.
+/// Whether the VTEP has a tunnel address of each family (IPv4, IPv6): what turns VXLAN on
+/// when nothing else decides.
+pub fn vtep_families(v: &VxlanTunnelEndpointUpdate) -> [bool; 2] {
+    [V4, V6].map(|f| !f.tunnel_addr(v).is_empty())
+}
+
 /// A VTEP's entries of each family (IPv4, IPv6): tunnel address, MAC, node address.
 pub type VtepEntries = [Option<(IpAddr, Mac, IpAddr)>; 2];
 
@@ -232,6 +238,15 @@ impl Fam {
         ))
     }
 
+    /// The VTEP's tunnel address of this family, as sent.
+    fn tunnel_addr(self, v: &VxlanTunnelEndpointUpdate) -> &str {
+        if self.v6 {
+            &v.ipv6_addr
+        } else {
+            &v.ipv4_addr
+        }
+    }
+
     fn of(self, net: &IpNet) -> bool {
         net.addr().is_ipv6() == self.v6
     }
@@ -296,11 +311,37 @@ impl Overlay {
         self.enabled(V6, pools, vteps)
     }
 
+    /// Whether VXLAN of each family (IPv4, IPv6) is on, when the caller knows whether any VTEP
+    /// has an address of each: no pass over the VTEPs, which a thousand VTEP messages at start
+    /// of day would each make.
+    pub fn vxlan_on(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps_with: [bool; 2],
+    ) -> (bool, bool) {
+        (
+            self.enabled_by(V4, pools, || vteps_with[0]),
+            self.enabled_by(V6, pools, || vteps_with[1]),
+        )
+    }
+
     fn enabled(
         &self,
         f: Fam,
         pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    ) -> bool {
+        self.enabled_by(f, pools, || {
+            vteps.values().any(|v| !f.tunnel_addr(v).is_empty())
+        })
+    }
+
+    /// Configuration, else Felix's `Encapsulation`, else the pools, else `any_vtep`.
+    fn enabled_by(
+        &self,
+        f: Fam,
+        pools: &BTreeMap<String, IpamPool>,
+        any_vtep: impl FnOnce() -> bool,
     ) -> bool {
         let cfg = if f.v6 {
             self.cfg.vxlan_enabled_v6
@@ -321,9 +362,7 @@ impl Overlay {
         pools
             .values()
             .any(|p| mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| f.of(&n)))
-            || vteps
-                .values()
-                .any(|v| !(if f.v6 { &v.ipv6_addr } else { &v.ipv4_addr }).is_empty())
+            || any_vtep()
     }
 
     /// The tunnel devices, of the families whose VXLAN is on (`on`: IPv4, IPv6), that carry

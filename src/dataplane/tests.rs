@@ -241,7 +241,9 @@ fn vteps_turn_the_vxlan_rules_on_and_change_the_vtep_set_by_element() {
     }
     assert_eq!(
         added,
-        [crate::nft::build::addr_element("172.31.0.15".parse().unwrap())]
+        [crate::nft::build::addr_element(
+            "172.31.0.15".parse().unwrap()
+        )]
     );
     assert!(v4_set_elements(&dp, "cali40all-vxlan-net").contains("172.31.0.15"));
     // It leaves: one element less.
@@ -257,7 +259,9 @@ fn vteps_turn_the_vxlan_rules_on_and_change_the_vtep_set_by_element() {
         .collect();
     assert_eq!(
         dels,
-        [crate::nft::build::addr_element("172.31.0.15".parse().unwrap())]
+        [crate::nft::build::addr_element(
+            "172.31.0.15".parse().unwrap()
+        )]
     );
     assert!(!v4_set_elements(&dp, "cali40all-vxlan-net").contains("172.31.0.15"));
 }
