@@ -69,6 +69,8 @@ fn big_table() -> Table {
     t.sets.insert(
         "big".into(),
         Set {
+            counter: false,
+            counters: Default::default(),
             name: "big".into(),
             key: vec![DataType::Ipv4Addr],
             flags: 0,
@@ -78,6 +80,8 @@ fn big_table() -> Table {
         },
     );
     let mut vmap = Set {
+        counter: false,
+        counters: Default::default(),
         name: "filter-cali-to-wl-dispatch".into(),
         key: vec![DataType::IfName],
         flags: 0,
@@ -116,6 +120,8 @@ fn encode_rules(n_chains: usize) -> Vec<u8> {
 fn benches(c: &mut Criterion) {
     let els = elements(100_000, 0);
     let set = Set {
+        counter: false,
+        counters: Default::default(),
         name: "big".into(),
         key: vec![DataType::Ipv4Addr],
         flags: 0,

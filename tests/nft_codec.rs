@@ -3,7 +3,7 @@
 //! hand-built model values encode to exactly those bytes; our printer matches nft's
 //! `--debug=netlink` text; and decode(encode(x)) == x for generated values.
 
-use felix_nft::nft::codec::{self, Attrs, Object, RuleMsg};
+use felix_nft::nft::codec::{self, Attrs, MsgWriter, Object, RuleMsg};
 use felix_nft::nft::consts::*;
 use felix_nft::nft::model::*;
 use felix_nft::nft::print;
@@ -216,6 +216,8 @@ fn hand_built_objects_encode_to_nft_bytes() {
             .clone()
     };
     let set = |name: &str, key: Vec<DataType>, flags, data, size| Set {
+        counter: false,
+        counters: Default::default(),
         name: name.into(),
         key,
         flags,
@@ -301,6 +303,7 @@ fn hand_built_objects_encode_to_nft_bytes() {
 
     let elems = |set: &str, id, elements: Vec<Element>| {
         codec::encode_object(&Object::Elems(codec::ElemsMsg {
+            counters: Default::default(),
             family: Family::Ip,
             table: "t".into(),
             set: set.into(),
@@ -825,13 +828,23 @@ mod prop {
                           interval in any::<bool>(),
                           data in proptest::option::of(prop_oneof![Just(DataType::Verdict), datatype()]),
                           size in proptest::option::of(1u32..1_000_000),
-                          id in proptest::option::of(any::<u32>())) {
+                          id in proptest::option::of(any::<u32>()),
+                          counter in any::<bool>()) {
             let mut flags = if interval { set_flags::INTERVAL } else { 0 };
             if interval && key.len() > 1 { flags |= set_flags::CONCAT; }
             let obj = Object::Set(codec::SetMsg {
                 family: Family::Ip,
                 table: "calico".into(),
-                set: Set { name: "s:abc".into(), key, flags, data, size, elements: vec![] },
+                set: Set {
+                    name: "s:abc".into(),
+                    key,
+                    flags,
+                    data,
+                    size,
+                    elements: vec![],
+                    counter,
+                    counters: Default::default(),
+                },
                 id,
                 handle: None,
             });
@@ -846,6 +859,7 @@ mod prop {
                 elements.into_iter().map(|e| Element { data: None, ..e }).collect()
             };
             let obj = Object::Elems(codec::ElemsMsg {
+                counters: Default::default(),
                 family: Family::Inet,
                 table: "calico".into(),
                 set: "m".into(),
@@ -956,4 +970,106 @@ fn anonymous_sets_roundtrip_apart_from_nft_typeof_userdata() {
         );
     }
     assert_eq!(anon_sets, 3);
+}
+
+/// A map declared with `counter` (nft sends the template as one `NFTA_SET_EXPR` holding an
+/// empty counter) round-trips byte for byte, and a hand-built map with `counter` encodes to the
+/// same bytes; elements carry no expression of their own when added.
+#[test]
+fn counter_template_map_encodes_as_nft_and_roundtrips() {
+    let objs = roundtrip_fixture("counters");
+    let sets: Vec<&Set> = objs
+        .iter()
+        .filter_map(|o| match o {
+            Object::Set(s) => Some(&s.set),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sets.len(), 1);
+    assert!(sets[0].counter, "template decoded: {:?}", sets[0]);
+    assert_eq!(sets[0].flags, 0, "MAP implied by data, no EXPR flag");
+
+    let fx = fixture("counters");
+    let (_, newset) = fx.iter().find(|(t, _)| *t == NFT_MSG_NEWSET).unwrap();
+    let id = match codec::decode_message(NFT_MSG_NEWSET, newset).unwrap() {
+        Object::Set(s) => s.id,
+        o => panic!("{o:?}"),
+    };
+    let hand = Object::Set(codec::SetMsg {
+        family: Family::Ip,
+        table: "t".into(),
+        set: Set {
+            name: "to-wl".into(),
+            key: vec![DataType::IfName],
+            flags: 0,
+            data: Some(DataType::Verdict),
+            size: None,
+            elements: vec![],
+            counter: true,
+            counters: Default::default(),
+        },
+        id,
+        handle: None,
+    });
+    assert_eq!(&codec::encode_object(&hand).unwrap(), newset);
+    // Without the template the definition differs (the diff rebuilds on it).
+    let Object::Set(mut plain) = hand else {
+        unreachable!()
+    };
+    plain.set.counter = false;
+    assert_ne!(&codec::encode_object(&Object::Set(plain)).unwrap(), newset);
+}
+
+/// Element dumps of a set with the counter template carry each element's counter in
+/// `NFTA_SET_ELEM_EXPR` (one expression) or `NFTA_SET_ELEM_EXPRESSIONS` (several): both decode
+/// to the element's packets and bytes, kept apart from the element itself.
+#[test]
+fn element_counters_decode_from_either_expression_attribute() {
+    let mut w = MsgWriter::new();
+    w.buf.extend_from_slice(&[2, 0, 0, 0]); // nfgenmsg: NFPROTO_IPV4, version 0, res_id 0
+    w.put_str(NFTA_SET_ELEM_LIST_TABLE, "t");
+    w.put_str(NFTA_SET_ELEM_LIST_SET, "to-wl");
+    let list = w.begin_nest(NFTA_SET_ELEM_LIST_ELEMENTS);
+    let counter = |w: &mut MsgWriter, packets: u64, bytes: u64| {
+        w.put_str(NFTA_EXPR_NAME, "counter");
+        let d = w.begin_nest(NFTA_EXPR_DATA);
+        w.put_be64(NFTA_COUNTER_BYTES, bytes);
+        w.put_be64(NFTA_COUNTER_PACKETS, packets);
+        w.end_nest(d);
+    };
+    // cali1: one expression; cali2: an expression list; cali3: none.
+    let e = w.begin_nest(NFTA_LIST_ELEM);
+    w.put_data_value(NFTA_SET_ELEM_KEY, &ifname("cali1"));
+    let x = w.begin_nest(NFTA_SET_ELEM_EXPR);
+    counter(&mut w, 3, 252);
+    w.end_nest(x);
+    w.end_nest(e);
+    let e = w.begin_nest(NFTA_LIST_ELEM);
+    w.put_data_value(NFTA_SET_ELEM_KEY, &ifname("cali2"));
+    let xs = w.begin_nest(NFTA_SET_ELEM_EXPRESSIONS);
+    let x = w.begin_nest(NFTA_LIST_ELEM);
+    counter(&mut w, 7, 588);
+    w.end_nest(x);
+    w.end_nest(xs);
+    w.end_nest(e);
+    let e = w.begin_nest(NFTA_LIST_ELEM);
+    w.put_data_value(NFTA_SET_ELEM_KEY, &ifname("cali3"));
+    w.end_nest(e);
+    w.end_nest(list);
+
+    let Object::Elems(m) = codec::decode_message(NFT_MSG_NEWSETELEM, &w.buf).unwrap() else {
+        panic!("not an element list")
+    };
+    assert_eq!(m.elements.len(), 3);
+    let got = |n: &str| m.counters.get(&ifname(n)).map(|c| (c.packets, c.bytes));
+    assert_eq!(got("cali1"), Some((3, 252)));
+    assert_eq!(got("cali2"), Some((7, 588)));
+    assert_eq!(got("cali3"), None);
+    // The elements are the same elements as without counters.
+    let mut counters = ElemCounters::default();
+    let mut out = Vec::new();
+    codec::decode_elems_into(&w.buf, &mut out, &mut counters).unwrap();
+    assert_eq!(out, m.elements);
+    assert_eq!(counters.0.len(), 2);
+    assert!(out.iter().all(|e| e.data.is_none() && e.flags == 0));
 }

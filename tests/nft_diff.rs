@@ -34,6 +34,8 @@ fn end(k: Vec<u8>) -> Element {
 
 fn interval_set(name: &str, elements: Vec<Element>) -> Set {
     Set {
+        counter: false,
+        counters: Default::default(),
         name: name.into(),
         key: vec![DataType::Ipv4Addr],
         flags: set_flags::INTERVAL,
@@ -343,6 +345,8 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
         .map(|i| start(i.to_be_bytes().to_vec()))
         .collect();
     let set = Set {
+        counter: false,
+        counters: Default::default(),
         name: "big".into(),
         key: vec![DataType::Ipv4Addr],
         flags: 0,
@@ -383,6 +387,8 @@ fn shared_rule_bodies_encode_as_their_copies_do() {
             t.sets.insert(
                 set.into(),
                 Set {
+                    counter: false,
+                    counters: Default::default(),
                     name: set.into(),
                     key: vec![DataType::Ipv4Addr],
                     flags: 0,
@@ -522,6 +528,8 @@ fn arb_table() -> impl Strategy<Value = Table> {
             t.sets.insert(
                 "ips".into(),
                 Set {
+                    counter: false,
+                    counters: Default::default(),
                     name: "ips".into(),
                     key: vec![DataType::Ipv4Addr],
                     flags: 0,
@@ -545,6 +553,8 @@ fn arb_table() -> impl Strategy<Value = Table> {
             );
         }
         let mut disp = Set {
+            counter: false,
+            counters: Default::default(),
             name: "dispatch".into(),
             key: vec![DataType::IfName],
             flags: 0,
@@ -664,6 +674,8 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
         first.chains.insert(n.into(), Some(c));
     }
     let mut s = Set {
+        counter: false,
+        counters: Default::default(),
         name: "s".into(),
         key: vec![DataType::Ipv4Addr],
         flags: 0,
@@ -791,6 +803,8 @@ fn a_rendered_interval_set_is_lent_not_copied() {
     t.sets.insert(
         "n".into(),
         Set {
+            counter: false,
+            counters: Default::default(),
             name: "n".into(),
             key: vec![DataType::Ipv4Addr],
             flags: set_flags::INTERVAL,

@@ -45,6 +45,8 @@ fn rule(i: u32, comment: bool) -> Rule {
 
 fn ipv4_set(name: &str, n: u32, size: Option<u32>) -> Set {
     Set {
+        counter: false,
+        counters: Default::default(),
         name: name.into(),
         key: vec![DataType::Ipv4Addr],
         flags: 0,
@@ -89,6 +91,8 @@ fn many_objects() -> Table {
         t.sets.insert(set.name.clone(), set);
     }
     let mut vmap = Set {
+        counter: false,
+        counters: Default::default(),
         name: "filter-cali-from-wl-dispatch".into(),
         key: vec![DataType::IfName],
         flags: 0,
@@ -300,6 +304,7 @@ fn borrowed_decoders_agree_with_decode_message() {
     }
     let set = &t.sets["cali40s-00010"];
     let obj = Object::Elems(codec::ElemsMsg {
+        counters: Default::default(),
         family: Family::Ip,
         table: "calico".into(),
         set: set.name.clone(),
@@ -313,7 +318,8 @@ fn borrowed_decoders_agree_with_decode_message() {
         flags: 0,
         data: None,
     }];
-    let r = codec::decode_elems_into(&payload, &mut out).unwrap();
+    let mut counters = ElemCounters::default();
+    let r = codec::decode_elems_into(&payload, &mut out, &mut counters).unwrap();
     assert_eq!((r.table, r.set), ("calico", set.name.as_str()));
     assert_eq!(out.len(), 1 + set.elements.len(), "appended, not replaced");
     assert_eq!(&out[1..], &set.elements[..]);

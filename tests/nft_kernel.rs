@@ -275,6 +275,8 @@ fn random_table(rng: &mut Rng) -> Table {
     t.sets.insert(
         "nets".into(),
         Set {
+            counter: false,
+            counters: Default::default(),
             name: "nets".into(),
             key: vec![DataType::Ipv4Addr],
             flags: set_flags::INTERVAL,
@@ -295,6 +297,8 @@ fn random_table(rng: &mut Rng) -> Table {
     t.sets.insert(
         "ips".into(),
         Set {
+            counter: false,
+            counters: Default::default(),
             name: "ips".into(),
             key: vec![DataType::Ipv4Addr],
             flags: 0,
@@ -359,6 +363,8 @@ fn random_table(rng: &mut Rng) -> Table {
     t.sets.insert(
         "filter-cali-to-wl-dispatch".into(),
         Set {
+            counter: false,
+            counters: Default::default(),
             name: "filter-cali-to-wl-dispatch".into(),
             key: vec![DataType::IfName],
             flags: 0,
@@ -482,6 +488,8 @@ fn small_table() -> Table {
 fn bad_plan() -> Plan {
     // A valid chain and set, then a rule jumping to a chain that does not exist.
     let mut set = Set {
+        counter: false,
+        counters: Default::default(),
         name: "s:new".into(),
         key: vec![DataType::Ipv4Addr],
         flags: 0,
@@ -681,6 +689,8 @@ fn hundred_thousand_elements_go_in_one_transaction() {
         t.sets.insert(
             "big".into(),
             Set {
+                counter: false,
+                counters: Default::default(),
                 name: "big".into(),
                 key: vec![DataType::Ipv4Addr],
                 flags: 0,
@@ -881,6 +891,8 @@ fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
         t.sets.insert(
             "big".into(),
             Set {
+                counter: false,
+                counters: Default::default(),
                 name: "big".into(),
                 key: vec![DataType::Ipv4Addr],
                 flags: 0,
@@ -911,6 +923,8 @@ fn ten_thousand_rules_go_in_one_transaction() {
         let mut k = Nft::open().unwrap();
         let mut t = Table::new(Family::Ip, "calico");
         let mut vmap = Set {
+            counter: false,
+            counters: Default::default(),
             name: "filter-cali-to-wl-dispatch".into(),
             key: vec![DataType::IfName],
             flags: 0,

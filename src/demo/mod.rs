@@ -769,6 +769,8 @@ mod tests {
         t.sets.insert(
             "s".into(),
             Set {
+                counter: false,
+                counters: Default::default(),
                 name: "s".into(),
                 key: vec![DataType::Ipv4Addr],
                 flags: 0,
@@ -785,6 +787,8 @@ mod tests {
         t.sets.insert(
             "m".into(),
             Set {
+                counter: false,
+                counters: Default::default(),
                 name: "m".into(),
                 key: vec![DataType::Ipv4Addr],
                 flags: 0,

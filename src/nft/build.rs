@@ -1425,6 +1425,8 @@ pub fn set_text(set: &Set, _family: Family) -> String {
 /// A named set with no elements yet.
 pub fn new_set(name: &str, key: Vec<DataType>, flags: u32, data: Option<DataType>) -> Set {
     Set {
+        counter: false,
+        counters: Default::default(),
         name: name.to_string(),
         key,
         flags,

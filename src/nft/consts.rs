@@ -99,6 +99,10 @@ pub const NFTA_SET_DESC: u16 = 9;
 pub const NFTA_SET_ID: u16 = 10;
 pub const NFTA_SET_USERDATA: u16 = 13;
 pub const NFTA_SET_HANDLE: u16 = 16;
+/// One expression every element of the set gets (a nest as a rule's expression list item).
+pub const NFTA_SET_EXPR: u16 = 17;
+/// Several such expressions, a list of `NFTA_LIST_ELEM` nests.
+pub const NFTA_SET_EXPRESSIONS: u16 = 18;
 pub const NFTA_SET_DESC_SIZE: u16 = 1;
 pub const NFTA_SET_DESC_CONCAT: u16 = 2;
 pub const NFTA_SET_FIELD_LEN: u16 = 1;
@@ -113,7 +117,11 @@ pub const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
 pub const NFTA_SET_ELEM_KEY: u16 = 1;
 pub const NFTA_SET_ELEM_DATA: u16 = 2;
 pub const NFTA_SET_ELEM_FLAGS: u16 = 3;
+/// An element's one expression (its counter, from the set's template).
+pub const NFTA_SET_ELEM_EXPR: u16 = 7;
 pub const NFTA_SET_ELEM_KEY_END: u16 = 10;
+/// An element's several expressions, a list of `NFTA_LIST_ELEM` nests.
+pub const NFTA_SET_ELEM_EXPRESSIONS: u16 = 11;
 
 // enum nft_data_attributes / nft_verdict_attributes
 pub const NFTA_DATA_VALUE: u16 = 1;

@@ -404,6 +404,8 @@ fn def(s: &Set) -> Set {
         data: s.data,
         size: s.size,
         elements: Vec::new(),
+        counter: s.counter,
+        counters: ElemCounters::default(),
     }
 }
 
@@ -418,7 +420,12 @@ fn chain_def(c: &Chain) -> Chain {
 
 /// Same definition (everything but the elements), without copying.
 fn same_def(a: &Set, b: &Set) -> bool {
-    a.name == b.name && a.key == b.key && a.flags == b.flags && a.data == b.data && a.size == b.size
+    a.name == b.name
+        && a.key == b.key
+        && a.flags == b.flags
+        && a.data == b.data
+        && a.size == b.size
+        && a.counter == b.counter
 }
 
 /// A table in canonical form: rules canonical, elements normalised. Two tables are the same
@@ -1072,6 +1079,8 @@ mod tests {
         ];
         for body in cases {
             let set = Set {
+                counter: false,
+                counters: Default::default(),
                 name: "s".into(),
                 key: vec![DataType::Ipv4Addr],
                 flags: set_flags::INTERVAL,

@@ -271,16 +271,15 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
                 if m.ty >> 8 != NFNL_SUBSYS_NFTABLES || m.ty & 0xff != NFT_MSG_NEWSETELEM {
                     return Ok(());
                 }
-                let before = set.elements.len();
-                let r =
-                    codec::decode_elems_into(m.payload, &mut set.elements).map_err(|source| {
-                        NftError::Codec {
-                            op: format!("decoding the elements of set {}", set.name),
-                            source,
-                        }
-                    })?;
+                let before = (set.elements.len(), set.counters.0.len());
+                let r = codec::decode_elems_into(m.payload, &mut set.elements, &mut set.counters)
+                    .map_err(|source| NftError::Codec {
+                    op: format!("decoding the elements of set {}", set.name),
+                    source,
+                })?;
                 if r.table != name || r.family != family || r.set != set.name {
-                    set.elements.truncate(before);
+                    set.elements.truncate(before.0);
+                    set.counters.0.truncate(before.1);
                 }
                 Ok(())
             },

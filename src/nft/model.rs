@@ -717,6 +717,9 @@ pub mod set_flags {
     pub const EVAL: u32 = 0x20;
     pub const OBJECT: u32 = 0x40;
     pub const CONCAT: u32 = 0x80;
+    /// The set carries expressions its elements get (`NFTA_SET_EXPR`). nft does not send it
+    /// for a `counter` template and the kernel does not require it: the codec leaves it clear.
+    pub const EXPR: u32 = 0x100;
 }
 
 /// A named set or map with its elements.
@@ -735,6 +738,12 @@ pub struct Set {
     /// Elements in the kernel's form. For interval sets, each range is a start element plus an
     /// `INTERVAL_END` element at the first address after it.
     pub elements: Vec<Element>,
+    /// Every element gets its own packet and byte counter: the set's `counter` expression
+    /// template (`NFTA_SET_EXPR`). Part of the definition; the kernel cannot add it in place.
+    pub counter: bool,
+    /// The elements' counters as a dump read them (empty in a desired set). State, not
+    /// configuration: never part of a comparison.
+    pub counters: ElemCounters,
 }
 
 impl Set {
@@ -747,9 +756,44 @@ impl Set {
             data: self.data,
             size: self.size,
             elements: Vec::new(),
+            counter: self.counter,
+            counters: ElemCounters::default(),
         }
     }
 }
+
+/// One element's counter as a dump read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElemCounter {
+    /// The element's key bytes (as [`Element::key`]).
+    pub key: ElemKey,
+    /// The element's `NFT_SET_ELEM_*` flags (an interval set's start and end share a key).
+    pub flags: u32,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Counters of a set's elements, in dump order. Always equal to any other: counters are what
+/// the traffic did, not what was asked for, so two sets differing only in them are the same.
+#[derive(Clone, Debug, Default)]
+pub struct ElemCounters(pub Vec<ElemCounter>);
+
+impl ElemCounters {
+    /// The counter of the element with key `key` (not an interval end).
+    pub fn get(&self, key: &[u8]) -> Option<&ElemCounter> {
+        self.0
+            .iter()
+            .find(|c| c.key.as_slice() == key && c.flags & elem_flags::INTERVAL_END == 0)
+    }
+}
+
+impl PartialEq for ElemCounters {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ElemCounters {}
 
 /// `NFT_SET_ELEM_*` flags.
 pub mod elem_flags {

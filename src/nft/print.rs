@@ -422,6 +422,9 @@ pub fn table(t: &Table) -> String {
         if let Some(sz) = set.size {
             let _ = write!(s, " size {sz}");
         }
+        if set.counter {
+            s.push_str(" counter");
+        }
         let _ = writeln!(s, " ({} elements)", set.elements.len());
         for e in &set.elements {
             let _ = writeln!(s, "    {}", element(e));

@@ -968,6 +968,8 @@ mod tests {
 
     fn addr_set(name: &str, flags: u32, members: &[u8]) -> Set {
         Set {
+            counter: false,
+            counters: Default::default(),
             name: name.into(),
             key: vec![DataType::Ipv4Addr],
             flags,

@@ -214,6 +214,15 @@ pub fn put_set(w: &mut MsgWriter, table: &str, s: &Set, id: Option<u32>) {
         w.end_nest(n);
     }
     w.put(NFTA_SET_USERDATA, &set_udata(s));
+    if s.counter {
+        // As nft sends `counter` in a set declaration: one NFTA_SET_EXPR, an empty counter
+        // (no values), and no NFT_SET_EXPR flag.
+        let e = w.begin_nest(NFTA_SET_EXPR);
+        w.put_str(NFTA_EXPR_NAME, "counter");
+        let d = w.begin_nest(NFTA_EXPR_DATA);
+        w.end_nest(d);
+        w.end_nest(e);
+    }
 }
 
 /// Table + set name (DELSET).
@@ -360,6 +369,8 @@ pub struct ElemsMsg {
     pub set: String,
     pub set_id: Option<u32>,
     pub elements: Vec<Element>,
+    /// The elements' counters, for a set with the `counter` template (never compared).
+    pub counters: ElemCounters,
 }
 
 /// Any decoded nf_tables object message.
@@ -657,6 +668,7 @@ fn decode_set(family: Family, attrs: &[u8]) -> Result<SetMsg, CodecError> {
     let (mut flags, mut key_type, mut key_len) = (0, None, None);
     let (mut data_type, mut data_len, mut size) = (None, 0, None);
     let mut field_lens = Vec::new();
+    let mut counter = false;
     for a in Attrs::new(attrs) {
         let a = a?;
         match a.ty {
@@ -669,6 +681,12 @@ fn decode_set(family: Family, attrs: &[u8]) -> Result<SetMsg, CodecError> {
             NFTA_SET_DATA_LEN => data_len = a.be32(what)?,
             NFTA_SET_ID => id = Some(a.be32(what)?),
             NFTA_SET_HANDLE => handle = Some(a.be64(what)?),
+            NFTA_SET_EXPR => counter |= is_counter(a.data)?,
+            NFTA_SET_EXPRESSIONS => {
+                for e in a.nested() {
+                    counter |= is_counter(e?.data)?;
+                }
+            }
             NFTA_SET_DESC => {
                 for d in a.nested() {
                     let d = d?;
@@ -706,6 +724,9 @@ fn decode_set(family: Family, attrs: &[u8]) -> Result<SetMsg, CodecError> {
         // MAP is implied by `data` in the model.
         flags &= !set_flags::MAP;
     }
+    // The expression template is `counter` in the model; the flag, should a kernel report it,
+    // says nothing more.
+    flags &= !set_flags::EXPR;
     Ok(SetMsg {
         family,
         table: table.ok_or(CodecError::Missing {
@@ -722,21 +743,38 @@ fn decode_set(family: Family, attrs: &[u8]) -> Result<SetMsg, CodecError> {
             data,
             size,
             elements: Vec::new(),
+            counter,
+            counters: ElemCounters::default(),
         },
         id,
         handle,
     })
 }
 
+/// Whether one expression nest (`NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`) is a counter.
+fn is_counter(expr: &[u8]) -> Result<bool, CodecError> {
+    Ok(matches!(decode_expr(expr)?, Expr::Counter { .. }))
+}
+
+/// The packets and bytes of the counter among an element's expressions, if one is.
+fn elem_counter(expr: &[u8]) -> Result<Option<(u64, u64)>, CodecError> {
+    Ok(match decode_expr(expr)? {
+        Expr::Counter { packets, bytes } => Some((packets, bytes)),
+        _ => None,
+    })
+}
+
 fn decode_elems(family: Family, attrs: &[u8]) -> Result<ElemsMsg, CodecError> {
     let mut elements = Vec::new();
-    let r = decode_elems_attrs(family, attrs, &mut elements)?;
+    let mut counters = ElemCounters::default();
+    let r = decode_elems_attrs(family, attrs, &mut elements, &mut counters)?;
     Ok(ElemsMsg {
         family,
         table: r.table.to_owned(),
         set: r.set.to_owned(),
         set_id: r.set_id,
         elements,
+        counters,
     })
 }
 
@@ -750,20 +788,23 @@ pub struct ElemsRef<'a> {
     pub set_id: Option<u32>,
 }
 
-/// Decodes the payload of a NEWSETELEM message, appending its elements to `out` (a dump of a
-/// large set arrives in many messages: no intermediate vector per message).
+/// Decodes the payload of a NEWSETELEM message, appending its elements to `out` and the
+/// counters of those that carry one to `counters` (a dump of a large set arrives in many
+/// messages: no intermediate vector per message).
 pub fn decode_elems_into<'a>(
     payload: &'a [u8],
     out: &mut Vec<Element>,
+    counters: &mut ElemCounters,
 ) -> Result<ElemsRef<'a>, CodecError> {
     let (family, attrs) = split_nfgenmsg(payload)?;
-    decode_elems_attrs(family, attrs, out)
+    decode_elems_attrs(family, attrs, out, counters)
 }
 
 fn decode_elems_attrs<'a>(
     family: Family,
     attrs: &'a [u8],
     out: &mut Vec<Element>,
+    counters: &mut ElemCounters,
 ) -> Result<ElemsRef<'a>, CodecError> {
     let what = "set element";
     let (mut table, mut set, mut set_id) = (None, None, None);
@@ -776,7 +817,16 @@ fn decode_elems_attrs<'a>(
             NFTA_SET_ELEM_LIST_ELEMENTS => {
                 out.reserve(a.nested().count());
                 for e in a.nested() {
-                    out.push(decode_elem(e?.data)?);
+                    let (el, counter) = decode_elem(e?.data)?;
+                    if let Some((packets, bytes)) = counter {
+                        counters.0.push(ElemCounter {
+                            key: el.key.clone(),
+                            flags: el.flags,
+                            packets,
+                            bytes,
+                        });
+                    }
+                    out.push(el);
                 }
             }
             _ => {}
@@ -796,7 +846,8 @@ fn decode_elems_attrs<'a>(
     })
 }
 
-fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
+/// One element, and its counter's packets and bytes when it carries one.
+fn decode_elem(attrs: &[u8]) -> Result<(Element, Option<(u64, u64)>), CodecError> {
     let what = "set element";
     let mut el = Element {
         key: ElemKey::new(),
@@ -804,6 +855,7 @@ fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
         flags: 0,
         data: None,
     };
+    let mut counter = None;
     for x in Attrs::new(attrs) {
         let x = x?;
         match x.ty {
@@ -824,10 +876,16 @@ fn decode_elem(attrs: &[u8]) -> Result<Element, CodecError> {
                     }
                 }
             }
+            NFTA_SET_ELEM_EXPR => counter = counter.or(elem_counter(x.data)?),
+            NFTA_SET_ELEM_EXPRESSIONS => {
+                for e in x.nested() {
+                    counter = counter.or(elem_counter(e?.data)?);
+                }
+            }
             _ => {}
         }
     }
-    Ok(el)
+    Ok((el, counter))
 }
 
 /// The payload (nfgenmsg + attributes) of the NEW* message that creates `obj`: the inverse of
