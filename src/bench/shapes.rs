@@ -523,7 +523,8 @@ impl NftState {
             let _ = writeln!(s, "\tchain {name} {{ }}");
         }
         for (name, elems) in &self.maps {
-            let _ = write!(s, "\tmap {name} {{ type ifname : verdict;");
+            // Counted per element, as felix-nft's dispatch maps are.
+            let _ = write!(s, "\tmap {name} {{ type ifname : verdict; counter;");
             if !elems.is_empty() {
                 s.push_str(" elements = { ");
                 let items: Vec<String> = elems

@@ -1414,6 +1414,9 @@ pub fn set_text(set: &Set, _family: Family) -> String {
     if let Some(size) = set.size {
         let _ = writeln!(out, "\t\tsize {size}");
     }
+    if set.counter {
+        out.push_str("\t\tcounter\n");
+    }
     let elems = elements_text(set);
     if !elems.is_empty() {
         let _ = writeln!(out, "\t\telements = {{ {} }}", elems.join(",\n\t\t\t     "));

@@ -275,7 +275,8 @@ impl Renderer {
     }
 
     /// The workload dispatch maps (`ifname : verdict`, empty; elements come from
-    /// [`Renderer::workload_dispatch_elements`]) and the host-endpoint dispatch maps.
+    /// [`Renderer::workload_dispatch_elements`]) and the host-endpoint dispatch maps, each
+    /// element with its own packet and byte counter.
     pub fn dispatch_maps(&self) -> Vec<Set> {
         [
             Layer::Filter.chain(logical::FROM_WL_DISPATCH),
@@ -290,7 +291,13 @@ impl Renderer {
             Layer::Raw.chain(logical::TO_HOST_ENDPOINT),
         ]
         .iter()
-        .map(|n| build::new_set(n, vec![DataType::IfName], 0, Some(DataType::Verdict)))
+        .map(|n| {
+            // Endpoints with equal bodies share one chain, whose rule counters then add up
+            // their traffic: each interface's element counts its own packets and bytes.
+            let mut m = build::new_set(n, vec![DataType::IfName], 0, Some(DataType::Verdict));
+            m.counter = true;
+            m
+        })
         .collect()
     }
 

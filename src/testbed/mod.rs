@@ -87,13 +87,22 @@ pub enum TestbedError {
 /// chain names, say which chain an interface uses; tests read them this way from the `nft`
 /// oracle's output (each table's map: a later table's entry wins).
 pub fn dispatched_ingress_chains(ruleset: &str) -> std::collections::BTreeMap<String, String> {
-    const GOTO: &str = "\" : goto filter-cali-tw-";
+    // An element reads `"cali1a" : goto filter-cali-tw-…`, or with its counter
+    // `"cali1a" counter packets 3 bytes 252 : goto filter-cali-tw-…`.
+    const GOTO: &str = " : goto filter-cali-tw-";
     let mut out = std::collections::BTreeMap::new();
     let mut rest = ruleset;
     while let Some(at) = rest.find(GOTO) {
-        let iface_start = rest[..at].rfind('"').map_or(0, |q| q + 1);
-        let iface = &rest[iface_start..at];
         let chain_start = at + GOTO.len() - "filter-cali-tw-".len();
+        let before = &rest[..at];
+        let close = before.rfind('"').unwrap_or(0);
+        let between = &before[(close + 1).min(before.len())..];
+        if !(between.is_empty() || between.starts_with(" counter packets ")) {
+            rest = &rest[chain_start..];
+            continue;
+        }
+        let iface_start = before[..close].rfind('"').map_or(0, |q| q + 1);
+        let iface = &before[iface_start..close];
         let chain: String = rest[chain_start..]
             .chars()
             .take_while(|c| !matches!(c, ',' | '}') && !c.is_whitespace())
@@ -111,7 +120,9 @@ mod tests {
         let text = r#"
 	map filter-cali-to-wl-dispatch {
 		type ifname : verdict
-		elements = { "cali1a" : goto filter-cali-tw-s.AbC, "cali2b" : goto filter-cali-tw-s.AbC,
+		counter
+		elements = { "cali1a" counter packets 3 bytes 252 : goto filter-cali-tw-s.AbC,
+			     "cali2b" counter packets 0 bytes 0 : goto filter-cali-tw-s.AbC,
 			     "cali3c" : goto filter-cali-tw-cali3c }
 	}
 	map filter-cali-from-wl-dispatch {
@@ -121,5 +132,6 @@ mod tests {
         assert_eq!(m.len(), 3, "{m:?}");
         assert_eq!(m["cali1a"], "filter-cali-tw-s.AbC");
         assert_eq!(m["cali3c"], "filter-cali-tw-cali3c");
+        assert_eq!(m["cali2b"], "filter-cali-tw-s.AbC");
     }
 }
