@@ -927,6 +927,123 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
     assert!(status.success(), "felix-nft exited with {status}:\n{log}");
 }
 
+/// `felix-nft dump --json` of the topology's host namespace, as an operator runs it.
+fn dump_json(host_ns: &str) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["dump", "--json", "--netns", host_ns])
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .output()
+        .expect("running felix-nft dump");
+    assert!(
+        out.status.success(),
+        "felix-nft dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("dump JSON")
+}
+
+/// What `iface`'s IPv4 dispatch elements counted, (to, from) as (packets, bytes), with the
+/// ingress chain it is dispatched to: from whichever IPv4 table holds its elements.
+fn endpoint_traffic(dump: &serde_json::Value, iface: &str) -> Option<(String, [(u64, u64); 2])> {
+    let count = |v: &serde_json::Value| Some((v["packets"].as_u64()?, v["bytes"].as_u64()?));
+    dump["tables"].as_array()?.iter().find_map(|t| {
+        let e = t["endpoints"].get(iface).filter(|_| t["family"] == "ip")?;
+        Some((
+            e["to"].as_str()?.to_string(),
+            [count(&e["to_traffic"])?, count(&e["from_traffic"])?],
+        ))
+    })
+}
+
+/// Endpoints on one shared ingress chain still show their own traffic: each interface's
+/// dispatch elements count its packets and bytes, and `felix-nft dump` reports them per
+/// interface (the shared chain's rule counters add up both).
+#[test]
+fn endpoints_sharing_a_chain_count_their_own_traffic() {
+    require_root();
+    let topo = three("fnt-e2e-count");
+    let (a, b, c) = (
+        topo.workload("a").unwrap(),
+        topo.workload("b").unwrap(),
+        topo.workload("c").unwrap(),
+    );
+    let host_ns = topo.host_netns_name();
+    let mut agent = Agent::start(&topo, AgentOptions::default());
+    let web_only = || json!([tier("default", &["web"], &[], "Deny")]);
+    agent.send_all(&[
+        allow_all_profile(),
+        policy(
+            "default",
+            "web",
+            json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])}]),
+            json!([]),
+        ),
+        wep(a, &["allow-all"], json!([])),
+        wep(b, &["allow-all"], web_only()),
+        wep(c, &["allow-all"], web_only()),
+        in_sync(),
+    ]);
+    let mut before = None;
+    eventually(
+        "b and c dispatched to one shared chain, a dispatched",
+        || {
+            let d = dump_json(host_ns);
+            let (tb, b0) = endpoint_traffic(&d, &b.host_ifname).ok_or("b not dispatched")?;
+            let (tc, c0) = endpoint_traffic(&d, &c.host_ifname).ok_or("c not dispatched")?;
+            let (_, a0) = endpoint_traffic(&d, &a.host_ifname).ok_or("a not dispatched")?;
+            if tb != tc || !tb.starts_with("filter-cali-tw-s.") {
+                return Err(format!("b on {tb}, c on {tc}"));
+            }
+            before = Some((a0, b0, c0));
+            Ok(())
+        },
+    );
+    let (a0, b0, c0) = before.unwrap();
+
+    // From a: 3 UDP datagrams to b, 5 to c, 100 bytes of payload each (128 bytes of IPv4). The
+    // shared chain drops them (only TCP WEB is allowed); the dispatch elements count them first.
+    let (nb, nc, len) = (3u64, 5u64, 128u64);
+    a.ns()
+        .run(|| {
+            let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            for (dst, n) in [(v4(b).1, nb), (v4(c).1, nc)] {
+                for _ in 0..n {
+                    sock.send_to(&[0u8; 100], (dst, DNS)).unwrap();
+                }
+            }
+        })
+        .unwrap();
+    let grown = |(p, by): (u64, u64), (p0, by0): (u64, u64)| (p - p0, by - by0);
+    eventually("each interface counted its own traffic", || {
+        let d = dump_json(host_ns);
+        let (_, [b_to, _]) = endpoint_traffic(&d, &b.host_ifname).ok_or("b gone")?;
+        let (_, [c_to, _]) = endpoint_traffic(&d, &c.host_ifname).ok_or("c gone")?;
+        let (_, [_, a_from]) = endpoint_traffic(&d, &a.host_ifname).ok_or("a gone")?;
+        let got = (grown(b_to, b0[0]), grown(c_to, c0[0]), grown(a_from, a0[1]));
+        let want = ((nb, nb * len), (nc, nc * len), (nb + nc, (nb + nc) * len));
+        (got == want).then_some(()).ok_or(format!(
+            "(b to, c to, a from) grew by {got:?}, want {want:?}"
+        ))
+    });
+
+    // The text form shows the same per interface.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["dump", "--netns", host_ns])
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .output()
+        .expect("running felix-nft dump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("endpoint {} (ip ", c.host_ifname)))
+        .unwrap_or_else(|| panic!("no endpoint line for c:\n{text}"));
+    let want = format!("({} packets, {} bytes)", c0[0].0 + nc, c0[0].1 + nc * len);
+    assert!(line.contains(&want), "{line} lacks {want}");
+
+    let (status, log) = agent.stop();
+    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+}
+
 /// Dual-stack workloads: IPv6 flows allowed and denied by the same policies (ip6 table).
 #[test]
 fn ipv6_dual_stack_workloads() {

@@ -558,7 +558,7 @@ fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
     .ok();
     let programmed = ns.kernel_state();
     assert!(
-        programmed.contains("\"cali1a\" : goto filter-cali-tw-"),
+        programmed.contains("\"cali1a\" counter : goto filter-cali-tw-"),
         "{programmed}"
     );
 
@@ -630,7 +630,7 @@ fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
     .ok();
     assert!(!ns
         .kernel_state()
-        .contains("\"cali1a\" : goto filter-cali-tw-"));
+        .contains("\"cali1a\" counter : goto filter-cali-tw-"));
 }
 
 #[test]

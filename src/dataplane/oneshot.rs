@@ -967,15 +967,22 @@ impl Snapshot {
             );
         }
         for t in &self.tables {
-            // Endpoint chains are shared by content: say which one each interface uses.
-            for (iface, (to, from)) in crate::rules::Renderer::dispatched_workloads(t) {
+            // Endpoint chains are shared by content: say which one each interface uses, and
+            // what its own dispatch elements counted (the chains' counters add up all users').
+            for (iface, d) in crate::rules::Renderer::dispatched_workloads(t) {
+                let traffic = |t: Option<crate::rules::Traffic>| {
+                    t.map(|t| format!(" ({} packets, {} bytes)", t.packets, t.bytes))
+                        .unwrap_or_default()
+                };
                 let _ = writeln!(
                     s,
-                    "endpoint {iface} ({} {}): to {} from {}",
+                    "endpoint {iface} ({} {}): to {}{} from {}{}",
                     t.family.name(),
                     t.name,
-                    to.unwrap_or("-"),
-                    from.unwrap_or("-")
+                    d.to.unwrap_or("-"),
+                    traffic(d.to_traffic),
+                    d.from.unwrap_or("-"),
+                    traffic(d.from_traffic),
                 );
             }
         }
@@ -1032,8 +1039,14 @@ impl Snapshot {
                     "set_elements": sets,
                     "endpoints": crate::rules::Renderer::dispatched_workloads(t)
                         .into_iter()
-                        .map(|(iface, (to, from))| {
-                            (iface, serde_json::json!({"to": to, "from": from}))
+                        .map(|(iface, d)| {
+                            let v = serde_json::json!({
+                                "to": d.to,
+                                "from": d.from,
+                                "to_traffic": d.to_traffic,
+                                "from_traffic": d.from_traffic,
+                            });
+                            (iface, v)
                         })
                         .collect::<serde_json::Map<String, serde_json::Value>>(),
                 })

@@ -61,18 +61,41 @@ pub struct EndpointChainSpec<'a> {
 }
 
 /// The (interface key, chain) pairs of a workload dispatch map of `table`.
-fn dispatch_targets(
-    table: &crate::nft::model::Table,
-    to: bool,
-) -> impl Iterator<Item = (&crate::nft::model::ElemKey, &str)> {
+/// Where a workload interface is dispatched in a table, and what its dispatch elements counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dispatched<'t> {
+    /// Its `tw` chain (traffic to the workload).
+    pub to: Option<&'t str>,
+    /// Its `fw` chain (traffic from the workload).
+    pub from: Option<&'t str>,
+    /// What its `filter-cali-to-wl-dispatch` element counted (none without per-element counters).
+    pub to_traffic: Option<Traffic>,
+    /// What its `filter-cali-from-wl-dispatch` element counted.
+    pub from_traffic: Option<Traffic>,
+}
+
+/// Packets and bytes a dispatch-map element counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Traffic {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// The workload dispatch map of one direction (`to`: traffic to the workloads).
+fn dispatch_map(table: &crate::nft::model::Table, to: bool) -> Option<&crate::nft::model::Set> {
     let map = Layer::Filter.chain(if to {
         logical::TO_WL_DISPATCH
     } else {
         logical::FROM_WL_DISPATCH
     });
-    table
-        .sets
-        .get(&map)
+    table.sets.get(&map)
+}
+
+fn dispatch_targets(
+    table: &crate::nft::model::Table,
+    to: bool,
+) -> impl Iterator<Item = (&crate::nft::model::ElemKey, &str)> {
+    dispatch_map(table, to)
         .into_iter()
         .flat_map(|s| &s.elements)
         .filter_map(|e| match e.data.as_deref() {
@@ -483,20 +506,34 @@ impl Renderer {
             .map(|(_, c)| c)
     }
 
-    /// Every workload interface dispatched in `table`, with its (`tw`, `fw`) chains.
+    /// Every workload interface dispatched in `table`: its `tw` and `fw` chains, and what its
+    /// dispatch elements counted (the chains may be shared; the elements are its own).
     pub fn dispatched_workloads(
         table: &crate::nft::model::Table,
-    ) -> std::collections::BTreeMap<String, (Option<&str>, Option<&str>)> {
-        let mut out = std::collections::BTreeMap::<String, (Option<&str>, Option<&str>)>::new();
+    ) -> std::collections::BTreeMap<String, Dispatched<'_>> {
+        let mut out = std::collections::BTreeMap::<String, Dispatched<'_>>::new();
         for to in [true, false] {
+            let counters: std::collections::HashMap<&[u8], Traffic> = dispatch_map(table, to)
+                .into_iter()
+                .flat_map(|s| &s.counters.0)
+                .filter(|c| c.flags == 0)
+                .map(|c| {
+                    let t = Traffic {
+                        packets: c.packets,
+                        bytes: c.bytes,
+                    };
+                    (c.key.as_slice(), t)
+                })
+                .collect();
             for (key, chain) in dispatch_targets(table, to) {
                 let end = key.iter().position(|&b| b == 0).unwrap_or(key.len());
                 let iface = String::from_utf8_lossy(&key[..end]).into_owned();
                 let e = out.entry(iface).or_default();
+                let counted = counters.get(key.as_slice()).copied();
                 if to {
-                    e.0 = Some(chain);
+                    (e.to, e.to_traffic) = (Some(chain), counted);
                 } else {
-                    e.1 = Some(chain);
+                    (e.from, e.from_traffic) = (Some(chain), counted);
                 }
             }
         }

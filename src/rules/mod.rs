@@ -63,7 +63,7 @@ pub use config::{
     AllowAction, DenyAction, EndpointToHostAction, NatOutgoingExclusions, ProtoPort, RateLimit,
     RulesConfig, ServiceLoopPrevention,
 };
-pub use endpoint::{EndpointChainSpec, EndpointKind};
+pub use endpoint::{Dispatched, EndpointChainSpec, EndpointKind, Traffic};
 pub use marks::MarkBits;
 pub use names::{Direction, Dirs, Layer};
 pub use policy::PolicyChains;

@@ -177,12 +177,15 @@ impl Renderer {
             })
             .collect();
         let map = |n: &str| {
-            build::new_set(
+            let mut m = build::new_set(
                 &Layer::Filter.chain(n),
                 vec![DataType::IfName],
                 0,
                 Some(DataType::Verdict),
-            )
+            );
+            // Counted per element, as main's dispatch maps.
+            m.counter = true;
+            m
         };
         let (mut from, mut to) = (map(logical::FROM_WL_DISPATCH), map(logical::TO_WL_DISPATCH));
         for (f, t) in wl_elements {

@@ -88,7 +88,8 @@ pub enum TestbedError {
 /// oracle's output (each table's map: a later table's entry wins).
 pub fn dispatched_ingress_chains(ruleset: &str) -> std::collections::BTreeMap<String, String> {
     // An element reads `"cali1a" : goto filter-cali-tw-…`, or with its counter
-    // `"cali1a" counter packets 3 bytes 252 : goto filter-cali-tw-…`.
+    // `"cali1a" counter packets 3 bytes 252 : goto filter-cali-tw-…` (`"cali1a" counter : …`
+    // from `nft -s`).
     const GOTO: &str = " : goto filter-cali-tw-";
     let mut out = std::collections::BTreeMap::new();
     let mut rest = ruleset;
@@ -97,7 +98,10 @@ pub fn dispatched_ingress_chains(ruleset: &str) -> std::collections::BTreeMap<St
         let before = &rest[..at];
         let close = before.rfind('"').unwrap_or(0);
         let between = &before[(close + 1).min(before.len())..];
-        if !(between.is_empty() || between.starts_with(" counter packets ")) {
+        if !(between.is_empty()
+            || between == " counter"
+            || between.starts_with(" counter packets "))
+        {
             rest = &rest[chain_start..];
             continue;
         }
@@ -122,7 +126,7 @@ mod tests {
 		type ifname : verdict
 		counter
 		elements = { "cali1a" counter packets 3 bytes 252 : goto filter-cali-tw-s.AbC,
-			     "cali2b" counter packets 0 bytes 0 : goto filter-cali-tw-s.AbC,
+			     "cali2b" counter : goto filter-cali-tw-s.AbC,
 			     "cali3c" : goto filter-cali-tw-cali3c }
 	}
 	map filter-cali-from-wl-dispatch {
