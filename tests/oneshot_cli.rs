@@ -736,3 +736,67 @@ fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
     let second = felix_nft(&args, &[]).ok();
     assert_eq!(second.table_ops(), 0, "{}", second.stdout);
 }
+
+/// Tables an earlier version programmed, whose dispatch maps had no per-element counters: the
+/// next apply rebuilds each such table in one batch (a set's expressions cannot change in
+/// place) and the one after finds nothing to do.
+#[test]
+fn apply_converges_over_dispatch_maps_without_counters() {
+    use felix_nft::netns::NetNs;
+    use felix_nft::nft::model::Family;
+    use felix_nft::nft::reconcile::{sync, Nft, NftKernel, Ownership, SyncOptions};
+
+    let ns = Ns::new("uncounted");
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    let good = state_file("uncounted", GOOD);
+    let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
+    felix_nft(&args, &[]).ok();
+    assert!(ns.ruleset().contains("\"cali1a\" counter packets "));
+
+    // The same tables with every set's counter template dropped, as the earlier version had them.
+    let handle = NetNs::open(ns.name()).unwrap();
+    handle
+        .run(|| {
+            let mut nft = Nft::open().unwrap();
+            let mut old = Vec::new();
+            for (family, name) in [
+                (Family::Ip, "calico"),
+                (Family::Ip, "calico-side"),
+                (Family::Ip6, "calico"),
+                (Family::Ip6, "calico-side"),
+            ] {
+                if let Some(mut st) = nft.read_table(family, name).unwrap() {
+                    for s in st.table.sets.values_mut() {
+                        s.counter = false;
+                    }
+                    // Desired rules carry no kernel handle (one would make them replacements).
+                    for c in st.table.chains.values_mut() {
+                        for r in &mut c.rules {
+                            r.handle = None;
+                        }
+                    }
+                    old.push(st.table);
+                }
+            }
+            assert!(!old.is_empty());
+            let opts = SyncOptions {
+                ownership: Ownership::Off,
+                ..SyncOptions::default()
+            };
+            sync(&mut nft, &old, &opts).unwrap();
+        })
+        .unwrap();
+    let before = ns.ruleset();
+    assert!(
+        before.contains("\"cali1a\" : goto filter-cali-tw-"),
+        "{before}"
+    );
+    assert!(!before.contains("counter packets 0 bytes 0 :"), "{before}");
+
+    let upgrade = felix_nft(&args, &[]).ok();
+    assert!(upgrade.table_ops() > 100, "rebuilt: {}", upgrade.stdout);
+    assert!(ns.ruleset().contains("\"cali1a\" counter packets "));
+    let again = felix_nft(&args, &[]).ok();
+    assert_eq!(again.table_ops(), 0, "{}", again.stdout);
+}
