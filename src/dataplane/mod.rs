@@ -1119,131 +1119,14 @@ impl Dataplane {
                 .collect(),
         };
         for (iface, (id, wep)) in &weps {
-            let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
-            d.iface_conf.insert(
-                iface.to_string(),
-                IfaceConf {
-                    rp_filter: if spoofing { 0 } else { self.default_rp_filter },
-                    ipv6: self.cfg.ipv6,
-                },
-            );
-            if wep.state != "active" || self.cfg.route_sync_disabled {
-                continue;
-            }
-            if wep.live_migration_role == LiveMigrationRole::Target as i32 {
-                continue;
-            }
-            let mut routes = Vec::new();
-            let mut neigh = Vec::new();
-            let mac = validate::parse_mac(&wep.mac);
-            let floating = self.cfg.rules.floating_ips_enabled || id.orchestrator_id == "openstack";
-            let nat_ext = wep
-                .ipv4_nat
-                .iter()
-                .chain(&wep.ipv6_nat)
-                .filter(|_| floating)
-                .map(|n| n.ext_ip.as_str());
-            for net in wep
-                .ipv4_nets
-                .iter()
-                .chain(&wep.ipv6_nets)
-                .map(String::as_str)
-                .chain(nat_ext)
-            {
-                let Some(net) = parse_host_net(net) else {
-                    continue;
-                };
-                let v6 = net.addr().is_ipv6();
-                if v6 && !self.cfg.ipv6 {
-                    continue;
-                }
-                let mut r = RouteSpec::device(
-                    net,
-                    iface.to_string(),
-                    self.cfg.route_protocol,
-                    if v6 {
-                        self.cfg.route_metric_v6
-                    } else {
-                        self.cfg.route_metric_v4
-                    },
-                );
-                r.src = if v6 {
-                    self.cfg.route_src_v6
-                } else {
-                    self.cfg.route_src_v4
-                };
-                routes.push(r);
-                if let (false, Some(mac)) = (v6, mac) {
-                    if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
-                        neigh.push((net.addr(), mac));
-                    }
-                }
-            }
-            if !routes.is_empty() {
-                d.routes.insert(iface.to_string(), routes);
-            }
-            if !neigh.is_empty() {
-                d.neighbours.insert(iface.to_string(), neigh);
-            }
+            self.desired_workload(iface, id, wep, &mut d);
         }
         if !self.cfg.route_sync_disabled && scope.is_none() {
-            let blackholes: Vec<RouteSpec> = self
-                .routes
-                .values()
-                .filter(|r| r.types & (RouteType::LocalWorkload as i32) != 0 && !r.local_workload)
-                .filter_map(|r| {
-                    let net = r.dst.parse::<IpNet>().ok()?;
-                    let v6 = net.addr().is_ipv6();
-                    (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
-                        RouteSpec::blackhole(
-                            net.trunc(),
-                            if self.cfg.route_protocol == RTPROT_BOOT {
-                                RTPROT_FELIX
-                            } else {
-                                self.cfg.route_protocol
-                            },
-                            if v6 {
-                                self.cfg.route_metric_v6
-                            } else {
-                                self.cfg.route_metric_v4
-                            },
-                        )
-                    })
-                })
-                .collect();
+            let blackholes = self.blackholes();
             if !blackholes.is_empty() {
                 d.routes.insert("blackhole".into(), blackholes);
             }
-            let o = self.overlay.desired(
-                &self.model.pools,
-                &self.model.vteps,
-                &self.model.hosts,
-                &self.routes,
-                &self.ifaces,
-                |n| self.cfg.is_workload_iface(n),
-                self.overlay_route_params(),
-            );
-            if !o.noencap_routes.is_empty() {
-                d.routes
-                    .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
-            }
-            for dev in o.devices {
-                for r in dev.tunnel_routes.into_iter().chain(dev.same_subnet_routes) {
-                    d.routes
-                        .entry(overlay::block_group(&r.dst))
-                        .or_default()
-                        .push(r);
-                }
-                if !dev.neighbours.is_empty() {
-                    d.neighbours.insert(dev.name.into(), dev.neighbours);
-                }
-                d.vxlan.push(crate::rtnl::vxlan::VxlanWanted {
-                    name: dev.name.into(),
-                    spec: dev.spec,
-                    fdb: crate::rtnl::vxlan::Entries::All(dev.fdb),
-                    neighbour_changes: Vec::new(),
-                });
-            }
+            self.desired_overlay(&mut d);
         } else if !self.cfg.route_sync_disabled
             && !self.dirty.overlay
             && !self.dirty.overlay_keys.is_empty()
@@ -1264,6 +1147,143 @@ impl Dataplane {
             d.vxlan = delta.devices;
         }
         d
+    }
+
+    /// One workload interface's configuration, routes and permanent neighbours.
+    fn desired_workload(
+        &self,
+        iface: &str,
+        id: &WorkloadEndpointId,
+        wep: &WorkloadEndpoint,
+        d: &mut Desired,
+    ) {
+        let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
+        d.iface_conf.insert(
+            iface.to_string(),
+            IfaceConf {
+                rp_filter: if spoofing { 0 } else { self.default_rp_filter },
+                ipv6: self.cfg.ipv6,
+            },
+        );
+        if wep.state != "active" || self.cfg.route_sync_disabled {
+            return;
+        }
+        if wep.live_migration_role == LiveMigrationRole::Target as i32 {
+            return;
+        }
+        let mut routes = Vec::new();
+        let mut neigh = Vec::new();
+        let mac = validate::parse_mac(&wep.mac);
+        let floating = self.cfg.rules.floating_ips_enabled || id.orchestrator_id == "openstack";
+        let nat_ext = wep
+            .ipv4_nat
+            .iter()
+            .chain(&wep.ipv6_nat)
+            .filter(|_| floating)
+            .map(|n| n.ext_ip.as_str());
+        for net in wep
+            .ipv4_nets
+            .iter()
+            .chain(&wep.ipv6_nets)
+            .map(String::as_str)
+            .chain(nat_ext)
+        {
+            let Some(net) = parse_host_net(net) else {
+                continue;
+            };
+            let v6 = net.addr().is_ipv6();
+            if v6 && !self.cfg.ipv6 {
+                continue;
+            }
+            let mut r = RouteSpec::device(
+                net,
+                iface.to_string(),
+                self.cfg.route_protocol,
+                if v6 {
+                    self.cfg.route_metric_v6
+                } else {
+                    self.cfg.route_metric_v4
+                },
+            );
+            r.src = if v6 {
+                self.cfg.route_src_v6
+            } else {
+                self.cfg.route_src_v4
+            };
+            routes.push(r);
+            if let (false, Some(mac)) = (v6, mac) {
+                if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
+                    neigh.push((net.addr(), mac));
+                }
+            }
+        }
+        if !routes.is_empty() {
+            d.routes.insert(iface.to_string(), routes);
+        }
+        if !neigh.is_empty() {
+            d.neighbours.insert(iface.to_string(), neigh);
+        }
+    }
+
+    /// Blackhole routes for this node's own blocks (never a single address).
+    fn blackholes(&self) -> Vec<RouteSpec> {
+        self.routes
+            .values()
+            .filter(|r| r.types & (RouteType::LocalWorkload as i32) != 0 && !r.local_workload)
+            .filter_map(|r| {
+                let net = r.dst.parse::<IpNet>().ok()?;
+                let v6 = net.addr().is_ipv6();
+                (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
+                    RouteSpec::blackhole(
+                        net.trunc(),
+                        if self.cfg.route_protocol == RTPROT_BOOT {
+                            RTPROT_FELIX
+                        } else {
+                            self.cfg.route_protocol
+                        },
+                        if v6 {
+                            self.cfg.route_metric_v6
+                        } else {
+                            self.cfg.route_metric_v4
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The whole overlay: VXLAN devices with every FDB entry, neighbours and route groups.
+    fn desired_overlay(&self, d: &mut Desired) {
+        let o = self.overlay.desired(
+            &self.model.pools,
+            &self.model.vteps,
+            &self.model.hosts,
+            &self.routes,
+            &self.ifaces,
+            |n| self.cfg.is_workload_iface(n),
+            self.overlay_route_params(),
+        );
+        if !o.noencap_routes.is_empty() {
+            d.routes
+                .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
+        }
+        for dev in o.devices {
+            for r in dev.tunnel_routes.into_iter().chain(dev.same_subnet_routes) {
+                d.routes
+                    .entry(overlay::block_group(&r.dst))
+                    .or_default()
+                    .push(r);
+            }
+            if !dev.neighbours.is_empty() {
+                d.neighbours.insert(dev.name.into(), dev.neighbours);
+            }
+            d.vxlan.push(crate::rtnl::vxlan::VxlanWanted {
+                name: dev.name.into(),
+                spec: dev.spec,
+                fdb: crate::rtnl::vxlan::Entries::All(dev.fdb),
+                neighbour_changes: Vec::new(),
+            });
+        }
     }
 
     fn overlay_route_params(&self) -> overlay::RouteParams {
