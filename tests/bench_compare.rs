@@ -11,18 +11,32 @@ use std::process::Command;
 
 use felix_nft::bench::{self, workload::Scale, Options};
 
-/// The tests compare the namespaces present before and after: one at a time.
+/// The benchmarks run one at a time (each is timed).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn bench_namespaces() -> Vec<String> {
+/// The namespaces a benchmark process `pid` made and left (its names carry its process id, so
+/// a benchmark running beside the tests is not counted).
+fn left_by(pid: u32) -> Vec<String> {
+    let prefix = format!("fnft-bench-{pid}-");
     std::fs::read_dir("/run/netns")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("fnft-bench"))
+                .filter(|n| n.starts_with(&prefix))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Runs `c` to the end; its output and process id.
+fn run(c: &mut Command) -> (std::process::Output, u32) {
+    let child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
 }
 
 fn installed(bin: &str) -> bool {
@@ -35,7 +49,6 @@ fn installed(bin: &str) -> bool {
 fn small_scale_runs_every_backend_and_they_agree() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let before = bench_namespaces();
     let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     c.args([
         "bench", "compare", "--scale", "small", "--reps", "1", "--inc", "1", "--out",
@@ -44,7 +57,7 @@ fn small_scale_runs_every_backend_and_they_agree() {
     // The benchmark makes named namespaces of its own; the process itself starts in a private
     // one too, so not even a bug could reach the host's firewall.
     common::isolate_netns(&mut c);
-    let o = c.output().unwrap();
+    let (o, pid) = run(&mut c);
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -100,18 +113,14 @@ fn small_scale_runs_every_backend_and_they_agree() {
     let svg = std::fs::read_to_string(out.path().join("bench-small.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("felix-nft") && svg.contains("add_ep"));
     // Every namespace the run made is gone.
-    let after = bench_namespaces();
-    assert!(
-        after.iter().all(|n| before.contains(n)),
-        "left behind: {after:?}"
-    );
+    let left = left_by(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
 fn a_failing_backend_leaves_no_namespace_behind() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let before = bench_namespaces();
     let mut opts = Options::for_scale("4,2,1,2,2,1".parse::<Scale>().unwrap(), out.path().into());
     opts.reps = 1;
     opts.inc = 1;
@@ -119,18 +128,14 @@ fn a_failing_backend_leaves_no_namespace_behind() {
     opts.only = Some(vec!["felix-nft-proc".into()]);
     let err = bench::compare(&opts).unwrap_err();
     assert!(err.to_string().contains("/bin/false"), "{err}");
-    let after = bench_namespaces();
-    assert!(
-        after.iter().all(|n| before.contains(n)),
-        "left behind: {after:?}"
-    );
+    let left = left_by(std::process::id());
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
 fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let before = bench_namespaces();
     let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     c.args([
         "bench",
@@ -145,7 +150,7 @@ fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
     ])
     .arg(out.path());
     common::isolate_netns(&mut c);
-    let o = c.output().unwrap();
+    let (o, pid) = run(&mut c);
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -202,9 +207,6 @@ fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
         assert!((1..=4).contains(&w), "{op} wrote {w}: {req}");
     }
     assert_eq!(json["baseline_lines"]["full"], 3 * 20 + 4);
-    let after = bench_namespaces();
-    assert!(
-        after.iter().all(|n| before.contains(n)),
-        "left behind: {after:?}"
-    );
+    let left = left_by(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

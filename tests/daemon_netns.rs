@@ -409,6 +409,53 @@ fn spawn_stdin_with(host: &Ns, stdout: Stdio, env: &[(&str, &str)]) -> (Child, C
     (child, stdin)
 }
 
+/// A `felix-nft run --keep-running` daemon, killed if the test fails before it is stopped
+/// (it does not end with its input).
+struct Daemon(Option<Child>);
+
+impl Daemon {
+    /// SIGTERM, then its output once it exited.
+    fn terminate(mut self) -> Output {
+        let child = self.0.take().expect("the daemon runs");
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        wait_output(child, Duration::from_secs(20))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `felix-nft run --source stdin --keep-running` in `host` with more `FELIX_*`
+/// environment.
+fn spawn_keep_running(host: &Ns, env: &[(&str, &str)]) -> (Daemon, ChildStdin) {
+    let mut child = felix_nft(host)
+        .envs(env.iter().copied())
+        .args([
+            "run",
+            "--source",
+            "stdin",
+            "--keep-running",
+            "--netns",
+            &host.0,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning felix-nft");
+    let stdin = child.stdin.take().expect("stdin");
+    (Daemon(Some(child)), stdin)
+}
+
 /// Sends the allow-all profile, `w`'s endpoint and InSync; waits until `w`'s chain is
 /// programmed and returns its name.
 fn program_allow_all(h: &Ns, stdin: &mut ChildStdin, w: &Workload) -> String {
@@ -553,21 +600,7 @@ fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
     // stopping never removes policy (§22.1).
     let h = host();
     let w1 = workload(&h, 1);
-    let mut child = felix_nft(&h)
-        .args([
-            "run",
-            "--source",
-            "stdin",
-            "--keep-running",
-            "--netns",
-            &h.0,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (daemon, mut stdin) = spawn_keep_running(&h, &[]);
     for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
         writeln!(stdin, "{l}").unwrap();
     }
@@ -586,11 +619,7 @@ fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
         h.ip(&["route"]),
         h.ip(&["neigh", "show", "nud", "permanent"]),
     );
-    // SAFETY: signalling our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let out = wait_output(child, Duration::from_secs(20));
+    let out = daemon.terminate();
     assert!(
         out.status.success(),
         "{}",
@@ -612,26 +641,16 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
     for owner in [true, false] {
         let h = host();
         let w1 = workload(&h, 1);
-        let mut child = felix_nft(&h)
-            .env(
-                "FELIX_NFTABLESTABLEOWNER",
-                if owner { "true" } else { "false" },
-            )
-            .env("FELIX_NFTABLESREFRESHINTERVAL", "1")
-            .args([
-                "run",
-                "--source",
-                "stdin",
-                "--keep-running",
-                "--netns",
-                &h.0,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning felix-nft");
-        let mut stdin = child.stdin.take().expect("stdin");
+        let (daemon, mut stdin) = spawn_keep_running(
+            &h,
+            &[
+                (
+                    "FELIX_NFTABLESTABLEOWNER",
+                    if owner { "true" } else { "false" },
+                ),
+                ("FELIX_NFTABLESREFRESHINTERVAL", "1"),
+            ],
+        );
         for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
             writeln!(stdin, "{l}").unwrap();
         }
@@ -669,11 +688,7 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        // SAFETY: signalling our own child.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let out = wait_output(child, Duration::from_secs(20));
+        let out = daemon.terminate();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         if !owner {

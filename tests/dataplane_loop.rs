@@ -69,6 +69,7 @@ async fn one_apply_runs_the_phases_in_the_fixed_order() {
             Call::Overlay {
                 device: false,
                 fdb: 0,
+                neighbour_changes: 0,
                 resync: true
             },
             Call::Routes {

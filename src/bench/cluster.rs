@@ -603,14 +603,6 @@ async fn felix_rep(
             .await;
             r?;
             let req = requests(&d.kernel).since(before);
-            // What the apply spent computing the desired routes, neighbours and FDB from the
-            // whole model (it does so on any overlay change): the same call again, same state.
-            let t0 = Instant::now();
-            std::hint::black_box(d.dp.desired_host_in(None));
-            let s = Sample {
-                render_ms: Some(t0.elapsed().as_secs_f64() * 1e3),
-                ..s
-            };
             out.samples.push((st.op, s, req));
             settle(&mut d, &mut mon).await?;
         }
@@ -812,19 +804,6 @@ impl ClusterReport {
                 "\nip-batch median ÷ felix-nft median (× faster): {}",
                 r.join(", ")
             );
-        }
-        if let Some(ops) = self.results.get("felix-nft") {
-            let parts: Vec<String> = ROWS
-                .iter()
-                .filter_map(|o| Some(format!("{o} {}", fmt_ms(ops.get(*o)?.render_median_ms?))))
-                .collect();
-            if !parts.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "\nfelix-nft, median ms of computing the desired routes, neighbours and FDB from the whole model, as each update's apply does (measured again after it, same state): {}",
-                    parts.join(", ")
-                );
-            }
         }
         if let Some(e) = self.echo_median_ms {
             let _ = writeln!(

@@ -293,9 +293,17 @@ impl<K: Kernel> Driver<K> {
 
     /// One apply, all phases. `Err` only for the fatal cases; phase failures are retried.
     pub async fn apply(&mut self) -> Result<(), DriverError> {
+        use tracing::Instrument;
+        self.apply_phases()
+            .instrument(tracing::info_span!("apply"))
+            .await
+    }
+
+    /// The phases in the kernel's order (§10.3): globals (first apply), nf_tables, then the
+    /// host: VXLAN devices and their FDB, routes, neighbours, interface sysctls; conntrack
+    /// cleanup in the background; then the outcome and status.
+    async fn apply_phases(&mut self) -> Result<(), DriverError> {
         let t0 = Instant::now();
-        let span = tracing::info_span!("apply");
-        let _enter = span.enter();
         // The previous apply's conntrack cleanup ends first: an address that went away may come
         // back with this apply, and its new flows must not be deleted.
         self.settle_conntrack().await;
@@ -307,130 +315,28 @@ impl<K: Kernel> Driver<K> {
         }
         self.summary.applies += 1;
         let mut failed: Option<KernelError> = None;
-        let mut table_ops = 0;
-        let mut commit_time = Duration::ZERO;
-
-        // 1. nf_tables: one transaction for both families.
+        let (mut table_ops, mut commit_time) = (0, Duration::ZERO);
         if self.dp.dirty.tables || self.resync_tables {
             let (ops, time, res) = self.apply_tables().await?;
-            table_ops = ops;
-            commit_time = time;
-            if let Err(e) = res {
-                failed = Some(e);
-            }
+            (table_ops, commit_time) = (ops, time);
+            failed = res.err();
         }
-
-        // Routes, neighbours and interface configuration are computed after the tables (a
-        // quarantined endpoint changes them), and only when one of those phases has work: an
-        // IP set member must not cost a pass over every workload.
-        let host_work = !self.dp.dirty.ifaces.is_empty()
-            || (!self.dp.cfg.route_sync_disabled
-                && (self.dp.dirty.routes
-                    || self.dp.dirty.neighbours
-                    || self.dp.dirty.overlay
-                    || self.resync_routes));
-        // Only the workload interfaces that changed (and those to configure), unless a resync
-        // or something global asks for all of them.
-        let scope: Option<BTreeSet<String>> = if self.resync_routes || self.dp.dirty.overlay {
-            None
-        } else {
-            self.dp.dirty.host_scope.clone().map(|mut s| {
-                s.extend(self.dp.dirty.ifaces.iter().cloned());
-                s
-            })
-        };
-        let desired = if host_work {
-            self.dp.desired_host_in(scope.as_ref())
-        } else {
-            super::Desired::default()
-        };
-        // 2. The VXLAN device and its FDB (routes and ARP entries live on it), then routes,
-        // then static ARP entries.
-        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.overlay || self.resync_routes) {
-            match self
-                .kernel
-                .overlay(&desired.vxlan, &self.changed_ifaces, self.resync_routes)
-                .await
-            {
-                Ok(out) => {
-                    self.dp.dirty.overlay = false;
-                    if out.parked {
-                        tracing::debug!("VXLAN device waits for its parent interface");
-                    }
-                    if out.created {
-                        self.dp.dirty.routes = true;
-                        self.dp.dirty.neighbours = true;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %chain(&e), "VXLAN device sync failed; will retry");
-                    failed.get_or_insert(e);
-                }
-            }
-        }
+        let (desired, scope) = self.desired_host();
         let mut moved: Vec<IpAddr> = Vec::new();
-        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.routes || self.resync_routes) {
-            let t0 = Instant::now();
-            let routes = self
-                .kernel
-                .routes(&desired.routes, scope.as_ref(), self.resync_routes)
-                .await;
-            if let Some(ops) = &self.ops {
-                if self.resync_routes {
-                    ops.metrics.record_route_resync(t0.elapsed());
-                } else {
-                    ops.metrics.record_route_partial_resync(t0.elapsed());
-                }
+        if !self.dp.cfg.route_sync_disabled {
+            if self.dp.dirty.overlay || self.resync_routes || desired.overlay_delta {
+                self.phase_overlay(&desired, &mut failed).await;
             }
-            match routes {
-                Ok(out) => {
-                    if out.parked > 0 {
-                        tracing::debug!(parked = out.parked, "routes waiting for their interface");
-                    }
-                    moved = out.moved_or_gone;
-                    if out.errors.is_empty() {
-                        self.dp.dirty.routes = false;
-                    } else {
-                        tracing::warn!(errors = ?out.errors, "some routes failed; will retry");
-                        failed.get_or_insert(KernelError::Other(format!(
-                            "{} route(s) failed",
-                            out.errors.len()
-                        )));
-                    }
-                    self.grace_pending = out.in_grace > 0;
-                    // Re-check once the grace period of unknown routes is over (§15). This is a
-                    // wake-up for the routes phase only: it must not hold back applies of other
-                    // changes meanwhile, as a failure's backoff (`retry_at`) does.
-                    self.grace_at = (out.in_grace > 0)
-                        .then(|| TokioInstant::now() + crate::rtnl::routes::DEFAULT_GRACE);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %chain(&e), "route sync failed; will retry");
-                    failed.get_or_insert(e);
-                }
+            if self.dp.dirty.routes || self.resync_routes {
+                moved = self
+                    .phase_routes(&desired, scope.as_ref(), &mut failed)
+                    .await;
             }
-        }
-        if !self.dp.cfg.route_sync_disabled && (self.dp.dirty.neighbours || self.resync_routes) {
-            let changed = std::mem::take(&mut self.changed_ifaces);
-            match self
-                .kernel
-                .neighbours(
-                    &desired.neighbours,
-                    scope.as_ref(),
-                    &changed,
-                    self.resync_routes,
-                )
-                .await
-            {
-                Ok(()) => self.dp.dirty.neighbours = false,
-                Err(e) => {
-                    tracing::warn!(error = %chain(&e), "neighbour sync failed; will retry");
-                    self.changed_ifaces.extend(changed);
-                    failed.get_or_insert(e);
-                }
+            if self.dp.dirty.neighbours || self.resync_routes {
+                self.phase_neighbours(&desired, scope.as_ref(), &mut failed)
+                    .await;
             }
-        }
-        if self.dp.cfg.route_sync_disabled {
+        } else {
             // RouteSyncDisabled: route and neighbour work is someone else's; nothing stays dirty.
             self.dp.dirty.routes = false;
             self.dp.dirty.neighbours = false;
@@ -440,9 +346,151 @@ impl<K: Kernel> Driver<K> {
             self.resync_routes = false;
             // Done: from now on only what changes.
             self.dp.dirty.host_scope = Some(BTreeSet::new());
+            self.dp.dirty.overlay_keys = Default::default();
         }
+        self.phase_iface_conf(&desired, &mut failed).await;
+        // Conntrack entries of addresses that moved or went away (§15), in the background:
+        // the next apply waits for them before it programs anything.
+        self.kernel.conntrack_cleanup(moved).await;
+        self.finish_apply(t0.elapsed(), failed, table_ops, commit_time);
+        Ok(())
+    }
 
-        // 4. Per-interface configuration of workload interfaces that are up (§14.2).
+    /// What the host phases state, and the workload interfaces they are scoped to (`None`:
+    /// all). Computed after the tables (a quarantined endpoint changes them), and only when one
+    /// of those phases has work: an IP set member must not cost a pass over every workload.
+    fn desired_host(&self) -> (super::Desired, Option<BTreeSet<String>>) {
+        let d = &self.dp.dirty;
+        let host_work = !d.ifaces.is_empty()
+            || (!self.dp.cfg.route_sync_disabled
+                && (d.routes || d.neighbours || d.overlay || self.resync_routes));
+        // Only the workload interfaces that changed (and those to configure), unless a resync
+        // or something global asks for all of them.
+        let scope: Option<BTreeSet<String>> = if self.resync_routes || d.overlay {
+            None
+        } else {
+            d.host_scope.clone().map(|mut s| {
+                s.extend(d.ifaces.iter().cloned());
+                s
+            })
+        };
+        let desired = if host_work {
+            self.dp.desired_host_in(scope.as_ref())
+        } else {
+            super::Desired::default()
+        };
+        (desired, scope)
+    }
+
+    /// The VXLAN devices and their FDB: before routes and neighbours, which live on them.
+    async fn phase_overlay(&mut self, desired: &super::Desired, failed: &mut Option<KernelError>) {
+        match self
+            .kernel
+            .overlay(&desired.vxlan, &self.changed_ifaces, self.resync_routes)
+            .await
+        {
+            Ok(out) => {
+                self.dp.dirty.overlay = false;
+                if out.parked {
+                    tracing::debug!("VXLAN device waits for its parent interface");
+                }
+                if out.created {
+                    self.dp.dirty.routes = true;
+                    self.dp.dirty.neighbours = true;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "VXLAN device sync failed; will retry");
+                failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Routes; returns the single addresses that moved or went away (their conntrack entries
+    /// go).
+    async fn phase_routes(
+        &mut self,
+        desired: &super::Desired,
+        scope: Option<&BTreeSet<String>>,
+        failed: &mut Option<KernelError>,
+    ) -> Vec<IpAddr> {
+        let mut moved = Vec::new();
+        let t0 = Instant::now();
+        // The scope's interfaces, and the route groups of the remote blocks that changed.
+        let only = scope.map(|s| {
+            let mut only = s.clone();
+            only.extend(desired.overlay_groups.iter().cloned());
+            only
+        });
+        let routes = self
+            .kernel
+            .routes(&desired.routes, only.as_ref(), self.resync_routes)
+            .await;
+        if let Some(ops) = &self.ops {
+            if self.resync_routes {
+                ops.metrics.record_route_resync(t0.elapsed());
+            } else {
+                ops.metrics.record_route_partial_resync(t0.elapsed());
+            }
+        }
+        match routes {
+            Ok(out) => {
+                if out.parked > 0 {
+                    tracing::debug!(parked = out.parked, "routes waiting for their interface");
+                }
+                moved = out.moved_or_gone;
+                if out.errors.is_empty() {
+                    self.dp.dirty.routes = false;
+                } else {
+                    tracing::warn!(errors = ?out.errors, "some routes failed; will retry");
+                    failed.get_or_insert(KernelError::Other(format!(
+                        "{} route(s) failed",
+                        out.errors.len()
+                    )));
+                }
+                self.grace_pending = out.in_grace > 0;
+                // Re-check once the grace period of unknown routes is over (§15). This is a
+                // wake-up for the routes phase only: it must not hold back applies of other
+                // changes meanwhile, as a failure's backoff (`retry_at`) does.
+                self.grace_at = (out.in_grace > 0)
+                    .then(|| TokioInstant::now() + crate::rtnl::routes::DEFAULT_GRACE);
+            }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "route sync failed; will retry");
+                failed.get_or_insert(e);
+            }
+        }
+        moved
+    }
+
+    /// Permanent neighbours (and the routes of interfaces that flapped, re-asserted).
+    async fn phase_neighbours(
+        &mut self,
+        desired: &super::Desired,
+        scope: Option<&BTreeSet<String>>,
+        failed: &mut Option<KernelError>,
+    ) {
+        let changed = std::mem::take(&mut self.changed_ifaces);
+        match self
+            .kernel
+            .neighbours(&desired.neighbours, scope, &changed, self.resync_routes)
+            .await
+        {
+            Ok(()) => self.dp.dirty.neighbours = false,
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "neighbour sync failed; will retry");
+                self.changed_ifaces.extend(changed);
+                failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Per-interface configuration of workload interfaces that are up (§14.2).
+    async fn phase_iface_conf(
+        &mut self,
+        desired: &super::Desired,
+        failed: &mut Option<KernelError>,
+    ) {
         let todo: Vec<String> = self.dp.dirty.ifaces.iter().cloned().collect();
         for iface in todo {
             let Some(conf) = desired.iface_conf.get(&iface) else {
@@ -469,12 +517,17 @@ impl<K: Kernel> Driver<K> {
                 }
             }
         }
+    }
 
-        // 5. Conntrack entries of addresses that moved or went away (§15), in the background:
-        // the next apply waits for them before it programs anything.
-        self.kernel.conntrack_cleanup(moved).await;
-
-        let elapsed = t0.elapsed();
+    /// Records the apply's outcome (health, retry backoff, `DataplaneInSync` after the first
+    /// good one), reports status that may have changed, and logs the apply.
+    fn finish_apply(
+        &mut self,
+        elapsed: Duration,
+        failed: Option<KernelError>,
+        table_ops: usize,
+        commit_time: Duration,
+    ) {
         let ok = failed.is_none();
         self.last_failed = !ok;
         if let (Some(ops), Some(health)) = (&self.ops, &mut self.health) {
@@ -531,7 +584,6 @@ impl<K: Kernel> Driver<K> {
             since_read_ms = since_read.map(|d| d.as_secs_f64() * 1000.0),
             "apply"
         );
-        Ok(())
     }
 
     /// The nf_tables phase: one commit, or — when the kernel refuses what an input rendered

@@ -17,7 +17,7 @@ use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
-use crate::rtnl::vxlan::{VxlanSyncer, VxlanWanted};
+use crate::rtnl::vxlan::{Entries, VxlanSyncer, VxlanWanted};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 
 use super::{DataplaneConfig, IfaceConf};
@@ -572,7 +572,18 @@ impl Kernel for RealKernel {
             {
                 syncer.device_changed();
             }
-            syncer.set_fdb(want.fdb.iter().copied());
+            match &want.fdb {
+                Entries::All(all) => syncer.set_fdb(all.iter().copied()),
+                Entries::Changed(changed) => {
+                    for &(mac, ip) in changed {
+                        syncer.set_fdb_entry(mac, ip);
+                    }
+                }
+            }
+            // The neighbours phase writes them.
+            for &(ip, mac) in &want.neighbour_changes {
+                self.neigh.set_entry(&want.name, ip, mac);
+            }
             if resync {
                 syncer.request_resync();
             }
@@ -809,7 +820,9 @@ pub enum Call {
     },
     Overlay {
         device: bool,
+        /// FDB entries stated (all, or the changed ones).
         fdb: usize,
+        neighbour_changes: usize,
         resync: bool,
     },
     Neighbours {
@@ -938,6 +951,7 @@ impl Kernel for FakeKernel {
         self.calls.push(Call::Overlay {
             device: devices.iter().any(|d| d.spec.is_some()),
             fdb: devices.iter().map(|d| d.fdb.len()).sum(),
+            neighbour_changes: devices.iter().map(|d| d.neighbour_changes.len()).sum(),
             resync,
         });
         Ok(OverlayOutcome::default())

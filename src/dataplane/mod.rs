@@ -40,8 +40,9 @@ use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::Ownership;
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{
-    HostEndpoint, HostEndpointId, IpSetType, LiveMigrationRole, RouteType, RouteUpdate,
-    ToDataplane, WorkloadEndpoint, WorkloadEndpointId,
+    HostEndpoint, HostEndpointId, IpPoolType, IpSetType, LiveMigrationRole, RouteType, RouteUpdate,
+    ToDataplane, VxlanTunnelEndpointRemove, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
+    WorkloadEndpointId,
 };
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::RouteSpec;
@@ -337,6 +338,11 @@ pub struct IfaceConf {
     pub ipv6: bool,
 }
 
+/// A host's or VTEP's address as the internal sets hold it (a prefix length, if sent, dropped).
+fn member_addr(s: &str) -> Option<IpAddr> {
+    s.split('/').next()?.trim().parse().ok()
+}
+
 /// Whether a message can change which encapsulations are in use.
 fn encap_input(msg: &ToDataplane) -> bool {
     matches!(
@@ -362,16 +368,25 @@ pub struct Desired {
     pub neighbours: BTreeMap<String, Vec<(IpAddr, Mac)>>,
     /// Per-interface configuration of every known workload interface.
     pub iface_conf: BTreeMap<String, IfaceConf>,
-    /// The VXLAN devices of the families whose VXLAN is on, with their FDB entries.
+    /// The VXLAN devices of the families whose VXLAN is on, with their FDB entries (all, or
+    /// when only remote nodes changed, the changed ones).
     pub vxlan: Vec<crate::rtnl::vxlan::VxlanWanted>,
+    /// When only remote nodes and blocks changed: the route groups (in `routes`) they touch,
+    /// to restate besides the scope's interfaces.
+    pub overlay_groups: BTreeSet<String>,
+    /// `vxlan` and `overlay_groups` state only what changed (see [`Dirty::overlay_keys`]).
+    pub overlay_delta: bool,
 }
 
 /// What changed since the last apply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dirty {
     pub tables: bool,
-    /// The VXLAN device or its FDB.
+    /// The VXLAN devices, their FDB, neighbours and routes: all of them.
     pub overlay: bool,
+    /// Only these remote nodes and blocks changed (with `overlay` false): the host phases
+    /// restate their entries and route groups alone.
+    pub overlay_keys: overlay::OverlayKeys,
     pub routes: bool,
     pub neighbours: bool,
     /// Interfaces to (re)configure.
@@ -384,7 +399,12 @@ pub struct Dirty {
 
 impl Dirty {
     pub fn any(&self) -> bool {
-        self.tables || self.overlay || self.routes || self.neighbours || !self.ifaces.is_empty()
+        self.tables
+            || self.overlay
+            || !self.overlay_keys.is_empty()
+            || self.routes
+            || self.neighbours
+            || !self.ifaces.is_empty()
     }
 
     /// Everything to check against the kernel (start of day).
@@ -392,6 +412,7 @@ impl Dirty {
         Dirty {
             tables: true,
             overlay: true,
+            overlay_keys: overlay::OverlayKeys::default(),
             routes: true,
             neighbours: true,
             ifaces: BTreeSet::new(),
@@ -424,6 +445,8 @@ pub struct Dataplane {
     routes: BTreeMap<String, RouteUpdate>,
     /// Cross-node networking state besides the model's VTEPs, pools and routes.
     overlay: overlay::Overlay,
+    /// How many VTEPs have a tunnel address of each family (IPv4, IPv6).
+    vteps_with: [usize; 2],
     ifaces: BTreeMap<String, IfaceInfo>,
     datastore_in_sync: bool,
     ifaces_in_sync: bool,
@@ -452,6 +475,7 @@ impl Dataplane {
             heps_resolved: BTreeMap::new(),
             status_dirty: status::StatusScope::everything(),
             overlay: overlay::Overlay::new(cfg.overlay.clone()),
+            vteps_with: [0; 2],
             cfg,
             routes: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -527,9 +551,8 @@ impl Dataplane {
                 return false;
             }
             Payload::RouteUpdate(u) => {
-                self.routes.insert(u.dst.clone(), u.clone());
-                self.dirty.routes = true;
-                self.dirty.host_scope = None;
+                let old = self.routes.insert(u.dst.clone(), u.clone());
+                self.route_changed(old.as_ref(), Some(u));
                 self.overlay.warn_route(u);
                 return false;
             }
@@ -539,9 +562,8 @@ impl Dataplane {
                 return false;
             }
             Payload::RouteRemove(r) => {
-                if self.routes.remove(&r.dst).is_some() {
-                    self.dirty.routes = true;
-                    self.dirty.host_scope = None;
+                if let Some(old) = self.routes.remove(&r.dst) {
+                    self.route_changed(Some(&old), None);
                 }
                 return false;
             }
@@ -626,12 +648,47 @@ impl Dataplane {
                 self.changes.base = true;
                 self.overlay_changed();
             }
-            Payload::VtepUpdate(_) | Payload::VtepRemove(_) => {
+            Payload::VtepUpdate(VxlanTunnelEndpointUpdate { node, .. })
+            | Payload::VtepRemove(VxlanTunnelEndpointRemove { node }) => {
                 // The VTEP set changes by element; the rules that use it stay.
-                self.changes
-                    .internal_sets
-                    .insert(rules::statics::internal_sets::ALL_VXLAN_NET);
-                self.overlay_changed();
+                let old = self.model.vteps.get(node);
+                let new = match p {
+                    Payload::VtepUpdate(u) => Some(u),
+                    _ => None,
+                };
+                for (v, sign) in [(old, -1), (new, 1)] {
+                    let fams = v.map(overlay::vtep_families).unwrap_or_default();
+                    for (n, has) in self.vteps_with.iter_mut().zip(fams) {
+                        if has {
+                            *n = n.saturating_add_signed(sign);
+                        }
+                    }
+                }
+                for v in old.into_iter().chain(new) {
+                    for a in [&v.parent_device_ip, &v.parent_device_ipv6] {
+                        if let Some(a) = member_addr(a) {
+                            self.changes
+                                .internal_member(rules::statics::internal_sets::ALL_VXLAN_NET, a);
+                        }
+                    }
+                }
+                if *node == self.overlay.cfg.hostname {
+                    // This node's device.
+                    self.overlay_changed();
+                } else {
+                    let was = overlay::vtep_entries(self.model.vteps.get(node));
+                    let now = match p {
+                        Payload::VtepUpdate(u) => overlay::vtep_entries(Some(u)),
+                        _ => overlay::vtep_entries(None),
+                    };
+                    self.overlay.vtep_changed(node, &was, &now);
+                    if !self.overlay_all_pending() {
+                        let keys = &mut self.dirty.overlay_keys;
+                        keys.nodes.entry(node.clone()).or_insert(was);
+                    }
+                    self.dirty.routes = true;
+                    self.dirty.neighbours = true;
+                }
             }
             Payload::HostMetadataUpdate(_)
             | Payload::HostMetadataRemove(_)
@@ -639,9 +696,34 @@ impl Dataplane {
             | Payload::HostMetadataV6Remove(_)
             | Payload::HostMetadataV4v6Update(_)
             | Payload::HostMetadataV4v6Remove(_) => {
-                self.changes
-                    .internal_sets
-                    .insert(rules::statics::internal_sets::ALL_HOSTS_NET);
+                // The hosts set changes by element: the host's addresses before, and those the
+                // message names.
+                let (host, named): (&str, Vec<&str>) = match p {
+                    Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
+                        (&u.hostname, vec![&u.ipv4_addr, &u.ipv6_addr])
+                    }
+                    Payload::HostMetadataRemove(r) | Payload::HostMetadataV4v6Remove(r) => {
+                        (&r.hostname, vec![&r.ipv4_addr])
+                    }
+                    Payload::HostMetadataV6Update(u) => (&u.hostname, vec![&u.ipv6_addr]),
+                    Payload::HostMetadataV6Remove(r) => (&r.hostname, vec![]),
+                    _ => ("", vec![]),
+                };
+                let before = self
+                    .model
+                    .hosts
+                    .get(host)
+                    .map(|h| [h.ipv4_addr.as_str(), h.ipv6_addr.as_str()]);
+                let touched: Vec<IpAddr> = before
+                    .into_iter()
+                    .flatten()
+                    .chain(named)
+                    .filter_map(member_addr)
+                    .collect();
+                for a in touched {
+                    self.changes
+                        .internal_member(rules::statics::internal_sets::ALL_HOSTS_NET, a);
+                }
                 if self.overlay.cfg.noencap_routes {
                     // This node's own address finds the no-encap routes' parent.
                     self.overlay_changed();
@@ -658,18 +740,22 @@ impl Dataplane {
 
     /// Whether VXLAN of either family is on.
     fn vxlan_on(&self) -> bool {
-        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
-        self.overlay.vxlan_enabled(pools, vteps) || self.overlay.vxlan_enabled_v6(pools, vteps)
+        let (v4, v6) = self.vxlan_families();
+        v4 || v6
+    }
+
+    /// Whether VXLAN of each family (IPv4, IPv6) is on.
+    fn vxlan_families(&self) -> (bool, bool) {
+        self.overlay
+            .vxlan_on(&self.model.pools, self.vteps_with.map(|n| n > 0))
     }
 
     /// The firewall follows the encapsulations in use (VXLAN accepted from known VTEPs and
     /// untracked, masquerade on the tunnel devices), which follow the pools, VTEPs and Felix's
     /// `Encapsulation` when the configuration does not set them. A change re-renders the base.
     fn sync_rules_encap(&mut self) {
-        let (pools, vteps) = (&self.model.pools, &self.model.vteps);
-        let v4 = self.overlay.vxlan_enabled(pools, vteps);
-        let v6 = self.overlay.vxlan_enabled_v6(pools, vteps);
-        let (t4, t6) = self.overlay.tunnel_ifaces(vteps, (v4, v6));
+        let (v4, v6) = self.vxlan_families();
+        let (t4, t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
         let c = self.inc.config();
         if (c.vxlan_enabled, c.vxlan_enabled_v6) == (v4, v6)
             && c.tunnel_ifaces_v4 == t4
@@ -685,6 +771,34 @@ impl Dataplane {
         self.model.config = cfg.clone();
         self.inc.set_config(cfg);
         self.changes.base = true;
+        // A device comes or goes.
+        self.overlay_changed();
+    }
+
+    /// A route from Felix changed (`old` → `new`). A remote VXLAN block (before and after)
+    /// touches its own route group only; anything else (a local block's blackhole, a no-encap
+    /// route) restates all routes.
+    fn route_changed(&mut self, old: Option<&RouteUpdate>, new: Option<&RouteUpdate>) {
+        self.dirty.routes = true;
+        let remote_vxlan = |r: &RouteUpdate| {
+            r.ip_pool_type == IpPoolType::Vxlan as i32
+                && r.types & RouteType::LocalWorkload as i32 == 0
+                && !r.local_workload
+        };
+        if old.into_iter().chain(new).all(remote_vxlan) {
+            if let Some(dst) = new.or(old).map(|r| r.dst.clone()) {
+                if !self.overlay_all_pending() {
+                    self.dirty.overlay_keys.dsts.insert(dst);
+                }
+            }
+        } else {
+            self.dirty.host_scope = None;
+        }
+    }
+
+    /// Whether the next host phases state the whole overlay anyway (no key to record then).
+    fn overlay_all_pending(&self) -> bool {
+        self.dirty.overlay || self.dirty.host_scope.is_none()
     }
 
     /// The VXLAN device, its FDB, ARP entries and routes may have changed.
@@ -1005,140 +1119,180 @@ impl Dataplane {
                 .collect(),
         };
         for (iface, (id, wep)) in &weps {
-            let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
-            d.iface_conf.insert(
-                iface.to_string(),
-                IfaceConf {
-                    rp_filter: if spoofing { 0 } else { self.default_rp_filter },
-                    ipv6: self.cfg.ipv6,
-                },
-            );
-            if wep.state != "active" || self.cfg.route_sync_disabled {
-                continue;
-            }
-            if wep.live_migration_role == LiveMigrationRole::Target as i32 {
-                continue;
-            }
-            let mut routes = Vec::new();
-            let mut neigh = Vec::new();
-            let mac = validate::parse_mac(&wep.mac);
-            let floating = self.cfg.rules.floating_ips_enabled || id.orchestrator_id == "openstack";
-            let nat_ext = wep
-                .ipv4_nat
-                .iter()
-                .chain(&wep.ipv6_nat)
-                .filter(|_| floating)
-                .map(|n| n.ext_ip.as_str());
-            for net in wep
-                .ipv4_nets
-                .iter()
-                .chain(&wep.ipv6_nets)
-                .map(String::as_str)
-                .chain(nat_ext)
-            {
-                let Some(net) = parse_host_net(net) else {
-                    continue;
-                };
-                let v6 = net.addr().is_ipv6();
-                if v6 && !self.cfg.ipv6 {
-                    continue;
-                }
-                let mut r = RouteSpec::device(
-                    net,
-                    iface.to_string(),
-                    self.cfg.route_protocol,
-                    if v6 {
-                        self.cfg.route_metric_v6
-                    } else {
-                        self.cfg.route_metric_v4
-                    },
-                );
-                r.src = if v6 {
-                    self.cfg.route_src_v6
-                } else {
-                    self.cfg.route_src_v4
-                };
-                routes.push(r);
-                if let (false, Some(mac)) = (v6, mac) {
-                    if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
-                        neigh.push((net.addr(), mac));
-                    }
-                }
-            }
-            if !routes.is_empty() {
-                d.routes.insert(iface.to_string(), routes);
-            }
-            if !neigh.is_empty() {
-                d.neighbours.insert(iface.to_string(), neigh);
-            }
+            self.desired_workload(iface, id, wep, &mut d);
         }
         if !self.cfg.route_sync_disabled && scope.is_none() {
-            let blackholes: Vec<RouteSpec> = self
-                .routes
-                .values()
-                .filter(|r| r.types & (RouteType::LocalWorkload as i32) != 0 && !r.local_workload)
-                .filter_map(|r| {
-                    let net = r.dst.parse::<IpNet>().ok()?;
-                    let v6 = net.addr().is_ipv6();
-                    (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
-                        RouteSpec::blackhole(
-                            net.trunc(),
-                            if self.cfg.route_protocol == RTPROT_BOOT {
-                                RTPROT_FELIX
-                            } else {
-                                self.cfg.route_protocol
-                            },
-                            if v6 {
-                                self.cfg.route_metric_v6
-                            } else {
-                                self.cfg.route_metric_v4
-                            },
-                        )
-                    })
-                })
-                .collect();
+            let blackholes = self.blackholes();
             if !blackholes.is_empty() {
                 d.routes.insert("blackhole".into(), blackholes);
             }
-            let o = self.overlay.desired(
+            self.desired_overlay(&mut d);
+        } else if !self.cfg.route_sync_disabled
+            && !self.dirty.overlay
+            && !self.dirty.overlay_keys.is_empty()
+        {
+            // Only remote nodes and blocks changed: their entries and route groups alone.
+            let delta = self.overlay.delta(
                 &self.model.pools,
                 &self.model.vteps,
-                &self.model.hosts,
                 &self.routes,
                 &self.ifaces,
                 |n| self.cfg.is_workload_iface(n),
-                overlay::RouteParams {
-                    device_protocol: self.cfg.route_protocol,
-                    felix_protocol: self.cfg.felix_route_protocol(),
-                    metric_v4: self.cfg.route_metric_v4,
-                    metric_v6: self.cfg.route_metric_v6,
-                },
+                self.overlay_route_params(),
+                &self.dirty.overlay_keys,
             );
-            if !o.noencap_routes.is_empty() {
-                d.routes
-                    .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
-            }
-            for dev in o.devices {
-                if !dev.tunnel_routes.is_empty() {
-                    d.routes.insert(dev.name.into(), dev.tunnel_routes);
-                }
-                if !dev.same_subnet_routes.is_empty() {
-                    d.routes
-                        .entry(overlay::SAME_SUBNET_GROUP.into())
-                        .or_default()
-                        .extend(dev.same_subnet_routes);
-                }
-                if !dev.neighbours.is_empty() {
-                    d.neighbours.insert(dev.name.into(), dev.neighbours);
-                }
-                d.vxlan.push(crate::rtnl::vxlan::VxlanWanted {
-                    name: dev.name.into(),
-                    spec: dev.spec,
-                    fdb: dev.fdb,
-                });
-            }
+            d.overlay_delta = true;
+            d.overlay_groups = delta.routes.keys().cloned().collect();
+            d.routes.extend(delta.routes);
+            d.vxlan = delta.devices;
         }
         d
+    }
+
+    /// One workload interface's configuration, routes and permanent neighbours.
+    fn desired_workload(
+        &self,
+        iface: &str,
+        id: &WorkloadEndpointId,
+        wep: &WorkloadEndpoint,
+        d: &mut Desired,
+    ) {
+        let spoofing = !wep.allow_spoofed_source_prefixes.is_empty();
+        d.iface_conf.insert(
+            iface.to_string(),
+            IfaceConf {
+                rp_filter: if spoofing { 0 } else { self.default_rp_filter },
+                ipv6: self.cfg.ipv6,
+            },
+        );
+        if wep.state != "active" || self.cfg.route_sync_disabled {
+            return;
+        }
+        if wep.live_migration_role == LiveMigrationRole::Target as i32 {
+            return;
+        }
+        let mut routes = Vec::new();
+        let mut neigh = Vec::new();
+        let mac = validate::parse_mac(&wep.mac);
+        let floating = self.cfg.rules.floating_ips_enabled || id.orchestrator_id == "openstack";
+        let nat_ext = wep
+            .ipv4_nat
+            .iter()
+            .chain(&wep.ipv6_nat)
+            .filter(|_| floating)
+            .map(|n| n.ext_ip.as_str());
+        for net in wep
+            .ipv4_nets
+            .iter()
+            .chain(&wep.ipv6_nets)
+            .map(String::as_str)
+            .chain(nat_ext)
+        {
+            let Some(net) = parse_host_net(net) else {
+                continue;
+            };
+            let v6 = net.addr().is_ipv6();
+            if v6 && !self.cfg.ipv6 {
+                continue;
+            }
+            let mut r = RouteSpec::device(
+                net,
+                iface.to_string(),
+                self.cfg.route_protocol,
+                if v6 {
+                    self.cfg.route_metric_v6
+                } else {
+                    self.cfg.route_metric_v4
+                },
+            );
+            r.src = if v6 {
+                self.cfg.route_src_v6
+            } else {
+                self.cfg.route_src_v4
+            };
+            routes.push(r);
+            if let (false, Some(mac)) = (v6, mac) {
+                if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
+                    neigh.push((net.addr(), mac));
+                }
+            }
+        }
+        if !routes.is_empty() {
+            d.routes.insert(iface.to_string(), routes);
+        }
+        if !neigh.is_empty() {
+            d.neighbours.insert(iface.to_string(), neigh);
+        }
+    }
+
+    /// Blackhole routes for this node's own blocks (never a single address).
+    fn blackholes(&self) -> Vec<RouteSpec> {
+        self.routes
+            .values()
+            .filter(|r| r.types & (RouteType::LocalWorkload as i32) != 0 && !r.local_workload)
+            .filter_map(|r| {
+                let net = r.dst.parse::<IpNet>().ok()?;
+                let v6 = net.addr().is_ipv6();
+                (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
+                    RouteSpec::blackhole(
+                        net.trunc(),
+                        if self.cfg.route_protocol == RTPROT_BOOT {
+                            RTPROT_FELIX
+                        } else {
+                            self.cfg.route_protocol
+                        },
+                        if v6 {
+                            self.cfg.route_metric_v6
+                        } else {
+                            self.cfg.route_metric_v4
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The whole overlay: VXLAN devices with every FDB entry, neighbours and route groups.
+    fn desired_overlay(&self, d: &mut Desired) {
+        let o = self.overlay.desired(
+            &self.model.pools,
+            &self.model.vteps,
+            &self.model.hosts,
+            &self.routes,
+            &self.ifaces,
+            |n| self.cfg.is_workload_iface(n),
+            self.overlay_route_params(),
+        );
+        if !o.noencap_routes.is_empty() {
+            d.routes
+                .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
+        }
+        for dev in o.devices {
+            for r in dev.tunnel_routes.into_iter().chain(dev.same_subnet_routes) {
+                d.routes
+                    .entry(overlay::block_group(&r.dst))
+                    .or_default()
+                    .push(r);
+            }
+            if !dev.neighbours.is_empty() {
+                d.neighbours.insert(dev.name.into(), dev.neighbours);
+            }
+            d.vxlan.push(crate::rtnl::vxlan::VxlanWanted {
+                name: dev.name.into(),
+                spec: dev.spec,
+                fdb: crate::rtnl::vxlan::Entries::All(dev.fdb),
+                neighbour_changes: Vec::new(),
+            });
+        }
+    }
+
+    fn overlay_route_params(&self) -> overlay::RouteParams {
+        overlay::RouteParams {
+            device_protocol: self.cfg.route_protocol,
+            felix_protocol: self.cfg.felix_route_protocol(),
+            metric_v4: self.cfg.route_metric_v4,
+            metric_v6: self.cfg.route_metric_v6,
+        }
     }
 
     /// Endpoint status as the kernel state now implies (§14.1, §14.4). Workload endpoints are

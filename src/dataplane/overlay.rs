@@ -28,7 +28,7 @@ use crate::proto::{Encapsulation, IpPoolType, IpamPool, RouteType, RouteUpdate};
 use crate::proto::{HostMetadataUpdate, VxlanTunnelEndpointUpdate};
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::{RouteSpec, RouteTarget};
-use crate::rtnl::vxlan::VxlanSpec;
+use crate::rtnl::vxlan::{Entries, VxlanSpec, VxlanWanted};
 
 use super::validate::parse_mac;
 use super::IfaceInfo;
@@ -37,8 +37,12 @@ use super::IfaceInfo;
 pub const VXLAN_IFACE_V4: &str = "vxlan.calico";
 /// Felix's IPv6 VXLAN device.
 pub const VXLAN_IFACE_V6: &str = "vxlan-v6.calico";
-/// The route group of same-subnet (cross-subnet mode) routes via the parent interface.
-pub const SAME_SUBNET_GROUP: &str = "vxlan-same-subnet";
+/// The route group of one remote block (tunnel or same-subnet, either family): one group per
+/// destination, so a block or VTEP that changes restates its own route only.
+pub fn block_group(dst: &IpNet) -> String {
+    format!("overlay {dst}")
+}
+
 /// The route group of no-encap cluster routes (remote blocks of pools without encapsulation).
 pub const NOENCAP_GROUP: &str = "noencap";
 
@@ -112,11 +116,77 @@ impl OverlayDesired {
 }
 
 /// Overlay state that is not in the rules model.
+/// Whether the VTEP has a tunnel address of each family (IPv4, IPv6): what turns VXLAN on
+/// when nothing else decides.
+pub fn vtep_families(v: &VxlanTunnelEndpointUpdate) -> [bool; 2] {
+    [V4, V6].map(|f| !f.tunnel_addr(v).is_empty())
+}
+
+/// A VTEP's entries of each family (IPv4, IPv6): tunnel address, MAC, node address.
+pub type VtepEntries = [Option<(IpAddr, Mac, IpAddr)>; 2];
+
+/// The entries of `v` (none when absent or malformed).
+pub fn vtep_entries(v: Option<&VxlanTunnelEndpointUpdate>) -> VtepEntries {
+    [V4, V6].map(|f| v.and_then(|v| f.vtep(v)))
+}
+
+/// What changed since the overlay was last stated, when nothing global did (pools,
+/// encapsulation, this node's VTEP, the host's interfaces): remote nodes whose VTEP changed,
+/// with its entries as they were before the first of those changes, and the destinations of
+/// the VXLAN routes that changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OverlayKeys {
+    pub nodes: BTreeMap<String, VtepEntries>,
+    pub dsts: BTreeSet<String>,
+}
+
+impl OverlayKeys {
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.dsts.is_empty()
+    }
+}
+
+/// The overlay's changes for [`OverlayKeys`]: each device with the FDB and neighbour entries
+/// that changed, and the route group of each destination touched (empty: the route goes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OverlayDelta {
+    pub devices: Vec<VxlanWanted>,
+    pub routes: BTreeMap<String, Vec<RouteSpec>>,
+}
+
+/// What a device's routes depend on besides the route itself.
+struct DeviceCtx {
+    spec: Option<VxlanSpec>,
+    parent: Option<String>,
+    mtu: Option<u32>,
+}
+
+/// Which remote nodes want each FDB MAC and each neighbour address, per family (IPv4, IPv6).
+/// Two nodes claiming one key is a misconfiguration; the last node in name order wins it, as
+/// when every VTEP is stated, so a delta names the same winner as the whole overlay would.
+#[derive(Debug, Default)]
+struct Claims {
+    fdb: [BTreeMap<Mac, BTreeSet<String>>; 2],
+    neigh: [BTreeMap<IpAddr, BTreeSet<String>>; 2],
+}
+
+impl Claims {
+    fn fdb_winner(&self, i: usize, mac: &Mac) -> Option<&str> {
+        self.fdb[i].get(mac)?.last().map(String::as_str)
+    }
+
+    fn neigh_winner(&self, i: usize, ip: &IpAddr) -> Option<&str> {
+        self.neigh[i].get(ip)?.last().map(String::as_str)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Overlay {
     pub cfg: OverlayConfig,
     /// Felix's last `Encapsulation`.
     pub encap: Option<Encapsulation>,
+    /// The remote VTEPs' FDB and neighbour keys, for deltas.
+    claims: Claims,
     /// What was already reported as unsupported (each said once).
     warned: BTreeSet<String>,
 }
@@ -168,6 +238,15 @@ impl Fam {
         ))
     }
 
+    /// The VTEP's tunnel address of this family, as sent.
+    fn tunnel_addr(self, v: &VxlanTunnelEndpointUpdate) -> &str {
+        if self.v6 {
+            &v.ipv6_addr
+        } else {
+            &v.ipv4_addr
+        }
+    }
+
     fn of(self, net: &IpNet) -> bool {
         net.addr().is_ipv6() == self.v6
     }
@@ -175,6 +254,16 @@ impl Fam {
 
 /// The host interface that holds this node's address `own` (§2.3): the underlay parent of the
 /// tunnel, or of the routes that go straight to other nodes.
+/// Drops `node`'s claim on `key`.
+fn release<K: Ord>(claims: &mut BTreeMap<K, BTreeSet<String>>, key: &K, node: &str) {
+    if let Some(nodes) = claims.get_mut(key) {
+        nodes.remove(node);
+        if nodes.is_empty() {
+            claims.remove(key);
+        }
+    }
+}
+
 fn parent_iface<'i>(
     ifaces: &'i BTreeMap<String, IfaceInfo>,
     own: IpAddr,
@@ -222,11 +311,37 @@ impl Overlay {
         self.enabled(V6, pools, vteps)
     }
 
+    /// Whether VXLAN of each family (IPv4, IPv6) is on, when the caller knows whether any VTEP
+    /// has an address of each: no pass over the VTEPs, which a thousand VTEP messages at start
+    /// of day would each make.
+    pub fn vxlan_on(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps_with: [bool; 2],
+    ) -> (bool, bool) {
+        (
+            self.enabled_by(V4, pools, || vteps_with[0]),
+            self.enabled_by(V6, pools, || vteps_with[1]),
+        )
+    }
+
     fn enabled(
         &self,
         f: Fam,
         pools: &BTreeMap<String, IpamPool>,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+    ) -> bool {
+        self.enabled_by(f, pools, || {
+            vteps.values().any(|v| !f.tunnel_addr(v).is_empty())
+        })
+    }
+
+    /// Configuration, else Felix's `Encapsulation`, else the pools, else `any_vtep`.
+    fn enabled_by(
+        &self,
+        f: Fam,
+        pools: &BTreeMap<String, IpamPool>,
+        any_vtep: impl FnOnce() -> bool,
     ) -> bool {
         let cfg = if f.v6 {
             self.cfg.vxlan_enabled_v6
@@ -247,9 +362,7 @@ impl Overlay {
         pools
             .values()
             .any(|p| mode_on(&p.vxlan_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| f.of(&n)))
-            || vteps
-                .values()
-                .any(|v| !(if f.v6 { &v.ipv6_addr } else { &v.ipv4_addr }).is_empty())
+            || any_vtep()
     }
 
     /// The tunnel devices, of the families whose VXLAN is on (`on`: IPv4, IPv6), that carry
@@ -268,6 +381,30 @@ impl Overlay {
                 .collect()
         };
         (of(V4, on.0), of(V6, on.1))
+    }
+
+    /// Records that remote node `node`'s VTEP entries went from `was` to `now` (before the
+    /// model records the VTEP).
+    pub fn vtep_changed(&mut self, node: &str, was: &VtepEntries, now: &VtepEntries) {
+        if node == self.cfg.hostname {
+            return;
+        }
+        for i in 0..2 {
+            if let Some((tip, mac, _)) = was[i] {
+                release(&mut self.claims.fdb[i], &mac, node);
+                release(&mut self.claims.neigh[i], &tip, node);
+            }
+            if let Some((tip, mac, _)) = now[i] {
+                self.claims.fdb[i]
+                    .entry(mac)
+                    .or_default()
+                    .insert(node.to_string());
+                self.claims.neigh[i]
+                    .entry(tip)
+                    .or_default()
+                    .insert(node.to_string());
+            }
+        }
     }
 
     /// Reports, once, a pool this build cannot program: IPIP.
@@ -393,9 +530,10 @@ impl Overlay {
         is_workload_iface: &impl Fn(&str) -> bool,
         p: RouteParams,
     ) -> DeviceDesired {
+        let ctx = self.device_ctx(f, vteps, ifaces, is_workload_iface);
         let mut d = DeviceDesired {
             name: f.device,
-            spec: None,
+            spec: ctx.spec.clone(),
             fdb: Vec::new(),
             neighbours: Vec::new(),
             tunnel_routes: Vec::new(),
@@ -403,19 +541,33 @@ impl Overlay {
         };
         // Remote VTEPs (this family's part): tunnel IP, MAC, node IP.
         let mut remote: BTreeMap<&str, IpAddr> = BTreeMap::new();
-        let mut local = None;
-        for (node, v) in vteps {
-            let Some((tip, mac, host)) = f.vtep(v) else {
-                continue;
-            };
-            if *node == self.cfg.hostname {
-                local = Some((tip, mac, host));
-            } else {
+        for (node, v) in vteps.iter().filter(|(n, _)| **n != self.cfg.hostname) {
+            if let Some((tip, mac, host)) = f.vtep(v) {
                 remote.insert(node.as_str(), tip);
                 d.fdb.push((mac, host));
                 d.neighbours.push((tip, mac));
             }
         }
+        for r in routes.values() {
+            match self.block_route(f, r, &ctx, |n| remote.get(n).copied(), p) {
+                Some((true, spec)) => d.same_subnet_routes.push(spec),
+                Some((false, spec)) => d.tunnel_routes.push(spec),
+                None => {}
+            }
+        }
+        d
+    }
+
+    /// The device of family `f` (this node's VTEP and the interface holding its address) and
+    /// the MTU of its routes.
+    fn device_ctx(
+        &self,
+        f: Fam,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        ifaces: &BTreeMap<String, IfaceInfo>,
+        is_workload_iface: &impl Fn(&str) -> bool,
+    ) -> DeviceCtx {
+        let local = vteps.get(&self.cfg.hostname).and_then(|v| f.vtep(v));
         // The parent: the host interface that holds this node's address (§2.3).
         let parent = local.and_then(|(_, _, host)| parent_iface(ifaces, host, is_workload_iface));
         let cfg_mtu = if f.v6 { self.cfg.mtu_v6 } else { self.cfg.mtu };
@@ -428,8 +580,8 @@ impl Overlay {
                 .map(|m| m - f.overhead)
         });
         let parent = parent.map(|(name, _)| name.clone());
-        if let (Some((tip, mac, host)), Some(parent)) = (local, &parent) {
-            d.spec = Some(VxlanSpec {
+        let spec = match (local, &parent) {
+            (Some((tip, mac, host)), Some(parent)) => Some(VxlanSpec {
                 name: f.device.into(),
                 vni: self.cfg.vni,
                 port: self.cfg.port,
@@ -438,31 +590,40 @@ impl Overlay {
                 mac,
                 mtu,
                 addr: tip,
-            });
+            }),
+            _ => None,
+        };
+        DeviceCtx { spec, parent, mtu }
+    }
+
+    /// The route of one remote VXLAN block of family `f`: `(true, …)` straight via the node
+    /// in cross-subnet mode, `(false, …)` through the tunnel; `None` when `r` is not one (or
+    /// its node's VTEP, found by `remote_tip`, has not come yet).
+    fn block_route(
+        &self,
+        f: Fam,
+        r: &RouteUpdate,
+        ctx: &DeviceCtx,
+        remote_tip: impl Fn(&str) -> Option<IpAddr>,
+        p: RouteParams,
+    ) -> Option<(bool, RouteSpec)> {
+        if r.ip_pool_type != IpPoolType::Vxlan as i32 {
+            return None;
         }
+        let dst = r.dst.parse::<IpNet>().ok().filter(|d| f.of(d))?.trunc();
         let metric = if f.v6 { p.metric_v6 } else { p.metric_v4 };
-        let vxlan = IpPoolType::Vxlan as i32;
         let remote_workload = RouteType::RemoteWorkload as i32;
         let remote_tunnel = RouteType::RemoteTunnel as i32;
-        for r in routes.values() {
-            if r.ip_pool_type != vxlan {
-                continue;
-            }
-            let Ok(dst) = r.dst.parse::<IpNet>() else {
-                continue;
-            };
-            if !f.of(&dst) {
-                continue;
-            }
-            let dst = dst.trunc();
-            let tunnel_own_block = r.types & remote_tunnel != 0 && r.types & remote_workload != 0;
-            let borrowed_tunnel = r.types & remote_tunnel != 0 && r.borrowed;
-            if r.types & remote_workload == 0 && !borrowed_tunnel {
-                continue;
-            }
-            let node_ip = strip(&r.dst_node_ip).filter(|a| a.is_ipv6() == f.v6);
-            if let (true, Some(parent), Some(gw)) = (r.same_subnet, &parent, node_ip) {
-                d.same_subnet_routes.push(RouteSpec {
+        let tunnel_own_block = r.types & remote_tunnel != 0 && r.types & remote_workload != 0;
+        let borrowed_tunnel = r.types & remote_tunnel != 0 && r.borrowed;
+        if r.types & remote_workload == 0 && !borrowed_tunnel {
+            return None;
+        }
+        let node_ip = strip(&r.dst_node_ip).filter(|a| a.is_ipv6() == f.v6);
+        if let (true, Some(parent), Some(gw)) = (r.same_subnet, &ctx.parent, node_ip) {
+            return Some((
+                true,
+                RouteSpec {
                     dst,
                     target: RouteTarget::Gateway {
                         via: gw,
@@ -473,32 +634,124 @@ impl Overlay {
                     metric,
                     src: None,
                     mtu: None,
-                });
-                continue;
+                },
+            ));
+        }
+        let target = if tunnel_own_block || borrowed_tunnel {
+            RouteTarget::Device(f.device.into())
+        } else {
+            // Programmed once the node's VTEP arrives.
+            let tip = remote_tip(r.dst_node_name.as_str())?;
+            RouteTarget::Gateway {
+                via: tip,
+                dev: Some(f.device.into()),
+                onlink: true,
             }
-            let target = if tunnel_own_block || borrowed_tunnel {
-                RouteTarget::Device(f.device.into())
-            } else {
-                let Some(tip) = remote.get(r.dst_node_name.as_str()) else {
-                    // Programmed once the node's VTEP arrives.
-                    continue;
-                };
-                RouteTarget::Gateway {
-                    via: *tip,
-                    dev: Some(f.device.into()),
-                    onlink: true,
-                }
-            };
-            d.tunnel_routes.push(RouteSpec {
+        };
+        Some((
+            false,
+            RouteSpec {
                 dst,
                 target,
                 protocol: p.device_protocol,
                 metric,
                 src: None,
-                mtu,
+                mtu: ctx.mtu,
+            },
+        ))
+    }
+
+    /// The changes [`OverlayKeys`] name, as [`Overlay::desired`] would state them: per device
+    /// of a family whose VXLAN is on, the FDB and neighbour entries of the nodes named (the old
+    /// ones dropped where they changed), and the route group of every destination named or
+    /// routed to a node named. The caller asks for it only when nothing global changed: this
+    /// node's own VTEP, the pools, the encapsulation and the interfaces are as last stated.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delta(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        routes: &BTreeMap<String, RouteUpdate>,
+        ifaces: &BTreeMap<String, IfaceInfo>,
+        is_workload_iface: impl Fn(&str) -> bool,
+        p: RouteParams,
+        keys: &OverlayKeys,
+    ) -> OverlayDelta {
+        let mut out = OverlayDelta::default();
+        // The destinations whose route may change: those named, and those of the nodes named
+        // (their gateway is the node's tunnel address). One pass of string comparisons.
+        let mut dsts: BTreeSet<&str> = keys.dsts.iter().map(String::as_str).collect();
+        if !keys.nodes.is_empty() {
+            dsts.extend(
+                routes
+                    .iter()
+                    .filter(|(_, r)| keys.nodes.contains_key(&r.dst_node_name))
+                    .map(|(k, _)| k.as_str()),
+            );
+        }
+        let remote = |f: Fam| {
+            move |node: &str| {
+                (node != self.cfg.hostname)
+                    .then(|| vteps.get(node).and_then(|v| f.vtep(v)))
+                    .flatten()
+                    .map(|(tip, _, _)| tip)
+            }
+        };
+        for (i, f) in [V4, V6].into_iter().enumerate() {
+            let on = self.enabled(f, pools, vteps);
+            let ctx = on.then(|| self.device_ctx(f, vteps, ifaces, &is_workload_iface));
+            for dst in &dsts {
+                let Ok(net) = dst.parse::<IpNet>() else {
+                    continue;
+                };
+                if !f.of(&net) {
+                    continue;
+                }
+                let spec = ctx.as_ref().and_then(|ctx| {
+                    let r = routes.get(*dst)?;
+                    self.block_route(f, r, ctx, remote(f), p)
+                        .map(|(_, spec)| spec)
+                });
+                out.routes
+                    .insert(block_group(&net.trunc()), spec.into_iter().collect());
+            }
+            let Some(ctx) = ctx else {
+                continue;
+            };
+            // Every key the nodes named had or have, with the entry of the node that now wins
+            // it (none: the entry goes).
+            let (mut macs, mut tips) = (BTreeSet::new(), BTreeSet::new());
+            for (node, was) in keys.nodes.iter().filter(|(n, _)| **n != self.cfg.hostname) {
+                let now = vteps.get(node).and_then(|v| f.vtep(v));
+                for (tip, mac, _) in was[i].into_iter().chain(now) {
+                    macs.insert(mac);
+                    tips.insert(tip);
+                }
+            }
+            let entry_of =
+                |node: Option<&str>| node.and_then(|n| vteps.get(n)).and_then(|v| f.vtep(v));
+            let fdb = macs
+                .into_iter()
+                .map(|mac| {
+                    let host = entry_of(self.claims.fdb_winner(i, &mac)).map(|(_, _, h)| h);
+                    (mac, host)
+                })
+                .collect();
+            let neighbours = tips
+                .into_iter()
+                .map(|tip| {
+                    let mac = entry_of(self.claims.neigh_winner(i, &tip)).map(|(_, m, _)| m);
+                    (tip, mac)
+                })
+                .collect();
+            out.devices.push(VxlanWanted {
+                name: f.device.into(),
+                spec: ctx.spec,
+                fdb: Entries::Changed(fdb),
+                neighbour_changes: neighbours,
             });
         }
-        d
+        out
     }
 }
 

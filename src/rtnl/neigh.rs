@@ -130,6 +130,52 @@ impl NeighSyncer {
         }
     }
 
+    /// Sets (or with `None` drops) the one entry of `ip` on `ifname`, leaving the interface's
+    /// other entries as they are; written (or deleted) by the next apply if it differs. No
+    /// kernel I/O.
+    pub fn set_entry(&mut self, ifname: &str, ip: IpAddr, mac: Option<Mac>) {
+        let entries = self.desired.get_mut(ifname);
+        let old = match (entries, mac) {
+            (Some(e), Some(m)) => e.insert(ip, m),
+            (None, Some(m)) => {
+                self.desired
+                    .insert(ifname.to_string(), BTreeMap::from([(ip, m)]));
+                None
+            }
+            (Some(e), None) => {
+                let old = e.remove(&ip);
+                if e.is_empty() {
+                    self.desired.remove(ifname);
+                }
+                old
+            }
+            (None, None) => None,
+        };
+        if old == mac {
+            return;
+        }
+        match mac {
+            Some(_) => {
+                if let Some(pending) = self.to_delete.get_mut(ifname) {
+                    pending.remove(&ip);
+                    if pending.is_empty() {
+                        self.to_delete.remove(ifname);
+                    }
+                }
+                self.dirty_entries
+                    .entry(ifname.to_string())
+                    .or_default()
+                    .insert(ip);
+            }
+            None => {
+                self.to_delete
+                    .entry(ifname.to_string())
+                    .or_default()
+                    .insert(ip);
+            }
+        }
+    }
+
     /// Interfaces that currently have desired entries.
     pub fn managed_ifaces(&self) -> impl Iterator<Item = &str> {
         self.desired.keys().map(String::as_str)
@@ -226,18 +272,29 @@ impl NeighSyncer {
                 return Ok(());
             }
         };
-        let wanted = self.desired.get(ifname).cloned().unwrap_or_default();
-        let mut delete: BTreeSet<IpAddr> = self.to_delete.remove(ifname).unwrap_or_default();
-        if let Some(kernel) = kernel {
-            delete.extend(
+        let empty = BTreeMap::new();
+        let desired = self.desired.get(ifname).unwrap_or(&empty);
+        // Only the entries asked for are copied out: one changed entry on a device with a
+        // thousand costs one lookup.
+        let wanted: Vec<(IpAddr, Mac)> = match only {
+            Some(o) => o
+                .iter()
+                .filter_map(|ip| desired.get(ip).map(|m| (*ip, *m)))
+                .collect(),
+            None => desired.iter().map(|(ip, m)| (*ip, *m)).collect(),
+        };
+        let mut delete: BTreeSet<IpAddr> = kernel
+            .map(|kernel| {
                 kernel
                     .iter()
                     .filter(|(idx, ip)| {
-                        *idx == link.index && ip.is_ipv4() && !wanted.contains_key(ip)
+                        *idx == link.index && ip.is_ipv4() && !desired.contains_key(ip)
                     })
-                    .map(|(_, ip)| *ip),
-            );
-        }
+                    .map(|(_, ip)| *ip)
+                    .collect()
+            })
+            .unwrap_or_default();
+        delete.extend(self.to_delete.remove(ifname).unwrap_or_default());
         // The deletions and then the writes, as one pipelined batch.
         let mut batch = Batch::new();
         let delete: Vec<IpAddr> = delete.into_iter().collect();
@@ -253,9 +310,6 @@ impl NeighSyncer {
         let mut set = Vec::new();
         if link.admin_up {
             for (ip, mac) in wanted {
-                if only.is_some_and(|o| !o.contains(&ip)) {
-                    continue;
-                }
                 self.stats.writes += 1;
                 batch.push(
                     RouteNetlinkMessage::NewNeighbour(permanent_entry(link.index, ip, &mac)),
@@ -461,5 +515,28 @@ mod tests {
             s.dirty.is_empty(),
             "the interface as a whole is not rewritten"
         );
+    }
+
+    #[test]
+    fn one_entry_is_set_and_dropped_alone() {
+        let mut s = NeighSyncer::new();
+        let ip = |n: u8| IpAddr::from([10, 65, n, 0]);
+        let dev = "vxlan.calico";
+        s.update_neighbours(dev, &[(ip(1), [0x66, 0, 0, 0, 0, 1])]);
+        s.dirty_entries.clear();
+        // The same entry again: nothing to write.
+        s.set_entry(dev, ip(1), Some([0x66, 0, 0, 0, 0, 1]));
+        assert!(s.dirty_entries.is_empty());
+        s.set_entry(dev, ip(2), Some([0x66, 0, 0, 0, 0, 2]));
+        assert_eq!(s.dirty_entries[dev], BTreeSet::from([ip(2)]));
+        s.set_entry(dev, ip(1), None);
+        assert_eq!(s.to_delete[dev], BTreeSet::from([ip(1)]));
+        // Wanted again before the apply: written, not deleted.
+        s.set_entry(dev, ip(1), Some([0x66, 0, 0, 0, 0, 3]));
+        assert!(!s.to_delete.contains_key(dev));
+        assert_eq!(s.desired[dev].len(), 2);
+        // Dropping what was never wanted does nothing.
+        s.set_entry(dev, ip(9), None);
+        assert!(!s.to_delete.contains_key(dev));
     }
 }

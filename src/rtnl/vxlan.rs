@@ -56,13 +56,45 @@ pub struct VxlanSpec {
     pub addr: IpAddr,
 }
 
-/// One VXLAN device as the loop wants it: the device (`None`: leave whatever is there alone) and
-/// its permanent FDB entries (MAC → remote underlay address).
+/// A device's entries as the caller states them: all of them, or only those that changed since
+/// it last stated them (`None`: no longer wanted). An update that touches one remote node costs
+/// its own entries, not a comparison of every node's.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entries<K, V> {
+    All(Vec<(K, V)>),
+    Changed(Vec<(K, Option<V>)>),
+}
+
+impl<K, V> Default for Entries<K, V> {
+    fn default() -> Self {
+        Entries::All(Vec::new())
+    }
+}
+
+impl<K, V> Entries<K, V> {
+    /// Entries listed (all, or changed).
+    pub fn len(&self) -> usize {
+        match self {
+            Entries::All(v) => v.len(),
+            Entries::Changed(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One VXLAN device as the loop wants it: the device (`None`: leave whatever is there alone),
+/// its permanent FDB entries (MAC → remote underlay address) and, when only changes are
+/// stated, the changes to its permanent neighbours (tunnel address → MAC; stated whole, they
+/// are the neighbours phase's, with every other interface's).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VxlanWanted {
     pub name: String,
     pub spec: Option<VxlanSpec>,
-    pub fdb: Vec<(Mac, IpAddr)>,
+    pub fdb: Entries<Mac, IpAddr>,
+    pub neighbour_changes: Vec<(IpAddr, Option<Mac>)>,
 }
 
 /// What one apply did.
@@ -166,6 +198,18 @@ impl VxlanSyncer {
             }
         }
         self.fdb = new;
+    }
+
+    /// Sets (or with `None` drops) the one FDB entry of `mac`; written by the next apply if it
+    /// differs. No kernel I/O.
+    pub fn set_fdb_entry(&mut self, mac: Mac, ip: Option<IpAddr>) {
+        let old = match ip {
+            Some(ip) => self.fdb.insert(mac, ip),
+            None => self.fdb.remove(&mac),
+        };
+        if old != ip {
+            self.fdb_dirty.insert(mac);
+        }
     }
 
     /// The device was reported changed (created, deleted, flapped): look at it again.
@@ -694,6 +738,14 @@ mod tests {
         s.fdb_dirty.clear();
         s.set_fdb([(b, ip("172.31.0.13")), (c, ip("172.31.0.14"))]);
         assert_eq!(s.fdb_dirty, BTreeSet::from([a]));
+        // One entry at a time, the same way.
+        s.fdb_dirty.clear();
+        s.set_fdb_entry(b, Some(ip("172.31.0.13")));
+        assert!(s.fdb_dirty.is_empty(), "unchanged");
+        s.set_fdb_entry(b, None);
+        s.set_fdb_entry(a, Some(ip("172.31.0.11")));
+        assert_eq!(s.fdb_dirty, BTreeSet::from([a, b]));
+        assert_eq!(s.fdb.len(), 2);
     }
 
     #[test]

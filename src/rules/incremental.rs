@@ -22,6 +22,7 @@
 //! update sequences).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
 
 use crate::nft::build::TextTable;
 use crate::nft::model::{Chain, Element, ElementDelta, Exprs, Family, Set, Table, TablePatch};
@@ -57,6 +58,10 @@ pub struct Changes {
     /// Internal sets (by id) whose members changed while nothing else of the base did: hosts
     /// and VTEPs come and go by element, not by re-rendering the base.
     pub internal_sets: BTreeSet<&'static str>,
+    /// Addresses whose membership of an internal set (`all-hosts-net`, `all-vxlan-net`) may
+    /// have changed, per set not in `internal_sets`: element adds and deletes by what the
+    /// model holds when rendered, where the set holds addresses.
+    pub internal_members: BTreeMap<&'static str, BTreeSet<IpAddr>>,
 }
 
 impl Changes {
@@ -71,6 +76,14 @@ impl Changes {
             || !self.ipsets.is_empty()
             || !self.ipset_members.is_empty()
             || !self.internal_sets.is_empty()
+            || !self.internal_members.is_empty()
+    }
+
+    /// Records that address `a` may have joined or left internal set `id`.
+    pub fn internal_member(&mut self, id: &'static str, a: IpAddr) {
+        if !self.internal_sets.contains(id) {
+            self.internal_members.entry(id).or_default().insert(a);
+        }
     }
 
     /// Records a member change of IP set `id`; a set to be rendered whole needs none.
@@ -354,8 +367,13 @@ impl Incremental {
         self.update_ipset_members(inp.model, changes, &todo.ipsets, &mut pending);
         if changes.all || changes.base || changes.host_endpoints {
             self.update_base(inp.model, &heps, &mut pending);
-        } else if !changes.internal_sets.is_empty() {
-            self.update_internal_sets(inp.model, &changes.internal_sets, &mut pending);
+        } else {
+            if !changes.internal_sets.is_empty() {
+                self.update_internal_sets(inp.model, &changes.internal_sets, &mut pending);
+            }
+            if !changes.internal_members.is_empty() {
+                self.update_internal_members(inp.model, changes, &mut pending);
+            }
         }
         if changes.all || !todo.workloads.is_empty() {
             self.update_workload_derived(inp, &mut pending);
@@ -720,6 +738,37 @@ impl Incremental {
         for &f in &self.families {
             for s in super::render_internal_sets(&self.r, f, m, Some(ids)) {
                 pending.sets.insert((Tbl::Main, f, s.name.clone()), Some(s));
+            }
+        }
+    }
+
+    /// Internal sets whose members a host or VTEP change touched (and that are not rendered
+    /// whole): an element added or deleted per address, by what the model holds, where the set
+    /// holds addresses; rendered whole where it holds intervals.
+    fn update_internal_members(&mut self, m: &Model, changes: &Changes, pending: &mut Pending) {
+        for &f in &self.families {
+            let v6 = f == Family::Ip6;
+            for (&id, touched) in &changes.internal_members {
+                if changes.internal_sets.contains(id) {
+                    continue;
+                }
+                if !self.r.internal_set_by_address(f, id) {
+                    let ids = BTreeSet::from([id]);
+                    for s in super::render_internal_sets(&self.r, f, m, Some(&ids)) {
+                        pending.sets.insert((Tbl::Main, f, s.name.clone()), Some(s));
+                    }
+                    continue;
+                }
+                let obj = (Tbl::Main, f, super::names::ipset_name(f, id));
+                let d = pending.set_elements.entry(obj).or_default();
+                for &a in touched.iter().filter(|a| a.is_ipv6() == v6) {
+                    let e = crate::nft::build::addr_element(a);
+                    if super::internal_set_has(&self.r, m, id, a) {
+                        d.add.push(e);
+                    } else {
+                        d.del.push(e);
+                    }
+                }
             }
         }
     }

@@ -48,6 +48,7 @@ pub mod side;
 pub mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use crate::nft::build::TextTable;
 use crate::nft::model::{Element, Family, Set, Table};
@@ -558,11 +559,46 @@ pub(crate) fn render_internal_sets(
         .filter(|set| wanted(&set.name[6..]))
         .map(|mut set| {
             if let Some(members) = internal.get(&set.name[6..]) {
-                set.elements = r.net_set_elements(family, members.iter().map(String::as_str));
+                set.elements = if r.internal_set_by_address(family, &set.name[6..]) {
+                    let addrs: BTreeSet<IpAddr> =
+                        members.iter().filter_map(|m| m.parse().ok()).collect();
+                    addrs
+                        .into_iter()
+                        .map(crate::nft::build::addr_element)
+                        .collect()
+                } else {
+                    r.net_set_elements(family, members.iter().map(String::as_str))
+                };
             }
             set
         })
         .collect()
+}
+
+/// Whether address `a` is a member of internal set `id` (`all-hosts-net` or `all-vxlan-net`)
+/// by the model, as [`render_internal_sets`] fills it: the element a host or VTEP change adds
+/// or deletes.
+pub(crate) fn internal_set_has(r: &Renderer, model: &Model, id: &str, a: IpAddr) -> bool {
+    let is = |s: &str| host_addr(s).and_then(|h| h.parse::<IpAddr>().ok()) == Some(a);
+    let v6 = a.is_ipv6();
+    match id {
+        internal_sets::ALL_HOSTS_NET => model
+            .hosts
+            .values()
+            .any(|h| is(if v6 { &h.ipv6_addr } else { &h.ipv4_addr })),
+        internal_sets::ALL_VXLAN_NET => model
+            .vteps
+            .values()
+            .filter(|v| v.node != r.cfg.hostname)
+            .any(|v| {
+                is(if v6 {
+                    &v.parent_device_ipv6
+                } else {
+                    &v.parent_device_ip
+                })
+            }),
+        _ => false,
+    }
 }
 
 /// The dispatch maps with the workload elements given ((from, to) per interface) and those of

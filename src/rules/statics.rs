@@ -231,9 +231,25 @@ impl Renderer {
         .build()
     }
 
-    /// The Felix-internal sets the static chains reference, empty (fill them with
-    /// [`Renderer::net_set_elements`]): `all-hosts-net`, `all-vxlan-net`, `masq-ipam-pools`,
-    /// `network-ip-pools`, all `NET` (interval) sets.
+    /// Whether internal set `id` of `family` holds single addresses (a plain set, changed by
+    /// element as hosts and VTEPs come and go) rather than intervals: `all-hosts-net` and
+    /// `all-vxlan-net` do unless `ExternalNodesCIDRList` adds networks of the family.
+    pub fn internal_set_by_address(&self, family: Family, id: &str) -> bool {
+        let v6 = fam_v6(family);
+        matches!(
+            id,
+            internal_sets::ALL_HOSTS_NET | internal_sets::ALL_VXLAN_NET
+        ) && !self
+            .cfg
+            .external_nodes
+            .iter()
+            .any(|c| c.contains(':') == v6)
+    }
+
+    /// The Felix-internal sets the static chains reference, empty: `all-hosts-net` and
+    /// `all-vxlan-net` (addresses, see [`Renderer::internal_set_by_address`], or intervals),
+    /// `masq-ipam-pools`, `network-ip-pools` (intervals: fill them with
+    /// [`Renderer::net_set_elements`]).
     pub fn internal_sets(&self, family: Family) -> Vec<Set> {
         let key = if fam_v6(family) {
             DataType::Ipv6Addr
@@ -248,12 +264,12 @@ impl Renderer {
         ]
         .iter()
         .map(|id| {
-            build::new_set(
-                &ipset_name(family, id),
-                vec![key],
-                set_flags::INTERVAL,
-                None,
-            )
+            let flags = if self.internal_set_by_address(family, id) {
+                0
+            } else {
+                set_flags::INTERVAL
+            };
+            build::new_set(&ipset_name(family, id), vec![key], flags, None)
         })
         .collect()
     }
