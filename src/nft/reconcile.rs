@@ -167,20 +167,26 @@ impl NftKernel for Nft {
         Some(self.sock.port())
     }
 
-    /// Probes with a dry-run NEWTABLE carrying `OWNER|PERSIST`: the kernel validates the flags
-    /// and keeps nothing. EOPNOTSUPP/EINVAL = not supported (kernel < 6.9).
+    /// Probes with a transaction that adds a table carrying `OWNER|PERSIST` and deletes it
+    /// again: the kernel checks the flags and keeps nothing. EOPNOTSUPP/EINVAL = not supported
+    /// (kernel < 6.9). Committed rather than a dry run: an aborted batch waits for an RCU grace
+    /// period in the kernel, which costs the agent's start tens of milliseconds.
     fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
         if let Some(p) = self.persist {
             return Ok(p);
         }
         let probe = Plan {
             family: Family::Inet,
-            table: "felix-nft-probe".into(),
-            ops: vec![diff::Op::AddTable {
-                flags: table_flags::OWNER | table_flags::PERSIST,
-            }],
+            // Our own name: a probe of another process at the same time is not ours to touch.
+            table: format!("felix-nft-probe-{}", self.sock.port()),
+            ops: vec![
+                diff::Op::AddTable {
+                    flags: table_flags::OWNER | table_flags::PERSIST,
+                },
+                diff::Op::DelTable,
+            ],
         };
-        let ok = match self.send(&[probe], None, true) {
+        let ok = match self.send(&[probe], None, false) {
             Ok(_) => true,
             Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => false,
             Err(e) => return Err(e),

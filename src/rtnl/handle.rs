@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr, TokioSocket};
 
+use super::batch::{self, Batch, Outcome};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
 
@@ -40,13 +41,24 @@ pub fn socket_in(ns: Option<&NetNs>, protocol: isize) -> Result<Socket> {
 pub struct RtnlHandle {
     handle: rtnetlink::Handle,
     ns: String,
-    /// A plain socket in the same namespace for dumps reduced as they arrive
-    /// ([`RtnlHandle::dump`]).
-    dumper: Arc<Mutex<Socket>>,
+    /// A plain blocking socket in the same namespace for dumps reduced as they arrive
+    /// ([`RtnlHandle::dump`]) and pipelined writes ([`RtnlHandle::write_batch`]).
+    plain: Arc<Mutex<Plain>>,
 }
 
-/// Sequence numbers of [`RtnlHandle::dump`] requests.
-static DUMP_SEQ: AtomicU32 = AtomicU32::new(1);
+/// The plain socket of a handle and what its users reuse.
+#[derive(Debug)]
+struct Plain {
+    sock: Socket,
+    /// The receive buffer of batch answers, kept between batches.
+    rx: Vec<u8>,
+    /// Requests per datagram the socket's receive buffer has room to answer.
+    per_datagram: usize,
+}
+
+/// Sequence numbers of requests on plain sockets ([`RtnlHandle::dump`],
+/// [`RtnlHandle::write_batch`]).
+static PLAIN_SEQ: AtomicU32 = AtomicU32::new(1);
 
 /// `struct nlmsghdr`'s size, and the two control message types.
 pub(crate) const NLMSG_HDRLEN: usize = 16;
@@ -141,15 +153,38 @@ impl RtnlHandle {
     /// current tokio runtime.
     pub fn connect(ns: Option<&NetNs>) -> Result<RtnlHandle> {
         let socket = socket_in(ns, NETLINK_ROUTE)?;
-        let dumper = Arc::new(Mutex::new(socket_in(ns, NETLINK_ROUTE)?));
         let label = ns.map(NetNs::label).unwrap_or(CURRENT_NS).to_string();
+        let plain = plain_socket(socket_in(ns, NETLINK_ROUTE)?, &label)?;
         let socket = into_tokio(socket, &label, "connecting rtnetlink")?;
         let (conn, handle, _unsolicited) = rtnetlink::from_socket(socket);
         tokio::spawn(conn);
         Ok(RtnlHandle {
             handle,
             ns: label,
-            dumper,
+            plain: Arc::new(Mutex::new(plain)),
+        })
+    }
+
+    /// Sends the requests of `batch` pipelined ([`batch::send`]) on the handle's plain socket
+    /// and returns one outcome per request, in order. Blocking; `Err` only when the socket
+    /// cannot be had.
+    pub fn write_batch(&self, batch: &mut Batch) -> Result<Vec<Outcome>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        blocking(|| {
+            let mut plain = self.plain.lock().map_err(|_| RtnlError::Socket {
+                op: "writing a batch",
+                ns: self.ns.clone(),
+                source: std::io::Error::other("plain socket lock poisoned"),
+            })?;
+            let Plain {
+                sock,
+                rx,
+                per_datagram,
+            } = &mut *plain;
+            let first = PLAIN_SEQ.fetch_add(batch.len() as u32, Ordering::Relaxed);
+            Ok(batch::send(sock, batch, first, *per_datagram, rx))
         })
     }
 
@@ -174,16 +209,18 @@ impl RtnlHandle {
             source,
         };
         blocking(|| {
-            let sock = self
-                .dumper
+            let plain = self
+                .plain
                 .lock()
-                .map_err(|_| fail(std::io::Error::other("dump socket lock poisoned")))?;
-            let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
+                .map_err(|_| fail(std::io::Error::other("plain socket lock poisoned")))?;
+            let seq = PLAIN_SEQ.fetch_add(1, Ordering::Relaxed);
             let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
             let msg = nl_request(request, flags, seq, &[body]);
             let mut out = Vec::new();
-            read_dump(&sock, &msg, seq, reply, |payload| out.extend(keep(payload)))
-                .map_err(fail)?;
+            read_dump(&plain.sock, &msg, seq, reply, |payload| {
+                out.extend(keep(payload))
+            })
+            .map_err(fail)?;
             Ok(out)
         })
     }
@@ -197,6 +234,25 @@ impl RtnlHandle {
     pub fn ns_label(&self) -> &str {
         &self.ns
     }
+}
+
+/// Readies a blocking socket for batches: a receive buffer with room for many answers, and
+/// answers without a copy of the request (`NETLINK_CAP_ACK`: the sequence number says which).
+fn plain_socket(sock: Socket, ns: &str) -> Result<Plain> {
+    let fail = |source| RtnlError::Socket {
+        op: "sizing the receive buffer",
+        ns: ns.to_string(),
+        source,
+    };
+    sock.set_rx_buf_sz(batch::RCVBUF as libc::c_int)
+        .map_err(fail)?;
+    sock.set_cap_ack(true).map_err(fail)?;
+    let rcvbuf = sock.get_rx_buf_sz().map_err(fail)?;
+    Ok(Plain {
+        sock,
+        rx: Vec::with_capacity(batch::MAX_DATAGRAM),
+        per_datagram: batch::requests_per_datagram(rcvbuf),
+    })
 }
 
 /// Registers a finished blocking socket with the current tokio runtime.

@@ -9,6 +9,7 @@
 //! (tokio) only ever see finished sockets.
 //!
 //! - [`handle`]: the rtnetlink request connection in a namespace.
+//! - [`batch`]: pipelined writes: many requests to a datagram, answers matched by sequence number.
 //! - [`link`]: veth pairs, moves between namespaces, rename, up/down, addresses, link dumps.
 //! - [`routes`]: the route syncer (desired routes per table and family → kernel by dump and diff).
 //! - [`neigh`]: permanent (static ARP) neighbour entries.
@@ -17,6 +18,7 @@
 //! - [`vxlan`]: a VXLAN device created or corrected from a spec, and its permanent FDB entries.
 //! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
 
+pub mod batch;
 pub mod conntrack;
 pub mod devconf;
 pub mod handle;
@@ -61,6 +63,15 @@ pub enum RtnlError {
         #[source]
         source: rtnetlink::Error,
     },
+    /// A pipelined request got no answer: the socket failed before it (the request may or may
+    /// not have been applied).
+    #[error("{op} {object}: no answer")]
+    Unanswered {
+        op: &'static str,
+        object: String,
+        #[source]
+        source: io::Error,
+    },
     /// The named interface does not exist (or vanished while we worked on it). Benign for a
     /// caller that configures interfaces as they come and go.
     #[error("{op}: interface {ifname} does not exist")]
@@ -96,7 +107,8 @@ impl RtnlError {
             RtnlError::Kernel { errno, .. } if *errno != 0 => Some(*errno),
             RtnlError::Sysctl { source, .. }
             | RtnlError::Socket { source, .. }
-            | RtnlError::Conntrack { source, .. } => source.raw_os_error(),
+            | RtnlError::Conntrack { source, .. }
+            | RtnlError::Unanswered { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
@@ -126,6 +138,25 @@ impl RtnlError {
             object: object.into(),
             errno,
             source,
+        }
+    }
+
+    /// The error of a pipelined request that did not succeed ([`batch::Failure`]), named as
+    /// [`RtnlError::kernel`] names it.
+    pub(crate) fn batch(
+        op: &'static str,
+        object: impl Into<String>,
+        failure: batch::Failure,
+    ) -> Self {
+        match failure {
+            batch::Failure::Nack(msg) => {
+                RtnlError::kernel(op, object, rtnetlink::Error::NetlinkError(msg))
+            }
+            batch::Failure::Io(source) => RtnlError::Unanswered {
+                op,
+                object: object.into(),
+                source,
+            },
         }
     }
 }

@@ -11,11 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use futures::TryStreamExt;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
-use netlink_packet_route::AddressFamily;
+use netlink_packet_route::route::RouteType;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
+use super::batch::Batch;
 use super::link::get_link;
 use super::{Result, RtnlError, RtnlHandle};
 
@@ -31,7 +34,8 @@ pub struct NeighReport {
     pub deleted: Vec<(String, IpAddr)>,
     /// Interfaces absent or down; their entries are written when the caller reports them up.
     pub parked: Vec<String>,
-    /// Failures; the interface stays dirty and the next apply retries.
+    /// Failures (one per request that failed); the interface stays dirty and the next apply
+    /// retries.
     pub errors: Vec<RtnlError>,
 }
 
@@ -291,55 +295,94 @@ impl NeighSyncer {
             })
             .unwrap_or_default();
         delete.extend(self.to_delete.remove(ifname).unwrap_or_default());
-        for ip in delete {
+        // The deletions and then the writes, as one pipelined batch.
+        let mut batch = Batch::new();
+        let delete: Vec<IpAddr> = delete.into_iter().collect();
+        for ip in &delete {
             let mut msg = NeighbourMessage::default();
-            msg.header.family = family(&ip);
+            msg.header.family = family(ip);
             msg.header.ifindex = link.index;
             msg.attributes
-                .push(NeighbourAttribute::Destination(neigh_addr(ip)));
+                .push(NeighbourAttribute::Destination(neigh_addr(*ip)));
             self.stats.writes += 1;
-            match h.handle().neighbours().del(msg).execute().await {
+            batch.push(RouteNetlinkMessage::DelNeighbour(msg), 0);
+        }
+        let mut set = Vec::new();
+        if link.admin_up {
+            for (ip, mac) in wanted {
+                self.stats.writes += 1;
+                batch.push(
+                    RouteNetlinkMessage::NewNeighbour(permanent_entry(link.index, ip, &mac)),
+                    NLM_F_CREATE | NLM_F_REPLACE,
+                );
+                set.push(ip);
+            }
+        } else if !wanted.is_empty() {
+            report.parked.push(ifname.to_string());
+        }
+        let mut outcomes = match h.write_batch(&mut batch) {
+            Ok(o) => o.into_iter(),
+            Err(e) => {
+                // Nothing was sent: the deletions are still to do.
+                if !delete.is_empty() {
+                    self.to_delete
+                        .entry(ifname.to_string())
+                        .or_default()
+                        .extend(delete);
+                }
+                return Err(e);
+            }
+        };
+        let mut failed = false;
+        for (ip, outcome) in delete.into_iter().zip(outcomes.by_ref()) {
+            match outcome {
                 Ok(()) => report.deleted.push((ifname.to_string(), ip)),
-                Err(e) => {
+                Err(f) => {
                     let err =
-                        RtnlError::kernel("deleting neighbour", format!("{ip} on {ifname}"), e);
+                        RtnlError::batch("deleting neighbour", format!("{ip} on {ifname}"), f);
                     if !err.is_vanished_interface() {
                         self.to_delete
                             .entry(ifname.to_string())
                             .or_default()
                             .insert(ip);
-                        return Err(err);
+                        report.errors.push(err);
+                        failed = true;
                     }
                 }
             }
         }
-        if !link.admin_up {
-            if !wanted.is_empty() {
-                report.parked.push(ifname.to_string());
-            }
-            return Ok(());
-        }
-        for (ip, mac) in wanted {
-            self.stats.writes += 1;
-            h.handle()
-                .neighbours()
-                .add(link.index, ip)
-                .link_layer_address(&mac)
-                .state(NeighbourState::Permanent)
-                .replace()
-                .execute()
-                .await
-                .map_err(|e| {
-                    RtnlError::kernel(
+        for (ip, outcome) in set.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => report.set.push((ifname.to_string(), ip)),
+                Err(f) => {
+                    report.errors.push(RtnlError::batch(
                         "setting permanent neighbour",
                         format!("{ip} on {ifname}"),
-                        e,
-                    )
-                })?;
-            report.set.push((ifname.to_string(), ip));
+                        f,
+                    ));
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            self.dirty.insert(ifname.to_string());
         }
         Ok(())
     }
+}
+
+/// `ip neigh replace IP lladdr MAC dev IFINDEX nud permanent`, as the `rtnetlink` handle builds it.
+fn permanent_entry(ifindex: u32, ip: IpAddr, mac: &Mac) -> NeighbourMessage {
+    let mut msg = NeighbourMessage::default();
+    msg.header.family = family(&ip);
+    msg.header.ifindex = ifindex;
+    msg.header.state = NeighbourState::Permanent;
+    msg.header.kind = RouteType::Unspec;
+    msg.attributes
+        .push(NeighbourAttribute::Destination(neigh_addr(ip)));
+    msg.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+    msg
 }
 
 /// One permanent neighbour entry as the kernel holds it.
@@ -417,6 +460,24 @@ fn neigh_addr(ip: IpAddr) -> NeighbourAddress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch's neighbour write is the message the `rtnetlink` handle built for the same entry
+    /// (building one sends nothing).
+    #[tokio::test]
+    async fn permanent_entries_are_the_handles_messages() {
+        let (_conn, handle, _) = rtnetlink::new_connection().unwrap();
+        let mac = [2, 0, 0, 0, 0, 1];
+        for ip in ["10.65.0.1", "fd00::1"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut req = handle
+                .neighbours()
+                .add(4, ip)
+                .link_layer_address(&mac)
+                .state(NeighbourState::Permanent)
+                .replace();
+            assert_eq!(&permanent_entry(4, ip, &mac), req.message_mut());
+        }
+    }
 
     #[test]
     fn dropping_an_address_queues_its_deletion() {

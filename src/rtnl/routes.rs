@@ -37,12 +37,15 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use ipnet::IpNet;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
     RouteType,
 };
+use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::RouteMessageBuilder;
 
+use super::batch::{Batch, Outcome};
 use super::link::{get_link, list_links, LinkState};
 use super::{IpFamily, Result, RtnlError, RtnlHandle};
 
@@ -337,6 +340,20 @@ struct Write<'k> {
     existing: Option<&'k KernelRoute>,
 }
 
+/// A request of an incremental apply's batch, waiting for its outcome.
+#[derive(Debug)]
+enum Pending {
+    /// A desired route written (`existing`: the interface of the believed route it replaces).
+    Write {
+        key: RouteKey,
+        spec: RouteSpec,
+        oif: Option<u32>,
+        existing: Option<Option<u32>>,
+    },
+    /// A believed route deleted.
+    Delete { key: RouteKey, believed: Believed },
+}
+
 /// The outcome of [`RouteSyncer::decide`].
 #[derive(Debug, Default)]
 struct Decision<'k> {
@@ -623,9 +640,22 @@ impl RouteSyncer {
                 )
             })
             .collect();
+        // Every write and delete in one pipelined batch, in the order they were decided.
+        let mut batch = Batch::new();
+        let mut sent: Vec<&Write> = Vec::with_capacity(d.writes.len());
         for w in &d.writes {
+            if self.push_write(&mut batch, &w.spec, w.oif, &mut report) {
+                sent.push(w);
+            }
+        }
+        for k in &d.deletes {
+            self.stats.writes += 1;
+            batch.push(RouteNetlinkMessage::DelRoute(k.msg.clone()), 0);
+        }
+        let mut outcomes = h.write_batch(&mut batch)?.into_iter();
+        for (w, outcome) in sent.into_iter().zip(outcomes.by_ref()) {
             let existing = w.existing.map(|k| k.oif);
-            if self.write(h, &w.spec, w.oif, existing, &mut report).await {
+            if Self::wrote(&w.spec, w.oif, existing, outcome, &mut report) {
                 believed.insert(
                     w.key,
                     Believed {
@@ -635,15 +665,14 @@ impl RouteSyncer {
                 );
             }
         }
-        for k in &d.deletes {
-            self.stats.writes += 1;
-            match h.handle().route().del(k.msg.clone()).execute().await {
+        for (k, outcome) in d.deletes.iter().zip(outcomes) {
+            match outcome {
                 Ok(()) => {
                     report.deleted.push(k.key);
                     report.left(k.key.dst);
                 }
-                Err(e) => {
-                    let err = RtnlError::kernel("deleting route", k.key.to_string(), e);
+                Err(f) => {
+                    let err = RtnlError::batch("deleting route", k.key.to_string(), f);
                     // Gone already (its interface vanished meanwhile): that is the goal.
                     if err.errno() != Some(libc::ESRCH) {
                         if let Some(b) = self.believed.get(&k.key).filter(|b| b.oif == k.oif) {
@@ -720,6 +749,9 @@ impl RouteSyncer {
         };
 
         let mut report = RouteSyncReport::default();
+        // What to write is decided per key first; the writes then go as one pipelined batch.
+        let mut batch = Batch::new();
+        let mut pending: Vec<Pending> = Vec::new();
         let mut wanted = wanted.into_iter().peekable();
         for key in keys {
             let spec = match wanted.peek() {
@@ -731,15 +763,7 @@ impl RouteSyncer {
                 // No longer desired: ours for certain, delete at once.
                 self.parked.remove(&key);
                 if let Some(b) = self.believed.remove(&key) {
-                    match self.delete_believed(h, key, &b, &mut report).await {
-                        Some(true) => report.left(key.dst),
-                        Some(false) => {}
-                        // Still ours: the full apply that follows deletes it without a grace
-                        // period.
-                        None => {
-                            self.believed.insert(key, b);
-                        }
-                    }
+                    self.push_delete(&mut batch, &mut pending, key, b, &mut report);
                 }
                 continue;
             };
@@ -755,13 +779,7 @@ impl RouteSyncer {
                         self.parked.insert(key, name.to_string());
                         if let Some(b) = self.believed.remove(&key) {
                             if b.spec.target.ifname() != Some(name) {
-                                match self.delete_believed(h, key, &b, &mut report).await {
-                                    Some(true) => report.left(key.dst),
-                                    Some(false) => {}
-                                    None => {
-                                        self.believed.insert(key, b);
-                                    }
-                                }
+                                self.push_delete(&mut batch, &mut pending, key, b, &mut report);
                             }
                         }
                         continue;
@@ -781,10 +799,55 @@ impl RouteSyncer {
                 continue;
             }
             let existing = have.map(|b| b.oif);
-            if self.write(h, &spec, oif, existing, &mut report).await {
-                self.believed.insert(key, Believed { spec, oif });
+            if self.push_write(&mut batch, &spec, oif, &mut report) {
+                pending.push(Pending::Write {
+                    key,
+                    spec,
+                    oif,
+                    existing,
+                });
             } else {
                 self.believed.remove(&key);
+            }
+        }
+        let outcomes = match h.write_batch(&mut batch) {
+            Ok(o) => o,
+            Err(e) => {
+                // Nothing was written; the full apply that follows looks at everything.
+                self.stale = true;
+                return Err(e);
+            }
+        };
+        for (p, outcome) in pending.into_iter().zip(outcomes) {
+            match p {
+                Pending::Write {
+                    key,
+                    spec,
+                    oif,
+                    existing,
+                } => {
+                    if Self::wrote(&spec, oif, existing, outcome, &mut report) {
+                        self.believed.insert(key, Believed { spec, oif });
+                    } else {
+                        self.believed.remove(&key);
+                    }
+                }
+                Pending::Delete { key, believed } => match outcome {
+                    Ok(()) => {
+                        report.deleted.push(key);
+                        report.left(key.dst);
+                    }
+                    Err(f) => {
+                        let err = RtnlError::batch("deleting route", key.to_string(), f);
+                        // Gone already: its interface went down or away and took it.
+                        if !matches!(err.errno(), Some(libc::ESRCH | libc::ENODEV)) {
+                            report.errors.push(err);
+                            // Still ours: the full apply that follows deletes it without a
+                            // grace period.
+                            self.believed.insert(key, believed);
+                        }
+                    }
+                },
             }
         }
         report.parked = self.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
@@ -827,26 +890,42 @@ impl RouteSyncer {
         Ok(out)
     }
 
-    /// Writes one route (create or replace); `existing` is the interface of the route the kernel
-    /// held under that key, when there was one. True on success.
-    async fn write(
+    /// Adds the write of one route (create or replace) to `batch`. False when its message cannot
+    /// be built (the error is in the report, nothing is sent).
+    fn push_write(
         &mut self,
-        h: &RtnlHandle,
+        batch: &mut Batch,
+        spec: &RouteSpec,
+        oif: Option<u32>,
+        report: &mut RouteSyncReport,
+    ) -> bool {
+        match self.build(spec, oif) {
+            Ok(msg) => {
+                self.stats.writes += 1;
+                batch.push(
+                    RouteNetlinkMessage::NewRoute(msg),
+                    NLM_F_CREATE | NLM_F_REPLACE,
+                );
+                true
+            }
+            Err(e) => {
+                report.errors.push(e);
+                false
+            }
+        }
+    }
+
+    /// Records the outcome of a route write; `existing` is the interface of the route the kernel
+    /// held under that key, when there was one. True on success.
+    fn wrote(
         spec: &RouteSpec,
         oif: Option<u32>,
         existing: Option<Option<u32>>,
+        outcome: Outcome,
         report: &mut RouteSyncReport,
     ) -> bool {
         let key = spec.key();
-        let msg = match self.build(spec, oif) {
-            Ok(m) => m,
-            Err(e) => {
-                report.errors.push(e);
-                return false;
-            }
-        };
-        self.stats.writes += 1;
-        match h.handle().route().add(msg).replace().execute().await {
+        match outcome {
             Ok(()) => {
                 match existing {
                     Some(old) => {
@@ -859,46 +938,35 @@ impl RouteSyncer {
                 }
                 true
             }
-            Err(e) => {
+            Err(f) => {
                 report
                     .errors
-                    .push(RtnlError::kernel("programming route", key.to_string(), e));
+                    .push(RtnlError::batch("programming route", key.to_string(), f));
                 false
             }
         }
     }
 
-    /// Deletes a route we believe we programmed: `Some(true)` when deleted, `Some(false)` when
-    /// it was gone already (its interface went down or away and took it), `None` on failure (the
-    /// error is in the report).
-    async fn delete_believed(
+    /// Adds the deletion of a route we believe we programmed to `batch`. When its message cannot
+    /// be built the error is in the report and the route stays believed (the full apply that
+    /// follows deletes it).
+    fn push_delete(
         &mut self,
-        h: &RtnlHandle,
+        batch: &mut Batch,
+        pending: &mut Vec<Pending>,
         key: RouteKey,
-        b: &Believed,
+        b: Believed,
         report: &mut RouteSyncReport,
-    ) -> Option<bool> {
-        let msg = match self.build(&b.spec, b.oif) {
-            Ok(m) => m,
+    ) {
+        match self.build(&b.spec, b.oif) {
+            Ok(msg) => {
+                self.stats.writes += 1;
+                batch.push(RouteNetlinkMessage::DelRoute(msg), 0);
+                pending.push(Pending::Delete { key, believed: b });
+            }
             Err(e) => {
                 report.errors.push(e);
-                return None;
-            }
-        };
-        self.stats.writes += 1;
-        match h.handle().route().del(msg).execute().await {
-            Ok(()) => {
-                report.deleted.push(key);
-                Some(true)
-            }
-            Err(e) => {
-                let err = RtnlError::kernel("deleting route", key.to_string(), e);
-                if matches!(err.errno(), Some(libc::ESRCH | libc::ENODEV)) {
-                    Some(false)
-                } else {
-                    report.errors.push(err);
-                    None
-                }
+                self.believed.insert(key, b);
             }
         }
     }

@@ -20,15 +20,18 @@ use std::net::IpAddr;
 
 use futures::TryStreamExt;
 use ipnet::IpNet;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
 };
-use netlink_packet_route::AddressFamily;
+use netlink_packet_route::route::RouteType;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{LinkUnspec, LinkVxlan};
 
+use super::batch::Batch;
 use super::link::{address_of, get_link};
 use super::neigh::Mac;
 use super::{Result, RtnlError, RtnlHandle};
@@ -273,103 +276,137 @@ impl VxlanSyncer {
                 self.stats.fdb_dumps += 1;
                 dump_fdb(h, index).await?
             };
-            for (mac, dst) in &kernel {
-                if self.fdb.get(mac) != Some(dst) && !self.fdb.contains_key(mac) {
-                    self.delete_entry(h, &spec.name, index, *mac).await?;
-                    report.fdb_deleted += 1;
-                }
-            }
-            let wanted: Vec<(Mac, IpAddr)> = self
+            let delete: Vec<Mac> = kernel
+                .keys()
+                .filter(|mac| !self.fdb.contains_key(*mac))
+                .copied()
+                .collect();
+            let set: Vec<(Mac, IpAddr)> = self
                 .fdb
                 .iter()
                 .filter(|(m, d)| kernel.get(*m) != Some(*d))
                 .map(|(m, d)| (*m, *d))
                 .collect();
-            for (mac, dst) in wanted {
-                self.write_entry(h, &spec.name, index, mac, dst).await?;
-                report.fdb_set += 1;
+            let settled = self.write_fdb(h, &spec.name, index, &set, &delete, report)?;
+            if let Some(err) = settled.first_error {
+                return Err(err);
             }
             self.fdb_dirty.clear();
             self.resync = false;
             return Ok(());
         }
-        let dirty: Vec<Mac> = self.fdb_dirty.iter().copied().collect();
-        for mac in dirty {
-            match self.fdb.get(&mac).copied() {
-                Some(dst) => {
-                    self.write_entry(h, &spec.name, index, mac, dst).await?;
-                    report.fdb_set += 1;
-                }
-                None => {
-                    self.delete_entry(h, &spec.name, index, mac).await?;
-                    report.fdb_deleted += 1;
-                }
+        let mut set = Vec::new();
+        let mut delete = Vec::new();
+        for mac in &self.fdb_dirty {
+            match self.fdb.get(mac) {
+                Some(dst) => set.push((*mac, *dst)),
+                None => delete.push(*mac),
             }
-            self.fdb_dirty.remove(&mac);
         }
-        Ok(())
+        let settled = self.write_fdb(h, &spec.name, index, &set, &delete, report)?;
+        for mac in &settled.done {
+            self.fdb_dirty.remove(mac);
+        }
+        match settled.first_error {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
     }
 
-    async fn write_entry(
+    /// Deletes the entries of `delete`, then writes those of `set`, as one pipelined batch;
+    /// counts them in the report as they succeed. A deletion of an entry that is already gone
+    /// succeeds.
+    fn write_fdb(
         &mut self,
         h: &RtnlHandle,
         dev: &str,
         index: u32,
-        mac: Mac,
-        dst: IpAddr,
-    ) -> Result<()> {
-        self.stats.fdb_writes += 1;
-        // `bridge fdb replace MAC dev DEV dst DST self permanent`.
-        h.handle()
-            .neighbours()
-            .add_bridge(index, &mac)
-            .destination(dst)
-            .flags(NeighbourFlags::Own)
-            .state(NeighbourState::Permanent)
-            .replace()
-            .execute()
-            .await
-            .map_err(|e| {
-                RtnlError::kernel(
-                    "setting FDB entry",
-                    format!("{} dst {dst} on {dev}", fmt_mac(&mac)),
-                    e,
-                )
-            })
-    }
-
-    async fn delete_entry(
-        &mut self,
-        h: &RtnlHandle,
-        dev: &str,
-        index: u32,
-        mac: Mac,
-    ) -> Result<()> {
-        self.stats.fdb_writes += 1;
-        let mut msg = NeighbourMessage::default();
-        msg.header.family = AddressFamily::Bridge;
-        msg.header.ifindex = index;
-        msg.header.flags = NeighbourFlags::Own;
-        msg.header.state = NeighbourState::Permanent;
-        msg.attributes
-            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
-        match h.handle().neighbours().del(msg).execute().await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let err = RtnlError::kernel(
+        set: &[(Mac, IpAddr)],
+        delete: &[Mac],
+        report: &mut VxlanReport,
+    ) -> Result<FdbSettled> {
+        let mut batch = Batch::new();
+        for mac in delete {
+            self.stats.fdb_writes += 1;
+            batch.push(
+                RouteNetlinkMessage::DelNeighbour(fdb_entry(index, *mac, None)),
+                0,
+            );
+        }
+        for (mac, dst) in set {
+            self.stats.fdb_writes += 1;
+            // `bridge fdb replace MAC dev DEV dst DST self permanent`.
+            batch.push(
+                RouteNetlinkMessage::NewNeighbour(fdb_entry(index, *mac, Some(*dst))),
+                NLM_F_CREATE | NLM_F_REPLACE,
+            );
+        }
+        let mut outcomes = h.write_batch(&mut batch)?.into_iter();
+        let mut settled = FdbSettled::default();
+        for (mac, outcome) in delete.iter().zip(outcomes.by_ref()) {
+            let result = outcome.map_err(|f| {
+                RtnlError::batch(
                     "deleting FDB entry",
-                    format!("{} on {dev}", fmt_mac(&mac)),
-                    e,
-                );
+                    format!("{} on {dev}", fmt_mac(mac)),
+                    f,
+                )
+            });
+            match result {
                 // Already gone (ENOENT) is what was wanted.
-                if err.is_vanished_interface() {
-                    Ok(())
-                } else {
-                    Err(err)
+                Err(err) if !err.is_vanished_interface() => {
+                    settled.first_error.get_or_insert(err);
+                }
+                _ => {
+                    report.fdb_deleted += 1;
+                    settled.done.push(*mac);
                 }
             }
         }
+        for ((mac, dst), outcome) in set.iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => {
+                    report.fdb_set += 1;
+                    settled.done.push(*mac);
+                }
+                Err(f) => {
+                    settled.first_error.get_or_insert(RtnlError::batch(
+                        "setting FDB entry",
+                        format!("{} dst {dst} on {dev}", fmt_mac(mac)),
+                        f,
+                    ));
+                }
+            }
+        }
+        Ok(settled)
     }
+}
+
+/// What a batch of FDB writes achieved: the entries done, and the first failure.
+#[derive(Debug, Default)]
+struct FdbSettled {
+    done: Vec<Mac>,
+    first_error: Option<RtnlError>,
+}
+
+/// A permanent FDB entry on the device `index` (`NTF_SELF`), as the `rtnetlink` handle builds
+/// it: with its remote address `dst` to write it, without to delete it.
+fn fdb_entry(index: u32, mac: Mac, dst: Option<IpAddr>) -> NeighbourMessage {
+    let mut msg = NeighbourMessage::default();
+    msg.header.family = AddressFamily::Bridge;
+    msg.header.ifindex = index;
+    msg.header.flags = NeighbourFlags::Own;
+    msg.header.state = NeighbourState::Permanent;
+    msg.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+    if let Some(dst) = dst {
+        msg.header.kind = RouteType::Unspec;
+        msg.attributes
+            .push(NeighbourAttribute::Destination(match dst {
+                IpAddr::V4(v4) => NeighbourAddress::Inet(v4),
+                IpAddr::V6(v6) => NeighbourAddress::Inet6(v6),
+            }));
+    }
+    msg
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
@@ -642,6 +679,33 @@ pub async fn dump_fdb(h: &RtnlHandle, index: u32) -> Result<BTreeMap<Mac, IpAddr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The FDB requests of a batch are the messages the `rtnetlink` handle built for the same
+    /// entries (building one sends nothing).
+    #[tokio::test]
+    async fn fdb_requests_are_the_handles_messages() {
+        let (_conn, handle, _) = rtnetlink::new_connection().unwrap();
+        let mac = [0x66, 1, 2, 3, 4, 5];
+        for dst in ["172.31.0.7", "fd00::7"] {
+            let dst: IpAddr = dst.parse().unwrap();
+            let mut req = handle
+                .neighbours()
+                .add_bridge(9, &mac)
+                .destination(dst)
+                .flags(NeighbourFlags::Own)
+                .state(NeighbourState::Permanent)
+                .replace();
+            assert_eq!(&fdb_entry(9, mac, Some(dst)), req.message_mut());
+        }
+        let mut del = NeighbourMessage::default();
+        del.header.family = AddressFamily::Bridge;
+        del.header.ifindex = 9;
+        del.header.flags = NeighbourFlags::Own;
+        del.header.state = NeighbourState::Permanent;
+        del.attributes
+            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+        assert_eq!(fdb_entry(9, mac, None), del);
+    }
 
     fn spec() -> VxlanSpec {
         VxlanSpec {
