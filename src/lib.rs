@@ -34,6 +34,8 @@
 //!   (and `ip`/`bridge`/`nft` as read-back oracles).
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
+//! - [`wire`]: netlink framing (header and flag constants, requests, a datagram's messages,
+//!   answers, attribute runs) shared by [`nft`] and [`rtnl`]; uses nothing else.
 // A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says
 // what the binary, the tests and the benches use.
 #![warn(unreachable_pub)]
@@ -53,6 +55,7 @@ pub mod rtnl;
 pub mod rules;
 pub mod source;
 pub mod testbed;
+pub mod wire;
 
 /// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix
 /// that `cleanup` and the resync key off.

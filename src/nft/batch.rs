@@ -179,8 +179,7 @@ impl Encoded {
     }
 }
 
-/// `struct nlmsghdr`: length, type, flags, sequence number, port id.
-const NLMSG_HDRLEN: usize = 16;
+use crate::wire::NLMSG_HDRLEN;
 
 fn msg_type(m: u16) -> u16 {
     (NFNL_SUBSYS_NFTABLES << 8) | m

@@ -9,30 +9,13 @@ pub const NFNL_MSG_BATCH_END: u16 = 17;
 pub const NFNL_BATCH_GENID: u16 = 1;
 pub const NFNETLINK_V0: u8 = 0;
 
-// linux/netlink.h
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_ECHO: u16 = 0x8;
-pub const NLM_F_DUMP_INTR: u16 = 0x10;
-pub const NLM_F_ROOT: u16 = 0x100;
-pub const NLM_F_MATCH: u16 = 0x200;
-pub const NLM_F_DUMP: u16 = NLM_F_ROOT | NLM_F_MATCH;
-pub const NLM_F_REPLACE: u16 = 0x100;
-pub const NLM_F_EXCL: u16 = 0x200;
-pub const NLM_F_CREATE: u16 = 0x400;
-pub const NLM_F_APPEND: u16 = 0x800;
-/// In an NLMSG_ERROR: the error message carries extended-ACK TLVs.
-pub const NLM_F_ACK_TLVS: u16 = 0x200;
-/// In an NLMSG_ERROR: the original request is truncated to its header (NETLINK_CAP_ACK).
-pub const NLM_F_CAPPED: u16 = 0x100;
-pub const NLMSGERR_ATTR_MSG: u16 = 1;
-pub const NLMSGERR_ATTR_OFFS: u16 = 2;
-pub const NLA_F_NESTED: u16 = 0x8000;
-pub const NLA_F_NET_BYTEORDER: u16 = 0x4000;
-pub const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
+// linux/netlink.h: the framing shared with the rtnetlink code.
+pub use crate::wire::{
+    NLA_F_NESTED, NLA_F_NET_BYTEORDER, NLA_TYPE_MASK, NLMSGERR_ATTR_MSG, NLMSGERR_ATTR_OFFS,
+    NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_APPEND, NLM_F_CAPPED, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_ECHO, NLM_F_EXCL, NLM_F_MATCH, NLM_F_MULTI, NLM_F_REPLACE,
+    NLM_F_REQUEST, NLM_F_ROOT,
+};
 
 // enum nf_tables_msg_types
 pub const NFT_MSG_NEWTABLE: u16 = 0;

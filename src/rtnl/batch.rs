@@ -23,7 +23,7 @@ use netlink_packet_core::{
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{Socket, SocketAddr};
 
-use super::handle::{messages_with_seq, NLMSG_ERROR};
+use crate::wire::{messages_with_seq, NLMSG_ERROR};
 
 /// Most bytes of requests in one datagram.
 pub const MAX_DATAGRAM: usize = 64 * 1024;

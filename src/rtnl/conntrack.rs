@@ -22,22 +22,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::handle::{
-    messages_with_seq, nl_request, nlmsg_errno, read_dump, socket_in, NLMSG_ERROR,
-};
+use super::handle::{read_dump, socket_in};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
+use crate::wire::{
+    attrs, messages_with_seq, nl_request, nlmsg_errno, put_attr, NLA_F_NESTED, NLMSG_ERROR,
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
-
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
@@ -199,34 +195,6 @@ fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> 
         seq,
         &[&nfgenmsg, attrs],
     )
-}
-
-/// Iterates (type without flags, value) over a run of netlink attributes.
-fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if buf.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
-        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & NLA_TYPE_MASK;
-        if len < 4 || len > buf.len() {
-            return None;
-        }
-        let value = &buf[4..len];
-        buf = &buf[align4(len).min(buf.len())..];
-        Some((ty, value))
-    })
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
-fn put_attr(out: &mut Vec<u8>, ty: u16, value: &[u8]) {
-    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&ty.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(align4(out.len()), 0);
 }
 
 /// The source address inside a `CTA_TUPLE_*` value.

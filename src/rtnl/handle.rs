@@ -14,6 +14,7 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr, TokioSocket};
 use super::batch::{self, Batch, Outcome};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
+use crate::wire::{messages_with_seq, nl_request, nlmsg_errno, NLMSG_DONE, NLMSG_ERROR};
 
 /// Label used in errors for "the namespace the thread was already in".
 const CURRENT_NS: &str = "current";
@@ -59,51 +60,6 @@ struct Plain {
 /// Sequence numbers of requests on plain sockets ([`RtnlHandle::dump`],
 /// [`RtnlHandle::write_batch`]).
 static PLAIN_SEQ: AtomicU32 = AtomicU32::new(1);
-
-/// `struct nlmsghdr`'s size, and the two control message types.
-pub(crate) const NLMSG_HDRLEN: usize = 16;
-pub(crate) const NLMSG_ERROR: u16 = 2;
-pub(crate) const NLMSG_DONE: u16 = 3;
-
-/// One netlink request: `struct nlmsghdr` (port id 0: the kernel) followed by `parts`.
-pub(crate) fn nl_request(ty: u16, flags: u16, seq: u32, parts: &[&[u8]]) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + parts.iter().map(|p| p.len()).sum::<usize>();
-    let mut msg = Vec::with_capacity(len);
-    msg.extend_from_slice(&(len as u32).to_ne_bytes());
-    msg.extend_from_slice(&ty.to_ne_bytes());
-    msg.extend_from_slice(&flags.to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    for p in parts {
-        msg.extend_from_slice(p);
-    }
-    msg
-}
-
-/// The messages of one netlink datagram: (type, payload, sequence number). Stops at the first
-/// malformed header.
-pub(crate) fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
-    std::iter::from_fn(move || {
-        if buf.len() < NLMSG_HDRLEN {
-            return None;
-        }
-        let len = u32::from_ne_bytes(buf[0..4].try_into().ok()?) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            return None;
-        }
-        let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
-        let seq = u32::from_ne_bytes(buf[8..12].try_into().ok()?);
-        let payload = &buf[NLMSG_HDRLEN..len];
-        buf = &buf[((len + 3) & !3).min(buf.len())..];
-        Some((ty, payload, seq))
-    })
-}
-
-/// `nlmsgerr.error` as a positive errno, `None` for an ACK (0).
-pub(crate) fn nlmsg_errno(payload: &[u8]) -> Option<i32> {
-    let code = i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?);
-    (code != 0).then_some(-code)
-}
 
 /// Sends the dump request `request` (sequence number `seq`) on a plain blocking socket and hands
 /// the payload of each `reply` message of its answer to `each`, one at a time, until
