@@ -28,15 +28,29 @@ fn left_by(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Runs `c` to the end; its output and process id.
-fn run(c: &mut Command) -> (std::process::Output, u32) {
-    let child = c
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Runs `felix-nft bench compare --scale SCALE --reps 1 --inc 1 --out OUT` in a private network
+/// namespace (the benchmark makes named namespaces of its own; the process itself starts in a
+/// private one too, so not even a bug could reach the host's firewall), and fails unless it
+/// succeeds. Its stdout and process id.
+fn bench_compare(scale: &str, out: &Path) -> (String, u32) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
+    c.args([
+        "bench", "compare", "--scale", scale, "--reps", "1", "--inc", "1", "--out",
+    ])
+    .arg(out)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    common::isolate_netns(&mut c);
+    let child = c.spawn().unwrap();
     let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
+    let o = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "bench compare --scale {scale} failed (run as root?):\n{stdout}\n{stderr}"
+    );
+    (stdout, pid)
 }
 
 fn installed(bin: &str) -> bool {
@@ -49,21 +63,7 @@ fn installed(bin: &str) -> bool {
 fn small_scale_runs_every_backend_and_they_agree() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    c.args([
-        "bench", "compare", "--scale", "small", "--reps", "1", "--inc", "1", "--out",
-    ])
-    .arg(out.path());
-    // The benchmark makes named namespaces of its own; the process itself starts in a private
-    // one too, so not even a bug could reach the host's firewall.
-    common::isolate_netns(&mut c);
-    let (o, pid) = run(&mut c);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success(),
-        "bench compare failed (run as root?):\n{stdout}\n{stderr}"
-    );
+    let (stdout, pid) = bench_compare("small", out.path());
     assert!(
         stdout.contains("| full sync into an empty namespace |"),
         "{stdout}"
@@ -136,27 +136,7 @@ fn a_failing_backend_leaves_no_namespace_behind() {
 fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    c.args([
-        "bench",
-        "compare",
-        "--scale",
-        "cluster:20",
-        "--reps",
-        "1",
-        "--inc",
-        "1",
-        "--out",
-    ])
-    .arg(out.path());
-    common::isolate_netns(&mut c);
-    let (o, pid) = run(&mut c);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success(),
-        "bench compare --scale cluster:20 failed (run as root?):\n{stdout}\n{stderr}"
-    );
+    let (stdout, pid) = bench_compare("cluster:20", out.path());
     assert!(
         stdout.contains("| one node joins (VTEP + block) |"),
         "{stdout}"
