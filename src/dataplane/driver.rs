@@ -344,9 +344,7 @@ impl<K: Kernel> Driver<K> {
         }
         if !self.dp.dirty.routes && !self.dp.dirty.neighbours && !self.dp.dirty.overlay {
             self.resync_routes = false;
-            // Done: from now on only what changes.
-            self.dp.dirty.host_scope = Some(BTreeSet::new());
-            self.dp.dirty.overlay_keys = Default::default();
+            self.dp.dirty.host_synced();
         }
         self.phase_iface_conf(&desired, &mut failed).await;
         // Conntrack entries of addresses that moved or went away (§15), in the background:

@@ -338,11 +338,6 @@ pub struct IfaceConf {
     pub ipv6: bool,
 }
 
-/// A host's or VTEP's address as the internal sets hold it (a prefix length, if sent, dropped).
-fn member_addr(s: &str) -> Option<IpAddr> {
-    s.split('/').next()?.trim().parse().ok()
-}
-
 /// Whether a message can change which encapsulations are in use.
 fn encap_input(msg: &ToDataplane) -> bool {
     matches!(
@@ -418,6 +413,13 @@ impl Dirty {
             ifaces: BTreeSet::new(),
             host_scope: None,
         }
+    }
+
+    /// The host phases completed: from now on only what changes (no interface, no remote node
+    /// or block in scope).
+    fn host_synced(&mut self) {
+        self.host_scope = Some(BTreeSet::new());
+        self.overlay_keys = overlay::OverlayKeys::default();
     }
 
     /// Adds a workload interface to the host phases' scope (a no-op when the scope is all).
@@ -666,7 +668,7 @@ impl Dataplane {
                 }
                 for v in old.into_iter().chain(new) {
                     for a in [&v.parent_device_ip, &v.parent_device_ipv6] {
-                        if let Some(a) = member_addr(a) {
+                        if let Some(a) = rules::host_ip(a) {
                             self.changes
                                 .internal_member(rules::statics::internal_sets::ALL_VXLAN_NET, a);
                         }
@@ -718,7 +720,7 @@ impl Dataplane {
                     .into_iter()
                     .flatten()
                     .chain(named)
-                    .filter_map(member_addr)
+                    .filter_map(rules::host_ip)
                     .collect();
                 for a in touched {
                     self.changes
@@ -1132,8 +1134,9 @@ impl Dataplane {
             && !self.dirty.overlay_keys.is_empty()
         {
             // Only remote nodes and blocks changed: their entries and route groups alone.
+            let (v4, v6) = self.vxlan_families();
             let delta = self.overlay.delta(
-                &self.model.pools,
+                [v4, v6],
                 &self.model.vteps,
                 &self.routes,
                 &self.ifaces,

@@ -665,11 +665,12 @@ impl Overlay {
     /// of a family whose VXLAN is on, the FDB and neighbour entries of the nodes named (the old
     /// ones dropped where they changed), and the route group of every destination named or
     /// routed to a node named. The caller asks for it only when nothing global changed: this
-    /// node's own VTEP, the pools, the encapsulation and the interfaces are as last stated.
+    /// node's own VTEP, the pools, the encapsulation and the interfaces are as last stated. `on`:
+    /// whether each family's VXLAN is on ([`Overlay::vxlan_on`]; no pass over the VTEPs).
     #[allow(clippy::too_many_arguments)]
     pub fn delta(
         &self,
-        pools: &BTreeMap<String, IpamPool>,
+        on: [bool; 2],
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
         routes: &BTreeMap<String, RouteUpdate>,
         ifaces: &BTreeMap<String, IfaceInfo>,
@@ -698,8 +699,7 @@ impl Overlay {
             }
         };
         for (i, f) in [V4, V6].into_iter().enumerate() {
-            let on = self.enabled(f, pools, vteps);
-            let ctx = on.then(|| self.device_ctx(f, vteps, ifaces, &is_workload_iface));
+            let ctx = on[i].then(|| self.device_ctx(f, vteps, ifaces, &is_workload_iface));
             for dst in &dsts {
                 let Ok(net) = dst.parse::<IpNet>() else {
                     continue;

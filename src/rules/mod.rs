@@ -407,6 +407,11 @@ fn host_addr(s: &str) -> Option<String> {
     (!addr.is_empty()).then(|| addr.to_string())
 }
 
+/// A host's or VTEP's address as the internal sets hold it (a prefix length, if sent, dropped).
+pub(crate) fn host_ip(s: &str) -> Option<IpAddr> {
+    s.split('/').next()?.trim().parse().ok()
+}
+
 /// Which policy/profile chains endpoints reference, per layer and direction.
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refs {
@@ -579,7 +584,7 @@ pub(crate) fn render_internal_sets(
 /// by the model, as [`render_internal_sets`] fills it: the element a host or VTEP change adds
 /// or deletes.
 pub(crate) fn internal_set_has(r: &Renderer, model: &Model, id: &str, a: IpAddr) -> bool {
-    let is = |s: &str| host_addr(s).and_then(|h| h.parse::<IpAddr>().ok()) == Some(a);
+    let is = |s: &str| host_ip(s) == Some(a);
     let v6 = a.is_ipv6();
     match id {
         internal_sets::ALL_HOSTS_NET => model
