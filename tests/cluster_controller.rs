@@ -18,6 +18,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod route_oracle;
+
 use felix_nft::netns::NetNs;
 use felix_nft::proto::protocol::NumberOrName;
 use felix_nft::proto::{
@@ -377,11 +379,7 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
     }
     // On n1: n2's block straight via n2 on the shared subnet, n3's through the tunnel.
     let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
-    let out = Command::new("ip")
-        .args(["-n", &n1, "route", "show"])
-        .output()
-        .expect("ip (oracle)");
-    let routes = String::from_utf8_lossy(&out.stdout);
+    let routes = route_oracle::routes(&n1, &[]);
     assert!(
         routes
             .lines()
@@ -463,7 +461,7 @@ fn noencap_pools_are_routed_via_the_nodes_when_felix_programs_cluster_routes() {
             .expect("ip (oracle)");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let routes = show(&["route", "show"]);
+    let routes = route_oracle::routes(&n1, &[]);
     assert!(
         routes.lines().any(
             |l| l.starts_with("10.65.2.0/26 via 172.31.0.12 dev eth0 proto 80")

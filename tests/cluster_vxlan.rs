@@ -26,6 +26,8 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod route_oracle;
+
 use felix_nft::netns::{unique_netns_name, NamedNetNs, NetNs};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use serde_json::{json, Value};
@@ -773,7 +775,7 @@ impl Cluster {
     }
 
     fn routes(&self, k: u8, f: Fam) -> String {
-        ip(&self.ns(k), &[f.flag(), "route"])
+        route_oracle::routes(&self.ns(k), &[f.flag()])
     }
 
     /// The elements of the internal IP set `name` (`all-vxlan-net`, `all-hosts-net`) of the

@@ -5,6 +5,8 @@
 //! and does nothing. `ip` and `bridge` are used here only as test-side oracles, in the demo's own
 //! namespaces.
 
+mod route_oracle;
+
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -287,11 +289,7 @@ fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
         assert!(fdb.contains(dst), "{dst} missing:\n{fdb}");
     }
     assert!(!fdb.contains("172.31.0.14"), "node-4 stayed:\n{fdb}");
-    let routes = Command::new("ip")
-        .args(["-n", node1, "route", "show"])
-        .output()
-        .expect("ip route");
-    let routes = String::from_utf8_lossy(&routes.stdout);
+    let routes = route_oracle::routes(node1, &[]);
     assert!(
         routes.lines().any(
             |l| l.starts_with("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico")

@@ -68,6 +68,16 @@ impl Batch {
         self.starts.push(start);
     }
 
+    /// Appends a request written by hand: message type `ty`, `flags` (as for [`Batch::push`])
+    /// and its payload `body` (for messages `netlink-packet-route` does not have).
+    pub fn push_raw(&mut self, ty: u16, flags: u16, body: &[u8]) {
+        let flags = (flags | NLM_F_REQUEST) & !NLM_F_ACK;
+        let start = self.buf.len();
+        self.buf
+            .extend_from_slice(&crate::wire::nl_request(ty, flags, 0, &[body]));
+        self.starts.push(start);
+    }
+
     /// Number of requests.
     pub fn len(&self) -> usize {
         self.starts.len()

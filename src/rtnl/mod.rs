@@ -25,6 +25,7 @@ pub mod handle;
 pub mod link;
 pub mod monitor;
 pub mod neigh;
+pub mod nexthop;
 pub mod routes;
 pub mod vxlan;
 

@@ -28,6 +28,10 @@
 //!   refresh timer), after any failed write and when a grace period ends; it repairs drift from
 //!   outside, which an incremental apply does not see. An apply with nothing changed and nothing
 //!   pending returns without I/O.
+//! - A gateway route on an interface points at a nexthop object ([`super::nexthop`]) shared by
+//!   every route through that gateway, instead of carrying the gateway itself: the kernel adds
+//!   thousands of those in linear time, and thousands of plain gateway routes on one device in
+//!   quadratic time. An object no believed route uses is deleted after the routes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -45,8 +49,11 @@ use netlink_packet_route::route::{
 use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::RouteMessageBuilder;
 
+use crate::wire::NLM_F_EXCL;
+
 use super::batch::{Batch, Outcome};
 use super::link::{get_link, list_links, LinkState};
+use super::nexthop::{self, KernelNexthop, NexthopKey, Nexthops, RTM_DELNEXTHOP, RTM_NEWNEXTHOP};
 use super::{IpFamily, Result, RtnlError, RtnlHandle};
 
 /// `RTPROT_KERNEL` (uapi linux/rtnetlink.h): routes the kernel made from an address.
@@ -348,10 +355,21 @@ enum Pending {
         key: RouteKey,
         spec: RouteSpec,
         oif: Option<u32>,
+        nh: Option<u32>,
         existing: Option<Option<u32>>,
     },
     /// A believed route deleted.
     Delete { key: RouteKey, believed: Believed },
+    /// A nexthop object created or written again.
+    Nexthop(NexthopKey),
+}
+
+/// A request of a full apply's batch.
+#[derive(Debug)]
+enum FullRequest<'w, 'k> {
+    Nexthop(NexthopKey),
+    Write(&'w Write<'k>, Option<u32>),
+    Delete(&'k KernelRoute),
 }
 
 /// The outcome of [`RouteSyncer::decide`].
@@ -365,8 +383,8 @@ struct Decision<'k> {
     seen_unknown: BTreeSet<(RouteKey, u32)>,
     /// Those seen for the first time, with the time to record.
     first_seen_new: Vec<((RouteKey, u32), Instant)>,
-    /// Desired routes already in the kernel as wanted: key → (route, interface index).
-    in_place: BTreeMap<RouteKey, (RouteSpec, Option<u32>)>,
+    /// Desired routes already in the kernel as wanted.
+    in_place: BTreeMap<RouteKey, Believed>,
 }
 
 /// A route as read back from the kernel, reduced to what the syncer compares.
@@ -381,10 +399,32 @@ struct KernelRoute {
     src: Option<IpAddr>,
     onlink: bool,
     mtu: Option<u32>,
+    /// The nexthop object it points at (`RTA_NH_ID`).
+    nh: Option<u32>,
     msg: RouteMessage,
 }
 
 impl KernelRoute {
+    /// The request deleting it: the dumped message, less the gateway and interface the kernel
+    /// reports for a route through a nexthop object (a request may name the object or a
+    /// gateway, not both).
+    fn delete_msg(&self) -> RouteMessage {
+        let mut msg = self.msg.clone();
+        if self.nh.is_some() {
+            msg.attributes.retain(|a| {
+                !matches!(
+                    a,
+                    RouteAttribute::Gateway(_)
+                        | RouteAttribute::Oif(_)
+                        | RouteAttribute::MultiPath(_)
+                        | RouteAttribute::Via(_)
+                )
+            });
+            msg.header.flags.remove(RouteFlags::Onlink);
+        }
+        msg
+    }
+
     fn owned(&self, by_index: &BTreeMap<u32, &LinkState>) -> OwnedRoute {
         OwnedRoute {
             key: self.key,
@@ -412,18 +452,21 @@ struct Believed {
     spec: RouteSpec,
     /// The interface index it was resolved to (`None` for a blackhole or a gateway without dev).
     oif: Option<u32>,
+    /// The nexthop object it points at.
+    nh: Option<u32>,
 }
 
 /// Counters of the requests a syncer sent, for tests and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RouteSyncStats {
-    /// Full applies: a route dump plus a link dump each.
+    /// Full applies: a route dump, a nexthop dump and a link dump each.
     pub dumps: u64,
     /// Incremental applies (no dump).
     pub incremental: u64,
     /// Single-link lookups (RTM_GETLINK by name) of incremental applies.
     pub link_gets: u64,
-    /// Route writes sent: RTM_NEWROUTE (create or replace) and RTM_DELROUTE.
+    /// Writes sent: RTM_NEWROUTE (create or replace) and RTM_DELROUTE, and the same for nexthop
+    /// objects.
     pub writes: u64,
 }
 
@@ -458,9 +501,43 @@ pub struct RouteSyncer {
     changed_keys: BTreeSet<RouteKey>,
     /// Interfaces reported changed (flapped, re-created) since the last apply.
     changed_ifaces: BTreeSet<String>,
+    /// The nexthop objects of believed gateway routes.
+    nexthops: Nexthops,
     /// The believed state cannot be trusted: the next apply is a full one.
     stale: bool,
     stats: RouteSyncStats,
+}
+
+/// The nexthop object a route to `oif` needs: gateway routes on an interface have one.
+fn nexthop_key(spec: &RouteSpec, oif: Option<u32>) -> Option<NexthopKey> {
+    match (&spec.target, oif) {
+        (RouteTarget::Gateway { via, onlink, .. }, Some(oif)) => Some(NexthopKey {
+            via: *via,
+            oif,
+            onlink: *onlink,
+            protocol: spec.protocol,
+        }),
+        _ => None,
+    }
+}
+
+/// Gives dumped routes that point at an object the gateway, interface and onlink flag of that
+/// object, where the kernel did not report them (`nexthop_compat_mode` off).
+fn fill_from_nexthops(kernel: &mut [KernelRoute], objects: &[KernelNexthop]) {
+    if !kernel.iter().any(|k| k.nh.is_some() && k.gateway.is_none()) {
+        return;
+    }
+    let by_id: BTreeMap<u32, NexthopKey> = objects
+        .iter()
+        .filter_map(|n| Some((n.id, n.key?)))
+        .collect();
+    for k in kernel.iter_mut().filter(|k| k.gateway.is_none()) {
+        if let Some(key) = k.nh.and_then(|id| by_id.get(&id)) {
+            k.gateway = Some(key.via);
+            k.oif = Some(key.oif);
+            k.onlink = key.onlink;
+        }
+    }
 }
 
 /// Each key's first route in `routes` (the one a group wants for it).
@@ -487,6 +564,7 @@ impl RouteSyncer {
             parked: BTreeMap::new(),
             changed_keys: BTreeSet::new(),
             changed_ifaces: BTreeSet::new(),
+            nexthops: Nexthops::new(family),
             stale: true,
             stats: RouteSyncStats::default(),
         }
@@ -616,8 +694,11 @@ impl RouteSyncer {
         self.stale = true; // cleared only when the apply completes without errors
         self.stats.dumps += 1;
         let links = list_links(h).await?;
-        let kernel = self.dump(h).await?;
-        let d = self.decide(&links, &kernel, now);
+        let objects = nexthop::dump(h)?;
+        self.nexthops = self.owned_nexthops(&objects);
+        let mut kernel = self.dump(h).await?;
+        fill_from_nexthops(&mut kernel, &objects);
+        let d = self.decide(&links, &kernel, now, &self.nexthops);
         // Everything desired is looked at now: nothing is left over from before.
         self.changed_keys.clear();
         self.changed_ifaces.clear();
@@ -627,60 +708,50 @@ impl RouteSyncer {
             in_grace: d.in_grace.clone(),
             ..RouteSyncReport::default()
         };
-        let mut believed: BTreeMap<RouteKey, Believed> = d
-            .in_place
-            .iter()
-            .map(|(k, (spec, oif))| {
-                (
-                    *k,
-                    Believed {
-                        spec: spec.clone(),
-                        oif: *oif,
-                    },
-                )
-            })
-            .collect();
-        // Every write and delete in one pipelined batch, in the order they were decided.
+        let mut believed = d.in_place.clone();
+        // Every write and delete in one pipelined batch, in the order they were decided; a new
+        // nexthop object goes just before the first route that needs it.
         let mut batch = Batch::new();
-        let mut sent: Vec<&Write> = Vec::with_capacity(d.writes.len());
+        let mut sent: Vec<FullRequest> = Vec::with_capacity(d.writes.len() + d.deletes.len());
         for w in &d.writes {
-            if self.push_write(&mut batch, &w.spec, w.oif, &mut report) {
-                sent.push(w);
+            let (nh, created) = self.push_nexthop(&mut batch, &w.spec, w.oif, false);
+            sent.extend(created.map(FullRequest::Nexthop));
+            if self.push_write(&mut batch, &w.spec, w.oif, nh, &mut report) {
+                sent.push(FullRequest::Write(w, nh));
             }
         }
         for k in &d.deletes {
             self.stats.writes += 1;
-            batch.push(RouteNetlinkMessage::DelRoute(k.msg.clone()), 0);
+            batch.push(RouteNetlinkMessage::DelRoute(k.delete_msg()), 0);
+            sent.push(FullRequest::Delete(k));
         }
-        let mut outcomes = h.write_batch(&mut batch)?.into_iter();
-        for (w, outcome) in sent.into_iter().zip(outcomes.by_ref()) {
-            let existing = w.existing.map(|k| k.oif);
-            if Self::wrote(&w.spec, w.oif, existing, outcome, &mut report) {
-                believed.insert(
-                    w.key,
-                    Believed {
-                        spec: w.spec.clone(),
-                        oif: w.oif,
-                    },
-                );
-            }
-        }
-        for (k, outcome) in d.deletes.iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => {
-                    report.deleted.push(k.key);
-                    report.left(k.key.dst);
-                }
-                Err(f) => {
-                    let err = RtnlError::batch("deleting route", k.key.to_string(), f);
-                    // Gone already (its interface vanished meanwhile): that is the goal.
-                    if err.errno() != Some(libc::ESRCH) {
-                        if let Some(b) = self.believed.get(&k.key).filter(|b| b.oif == k.oif) {
-                            believed.insert(k.key, b.clone()); // still ours to delete on the retry
-                        }
-                        report.errors.push(err);
+        let outcomes = h.write_batch(&mut batch)?;
+        for (request, outcome) in sent.into_iter().zip(outcomes) {
+            match request {
+                FullRequest::Nexthop(key) => self.nexthop_written(key, outcome, &mut report),
+                FullRequest::Write(w, nh) => {
+                    let existing = w.existing.map(|k| k.oif);
+                    if Self::wrote(&w.spec, w.oif, existing, outcome, &mut report) {
+                        let (spec, oif) = (w.spec.clone(), w.oif);
+                        believed.insert(w.key, Believed { spec, oif, nh });
                     }
                 }
+                FullRequest::Delete(k) => match outcome {
+                    Ok(()) => {
+                        report.deleted.push(k.key);
+                        report.left(k.key.dst);
+                    }
+                    Err(f) => {
+                        let err = RtnlError::batch("deleting route", k.key.to_string(), f);
+                        // Gone already (its interface vanished meanwhile): that is the goal.
+                        if err.errno() != Some(libc::ESRCH) {
+                            if let Some(b) = self.believed.get(&k.key).filter(|b| b.oif == k.oif) {
+                                believed.insert(k.key, b.clone()); // still ours to delete on the retry
+                            }
+                            report.errors.push(err);
+                        }
+                    }
+                },
             }
         }
         for (id, first) in &d.first_seen_new {
@@ -688,10 +759,113 @@ impl RouteSyncer {
         }
         self.first_seen.retain(|id, _| d.seen_unknown.contains(id));
         self.believed = believed;
+        self.nexthops.clear_refs();
+        for id in self.believed.values().filter_map(|b| b.nh) {
+            self.nexthops.hold(id);
+        }
+        self.delete_unused_nexthops(h, &mut report)?;
         self.parked = d.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
         self.stale = !report.errors.is_empty();
         self.log(&report, true);
         Ok(report)
+    }
+
+    /// The nexthop objects of a dump that are ours: one of our protocols, an id in our range.
+    fn owned_nexthops(&self, objects: &[KernelNexthop]) -> Nexthops {
+        let ids: Vec<u32> = objects.iter().map(|n| n.id).collect();
+        let mut out = Nexthops::new(self.family);
+        let ours: Vec<(NexthopKey, u32)> = objects
+            .iter()
+            .filter(|n| out.in_range(n.id) && self.ownership.protocols.contains(&n.protocol))
+            .filter_map(|n| Some((n.key?, n.id)))
+            .collect();
+        out.reset(ours, &ids);
+        out
+    }
+
+    /// The nexthop object a route through `spec` on `oif` points at, with a request creating it
+    /// added to `batch` when we have none. With `reassert` an object we have is written again
+    /// (its interface changed, and taking an interface down deletes the objects on it). Returns
+    /// the id and, when a request was added, the object's key.
+    fn push_nexthop(
+        &mut self,
+        batch: &mut Batch,
+        spec: &RouteSpec,
+        oif: Option<u32>,
+        reassert: bool,
+    ) -> (Option<u32>, Option<NexthopKey>) {
+        let Some(key) = nexthop_key(spec, oif) else {
+            return (None, None);
+        };
+        let (id, flags) = match self.nexthops.id(&key) {
+            Some(id) if !reassert => return (Some(id), None),
+            Some(id) => (id, NLM_F_CREATE | NLM_F_REPLACE),
+            None => (self.nexthops.allocate(key), NLM_F_CREATE | NLM_F_EXCL),
+        };
+        self.stats.writes += 1;
+        batch.push_raw(RTM_NEWNEXTHOP, flags, &nexthop::new_body(id, &key));
+        (Some(id), Some(key))
+    }
+
+    /// Records the outcome of writing a nexthop object: one that failed is forgotten (the routes
+    /// that needed it failed with it, and the full apply that follows starts over).
+    fn nexthop_written(&mut self, key: NexthopKey, outcome: Outcome, report: &mut RouteSyncReport) {
+        if let Err(f) = outcome {
+            let what = format!("via {} oif {}", key.via, key.oif);
+            report
+                .errors
+                .push(RtnlError::batch("programming nexthop object", what, f));
+            self.nexthops.forget(&key);
+        }
+    }
+
+    /// Deletes our nexthop objects that no believed route uses.
+    fn delete_unused_nexthops(
+        &mut self,
+        h: &RtnlHandle,
+        report: &mut RouteSyncReport,
+    ) -> Result<()> {
+        let unused = self.nexthops.unused();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Batch::new();
+        for (_, id) in &unused {
+            self.stats.writes += 1;
+            batch.push_raw(RTM_DELNEXTHOP, 0, &nexthop::del_body(*id));
+        }
+        let outcomes = h.write_batch(&mut batch)?;
+        for ((key, id), outcome) in unused.iter().zip(outcomes) {
+            let failed = outcome
+                .err()
+                .map(|f| RtnlError::batch("deleting nexthop object", id.to_string(), f))
+                .filter(|e| !matches!(e.errno(), Some(libc::ENOENT | libc::ESRCH)));
+            match failed {
+                // Gone (or never made): that is the goal.
+                None => self.nexthops.forget(key),
+                Some(err) => report.errors.push(err),
+            }
+        }
+        Ok(())
+    }
+
+    /// Believes `b` under `key`, keeping the nexthop objects' counts.
+    fn believe(&mut self, key: RouteKey, b: Believed) {
+        if let Some(id) = b.nh {
+            self.nexthops.hold(id);
+        }
+        if let Some(id) = self.believed.insert(key, b).and_then(|old| old.nh) {
+            self.nexthops.release(id);
+        }
+    }
+
+    /// Stops believing the route of `key`, keeping the nexthop objects' counts.
+    fn unbelieve(&mut self, key: &RouteKey) -> Option<Believed> {
+        let b = self.believed.remove(key)?;
+        if let Some(id) = b.nh {
+            self.nexthops.release(id);
+        }
+        Some(b)
     }
 
     /// The O(change) apply: desired against believed for the keys that may differ.
@@ -752,6 +926,8 @@ impl RouteSyncer {
         // What to write is decided per key first; the writes then go as one pipelined batch.
         let mut batch = Batch::new();
         let mut pending: Vec<Pending> = Vec::new();
+        // Nexthop objects on changed interfaces written again this apply.
+        let mut reasserted: BTreeSet<NexthopKey> = BTreeSet::new();
         let mut wanted = wanted.into_iter().peekable();
         for key in keys {
             let spec = match wanted.peek() {
@@ -762,7 +938,7 @@ impl RouteSyncer {
             let Some(spec) = spec else {
                 // No longer desired: ours for certain, delete at once.
                 self.parked.remove(&key);
-                if let Some(b) = self.believed.remove(&key) {
+                if let Some(b) = self.unbelieve(&key) {
                     self.push_delete(&mut batch, &mut pending, key, b, &mut report);
                 }
                 continue;
@@ -777,7 +953,7 @@ impl RouteSyncer {
                         // families; a deleted link takes its routes). One believed on another
                         // interface is still in the kernel and leaves now.
                         self.parked.insert(key, name.to_string());
-                        if let Some(b) = self.believed.remove(&key) {
+                        if let Some(b) = self.unbelieve(&key) {
                             if b.spec.target.ifname() != Some(name) {
                                 self.push_delete(&mut batch, &mut pending, key, b, &mut report);
                             }
@@ -799,15 +975,20 @@ impl RouteSyncer {
                 continue;
             }
             let existing = have.map(|b| b.oif);
-            if self.push_write(&mut batch, &spec, oif, &mut report) {
+            let reassert =
+                iface_changed && nexthop_key(&spec, oif).is_some_and(|k| reasserted.insert(k));
+            let (nh, created) = self.push_nexthop(&mut batch, &spec, oif, reassert);
+            pending.extend(created.map(Pending::Nexthop));
+            if self.push_write(&mut batch, &spec, oif, nh, &mut report) {
                 pending.push(Pending::Write {
                     key,
                     spec,
                     oif,
+                    nh,
                     existing,
                 });
             } else {
-                self.believed.remove(&key);
+                self.unbelieve(&key);
             }
         }
         let outcomes = match h.write_batch(&mut batch) {
@@ -820,16 +1001,18 @@ impl RouteSyncer {
         };
         for (p, outcome) in pending.into_iter().zip(outcomes) {
             match p {
+                Pending::Nexthop(k) => self.nexthop_written(k, outcome, &mut report),
                 Pending::Write {
                     key,
                     spec,
                     oif,
+                    nh,
                     existing,
                 } => {
                     if Self::wrote(&spec, oif, existing, outcome, &mut report) {
-                        self.believed.insert(key, Believed { spec, oif });
+                        self.believe(key, Believed { spec, oif, nh });
                     } else {
-                        self.believed.remove(&key);
+                        self.unbelieve(&key);
                     }
                 }
                 Pending::Delete { key, believed } => match outcome {
@@ -844,10 +1027,16 @@ impl RouteSyncer {
                             report.errors.push(err);
                             // Still ours: the full apply that follows deletes it without a
                             // grace period.
-                            self.believed.insert(key, believed);
+                            self.believe(key, believed);
                         }
                     }
                 },
+            }
+        }
+        if self.nexthops.take_released() {
+            if let Err(e) = self.delete_unused_nexthops(h, &mut report) {
+                self.stale = true;
+                return Err(e);
             }
         }
         report.parked = self.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
@@ -897,9 +1086,10 @@ impl RouteSyncer {
         batch: &mut Batch,
         spec: &RouteSpec,
         oif: Option<u32>,
+        nh: Option<u32>,
         report: &mut RouteSyncReport,
     ) -> bool {
-        match self.build(spec, oif) {
+        match self.build(spec, oif, nh) {
             Ok(msg) => {
                 self.stats.writes += 1;
                 batch.push(
@@ -958,7 +1148,7 @@ impl RouteSyncer {
         b: Believed,
         report: &mut RouteSyncReport,
     ) {
-        match self.build(&b.spec, b.oif) {
+        match self.build(&b.spec, b.oif, b.nh) {
             Ok(msg) => {
                 self.stats.writes += 1;
                 batch.push(RouteNetlinkMessage::DelRoute(msg), 0);
@@ -966,7 +1156,7 @@ impl RouteSyncer {
             }
             Err(e) => {
                 report.errors.push(e);
-                self.believed.insert(key, b);
+                self.believe(key, b);
             }
         }
     }
@@ -990,9 +1180,16 @@ impl RouteSyncer {
     /// writing anything or advancing grace periods (`felix-nft plan`).
     pub async fn plan(&self, h: &RtnlHandle) -> Result<RoutePlan> {
         let links = list_links(h).await?;
-        let kernel = self.dump(h).await?;
+        let objects = nexthop::dump(h)?;
+        let mut kernel = self.dump(h).await?;
+        fill_from_nexthops(&mut kernel, &objects);
         let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
-        let d = self.decide(&links, &kernel, Instant::now());
+        let d = self.decide(
+            &links,
+            &kernel,
+            Instant::now(),
+            &self.owned_nexthops(&objects),
+        );
         let mut plan = RoutePlan {
             parked: d.parked.clone(),
             in_grace: d.in_grace.clone(),
@@ -1029,6 +1226,7 @@ impl RouteSyncer {
         links: &[LinkState],
         kernel: &'k [KernelRoute],
         now: Instant,
+        nexthops: &Nexthops,
     ) -> Decision<'k> {
         let by_name: BTreeMap<&str, &LinkState> =
             links.iter().map(|l| (l.name.as_str(), l)).collect();
@@ -1060,8 +1258,10 @@ impl RouteSyncer {
 
         for (key, (spec, oif)) in desired.iter() {
             let existing = kernel_by_key.get(key).copied();
-            if existing.is_some_and(|k| self.matches(k, spec, *oif)) {
-                d.in_place.insert(*key, (spec.clone(), *oif));
+            let nh = nexthop_key(spec, *oif).and_then(|k| nexthops.id(&k));
+            if existing.is_some_and(|k| self.matches(k, spec, *oif, nh)) {
+                let (spec, oif) = (spec.clone(), *oif);
+                d.in_place.insert(*key, Believed { spec, oif, nh });
                 continue;
             }
             d.writes.push(Write {
@@ -1136,6 +1336,7 @@ impl RouteSyncer {
         let mut gateway = None;
         let mut src = None;
         let mut mtu = None;
+        let mut nh = None;
         for attr in &msg.attributes {
             match attr {
                 RouteAttribute::Table(t) => table = *t,
@@ -1144,6 +1345,7 @@ impl RouteSyncer {
                 RouteAttribute::Priority(p) => metric = *p,
                 RouteAttribute::Gateway(a) => gateway = route_ip(a),
                 RouteAttribute::PrefSource(a) => src = route_ip(a),
+                RouteAttribute::NhId(id) => nh = Some(*id),
                 RouteAttribute::Metrics(ms) => {
                     mtu = ms.iter().find_map(|m| match m {
                         RouteMetric::Mtu(v) => Some(*v),
@@ -1182,14 +1384,26 @@ impl RouteSyncer {
             src,
             onlink: msg.header.flags.contains(RouteFlags::Onlink),
             mtu,
+            nh,
             msg,
         })
     }
 
-    fn matches(&self, k: &KernelRoute, spec: &RouteSpec, oif: Option<u32>) -> bool {
+    /// Whether the kernel's route `k` is `spec` on `oif`, pointing at nexthop object `nh` (a
+    /// gateway route with our object for it; `None`: no object, or none of ours yet).
+    fn matches(
+        &self,
+        k: &KernelRoute,
+        spec: &RouteSpec,
+        oif: Option<u32>,
+        nh: Option<u32>,
+    ) -> bool {
         // An IPv6 blackhole is reported on `lo`; a blackhole has no interface of ours.
         let oif_ok = spec.target == RouteTarget::Blackhole || k.oif == oif;
         if k.protocol != spec.protocol || k.src != spec.src || k.mtu != spec.mtu || !oif_ok {
+            return false;
+        }
+        if k.nh != nh || (nh.is_none() && nexthop_key(spec, oif).is_some()) {
             return false;
         }
         match &spec.target {
@@ -1205,7 +1419,9 @@ impl RouteSyncer {
         }
     }
 
-    fn build(&self, spec: &RouteSpec, oif: Option<u32>) -> Result<RouteMessage> {
+    /// The message for `spec` on `oif`; with `nh`, it points at that object in place of the
+    /// gateway, interface and onlink flag (the kernel refuses both at once).
+    fn build(&self, spec: &RouteSpec, oif: Option<u32>, nh: Option<u32>) -> Result<RouteMessage> {
         let bad = |e: &dyn std::fmt::Display| RtnlError::Unexpected {
             op: "building route",
             what: format!("{}: {e}", spec.dst),
@@ -1219,6 +1435,9 @@ impl RouteSyncer {
         match &spec.target {
             RouteTarget::Device(_) => {
                 b = b.scope(RouteScope::Link).kind(RouteType::Unicast);
+            }
+            RouteTarget::Gateway { .. } if nh.is_some() => {
+                b = b.scope(RouteScope::Universe).kind(RouteType::Unicast);
             }
             RouteTarget::Gateway { via, onlink, .. } => {
                 b = b
@@ -1234,13 +1453,16 @@ impl RouteSyncer {
                 b = b.scope(RouteScope::Universe).kind(RouteType::BlackHole);
             }
         }
-        if let Some(oif) = oif {
+        if let (Some(oif), None) = (oif, nh) {
             b = b.output_interface(oif);
         }
         if let Some(src) = spec.src {
             b = b.pref_source(src).map_err(|e| bad(&e))?;
         }
         let mut msg = b.build();
+        if let Some(id) = nh {
+            msg.attributes.push(RouteAttribute::NhId(id));
+        }
         if let Some(mtu) = spec.mtu {
             msg.attributes
                 .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(mtu)]));
