@@ -856,7 +856,25 @@ impl Cluster {
         let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam)?, self.fdb(k, fam)?);
         let vteps = self.internal_set(k, fam, "all-vxlan-net")?;
         let hosts = self.internal_set(k, fam, "all-hosts-net")?;
-        let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}");
+        // The routes' nexthop objects on the device: one per other node, none stray.
+        let objects: Vec<String> = try_sh(&["ip", "-n", &self.ns(k), "nexthop", "show"])?
+            .lines()
+            .filter(|l| l.contains(&format!(" dev {} ", fam.dev())))
+            .map(String::from)
+            .collect();
+        let dump = || {
+            format!(
+                "on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}\nobjects {objects:?}"
+            )
+        };
+        let others = self.members.iter().filter(|m| m.k != k).count();
+        if objects.len() != others {
+            return Err(format!(
+                "{} nexthop objects for {others} nodes {}",
+                objects.len(),
+                dump()
+            ));
+        }
         let own = fam.host_ip(&self.member(k));
         if in_set(&vteps, &own) || !in_set(&hosts, &own) {
             return Err(format!("n{k}'s own address {}", dump()));
@@ -876,7 +894,9 @@ impl Cluster {
         }
         for m in gone {
             let (j, host) = (m.k, fam.host_ip(m));
+            let via = format!("via {} ", fam.tunnel_ip(j));
             if r.contains(&fam.pool_part(j))
+                || objects.iter().any(|o| o.contains(&via))
                 || a.contains(&fam.tunnel_ip(j))
                 || f.contains(&fam.mac(j))
                 || f.contains(&host)
