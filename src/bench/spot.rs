@@ -363,12 +363,12 @@ fn load(
     match backend {
         "" => {}
         "felix-nft" => {
-            let mut fx = InProcess::open(host)?;
+            let mut fx = InProcess::open(host, false)?;
             fx.apply(&w.messages())?;
         }
         "nft-f" => {
             let p = dir.join("spot.nft");
-            write(&p, &NftState::render(w).full())?;
+            write(&p, &NftState::render(w, false).full())?;
             run::spawn_in(
                 host,
                 &Tool::new(&[&tools[0], "-f", &p.display().to_string()]),
