@@ -701,7 +701,7 @@ mod tests {
         let ipt0 = IptState::render(&w);
         let nft0 = NftState::render(&w, false);
         w.mutate(OPS[0], 0);
-        let (ipt1, nft1) = (IptState::render(&w), NftState::render(&w));
+        let (ipt1, nft1) = (IptState::render(&w), NftState::render(&w, false));
         let d = ipt0.delta_restore(&ipt1);
         // Two endpoint chains, one child of each dispatch trie (plus the roots when the new
         // interface opened a new branch).
