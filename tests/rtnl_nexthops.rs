@@ -76,6 +76,12 @@ fn through_object(dst: &str, via: &str) -> u64 {
     id
 }
 
+/// Someone else's object, in our protocol and below our range: never ours.
+fn add_foreign_object() {
+    let argv = "ip nexthop add id 7 via 10.200.0.9 dev eth0 onlink proto 80";
+    run_in(None, &argv.split(' ').collect::<Vec<_>>());
+}
+
 #[test]
 fn gateway_routes_share_nexthop_objects_that_follow_them() {
     in_netns_async(|| async {
@@ -84,24 +90,7 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
         link::set_up(&h, "eth0", true).await.unwrap();
         link::set_up(&h, "peer0", true).await.unwrap();
         run_in(None, &["ip", "link", "set", "lo", "up"]);
-        // Someone else's object, in our protocol and below our range: never ours.
-        run_in(
-            None,
-            &[
-                "ip",
-                "nexthop",
-                "add",
-                "id",
-                "7",
-                "via",
-                "10.200.0.9",
-                "dev",
-                "eth0",
-                "onlink",
-                "proto",
-                "80",
-            ],
-        );
+        add_foreign_object();
         let foreign = (7, "10.200.0.9".to_string());
 
         let mut s = RouteSyncer::new(
@@ -186,23 +175,7 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
         // Cleanup: nothing of ours stays; the foreign object was never touched (the flap took it
         // with the rest: put back to check that cleanup leaves it).
         if !objects().contains(&foreign) {
-            run_in(
-                None,
-                &[
-                    "ip",
-                    "nexthop",
-                    "add",
-                    "id",
-                    "7",
-                    "via",
-                    "10.200.0.9",
-                    "dev",
-                    "eth0",
-                    "onlink",
-                    "proto",
-                    "80",
-                ],
-            );
+            add_foreign_object();
         }
         s.set_routes("b", vec![]);
         s.request_resync();
