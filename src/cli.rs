@@ -387,7 +387,7 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
 /// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).
 pub const EXIT_USAGE: u8 = 2;
 
-/// No subcommand: Felix started us as its external dataplane driver (reference §1.1), with no
+/// No subcommand: Felix started us as its external dataplane driver (§1.1), with no
 /// arguments and fds 3 (in) and 4 (out). `FELIX_NFT_TRACE_INPUT=1` logs each message at info.
 fn run_external_driver() -> ExitCode {
     use crate::source::felix::{fd_is_open, FD_IN, FD_OUT};

@@ -851,7 +851,7 @@ impl Cluster {
     }
 
     /// [`Self::overlay_state`] for one family. `all-vxlan-net` leaves out k's own address,
-    /// `all-hosts-net` holds it (reference §5.1).
+    /// `all-hosts-net` holds it (§5.1).
     fn overlay_family(&self, k: u8, gone: &[Member], fam: Fam) -> Result<(), String> {
         let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam)?, self.fdb(k, fam)?);
         let vteps = self.internal_set(k, fam, "all-vxlan-net")?;
@@ -1013,7 +1013,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
 
-    // n0 admits VXLAN only from known VTEPs (reference §5.2; Calico's FV does the same): with
+    // n0 admits VXLAN only from known VTEPs (§5.2; Calico's FV does the same): with
     // n0's daemon paused and n2's address taken out of n0's all-vxlan-net by hand, p2 → p0 is
     // dropped while p1 → p0 still passes. Resumed, the daemon puts the address back at its
     // next table refresh.

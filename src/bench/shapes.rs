@@ -1,5 +1,5 @@
 //! The baselines' inputs, rendered from one [`Workload`]: Felix's iptables shape (an
-//! `iptables-restore` file plus an `ipset restore` file, reference §7–9) and the nftables shape
+//! `iptables-restore` file plus an `ipset restore` file, §7–9) and the nftables shape
 //! of Calico's and kube-proxy's nft modes (one `inet` table, named sets, verdict-map dispatch,
 //! anonymous port sets as `nft -f` writes `tcp dport { 80, 443 }`).
 //!
@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use super::workload::{policy_name, Endpoint, PolicySpec, Workload};
 
-/// Felix's accept mark and pass mark (reference §6.3 defaults).
+/// Felix's accept mark and pass mark (§6.3 defaults).
 const MARK_ACCEPT: &str = "0x10000";
 const MARK_PASS: &str = "0x20000";
 

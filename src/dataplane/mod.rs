@@ -1,4 +1,4 @@
-//! The dataplane driver (reference §10–14): what the node should look like, kept up to date from
+//! The dataplane driver (§10–14): what the node should look like, kept up to date from
 //! Felix's updates and the interface monitor, and turned into kernel objects in a fixed order.
 //!
 //! Layer: uses `rules` (Calico semantics → nft objects), `nft`/`rtnl` only through the
@@ -150,7 +150,7 @@ same_choices! {
 }
 
 impl DataplaneConfig {
-    /// Maps Felix's parameters (reference §3.2) onto the dataplane's.
+    /// Maps Felix's parameters (§3.2) onto the dataplane's.
     pub fn from_config(c: &Config) -> DataplaneConfig {
         use crate::config as cfg;
         let hostname = c.felix_hostname.clone().unwrap_or_else(os_hostname);

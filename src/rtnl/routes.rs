@@ -1,4 +1,4 @@
-//! The route syncer (reference §15): desired routes of one routing table and one IP family,
+//! The route syncer (§15): desired routes of one routing table and one IP family,
 //! reconciled with the kernel by dump and diff.
 //!
 //! The caller (a dataplane manager) states what it wants per group (typically per interface) with
