@@ -34,10 +34,11 @@ pub fn decode_expr(elem: &[u8]) -> Result<Expr, CodecError> {
     }))
 }
 
-/// Attribute table of one expression: `get(ty)` finds an attribute; `all_in` checks that nothing
-/// outside the modelled set is present (else the expression is kept raw). Up to
-/// [`Tb::INLINE`] attributes are indexed on the stack: a dump decodes ~10⁵ expressions, and a
-/// heap table per expression was a visible share of the read-back's user time.
+/// Attribute table of one expression: `get(ty)` finds an attribute, `u32(ty)` and the like read
+/// one (an error names the expression); `all_in` checks that nothing outside the modelled set is
+/// present (else the expression is kept raw). Up to [`Tb::INLINE`] attributes are indexed on the
+/// stack: a dump decodes every expression of every rule, so the table allocates nothing for the
+/// expressions we model.
 struct Tb<'a> {
     inline: [Option<Attr<'a>>; Tb::INLINE],
     more: Vec<Attr<'a>>,
@@ -72,14 +73,26 @@ impl<'a> Tb<'a> {
     fn all_in(&self, allowed: &[u16]) -> bool {
         self.iter().all(|a| allowed.contains(&a.ty))
     }
-    fn u32(&self, ty: u16, what: &'static str) -> Result<Option<u32>, CodecError> {
-        self.get(ty).map(|a| a.be32(what)).transpose()
+    fn u32(&self, ty: u16) -> Result<Option<u32>, CodecError> {
+        self.get(ty).map(|a| a.be32(WHAT)).transpose()
     }
-    fn reg(&self, ty: u16, what: &'static str) -> Result<Option<Reg>, CodecError> {
-        Ok(self.u32(ty, what)?.map(Reg))
+    fn u64(&self, ty: u16) -> Result<Option<u64>, CodecError> {
+        self.get(ty).map(|a| a.be64(WHAT)).transpose()
     }
-    fn value(&self, ty: u16, what: &'static str) -> Result<Option<Vec<u8>>, CodecError> {
-        self.get(ty).map(|a| a.data_value(what)).transpose()
+    fn u16(&self, ty: u16) -> Result<Option<u16>, CodecError> {
+        self.get(ty).map(|a| a.be16(WHAT)).transpose()
+    }
+    fn u8(&self, ty: u16) -> Result<Option<u8>, CodecError> {
+        self.get(ty).map(|a| a.u8(WHAT)).transpose()
+    }
+    fn string(&self, ty: u16) -> Result<Option<String>, CodecError> {
+        self.get(ty).map(|a| a.str(WHAT)).transpose()
+    }
+    fn reg(&self, ty: u16) -> Result<Option<Reg>, CodecError> {
+        Ok(self.u32(ty)?.map(Reg))
+    }
+    fn value(&self, ty: u16) -> Result<Option<Vec<u8>>, CodecError> {
+        self.get(ty).map(|a| a.data_value(WHAT)).transpose()
     }
 }
 
@@ -115,28 +128,26 @@ fn meta(t: &Tb) -> Decoded {
     if !t.all_in(&[NFTA_META_KEY, NFTA_META_DREG, NFTA_META_SREG]) {
         return Ok(None);
     }
-    let Some(key) = t.u32(NFTA_META_KEY, WHAT)?.map(meta_key_from) else {
+    let Some(key) = t.u32(NFTA_META_KEY)?.map(meta_key_from) else {
         return Ok(None);
     };
-    Ok(
-        match (t.reg(NFTA_META_DREG, WHAT)?, t.reg(NFTA_META_SREG, WHAT)?) {
-            (Some(dreg), None) => Some(Expr::Meta { key, dreg }),
-            (None, Some(sreg)) => Some(Expr::MetaSet { key, sreg }),
-            _ => None,
-        },
-    )
+    Ok(match (t.reg(NFTA_META_DREG)?, t.reg(NFTA_META_SREG)?) {
+        (Some(dreg), None) => Some(Expr::Meta { key, dreg }),
+        (None, Some(sreg)) => Some(Expr::MetaSet { key, sreg }),
+        _ => None,
+    })
 }
 
 /// A payload load (with a DREG) or store (with an SREG and its checksum fix-up).
 fn payload(t: &Tb) -> Decoded {
     let (Some(base), Some(offset), Some(len)) = (
-        t.u32(NFTA_PAYLOAD_BASE, WHAT)?.and_then(base_from),
-        t.u32(NFTA_PAYLOAD_OFFSET, WHAT)?,
-        t.u32(NFTA_PAYLOAD_LEN, WHAT)?,
+        t.u32(NFTA_PAYLOAD_BASE)?.and_then(base_from),
+        t.u32(NFTA_PAYLOAD_OFFSET)?,
+        t.u32(NFTA_PAYLOAD_LEN)?,
     ) else {
         return Ok(None);
     };
-    if let Some(dreg) = t.reg(NFTA_PAYLOAD_DREG, WHAT)? {
+    if let Some(dreg) = t.reg(NFTA_PAYLOAD_DREG)? {
         if !t.all_in(&[
             NFTA_PAYLOAD_DREG,
             NFTA_PAYLOAD_BASE,
@@ -151,7 +162,7 @@ fn payload(t: &Tb) -> Decoded {
             len,
             dreg,
         }))
-    } else if let Some(sreg) = t.reg(NFTA_PAYLOAD_SREG, WHAT)? {
+    } else if let Some(sreg) = t.reg(NFTA_PAYLOAD_SREG)? {
         if !t.all_in(&[
             NFTA_PAYLOAD_SREG,
             NFTA_PAYLOAD_BASE,
@@ -168,9 +179,9 @@ fn payload(t: &Tb) -> Decoded {
             offset,
             len,
             sreg,
-            csum_type: t.u32(NFTA_PAYLOAD_CSUM_TYPE, WHAT)?.unwrap_or(0),
-            csum_offset: t.u32(NFTA_PAYLOAD_CSUM_OFFSET, WHAT)?.unwrap_or(0),
-            csum_flags: t.u32(NFTA_PAYLOAD_CSUM_FLAGS, WHAT)?.unwrap_or(0),
+            csum_type: t.u32(NFTA_PAYLOAD_CSUM_TYPE)?.unwrap_or(0),
+            csum_offset: t.u32(NFTA_PAYLOAD_CSUM_OFFSET)?.unwrap_or(0),
+            csum_flags: t.u32(NFTA_PAYLOAD_CSUM_FLAGS)?.unwrap_or(0),
         }))
     } else {
         Ok(None)
@@ -179,9 +190,9 @@ fn payload(t: &Tb) -> Decoded {
 
 fn cmp(t: &Tb) -> Decoded {
     let (Some(sreg), Some(op), Some(data)) = (
-        t.reg(NFTA_CMP_SREG, WHAT)?,
-        t.u32(NFTA_CMP_OP, WHAT)?.and_then(cmp_op_from),
-        t.value(NFTA_CMP_DATA, WHAT)?,
+        t.reg(NFTA_CMP_SREG)?,
+        t.u32(NFTA_CMP_OP)?.and_then(cmp_op_from),
+        t.value(NFTA_CMP_DATA)?,
     ) else {
         return Ok(None);
     };
@@ -190,7 +201,7 @@ fn cmp(t: &Tb) -> Decoded {
 
 /// Boolean bitwise only (no shifts).
 fn bitwise(t: &Tb) -> Decoded {
-    if t.u32(NFTA_BITWISE_OP, WHAT)?.unwrap_or(NFT_BITWISE_BOOL) != NFT_BITWISE_BOOL
+    if t.u32(NFTA_BITWISE_OP)?.unwrap_or(NFT_BITWISE_BOOL) != NFT_BITWISE_BOOL
         || !t.all_in(&[
             NFTA_BITWISE_SREG,
             NFTA_BITWISE_DREG,
@@ -203,11 +214,11 @@ fn bitwise(t: &Tb) -> Decoded {
         return Ok(None);
     }
     let (Some(sreg), Some(dreg), Some(len), Some(mask), Some(xor)) = (
-        t.reg(NFTA_BITWISE_SREG, WHAT)?,
-        t.reg(NFTA_BITWISE_DREG, WHAT)?,
-        t.u32(NFTA_BITWISE_LEN, WHAT)?,
-        t.value(NFTA_BITWISE_MASK, WHAT)?,
-        t.value(NFTA_BITWISE_XOR, WHAT)?,
+        t.reg(NFTA_BITWISE_SREG)?,
+        t.reg(NFTA_BITWISE_DREG)?,
+        t.u32(NFTA_BITWISE_LEN)?,
+        t.value(NFTA_BITWISE_MASK)?,
+        t.value(NFTA_BITWISE_XOR)?,
     ) else {
         return Ok(None);
     };
@@ -222,10 +233,10 @@ fn bitwise(t: &Tb) -> Decoded {
 
 fn range(t: &Tb) -> Decoded {
     let (Some(sreg), Some(op), Some(from), Some(to)) = (
-        t.reg(NFTA_RANGE_SREG, WHAT)?,
-        t.u32(NFTA_RANGE_OP, WHAT)?.and_then(cmp_op_from),
-        t.value(NFTA_RANGE_FROM_DATA, WHAT)?,
-        t.value(NFTA_RANGE_TO_DATA, WHAT)?,
+        t.reg(NFTA_RANGE_SREG)?,
+        t.u32(NFTA_RANGE_OP)?.and_then(cmp_op_from),
+        t.value(NFTA_RANGE_FROM_DATA)?,
+        t.value(NFTA_RANGE_TO_DATA)?,
     ) else {
         return Ok(None);
     };
@@ -233,31 +244,25 @@ fn range(t: &Tb) -> Decoded {
 }
 
 fn lookup(t: &Tb) -> Decoded {
-    let (Some(set), Some(sreg)) = (
-        t.get(NFTA_LOOKUP_SET).map(|a| a.str(WHAT)).transpose()?,
-        t.reg(NFTA_LOOKUP_SREG, WHAT)?,
-    ) else {
+    let (Some(set), Some(sreg)) = (t.string(NFTA_LOOKUP_SET)?, t.reg(NFTA_LOOKUP_SREG)?) else {
         return Ok(None);
     };
-    let flags = t.u32(NFTA_LOOKUP_FLAGS, WHAT)?.unwrap_or(0);
+    let flags = t.u32(NFTA_LOOKUP_FLAGS)?.unwrap_or(0);
     if flags & !NFT_LOOKUP_F_INV != 0 {
         return Ok(None);
     }
     Ok(Some(Expr::Lookup {
         set,
-        set_id: t.u32(NFTA_LOOKUP_SET_ID, WHAT)?,
+        set_id: t.u32(NFTA_LOOKUP_SET_ID)?,
         sreg,
-        dreg: t.reg(NFTA_LOOKUP_DREG, WHAT)?,
+        dreg: t.reg(NFTA_LOOKUP_DREG)?,
         invert: flags & NFT_LOOKUP_F_INV != 0,
     }))
 }
 
 /// An immediate: a verdict into the verdict register, else data into a data register.
 fn immediate(t: &Tb) -> Decoded {
-    let (Some(dreg), Some(d)) = (
-        t.reg(NFTA_IMMEDIATE_DREG, WHAT)?,
-        t.get(NFTA_IMMEDIATE_DATA),
-    ) else {
+    let (Some(dreg), Some(d)) = (t.reg(NFTA_IMMEDIATE_DREG)?, t.get(NFTA_IMMEDIATE_DATA)) else {
         return Ok(None);
     };
     let mut out = None;
@@ -279,24 +284,14 @@ fn immediate(t: &Tb) -> Decoded {
 
 fn counter(t: &Tb) -> Decoded {
     Ok(Some(Expr::Counter {
-        packets: t
-            .get(NFTA_COUNTER_PACKETS)
-            .map(|a| a.be64(WHAT))
-            .transpose()?
-            .unwrap_or(0),
-        bytes: t
-            .get(NFTA_COUNTER_BYTES)
-            .map(|a| a.be64(WHAT))
-            .transpose()?
-            .unwrap_or(0),
+        packets: t.u64(NFTA_COUNTER_PACKETS)?.unwrap_or(0),
+        bytes: t.u64(NFTA_COUNTER_BYTES)?.unwrap_or(0),
     }))
 }
 
 fn ct(t: &Tb) -> Decoded {
-    let (Some(key), Some(dreg)) = (
-        t.u32(NFTA_CT_KEY, WHAT)?.map(ct_key_from),
-        t.reg(NFTA_CT_DREG, WHAT)?,
-    ) else {
+    let (Some(key), Some(dreg)) = (t.u32(NFTA_CT_KEY)?.map(ct_key_from), t.reg(NFTA_CT_DREG)?)
+    else {
         return Ok(None);
     };
     if !t.all_in(&[NFTA_CT_KEY, NFTA_CT_DREG, NFTA_CT_DIRECTION]) {
@@ -305,55 +300,49 @@ fn ct(t: &Tb) -> Decoded {
     Ok(Some(Expr::Ct {
         key,
         dreg,
-        direction: t.get(NFTA_CT_DIRECTION).map(|a| a.u8(WHAT)).transpose()?,
+        direction: t.u8(NFTA_CT_DIRECTION)?,
     }))
 }
 
 fn log(t: &Tb) -> Decoded {
     // A non-zero queue threshold is not modelled: keep the expression raw.
-    let qt = t
-        .get(NFTA_LOG_QTHRESHOLD)
-        .map(|a| a.be16(WHAT))
-        .transpose()?;
+    let qt = t.u16(NFTA_LOG_QTHRESHOLD)?;
     if qt.unwrap_or(0) != 0 {
         return Ok(None);
     }
     Ok(Some(Expr::Log {
-        prefix: t.get(NFTA_LOG_PREFIX).map(|a| a.str(WHAT)).transpose()?,
-        level: t.u32(NFTA_LOG_LEVEL, WHAT)?,
-        group: t.get(NFTA_LOG_GROUP).map(|a| a.be16(WHAT)).transpose()?,
-        snaplen: t.u32(NFTA_LOG_SNAPLEN, WHAT)?,
-        flags: t.u32(NFTA_LOG_FLAGS, WHAT)?,
+        prefix: t.string(NFTA_LOG_PREFIX)?,
+        level: t.u32(NFTA_LOG_LEVEL)?,
+        group: t.u16(NFTA_LOG_GROUP)?,
+        snaplen: t.u32(NFTA_LOG_SNAPLEN)?,
+        flags: t.u32(NFTA_LOG_FLAGS)?,
     }))
 }
 
 fn limit(t: &Tb) -> Decoded {
-    let (Some(rate), Some(unit)) = (
-        t.get(NFTA_LIMIT_RATE).map(|a| a.be64(WHAT)).transpose()?,
-        t.get(NFTA_LIMIT_UNIT).map(|a| a.be64(WHAT)).transpose()?,
-    ) else {
+    let (Some(rate), Some(unit)) = (t.u64(NFTA_LIMIT_RATE)?, t.u64(NFTA_LIMIT_UNIT)?) else {
         return Ok(None);
     };
-    let kind = match t.u32(NFTA_LIMIT_TYPE, WHAT)?.unwrap_or(NFT_LIMIT_PKTS) {
+    let kind = match t.u32(NFTA_LIMIT_TYPE)?.unwrap_or(NFT_LIMIT_PKTS) {
         NFT_LIMIT_PKTS => LimitType::Packets,
         NFT_LIMIT_PKT_BYTES => LimitType::Bytes,
         _ => return Ok(None),
     };
-    let flags = t.u32(NFTA_LIMIT_FLAGS, WHAT)?.unwrap_or(0);
+    let flags = t.u32(NFTA_LIMIT_FLAGS)?.unwrap_or(0);
     if flags & !NFT_LIMIT_F_INV != 0 {
         return Ok(None);
     }
     Ok(Some(Expr::Limit {
         rate,
         unit,
-        burst: t.u32(NFTA_LIMIT_BURST, WHAT)?.unwrap_or(0),
+        burst: t.u32(NFTA_LIMIT_BURST)?.unwrap_or(0),
         kind,
         over: flags & NFT_LIMIT_F_INV != 0,
     }))
 }
 
 fn reject(t: &Tb) -> Decoded {
-    let kind = match t.u32(NFTA_REJECT_TYPE, WHAT)? {
+    let kind = match t.u32(NFTA_REJECT_TYPE)? {
         Some(0) => RejectType::IcmpUnreach,
         Some(1) => RejectType::TcpRst,
         Some(2) => RejectType::IcmpxUnreach,
@@ -361,22 +350,18 @@ fn reject(t: &Tb) -> Decoded {
     };
     Ok(Some(Expr::Reject {
         kind,
-        code: t
-            .get(NFTA_REJECT_ICMP_CODE)
-            .map(|a| a.u8(WHAT))
-            .transpose()?
-            .unwrap_or(0),
+        code: t.u8(NFTA_REJECT_ICMP_CODE)?.unwrap_or(0),
     }))
 }
 
 fn nat(t: &Tb) -> Decoded {
-    let kind = match t.u32(NFTA_NAT_TYPE, WHAT)? {
+    let kind = match t.u32(NFTA_NAT_TYPE)? {
         Some(0) => NatType::Snat,
         Some(1) => NatType::Dnat,
         _ => return Ok(None),
     };
     let Some(family) = t
-        .u32(NFTA_NAT_FAMILY, WHAT)?
+        .u32(NFTA_NAT_FAMILY)?
         .and_then(|f| u8::try_from(f).ok())
         .and_then(Family::from_nfproto)
     else {
@@ -385,31 +370,30 @@ fn nat(t: &Tb) -> Decoded {
     Ok(Some(Expr::Nat {
         kind,
         family,
-        addr_min: t.reg(NFTA_NAT_REG_ADDR_MIN, WHAT)?,
-        addr_max: t.reg(NFTA_NAT_REG_ADDR_MAX, WHAT)?,
-        proto_min: t.reg(NFTA_NAT_REG_PROTO_MIN, WHAT)?,
-        proto_max: t.reg(NFTA_NAT_REG_PROTO_MAX, WHAT)?,
-        flags: t.u32(NFTA_NAT_FLAGS, WHAT)?.unwrap_or(0),
+        addr_min: t.reg(NFTA_NAT_REG_ADDR_MIN)?,
+        addr_max: t.reg(NFTA_NAT_REG_ADDR_MAX)?,
+        proto_min: t.reg(NFTA_NAT_REG_PROTO_MIN)?,
+        proto_max: t.reg(NFTA_NAT_REG_PROTO_MAX)?,
+        flags: t.u32(NFTA_NAT_FLAGS)?.unwrap_or(0),
     }))
 }
 
 fn masq(t: &Tb) -> Decoded {
     Ok(Some(Expr::Masq {
-        flags: t.u32(NFTA_MASQ_FLAGS, WHAT)?.unwrap_or(0),
-        proto_min: t.reg(NFTA_MASQ_REG_PROTO_MIN, WHAT)?,
-        proto_max: t.reg(NFTA_MASQ_REG_PROTO_MAX, WHAT)?,
+        flags: t.u32(NFTA_MASQ_FLAGS)?.unwrap_or(0),
+        proto_min: t.reg(NFTA_MASQ_REG_PROTO_MIN)?,
+        proto_max: t.reg(NFTA_MASQ_REG_PROTO_MAX)?,
     }))
 }
 
 fn fib(t: &Tb) -> Decoded {
-    let result = match t.u32(NFTA_FIB_RESULT, WHAT)? {
+    let result = match t.u32(NFTA_FIB_RESULT)? {
         Some(1) => FibResult::Oif,
         Some(2) => FibResult::OifName,
         Some(3) => FibResult::AddrType,
         _ => return Ok(None),
     };
-    let (Some(flags), Some(dreg)) = (t.u32(NFTA_FIB_FLAGS, WHAT)?, t.reg(NFTA_FIB_DREG, WHAT)?)
-    else {
+    let (Some(flags), Some(dreg)) = (t.u32(NFTA_FIB_FLAGS)?, t.reg(NFTA_FIB_DREG)?) else {
         return Ok(None);
     };
     Ok(Some(Expr::Fib {
@@ -420,11 +404,11 @@ fn fib(t: &Tb) -> Decoded {
 }
 
 fn connlimit(t: &Tb) -> Decoded {
-    let Some(count) = t.u32(NFTA_CONNLIMIT_COUNT, WHAT)? else {
+    let Some(count) = t.u32(NFTA_CONNLIMIT_COUNT)? else {
         return Ok(None);
     };
     Ok(Some(Expr::Connlimit {
         count,
-        flags: t.u32(NFTA_CONNLIMIT_FLAGS, WHAT)?.unwrap_or(0),
+        flags: t.u32(NFTA_CONNLIMIT_FLAGS)?.unwrap_or(0),
     }))
 }

@@ -53,10 +53,7 @@ fn put_expr_data(w: &mut MsgWriter, e: &Expr, new_set_id: &dyn Fn(&str) -> Optio
             offset,
             len,
             dreg,
-        } => {
-            put_reg(w, NFTA_PAYLOAD_DREG, *dreg);
-            put_payload_place(w, *base, *offset, *len);
-        }
+        } => put_payload(w, (*base, *offset, *len), NFTA_PAYLOAD_DREG, *dreg),
         Expr::PayloadSet {
             base,
             offset,
@@ -66,8 +63,7 @@ fn put_expr_data(w: &mut MsgWriter, e: &Expr, new_set_id: &dyn Fn(&str) -> Optio
             csum_offset,
             csum_flags,
         } => {
-            put_reg(w, NFTA_PAYLOAD_SREG, *sreg);
-            put_payload_place(w, *base, *offset, *len);
+            put_payload(w, (*base, *offset, *len), NFTA_PAYLOAD_SREG, *sreg);
             put_payload_csum(w, *csum_type, *csum_offset, *csum_flags);
         }
         Expr::Cmp { sreg, op, data } => put_cmp(w, *sreg, *op, data),
@@ -154,8 +150,15 @@ fn put_meta(w: &mut MsgWriter, key: MetaKey, reg_ty: u16, reg: Reg) {
     put_reg(w, reg_ty, reg);
 }
 
-/// Where a `payload` load or store is: base header, offset, length.
-fn put_payload_place(w: &mut MsgWriter, base: PayloadBase, offset: u32, len: u32) {
+/// A `payload` load (`reg_ty` DREG) or store (SREG) and where it is: base header, offset,
+/// length.
+fn put_payload(
+    w: &mut MsgWriter,
+    (base, offset, len): (PayloadBase, u32, u32),
+    reg_ty: u16,
+    reg: Reg,
+) {
+    put_reg(w, reg_ty, reg);
     w.put_be32(NFTA_PAYLOAD_BASE, base_num(base));
     w.put_be32(NFTA_PAYLOAD_OFFSET, offset);
     w.put_be32(NFTA_PAYLOAD_LEN, len);
