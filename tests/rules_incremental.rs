@@ -533,11 +533,11 @@ proptest! {
         side in side_size(),
     ) {
         use felix_nft::nft::diff::canonical_table;
-        use felix_nft::nft::reconcile::{FakeNft, Ownership, Reconciler, SyncOptions};
+        use felix_nft::nft::reconcile::{FakeNft, TableOwnership, Reconciler, SyncOptions};
         let mut dp = dataplane(side);
         let mut rec = Reconciler::new(
             FakeNft::default(),
-            SyncOptions { ownership: Ownership::Off, ..SyncOptions::default() },
+            SyncOptions { ownership: TableOwnership::Off, ..SyncOptions::default() },
         );
         rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         for chunk in ops.chunks(batch) {
