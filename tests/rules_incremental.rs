@@ -873,10 +873,11 @@ fn pol0_inbound(tables: &[Table], family: &str) -> Vec<String> {
 fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family() {
     let mut dp = dataplane(0);
     // pol-0 inbound: allow from s:0 unless to s:1. s:0 holds IPv4 addresses only, s:1 nothing.
+    // The sets come first: a policy naming a set Felix has not sent is refused.
     for op in [
-        Op::Policy(0, 2),
         Op::IpSet(0, 0b11),
         Op::IpSet(1, 0),
+        Op::Policy(0, 2),
         Op::Wep {
             id: 0,
             iface: 0,
