@@ -118,6 +118,26 @@ pub struct ElementDelta {
     pub add: Vec<Element>,
 }
 
+impl ElementDelta {
+    /// Leaves out an element both deleted and added as it was (a map element whose key and
+    /// value stay): deleting then adding it changes nothing, and a delta that names it on both
+    /// sides must not read as "gone". Sorts both lists.
+    pub fn cancel_unchanged(&mut self) {
+        self.del.sort();
+        self.add.sort();
+        let both: Vec<Element> = self
+            .del
+            .iter()
+            .filter(|e| self.add.binary_search(e).is_ok())
+            .cloned()
+            .collect();
+        if !both.is_empty() {
+            self.del.retain(|e| both.binary_search(e).is_err());
+            self.add.retain(|e| both.binary_search(e).is_err());
+        }
+    }
+}
+
 impl TablePatch {
     pub fn new(family: Family, name: impl Into<String>) -> TablePatch {
         TablePatch {

@@ -546,8 +546,11 @@ impl<K: NftKernel> Reconciler<K> {
 
     fn apply_patches_inner(
         &mut self,
-        patches: Vec<TablePatch>,
+        mut patches: Vec<TablePatch>,
     ) -> Result<TableSyncReport, NftError> {
+        for d in patches.iter_mut().flat_map(|p| p.elements.values_mut()) {
+            d.cancel_unchanged();
+        }
         if self.trusted.is_some()
             && !self.opts.rebuild
             && !self.opts.dry_run
@@ -992,6 +995,30 @@ mod tests {
         let mut r = Reconciler::new(FakeNft::default(), SyncOptions::default());
         r.apply(&[t]).unwrap();
         r
+    }
+
+    #[test]
+    fn an_element_deleted_and_added_as_it_was_stays() {
+        // A set holding 1 and 2; a patch deletes 1 and 2 and adds 1 (a map element whose
+        // value stayed, beside one that went): 1 stays in the kernel, 2 goes.
+        let mut t = Table::new(Family::Ip, "t");
+        let mut s =
+            crate::nft::build::new_set("s", vec![crate::nft::model::DataType::Ipv4Addr], 0, None);
+        s.elements = vec![elem(1), elem(2)];
+        t.sets.insert("s".into(), s);
+        let mut r = Reconciler::new(FakeNft::default(), SyncOptions::default());
+        r.apply(&[t]).unwrap();
+        let mut p = TablePatch::new(Family::Ip, "t");
+        p.elements.insert(
+            "s".into(),
+            ElementDelta {
+                del: vec![elem(2), elem(1)],
+                add: vec![elem(1)],
+            },
+        );
+        r.apply_patches(vec![p]).unwrap();
+        let held = &r.kernel.tables[&(Family::Ip, "t".to_string())].sets["s"].elements;
+        assert_eq!(held, &vec![elem(1)]);
     }
 
     #[test]
