@@ -86,6 +86,7 @@ pub enum Command {
         netns: NetnsArg,
     },
     /// Build a scratch topology, apply an example state and show which flows pass.
+    #[cfg(feature = "lab")]
     Demo {
         /// Leave the topology in place for inspection.
         #[arg(long)]
@@ -96,6 +97,7 @@ pub enum Command {
         cluster: bool,
     },
     /// Benchmarks.
+    #[cfg(feature = "lab")]
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
@@ -140,6 +142,7 @@ pub struct RunArgs {
     pub netns: NetnsArg,
 }
 
+#[cfg(feature = "lab")]
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Program the same workload with each backend and compare.
@@ -250,7 +253,9 @@ pub fn main() -> ExitCode {
         Some(Command::Cleanup { config, netns }) => {
             finish(oneshot::cleanup_command(&target(netns, config)))
         }
+        #[cfg(feature = "lab")]
         Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
+        #[cfg(feature = "lab")]
         Some(Command::Bench {
             command:
                 BenchCommand::Compare {
@@ -284,6 +289,7 @@ fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
 
 /// `felix-nft demo [--cluster]`: exit 0 when every flow did what the policy says (and, for the
 /// cluster, every node held what it should), 1 otherwise or on error.
+#[cfg(feature = "lab")]
 fn demo(keep: bool, cluster: bool) -> ExitCode {
     let opts = crate::demo::DemoOptions { keep };
     let out = &mut std::io::stdout();
@@ -303,6 +309,7 @@ fn demo(keep: bool, cluster: bool) -> ExitCode {
 }
 
 /// `felix-nft bench compare`.
+#[cfg(feature = "lab")]
 fn bench_compare(
     scale: &str,
     reps: Option<usize>,

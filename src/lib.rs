@@ -40,12 +40,14 @@
 // what the binary, the tests and the benches use.
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "lab")]
 pub mod bench;
 pub mod cli;
 pub mod clip;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
+#[cfg(feature = "lab")]
 pub mod demo;
 pub mod netns;
 pub mod nft;
@@ -54,6 +56,7 @@ pub mod proto;
 pub mod rtnl;
 pub mod rules;
 pub mod source;
+#[cfg(feature = "lab")]
 pub mod testbed;
 pub mod wire;
 
