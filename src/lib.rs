@@ -42,6 +42,8 @@
 //! bring crates the agent does not need (the SVG chart), so the binary operators ship is built
 //! with `--no-default-features` and its dependency tree is the agent's. Nothing outside the lab
 //! uses it; tests that build on it declare `required-features = ["lab"]`.
+//!
+//! Comments cite what Felix does by section, `§N`: the sections of `docs/felix.md`.
 // A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says
 // what the binary, the tests and the benches use.
 #![warn(unreachable_pub)]

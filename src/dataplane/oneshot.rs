@@ -34,9 +34,7 @@ use crate::proto::ToDataplane;
 use crate::rtnl::link::{list_addresses, list_links, LinkState};
 use crate::rtnl::monitor::{ExcludeList, IfaceEvent};
 use crate::rtnl::neigh::{list_permanent, Mac, NeighSyncer};
-use crate::rtnl::routes::{
-    OwnedRoute, RouteOwnership, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN,
-};
+use crate::rtnl::routes::{OwnedRoute, RoutePlan, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 use crate::rules::RulesError;
 use crate::source::state::{self, StateError};
@@ -480,11 +478,7 @@ fn fmt_mac(m: &Mac) -> String {
 
 /// The route syncers of both families with the §15 ownership rule of `cfg`.
 fn route_syncers(cfg: &DataplaneConfig, grace: Option<Duration>) -> [RouteSyncer; 2] {
-    let own = RouteOwnership::by_prefixes(
-        cfg.owned_route_protocols(),
-        cfg.workload_prefixes.clone(),
-        cfg.workload_route_protocols(),
-    );
+    let own = cfg.route_ownership();
     [IpFamily::V4, IpFamily::V6].map(|f| {
         let s = RouteSyncer::new(f, RT_TABLE_MAIN, own.clone());
         match grace {
