@@ -1129,6 +1129,70 @@ fn ipv6_dual_stack_workloads() {
         ],
     );
 
+    // 4. IP sets with members of one family only (a rule that must match a set with no member
+    //    of the packet's family never matches, and a negation of it always holds): b allows
+    //    TCP/WEB from set "s:a", which holds a's IPv4 address only, and UDP/DNS from anything
+    //    not in set "s:none", which is empty.
+    let b_sets = policy(
+        "default",
+        "b-sets",
+        json!([
+            {"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB]),
+             "src_ip_set_ids": ["s:a"]},
+            {"action": "allow", "protocol": proto("udp"), "dst_ports": ports(&[DNS]),
+             "not_src_ip_set_ids": ["s:none"]},
+        ]),
+        json!([]),
+    );
+    agent.send_all(&[
+        ipset("s:a", "IP", &[A4.to_string()]),
+        ipset("s:none", "IP", &[]),
+        b_sets,
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["b-sets"], &[], "Deny")]),
+        ),
+    ]);
+    agent.expect_matrix(
+        "a set with IPv4 members only",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v6(b), Tcp, WEB, Drop),
+            flow(src(a), v6(b), Udp, DNS, Pass),
+            flow(src(a), v4(b), Udp, DNS, Pass),
+            flow(src(a), v4(b), Tcp, OTHER, Drop),
+        ],
+    );
+    // The set gains a's IPv6 address: v6 TCP/WEB from a passes; "none" gains a's IPv4 address:
+    // v4 UDP/DNS from a drops, v6 still passes.
+    agent.send_all(&[
+        ipset_delta("s:a", &[A6.to_string()], &[]),
+        ipset_delta("s:none", &[A4.to_string()], &[]),
+    ]);
+    agent.expect_matrix(
+        "the sets gain members of the other family",
+        &[
+            flow(src(a), v6(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Udp, DNS, Drop),
+            flow(src(a), v6(b), Udp, DNS, Pass),
+        ],
+    );
+    // And lose them again.
+    agent.send_all(&[
+        ipset_delta("s:a", &[], &[A6.to_string()]),
+        ipset_delta("s:none", &[], &[A4.to_string()]),
+    ]);
+    agent.expect_matrix(
+        "the sets lose them",
+        &[
+            flow(src(a), v6(b), Tcp, WEB, Drop),
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Udp, DNS, Pass),
+        ],
+    );
+
     let (status, log) = agent.stop();
     assert!(status.success(), "felix-nft exited with {status}:\n{log}");
 }

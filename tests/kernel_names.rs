@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::nft::model::{Family, Table};
-use felix_nft::nft::reconcile::{plan, Nft, Ownership, Reconciler, SyncOptions};
+use felix_nft::nft::reconcile::{plan, Nft, Reconciler, SyncOptions, TableOwnership};
 use felix_nft::proto::types::{
     protocol::NumberOrName, rule::Icmp, to_dataplane::Payload, ActivePolicyRemove,
     ActivePolicyUpdate, ActiveProfileRemove, ActiveProfileUpdate, IcmpTypeAndCode, IpSetRemove,
@@ -375,7 +375,7 @@ proptest! {
             let mut rec = Reconciler::new(
                 nft,
                 SyncOptions {
-                    ownership: Ownership::Off,
+                    ownership: TableOwnership::Off,
                     ..SyncOptions::default()
                 },
             );

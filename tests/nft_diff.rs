@@ -9,7 +9,7 @@ use felix_nft::nft::codec::{self, Object};
 use felix_nft::nft::consts::*;
 use felix_nft::nft::diff::{self, canonical_table, Op};
 use felix_nft::nft::model::*;
-use felix_nft::nft::reconcile::{self, FakeNft, NftKernel, Ownership, SyncOptions};
+use felix_nft::nft::reconcile::{self, FakeNft, NftKernel, SyncOptions, TableOwnership};
 use proptest::prelude::*;
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> Vec<u8> {
@@ -166,7 +166,7 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
         &mut k,
         &[d],
         &SyncOptions {
-            ownership: Ownership::Off,
+            ownership: TableOwnership::Off,
             ..Default::default()
         },
     )
@@ -269,18 +269,26 @@ fn ownership_flags_follow_kernel_support() {
         persist: true,
         ..Default::default()
     };
-    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
-        .unwrap();
+    let t = reconcile::with_ownership(
+        &mut k,
+        std::slice::from_ref(&d),
+        TableOwnership::OwnerPersist,
+    )
+    .unwrap();
     assert_eq!(t[0].flags, table_flags::OWNER | table_flags::PERSIST);
     let mut k = FakeNft::default();
-    let t = reconcile::with_ownership(&mut k, std::slice::from_ref(&d), Ownership::OwnerPersist)
-        .unwrap();
+    let t = reconcile::with_ownership(
+        &mut k,
+        std::slice::from_ref(&d),
+        TableOwnership::OwnerPersist,
+    )
+    .unwrap();
     assert_eq!(t[0].flags, 0);
     let mut k = FakeNft {
         persist: true,
         ..Default::default()
     };
-    let t = reconcile::with_ownership(&mut k, &[d], Ownership::Off).unwrap();
+    let t = reconcile::with_ownership(&mut k, &[d], TableOwnership::Off).unwrap();
     assert_eq!(t[0].flags, 0);
     assert!(k.supports_owner_persist().unwrap());
 }
@@ -609,7 +617,7 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
     let mut r = Reconciler::new(
         FakeNft::default(),
         SyncOptions {
-            ownership: Ownership::Off,
+            ownership: TableOwnership::Off,
             ..Default::default()
         },
     );
@@ -662,7 +670,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
     let mut r = Reconciler::new(
         FakeNft::default(),
         SyncOptions {
-            ownership: Ownership::Off,
+            ownership: TableOwnership::Off,
             ..Default::default()
         },
     );

@@ -12,7 +12,7 @@ use felix_nft::nft::codec::{self, Object};
 use felix_nft::nft::diff::{self, canonical_table, Op, Plan};
 use felix_nft::nft::dump::TableState;
 use felix_nft::nft::model::*;
-use felix_nft::nft::reconcile::{self, Nft, NftKernel, Ownership, SyncOptions};
+use felix_nft::nft::reconcile::{self, Nft, NftKernel, SyncOptions, TableOwnership};
 use felix_nft::nft::NftError;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nft");
@@ -138,7 +138,7 @@ fn blocks(text: &str) -> Vec<String> {
 
 fn plain() -> SyncOptions {
     SyncOptions {
-        ownership: Ownership::Off,
+        ownership: TableOwnership::Off,
         ..SyncOptions::default()
     }
 }

@@ -673,14 +673,14 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
     // input is valid, only the kernel can refuse it (EPERM), and the dry run must report that.
     use felix_nft::netns::NetNs;
     use felix_nft::nft::model::{Family, Table};
-    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+    use felix_nft::nft::reconcile::{sync, Nft, SyncOptions, TableOwnership};
     let handle = NetNs::open(ns.name()).unwrap();
     let mut owner = handle.run(Nft::open).unwrap().unwrap();
     sync(
         &mut owner,
         &[Table::new(Family::Ip, "calico")],
         &SyncOptions {
-            ownership: Ownership::OwnerPersist,
+            ownership: TableOwnership::OwnerPersist,
             ..SyncOptions::default()
         },
     )
@@ -710,7 +710,7 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
 fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
     use felix_nft::netns::NetNs;
     use felix_nft::nft::model::{Family, Table};
-    use felix_nft::nft::reconcile::{sync, Nft, Ownership, SyncOptions};
+    use felix_nft::nft::reconcile::{sync, Nft, SyncOptions, TableOwnership};
 
     let ns = Ns::new("orphan");
     // A daemon's table: OWNER|PERSIST, then the daemon's socket closes (it stopped).
@@ -718,7 +718,7 @@ fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
         let handle = NetNs::open(ns.name()).unwrap();
         let mut nft = handle.run(Nft::open).unwrap().unwrap();
         let opts = SyncOptions {
-            ownership: Ownership::OwnerPersist,
+            ownership: TableOwnership::OwnerPersist,
             ..SyncOptions::default()
         };
         sync(&mut nft, &[Table::new(Family::Ip, "calico")], &opts).unwrap();
@@ -744,7 +744,7 @@ fn apply_takes_over_a_table_a_stopped_daemon_left_behind() {
 fn apply_converges_over_dispatch_maps_without_counters() {
     use felix_nft::netns::NetNs;
     use felix_nft::nft::model::Family;
-    use felix_nft::nft::reconcile::{sync, Nft, NftKernel, Ownership, SyncOptions};
+    use felix_nft::nft::reconcile::{sync, Nft, NftKernel, SyncOptions, TableOwnership};
 
     let ns = Ns::new("uncounted");
     ns.veth("cali1a", "w1");
@@ -781,7 +781,7 @@ fn apply_converges_over_dispatch_maps_without_counters() {
             }
             assert!(!old.is_empty());
             let opts = SyncOptions {
-                ownership: Ownership::Off,
+                ownership: TableOwnership::Off,
                 ..SyncOptions::default()
             };
             sync(&mut nft, &old, &opts).unwrap();

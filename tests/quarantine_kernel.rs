@@ -224,7 +224,7 @@ fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
             .expect("a runtime");
         rt.block_on(async move {
             let cfg = DataplaneConfig {
-                ownership: felix_nft::nft::reconcile::Ownership::Off,
+                ownership: felix_nft::nft::reconcile::TableOwnership::Off,
                 ..DataplaneConfig::default()
             };
             let inner = RealKernel::open(Some(&ns), &cfg).expect("kernel sockets");

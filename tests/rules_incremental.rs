@@ -533,11 +533,11 @@ proptest! {
         side in side_size(),
     ) {
         use felix_nft::nft::diff::canonical_table;
-        use felix_nft::nft::reconcile::{FakeNft, Ownership, Reconciler, SyncOptions};
+        use felix_nft::nft::reconcile::{FakeNft, TableOwnership, Reconciler, SyncOptions};
         let mut dp = dataplane(side);
         let mut rec = Reconciler::new(
             FakeNft::default(),
-            SyncOptions { ownership: Ownership::Off, ..SyncOptions::default() },
+            SyncOptions { ownership: TableOwnership::Off, ..SyncOptions::default() },
         );
         rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         for chunk in ops.chunks(batch) {
@@ -845,4 +845,73 @@ fn moving_messages_into_the_model_equals_copying_them() {
     ] {
         assert!(kinds.contains(k), "the fixture has no {k}: {kinds:?}");
     }
+}
+
+/// The rules of policy `pol-0`'s inbound chain in the table of `family`, as text.
+fn pol0_inbound(tables: &[Table], family: &str) -> Vec<String> {
+    let t = tables
+        .iter()
+        .find(|t| t.family.name() == family && t.name == "calico")
+        .expect("main table");
+    let c = t
+        .chains
+        .values()
+        .find(|c| c.name.starts_with("filter-cali-pi-") && c.name.contains("pol-0"))
+        .unwrap_or_else(|| {
+            panic!(
+                "pol-0's inbound chain: {:?}",
+                t.chains
+                    .keys()
+                    .filter(|n| n.contains("-pi-"))
+                    .collect::<Vec<_>>()
+            )
+        });
+    c.rules.iter().map(|r| format!("{:?}", r.exprs)).collect()
+}
+
+#[test]
+fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family() {
+    let mut dp = dataplane(0);
+    // pol-0 inbound: allow from s:0 unless to s:1. s:0 holds IPv4 addresses only, s:1 nothing.
+    // The sets come first: a policy naming a set Felix has not sent is refused.
+    for op in [
+        Op::IpSet(0, 0b11),
+        Op::IpSet(1, 0),
+        Op::Policy(0, 2),
+        Op::Wep {
+            id: 0,
+            iface: 0,
+            active: true,
+            ing: 1,
+            eg: 0,
+            prof: 0,
+            spoof: false,
+        },
+    ] {
+        apply(&mut dp, &op);
+    }
+    let mut store = Vec::new();
+    check(&mut dp, &mut store).unwrap();
+    let has = |rules: &[String], set: &str| rules.iter().any(|r| r.contains(set));
+    // IPv4: the rule, with s:1's negation left out (nothing is in an empty set). IPv6: no
+    // packet is in s:0, so no rule.
+    let v4 = pol0_inbound(&store, "ip");
+    assert!(has(&v4, "cali40s-0") && !has(&v4, "cali40s-1"), "{v4:#?}");
+    let v6 = pol0_inbound(&store, "ip6");
+    assert!(!has(&v6, "cali60s-0"), "{v6:#?}");
+
+    // s:0 gains an IPv6 member: the rule comes into the IPv6 chain in the same patch.
+    apply(&mut dp, &Op::IpSetDelta(0, 0b1000, 0));
+    check(&mut dp, &mut store).unwrap();
+    assert!(has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
+    // s:1 gains an IPv4 member: its negation comes into the IPv4 rule.
+    apply(&mut dp, &Op::IpSet(1, 0b100));
+    check(&mut dp, &mut store).unwrap();
+    assert!(has(&pol0_inbound(&store, "ip"), "cali40s-1"));
+    // And they go again when the sets lose those members.
+    apply(&mut dp, &Op::IpSetDelta(0, 0, 0b1000));
+    apply(&mut dp, &Op::IpSet(1, 0));
+    check(&mut dp, &mut store).unwrap();
+    assert!(!has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
+    assert!(!has(&pol0_inbound(&store, "ip"), "cali40s-1"));
 }

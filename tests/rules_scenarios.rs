@@ -1136,14 +1136,14 @@ fn every_scenario_commits_through_our_codec_and_reads_back_unchanged() {
     // with our decoder: nothing left to change. Then the kernel's own view of what we committed
     // (`nft -s list ruleset`) must equal its view of `nft -f` on the rendered text: expressions
     // and text were built in lockstep, so both paths program the same ruleset.
-    use felix_nft::nft::reconcile::{plan, sync, Nft, Ownership, SyncOptions};
+    use felix_nft::nft::reconcile::{plan, sync, Nft, SyncOptions, TableOwnership};
     for (name, model) in scenarios() {
         let tables = render(&model).unwrap();
         let text = render_nft(&model).unwrap();
         let (ours, leftover, theirs) = common::in_private_netns(move || {
             let mut nft = Nft::open().expect("nf_tables socket in the private namespace");
             let opts = SyncOptions {
-                ownership: Ownership::Off,
+                ownership: TableOwnership::Off,
                 ..SyncOptions::default()
             };
             sync(&mut nft, &tables, &opts).expect("committing the rendered tables");

@@ -11,7 +11,8 @@ use felix_nft::proto::types::{
     WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointUpdate,
 };
 use felix_nft::rules::{
-    render, render_nft, Direction, Layer, Model, PolicyChains, Renderer, RulesConfig, RulesError,
+    no_empty_ipsets, render, render_nft, Direction, Layer, Model, PolicyChains, Renderer,
+    RulesConfig, RulesError,
 };
 use proptest::prelude::*;
 
@@ -48,6 +49,7 @@ fn inbound(family: Family, rules: Vec<Rule>) -> PolicyChains {
         &gnp("p"),
         &policy,
         &[Direction::Inbound],
+        &no_empty_ipsets,
     )
 }
 
@@ -638,6 +640,7 @@ fn log_prefixes_are_truncated_to_what_the_kernel_accepts() {
         &gnp(&long),
         &policy,
         &[Direction::Inbound],
+        &no_empty_ipsets,
     );
     let prefix = pc.chains[0]
         .chain

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::netns::NetNs;
 use crate::nft::model::{Table, TablePatch};
-use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, SyncReport};
+use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, TableSyncReport};
 use crate::nft::NftError;
 use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
@@ -135,8 +135,8 @@ impl TableObjects {
     }
 }
 
-impl From<SyncReport> for TablesOutcome {
-    fn from(r: SyncReport) -> Self {
+impl From<TableSyncReport> for TablesOutcome {
+    fn from(r: TableSyncReport) -> Self {
         TablesOutcome {
             ops: r.ops,
             attempts: r.attempts,

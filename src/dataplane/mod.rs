@@ -37,7 +37,7 @@ use ipnet::IpNet;
 
 use crate::config::Config;
 use crate::nft::model::{Table, TablePatch};
-use crate::nft::reconcile::Ownership;
+use crate::nft::reconcile::TableOwnership;
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{
     HostEndpoint, HostEndpointId, IpPoolType, IpSetType, LiveMigrationRole, RouteType, RouteUpdate,
@@ -62,7 +62,7 @@ pub const RTPROT_BOOT: u8 = 3;
 pub struct DataplaneConfig {
     pub rules: RulesConfig,
     /// Owner+persist flags on our tables (`NftablesTableOwner`).
-    pub ownership: Ownership,
+    pub ownership: TableOwnership,
     /// `DeviceRouteProtocol` (3).
     pub route_protocol: u8,
     /// `IPv4NormalRoutePriority` / `IPv6NormalRoutePriority` (1024).
@@ -104,7 +104,7 @@ impl Default for DataplaneConfig {
     fn default() -> Self {
         DataplaneConfig {
             rules: RulesConfig::default(),
-            ownership: Ownership::OwnerPersist,
+            ownership: TableOwnership::OwnerPersist,
             route_protocol: RTPROT_BOOT,
             route_metric_v4: 1024,
             route_metric_v6: 1024,
@@ -215,9 +215,9 @@ impl DataplaneConfig {
         DataplaneConfig {
             rules,
             ownership: if c.nftables_table_owner {
-                Ownership::OwnerPersist
+                TableOwnership::OwnerPersist
             } else {
-                Ownership::Off
+                TableOwnership::Off
             },
             route_protocol: c.device_route_protocol,
             route_metric_v4: c.ipv4_normal_route_priority,

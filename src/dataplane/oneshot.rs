@@ -28,7 +28,7 @@ use crate::config::{self, ConfigError};
 use crate::netns::{NetNs, NetNsError};
 use crate::nft::diff::{Op, Plan};
 use crate::nft::model::{Family, Table};
-use crate::nft::reconcile::{self, Nft, NftKernel, Ownership};
+use crate::nft::reconcile::{self, Nft, NftKernel, TableOwnership};
 use crate::nft::{print, NftError};
 use crate::proto::ToDataplane;
 use crate::rtnl::link::{list_addresses, list_links, LinkState};
@@ -210,7 +210,7 @@ fn load_config(target: &Target) -> Result<DataplaneConfig, OneShotError> {
     resolved.log_warnings();
     let mut cfg = DataplaneConfig::from_config(&resolved.config);
     // See the module documentation: a one-shot process cannot keep ownership.
-    cfg.ownership = Ownership::Off;
+    cfg.ownership = TableOwnership::Off;
     Ok(cfg)
 }
 

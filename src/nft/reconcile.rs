@@ -198,7 +198,7 @@ impl NftKernel for Nft {
 
 /// Whether our tables carry the owner flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ownership {
+pub enum TableOwnership {
     /// `OWNER|PERSIST` where the kernel supports it, plain tables elsewhere.
     #[default]
     OwnerPersist,
@@ -213,7 +213,7 @@ pub struct SyncOptions {
     pub dry_run: bool,
     /// Attempts when the generation moves under us (ERESTART).
     pub max_attempts: u32,
-    pub ownership: Ownership,
+    pub ownership: TableOwnership,
     /// Rebuild every table (delete + add in one batch) instead of diffing.
     pub rebuild: bool,
 }
@@ -223,7 +223,7 @@ impl Default for SyncOptions {
         SyncOptions {
             dry_run: false,
             max_attempts: 10,
-            ownership: Ownership::OwnerPersist,
+            ownership: TableOwnership::OwnerPersist,
             rebuild: false,
         }
     }
@@ -240,7 +240,7 @@ pub struct KernelStats {
 
 /// What a sync did.
 #[derive(Debug, Clone, Default)]
-pub struct SyncReport {
+pub struct TableSyncReport {
     /// The plans committed (or validated); empty when nothing differed.
     pub plans: Vec<Plan>,
     /// Operations in them.
@@ -254,12 +254,12 @@ pub struct SyncReport {
 }
 
 /// The owner flags the kernel and the options allow.
-fn ownership_flags(kernel: &mut dyn NftKernel, ownership: Ownership) -> Result<u32, NftError> {
+fn ownership_flags(kernel: &mut dyn NftKernel, ownership: TableOwnership) -> Result<u32, NftError> {
     Ok(match ownership {
-        Ownership::OwnerPersist if kernel.supports_owner_persist()? => {
+        TableOwnership::OwnerPersist if kernel.supports_owner_persist()? => {
             table_flags::OWNER | table_flags::PERSIST
         }
-        Ownership::Off | Ownership::OwnerPersist => 0,
+        TableOwnership::Off | TableOwnership::OwnerPersist => 0,
     })
 }
 
@@ -272,7 +272,7 @@ fn with_owner_bits(flags: u32, ownership: u32) -> u32 {
 pub fn with_ownership(
     kernel: &mut dyn NftKernel,
     desired: &[Table],
-    ownership: Ownership,
+    ownership: TableOwnership,
 ) -> Result<Vec<Table>, NftError> {
     let flags = ownership_flags(kernel, ownership)?;
     Ok(desired
@@ -318,7 +318,7 @@ pub fn sync(
     kernel: &mut dyn NftKernel,
     desired: &[Table],
     opts: &SyncOptions,
-) -> Result<SyncReport, NftError> {
+) -> Result<TableSyncReport, NftError> {
     let desired = with_ownership(kernel, desired, opts.ownership)?;
     let mut attempt = 0;
     loop {
@@ -326,7 +326,7 @@ pub fn sync(
         let (genid, plans) = plan(kernel, &desired, opts.rebuild)?;
         let ops = plans.iter().map(|p| p.ops.len()).sum();
         if plans.is_empty() {
-            return Ok(SyncReport {
+            return Ok(TableSyncReport {
                 plans,
                 ops,
                 attempts: attempt,
@@ -335,7 +335,7 @@ pub fn sync(
         }
         match kernel.commit(&plans, Some(genid), opts.dry_run) {
             Ok(()) => {
-                return Ok(SyncReport {
+                return Ok(TableSyncReport {
                     plans,
                     ops,
                     attempts: attempt,
@@ -467,12 +467,12 @@ impl<K: NftKernel> Reconciler<K> {
     }
 
     /// Converges the kernel to `desired` (the same list of tables every time).
-    pub fn apply(&mut self, desired: &[Table]) -> Result<SyncReport, NftError> {
+    pub fn apply(&mut self, desired: &[Table]) -> Result<TableSyncReport, NftError> {
         self.apply_owned(desired.to_vec())
     }
 
     /// [`Reconciler::apply`] taking the tables by value (no copy is made).
-    pub fn apply_owned(&mut self, desired: Vec<Table>) -> Result<SyncReport, NftError> {
+    pub fn apply_owned(&mut self, desired: Vec<Table>) -> Result<TableSyncReport, NftError> {
         let r = self.apply_owned_inner(desired);
         if r.is_err() {
             // Whatever happened, the kernel may not hold what we believe any more.
@@ -481,7 +481,7 @@ impl<K: NftKernel> Reconciler<K> {
         r
     }
 
-    fn apply_owned_inner(&mut self, mut desired: Vec<Table>) -> Result<SyncReport, NftError> {
+    fn apply_owned_inner(&mut self, mut desired: Vec<Table>) -> Result<TableSyncReport, NftError> {
         let flags = match self.table_flags() {
             Ok(f) => f,
             Err(e) => {
@@ -527,7 +527,7 @@ impl<K: NftKernel> Reconciler<K> {
 
     /// [`Self::sync_from_kernel`] after another process wrote under a batch of `expected`
     /// operations: what the read-back does beyond those is a repair.
-    fn sync_after_outside_write(&mut self, expected: usize) -> Result<SyncReport, NftError> {
+    fn sync_after_outside_write(&mut self, expected: usize) -> Result<TableSyncReport, NftError> {
         let mut r = self.sync_from_kernel()?;
         r.repaired = r.ops.saturating_sub(expected);
         Ok(r)
@@ -535,7 +535,7 @@ impl<K: NftKernel> Reconciler<K> {
 
     /// Folds `patches` into the desired tables and converges the kernel, diffing only the
     /// objects the patches name while the kernel is trusted to hold the previous desired state.
-    pub fn apply_patches(&mut self, patches: Vec<TablePatch>) -> Result<SyncReport, NftError> {
+    pub fn apply_patches(&mut self, patches: Vec<TablePatch>) -> Result<TableSyncReport, NftError> {
         let r = self.apply_patches_inner(patches);
         if r.is_err() {
             // The patches are folded in whatever happened; the next apply diffs everything.
@@ -544,7 +544,10 @@ impl<K: NftKernel> Reconciler<K> {
         r
     }
 
-    fn apply_patches_inner(&mut self, patches: Vec<TablePatch>) -> Result<SyncReport, NftError> {
+    fn apply_patches_inner(
+        &mut self,
+        patches: Vec<TablePatch>,
+    ) -> Result<TableSyncReport, NftError> {
         if self.trusted.is_some()
             && !self.opts.rebuild
             && !self.opts.dry_run
@@ -552,7 +555,7 @@ impl<K: NftKernel> Reconciler<K> {
         {
             // Nothing changed and the kernel held our last state: not even a GETGEN. Drift
             // is the refresh timer's business (`mark_stale`).
-            return Ok(SyncReport {
+            return Ok(TableSyncReport {
                 plans: Vec::new(),
                 ops: 0,
                 attempts: 1,
@@ -661,10 +664,10 @@ impl<K: NftKernel> Reconciler<K> {
         &mut self,
         genid: u32,
         plans: Vec<Plan>,
-    ) -> Result<Option<SyncReport>, NftError> {
+    ) -> Result<Option<TableSyncReport>, NftError> {
         let ops = plans.iter().map(|p| p.ops.len()).sum();
         if plans.is_empty() {
-            return Ok(Some(SyncReport {
+            return Ok(Some(TableSyncReport {
                 plans,
                 ops,
                 attempts: 1,
@@ -677,7 +680,7 @@ impl<K: NftKernel> Reconciler<K> {
             match self.commit(&plans, genid, false) {
                 Ok(()) => {
                     self.trusted = Some(genid.wrapping_add(1));
-                    return Ok(Some(SyncReport {
+                    return Ok(Some(TableSyncReport {
                         plans,
                         ops,
                         attempts,
@@ -714,7 +717,7 @@ impl<K: NftKernel> Reconciler<K> {
 
     /// Reads our tables from the kernel and converges them to the desired ones, retrying from
     /// a fresh read on ERESTART.
-    fn sync_from_kernel(&mut self) -> Result<SyncReport, NftError> {
+    fn sync_from_kernel(&mut self) -> Result<TableSyncReport, NftError> {
         self.trusted = None;
         self.stats.read_backs += 1;
         let me = self.kernel.owner_id();
@@ -757,7 +760,7 @@ impl<K: NftKernel> Reconciler<K> {
                 if !self.opts.dry_run {
                     self.kernel.watch_from(genid);
                 }
-                return Ok(SyncReport {
+                return Ok(TableSyncReport {
                     plans,
                     ops,
                     attempts: attempt,
@@ -769,7 +772,7 @@ impl<K: NftKernel> Reconciler<K> {
             match res {
                 Ok(()) => {
                     self.trusted = (!self.opts.dry_run).then_some(genid.wrapping_add(1));
-                    return Ok(SyncReport {
+                    return Ok(TableSyncReport {
                         plans,
                         ops,
                         attempts: attempt,

@@ -209,59 +209,92 @@ impl<'a> Body<'a> {
 }
 
 impl Renderer {
-    /// Felix's one endpoint-chain template (§8.1).
+    /// Felix's one endpoint-chain template (§8.1): its parts in order, each pushed by the
+    /// function named after it.
     pub fn endpoint_chain(&self, family: Family, spec: &EndpointChainSpec) -> TextChain {
-        let m = self.marks;
-        let layer = spec.layer;
-        let r = || RuleBuilder::new(family);
         let mut c = ChainBuilder::new(&spec.name);
-
-        // 1. Admin down: the chain is a single deny.
         if !spec.admin_up {
-            c.push(
-                self.deny(r().counter(), layer).build(),
-                &["Endpoint admin disabled"],
-            );
+            self.admin_down(family, spec, &mut c);
             return c.finish();
         }
+        self.packet_rate_limit(family, spec, &mut c);
+        if spec.kind != EndpointKind::Untracked {
+            self.conntrack_prologue(family, spec, &mut c);
+        }
+        self.connection_limit(family, spec, &mut c);
+        self.failsafe_jump(family, spec, &mut c);
+        self.clean_verdict(family, &mut c);
+        if spec.workload_egress {
+            self.workload_encap_drops(family, spec, &mut c);
+        }
+        let any_tier = self.tiers(family, spec, &mut c);
+        if spec.kind == EndpointKind::Forward && !any_tier {
+            self.forward_default_allow(family, &mut c);
+        }
+        if spec.kind == EndpointKind::Normal {
+            self.profiles_then_deny(family, spec, &mut c);
+        }
+        c.finish()
+    }
 
-        // 2. QoS packet-rate limit.
+    /// Admin down: the chain is a single deny.
+    fn admin_down(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
+        c.push(
+            self.deny(RuleBuilder::new(family).counter(), spec.layer)
+                .build(),
+            &["Endpoint admin disabled"],
+        );
+    }
+
+    /// The QoS packet-rate limit, if any.
+    fn packet_rate_limit(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
         if let Some((rate, burst)) = spec.packet_rate {
             c.push(
-                r().limit(rate, 1, burst, true).counter().drop_().build(),
+                RuleBuilder::new(family)
+                    .limit(rate, 1, burst, true)
+                    .counter()
+                    .drop_()
+                    .build(),
                 &["Drop packets over the QoS packet rate"],
             );
         }
+    }
 
-        // 3. Conntrack prologue (tracked chains only).
-        if spec.kind != EndpointKind::Untracked {
-            let est = ct_state::ESTABLISHED | ct_state::RELATED;
-            if spec.allow != AllowAction::Accept {
-                c.push(
-                    r().ct_state(est).counter().mark_set_or(m.accept).build(),
-                    &[],
-                );
-            }
-            let b = r().ct_state(est).counter();
-            let b = if spec.side_exit != 0 && spec.allow == AllowAction::Accept {
-                b.mark_clear(spec.side_exit)
-            } else {
-                b
-            };
-            c.push(b.verdict(allow_verdict(spec.allow)).build(), &[]);
-            if !self.cfg.disable_conntrack_invalid_check {
-                c.push(
-                    self.deny(r().ct_state(ct_state::INVALID).counter(), layer)
-                        .build(),
-                    &[],
-                );
-            }
+    /// The conntrack prologue of a tracked chain: established traffic allowed, invalid denied.
+    fn conntrack_prologue(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
+        let r = || RuleBuilder::new(family);
+        let est = ct_state::ESTABLISHED | ct_state::RELATED;
+        if spec.allow != AllowAction::Accept {
+            c.push(
+                r().ct_state(est)
+                    .counter()
+                    .mark_set_or(self.marks.accept)
+                    .build(),
+                &[],
+            );
         }
+        let b = r().ct_state(est).counter();
+        let b = if spec.side_exit != 0 && spec.allow == AllowAction::Accept {
+            b.mark_clear(spec.side_exit)
+        } else {
+            b
+        };
+        c.push(b.verdict(allow_verdict(spec.allow)).build(), &[]);
+        if !self.cfg.disable_conntrack_invalid_check {
+            c.push(
+                self.deny(r().ct_state(ct_state::INVALID).counter(), spec.layer)
+                    .build(),
+                &[],
+            );
+        }
+    }
 
-        // 4. QoS connection limit.
+    /// The QoS connection limit, if any.
+    fn connection_limit(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
         if let Some(n) = spec.max_connections {
             c.push(
-                r().l4proto(6)
+                RuleBuilder::new(family)
+                    .l4proto(6)
                     .ct_count_over(n)
                     .counter()
                     .reject_tcp_reset()
@@ -269,43 +302,51 @@ impl Renderer {
                 &["Reject connections over the QoS connection limit"],
             );
         }
+    }
 
-        // 5. Failsafes (host endpoints).
+    /// The jump to the failsafe chain (host endpoints).
+    fn failsafe_jump(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
         if let Some(fs) = &spec.failsafe {
-            c.push(r().counter().jump(fs).build(), &[]);
+            c.push(RuleBuilder::new(family).counter().jump(fs).build(), &[]);
         }
+    }
 
-        // 6. Start from a clean verdict.
-        c.push(r().counter().mark_clear(m.accept | m.pass).build(), &[]);
+    /// Policy starts from a clean verdict: the accept and pass bits cleared.
+    fn clean_verdict(&self, family: Family, c: &mut ChainBuilder) {
+        c.push(
+            RuleBuilder::new(family)
+                .counter()
+                .mark_clear(self.marks.accept | self.marks.pass)
+                .build(),
+            &[],
+        );
+    }
 
-        // 7. Encapsulated traffic from workloads.
-        if spec.workload_egress {
-            if !self.cfg.allow_vxlan_from_workloads {
-                c.push(
-                    self.deny(
-                        r().l4proto(17)
-                            .th_port(
-                                crate::nft::build::Dir::Dst,
-                                self.cfg.vxlan_port,
-                                self.cfg.vxlan_port,
-                                false,
-                            )
-                            .counter(),
-                        layer,
-                    )
-                    .build(),
-                    &["Drop VXLAN encapped packets originating in workloads"],
-                );
-            }
-            if !self.cfg.allow_ipip_from_workloads {
-                c.push(
-                    self.deny(r().l4proto(4).counter(), layer).build(),
-                    &["Drop IPinIP encapped packets originating in workloads"],
-                );
-            }
+    /// Encapsulated traffic from workloads, denied unless configured otherwise.
+    fn workload_encap_drops(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
+        let r = || RuleBuilder::new(family);
+        if !self.cfg.allow_vxlan_from_workloads {
+            let port = self.cfg.vxlan_port;
+            let vxlan = r()
+                .l4proto(17)
+                .th_port(crate::nft::build::Dir::Dst, port, port, false)
+                .counter();
+            c.push(
+                self.deny(vxlan, spec.layer).build(),
+                &["Drop VXLAN encapped packets originating in workloads"],
+            );
         }
+        if !self.cfg.allow_ipip_from_workloads {
+            c.push(
+                self.deny(r().l4proto(4).counter(), spec.layer).build(),
+                &["Drop IPinIP encapped packets originating in workloads"],
+            );
+        }
+    }
 
-        // 8. Tiers.
+    /// The tiers in order, each with its policies in the spec's direction; whether any tier
+    /// had a policy.
+    fn tiers(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) -> bool {
         let mut any_tier = false;
         for tier in spec.tiers {
             let policies: Vec<&PolicyId> = tier_policies(tier, spec.dir).collect();
@@ -313,56 +354,77 @@ impl Renderer {
                 continue;
             }
             any_tier = true;
-            let start = format!("Start of tier {}", tier.name);
-            c.push(r().counter().mark_clear(m.pass).build(), &[&start]);
-            for id in policies {
-                let target = policy_chain(layer, spec.dir, id);
-                c.push(r().mark_lacks(m.pass).counter().jump(&target).build(), &[]);
-                if spec.kind == EndpointKind::Untracked {
-                    c.push(r().mark_has(m.accept).counter().notrack().build(), &[]);
-                }
-                c.push(
-                    r().mark_has(m.accept).counter().ret().build(),
-                    &["Return if policy accepted"],
-                );
-            }
-            let pass_default = tier.default_action.eq_ignore_ascii_case("pass");
-            if matches!(spec.kind, EndpointKind::Normal | EndpointKind::Forward) && !pass_default {
-                let end = format!(
-                    "End of tier {}. Drop if no policies passed packet",
-                    tier.name
-                );
-                c.push(
-                    self.deny(r().mark_lacks(m.pass).counter(), layer).build(),
-                    &[&end],
-                );
-            }
+            self.tier(family, spec, tier, &policies, c);
         }
+        any_tier
+    }
 
-        // 9. Apply-on-forward chains with no tiers allow by default.
-        if spec.kind == EndpointKind::Forward && !any_tier {
-            c.push(
-                r().counter().mark_set_or(m.accept).ret().build(),
-                &["Allow forwarded traffic by default"],
-            );
-        }
-
-        // 10. Profiles, then the final deny.
-        if spec.kind == EndpointKind::Normal {
-            for p in spec.profiles {
-                let target = profile_chain(layer, spec.dir, p);
-                c.push(r().counter().jump(&target).build(), &[]);
-                c.push(
-                    r().mark_has(m.accept).counter().ret().build(),
-                    &["Return if profile accepted"],
-                );
+    /// One tier: a clean pass bit, a jump to each policy (returning once one accepts), and the
+    /// end-of-tier deny where the chain kind and the tier's default action call for it.
+    fn tier(
+        &self,
+        family: Family,
+        spec: &EndpointChainSpec,
+        tier: &TierInfo,
+        policies: &[&PolicyId],
+        c: &mut ChainBuilder,
+    ) {
+        let m = self.marks;
+        let r = || RuleBuilder::new(family);
+        let start = format!("Start of tier {}", tier.name);
+        c.push(r().counter().mark_clear(m.pass).build(), &[&start]);
+        for id in policies {
+            let target = policy_chain(spec.layer, spec.dir, id);
+            c.push(r().mark_lacks(m.pass).counter().jump(&target).build(), &[]);
+            if spec.kind == EndpointKind::Untracked {
+                c.push(r().mark_has(m.accept).counter().notrack().build(), &[]);
             }
             c.push(
-                self.deny(r().counter(), layer).build(),
-                &["Drop if no profiles matched"],
+                r().mark_has(m.accept).counter().ret().build(),
+                &["Return if policy accepted"],
             );
         }
-        c.finish()
+        let pass_default = tier.default_action.eq_ignore_ascii_case("pass");
+        if matches!(spec.kind, EndpointKind::Normal | EndpointKind::Forward) && !pass_default {
+            let end = format!(
+                "End of tier {}. Drop if no policies passed packet",
+                tier.name
+            );
+            c.push(
+                self.deny(r().mark_lacks(m.pass).counter(), spec.layer)
+                    .build(),
+                &[&end],
+            );
+        }
+    }
+
+    /// An apply-on-forward chain with no tiers allows by default.
+    fn forward_default_allow(&self, family: Family, c: &mut ChainBuilder) {
+        c.push(
+            RuleBuilder::new(family)
+                .counter()
+                .mark_set_or(self.marks.accept)
+                .ret()
+                .build(),
+            &["Allow forwarded traffic by default"],
+        );
+    }
+
+    /// A jump to each profile (returning once one accepts), then the final deny.
+    fn profiles_then_deny(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) {
+        let r = || RuleBuilder::new(family);
+        for p in spec.profiles {
+            let target = profile_chain(spec.layer, spec.dir, p);
+            c.push(r().counter().jump(&target).build(), &[]);
+            c.push(
+                r().mark_has(self.marks.accept).counter().ret().build(),
+                &["Return if profile accepted"],
+            );
+        }
+        c.push(
+            self.deny(r().counter(), spec.layer).build(),
+            &["Drop if no profiles matched"],
+        );
     }
 
     /// The two filter chains of a workload endpoint: `filter-cali-tw-…` (ingress policy) and

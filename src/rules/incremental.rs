@@ -220,6 +220,11 @@ pub struct Incremental {
     bodies: HashSet<Exprs, foldhash::fast::RandomState>,
     /// `bodies.len()` after the last sweep of unused bodies.
     bodies_swept: usize,
+    /// Whether each Felix IP set had members of IPv4 and of IPv6 when policies and profiles
+    /// were last rendered: a rule matching a set with none of a family is left out of that
+    /// family's chain, so a set gaining its first member of a family (or losing its last)
+    /// re-renders the policies and profiles that use it.
+    ipset_families: BTreeMap<String, [bool; 2]>,
 }
 
 /// The most IP set members one update may copy into the side table. Copying costs the kernel
@@ -297,6 +302,7 @@ impl Incremental {
             listed: BTreeSet::new(),
             bodies: HashSet::default(),
             bodies_swept: 0,
+            ipset_families: BTreeMap::new(),
         }
     }
 
@@ -417,7 +423,10 @@ impl Incremental {
             }
         }
         self.place(inp, changes, &mut todo.workloads);
-        // A changed policy or profile is re-rendered in every table and layer that references it.
+        // A changed policy or profile is re-rendered in every table and layer that references
+        // it; so is one using an IP set that gained its first or lost its last member of a
+        // family.
+        let emptied = self.ipset_family_changes(m, changes);
         let changed = changes
             .policies
             .iter()
@@ -427,7 +436,8 @@ impl Incremental {
                     .profiles
                     .iter()
                     .map(|n| RuleOwner::Profile(n.clone())),
-            );
+            )
+            .chain(emptied);
         for owner in changed {
             for t in [Tbl::Main, Tbl::Side] {
                 for l in [Layer::Filter, Layer::Mangle, Layer::Raw] {
@@ -438,6 +448,58 @@ impl Incremental {
             }
         }
         todo
+    }
+
+    /// The policies and profiles to render again because an IP set they match on gained its
+    /// first or lost its last member of a family (see [`policy::EmptyIpSet`]); records what each
+    /// touched set holds now. At start of day everything is rendered and only recorded.
+    fn ipset_family_changes(&mut self, m: &Model, changes: &Changes) -> Vec<RuleOwner> {
+        let families = |id: &str| {
+            m.ipsets
+                .get(id)
+                .map_or([false; 2], |s| [s.has_family(false), s.has_family(true)])
+        };
+        if changes.all {
+            self.ipset_families = m
+                .ipsets
+                .keys()
+                .map(|id| (id.clone(), families(id)))
+                .collect();
+            return Vec::new();
+        }
+        let touched = changes.ipsets.iter().chain(changes.ipset_members.keys());
+        let mut flipped: BTreeSet<&str> = BTreeSet::new();
+        for id in touched {
+            let now = families(id);
+            let before = self.ipset_families.get(id).copied().unwrap_or([false; 2]);
+            if now != before {
+                flipped.insert(id);
+            }
+            if m.ipsets.contains_key(id) {
+                self.ipset_families.insert(id.clone(), now);
+            } else {
+                self.ipset_families.remove(id);
+            }
+        }
+        if flipped.is_empty() {
+            return Vec::new();
+        }
+        let uses = |rules: &[crate::proto::Rule]| {
+            rules
+                .iter()
+                .any(|r| flipped.iter().any(|id| policy::rule_matches_ipset(r, id)))
+        };
+        let policies = m
+            .policies
+            .iter()
+            .filter(|(_, p)| uses(&p.inbound_rules) || uses(&p.outbound_rules))
+            .map(|(id, _)| RuleOwner::Policy(id.clone()));
+        let profiles = m
+            .profiles
+            .iter()
+            .filter(|(_, p)| uses(&p.inbound_rules) || uses(&p.outbound_rules))
+            .map(|(n, _)| RuleOwner::Profile(n.clone()));
+        policies.chain(profiles).collect()
     }
 
     /// The references to a policy's or profile's chains in one table and layer.

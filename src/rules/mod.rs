@@ -66,7 +66,7 @@ pub use config::{
 pub use endpoint::{Dispatched, EndpointChainSpec, EndpointKind, Traffic};
 pub use marks::MarkBits;
 pub use names::{Direction, Dirs, Layer};
-pub use policy::PolicyChains;
+pub use policy::{no_empty_ipsets, EmptyIpSet, PolicyChains};
 pub use sets::Members;
 use statics::internal_sets;
 
@@ -680,6 +680,12 @@ pub(crate) fn render_workload_derived<'a>(
     }
 }
 
+/// Which Felix IP sets have no member of `family` in `model` (unknown ones have none).
+fn empty_ipsets(model: &Model, family: Family) -> impl Fn(&str) -> bool + '_ {
+    let v6 = family == Family::Ip6;
+    move |id: &str| model.ipsets.get(id).is_none_or(|m| !m.has_family(v6))
+}
+
 /// The chains (and their shared sets) of one referenced policy, in the directions used; a
 /// policy Felix has not sent (yet) gets chains that drop (fail closed).
 pub(crate) fn render_policy(
@@ -691,7 +697,8 @@ pub(crate) fn render_policy(
 ) -> (Vec<TextChain>, Vec<Set>) {
     match model.policies.get(id) {
         Some(p) => {
-            let pc = r.policy_chains(family, layer, id, p, dirs);
+            let empty = empty_ipsets(model, family);
+            let pc = r.policy_chains(family, layer, id, p, dirs, &empty);
             (pc.chains, pc.sets)
         }
         None => {
@@ -714,7 +721,8 @@ pub(crate) fn render_profile(
 ) -> (Vec<TextChain>, Vec<Set>) {
     match model.profiles.get(name) {
         Some(p) => {
-            let pc = r.profile_chains(family, layer, name, p, dirs);
+            let empty = empty_ipsets(model, family);
+            let pc = r.profile_chains(family, layer, name, p, dirs, &empty);
             (pc.chains, pc.sets)
         }
         None => {

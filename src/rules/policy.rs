@@ -32,6 +32,18 @@ use crate::nft::build::TextChain;
 /// Longest log prefix the kernel accepts (`NF_LOG_PREFIXLEN` − 1).
 const MAX_LOG_PREFIX: usize = 127;
 
+/// Whether a Felix IP set (by id) has no member of the family being rendered (an unknown set
+/// has none). A rule that must match such a set can never match a packet of that family and is
+/// left out of its chain; a negated match on it always holds and is left out of its rule. The
+/// verdicts are the ones of the rule as written; the caller renders the rule again when the set
+/// gains a member of the family.
+pub type EmptyIpSet<'a> = &'a dyn Fn(&str) -> bool;
+
+/// No IP set counts as empty: every rule is rendered as written.
+pub fn no_empty_ipsets(_: &str) -> bool {
+    false
+}
+
 /// The chains of one policy or profile in one layer, and the shared sets their rules use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicyChains {
@@ -180,6 +192,20 @@ pub fn rules_ipsets<'a>(rules: impl IntoIterator<Item = &'a Rule>, out: &mut BTr
     }
 }
 
+/// Whether `rule` matches on Felix IP set `id` in a way an empty set changes (see
+/// [`EmptyIpSet`]).
+pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
+    [
+        &rule.src_ip_set_ids,
+        &rule.dst_ip_set_ids,
+        &rule.dst_ip_port_set_ids,
+        &rule.not_src_ip_set_ids,
+        &rule.not_dst_ip_set_ids,
+    ]
+    .iter()
+    .any(|ids| ids.iter().any(|i| i == id))
+}
+
 fn sorted(ids: &[String]) -> Vec<&String> {
     let mut v: Vec<&String> = ids.iter().collect();
     v.sort();
@@ -311,11 +337,21 @@ impl Renderer {
         rule: &Rule,
         log: &LogCtx,
         chain: &mut ChainBuilder,
-        sets: &mut SetBag,
+        (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> bool {
         let Some(nets) = family_nets(rule, family) else {
             return false;
         };
+        // Every positive IP set match must hold: one on a set with no member of this family
+        // never does.
+        let must_match = [
+            &rule.src_ip_set_ids,
+            &rule.dst_ip_set_ids,
+            &rule.dst_ip_port_set_ids,
+        ];
+        if must_match.iter().any(|ids| ids.iter().any(|id| empty(id))) {
+            return false;
+        }
         let proto = match &rule.protocol {
             Some(p) => match protocol_number(p, family) {
                 Some(n) => Some(n),
@@ -344,8 +380,14 @@ impl Renderer {
             _ => family == Family::Ip6,
         };
 
-        let (clauses, blocks) =
-            self.rule_clauses(family, rule, &nets, (proto, not_proto), icmp_v6, sets);
+        let (clauses, blocks) = self.rule_clauses(
+            family,
+            rule,
+            &nets,
+            (proto, not_proto),
+            icmp_v6,
+            (sets, empty),
+        );
 
         let comments: Vec<String> = rule
             .metadata
@@ -389,7 +431,7 @@ impl Renderer {
         nets: &FamilyNets,
         protos: (Option<u8>, Option<u8>),
         icmp_v6: bool,
-        sets: &mut SetBag,
+        (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> (Vec<Clause>, Vec<Vec<Clause>>) {
         // Positive clauses in Felix's order; port alternatives that need an OR become blocks.
         let (proto, not_proto) = protos;
@@ -458,7 +500,11 @@ impl Renderer {
         if let Some(c) = self.nets_clause(family, Dir::Src, &nets.not_src, true, sets) {
             clauses.push(c);
         }
-        for id in sorted(&rule.not_src_ip_set_ids) {
+        // Not in a set with no member of this family: always true.
+        for id in sorted(&rule.not_src_ip_set_ids)
+            .into_iter()
+            .filter(|id| !empty(id))
+        {
             clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), true));
         }
         if let Some(c) = self.ports_clause(family, Dir::Src, &rule.not_src_ports, true, sets) {
@@ -470,7 +516,10 @@ impl Renderer {
         if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.not_dst, true, sets) {
             clauses.push(c);
         }
-        for id in sorted(&rule.not_dst_ip_set_ids) {
+        for id in sorted(&rule.not_dst_ip_set_ids)
+            .into_iter()
+            .filter(|id| !empty(id))
+        {
             clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), true));
         }
         if let Some(c) = self.ports_clause(family, Dir::Dst, &rule.not_dst_ports, true, sets) {
@@ -635,11 +684,11 @@ impl Renderer {
         (name, chain_comment): (&str, &str),
         rules: &[Rule],
         log: &LogCtx,
-        sets: &mut SetBag,
+        (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> TextChain {
         let mut chain = ChainBuilder::new(name);
         for rule in rules {
-            self.render_rule(family, layer, rule, log, &mut chain, sets);
+            self.render_rule(family, layer, rule, log, &mut chain, (&mut *sets, empty));
         }
         chain.elide_trailing_return();
         if chain.is_empty() {
@@ -660,6 +709,7 @@ impl Renderer {
         id: &PolicyId,
         policy: &Policy,
         dirs: &[Direction],
+        empty: EmptyIpSet,
     ) -> PolicyChains {
         let mut sets = SetBag::new();
         let mut chains = Vec::new();
@@ -689,7 +739,7 @@ impl Renderer {
                 (&policy_chain(layer, dir, id), &comment),
                 rules,
                 &log,
-                &mut sets,
+                (&mut sets, empty),
             ));
         }
         PolicyChains {
@@ -706,6 +756,7 @@ impl Renderer {
         name: &str,
         profile: &Profile,
         dirs: &[Direction],
+        empty: EmptyIpSet,
     ) -> PolicyChains {
         let mut sets = SetBag::new();
         let mut chains = Vec::new();
@@ -727,7 +778,7 @@ impl Renderer {
                 (&profile_chain(layer, dir, name), &comment),
                 rules,
                 &log,
-                &mut sets,
+                (&mut sets, empty),
             ));
         }
         PolicyChains {

@@ -290,6 +290,16 @@ impl Members {
         self.len() == 0
     }
 
+    /// Whether the set has a member of one family (`v6`): its set in that family's table is
+    /// empty otherwise.
+    pub fn has_family(&self, v6: bool) -> bool {
+        match self {
+            Members::Ip { v4, v6: six } => !if v6 { six.is_empty() } else { v4.is_empty() },
+            Members::Net { v4, v6: six } => !if v6 { six.is_empty() } else { v4.is_empty() },
+            Members::IpAndPort(m) => m.iter().any(|(a, _, _)| a.is_ipv6() == v6),
+        }
+    }
+
     /// Adds a member given as Felix sends it.
     pub fn insert(&mut self, m: &str) {
         match (parsed(self.kind(), m), self) {
