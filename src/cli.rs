@@ -86,6 +86,7 @@ pub enum Command {
         netns: NetnsArg,
     },
     /// Build a scratch topology, apply an example state and show which flows pass.
+    #[cfg(feature = "lab")]
     Demo {
         /// Leave the topology in place for inspection.
         #[arg(long)]
@@ -96,6 +97,7 @@ pub enum Command {
         cluster: bool,
     },
     /// Benchmarks.
+    #[cfg(feature = "lab")]
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
@@ -140,6 +142,7 @@ pub struct RunArgs {
     pub netns: NetnsArg,
 }
 
+#[cfg(feature = "lab")]
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Program the same workload with each backend and compare.
@@ -255,7 +258,9 @@ pub fn main() -> ExitCode {
         Some(Command::Cleanup { config, netns }) => {
             finish(oneshot::cleanup_command(&target(netns, config)))
         }
+        #[cfg(feature = "lab")]
         Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
+        #[cfg(feature = "lab")]
         Some(Command::Bench { command }) => bench_compare(command),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
@@ -278,6 +283,7 @@ fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
 
 /// `felix-nft demo [--cluster]`: exit 0 when every flow did what the policy says (and, for the
 /// cluster, every node held what it should), 1 otherwise or on error.
+#[cfg(feature = "lab")]
 fn demo(keep: bool, cluster: bool) -> ExitCode {
     let opts = crate::demo::DemoOptions { keep };
     let out = &mut std::io::stdout();
@@ -297,6 +303,7 @@ fn demo(keep: bool, cluster: bool) -> ExitCode {
 }
 
 /// `felix-nft bench compare`.
+#[cfg(feature = "lab")]
 fn bench_compare(command: BenchCommand) -> ExitCode {
     use crate::bench;
     let BenchCommand::Compare {

@@ -20,15 +20,15 @@
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
 //! - [`daemon`]: the running agent: transport + interface monitor + loop + ops surface.
 //! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
-//! - [`testbed`]: a scratch node in namespaces (Calico CNI's layout), a cluster of such nodes on
-//!   one underlay, a controller computing each node's messages as Felix's calculation graph
-//!   would (pure), and traffic probes, shared by the end-to-end tests and `felix-nft demo`;
+//! - [`testbed`] (lab): a scratch node in namespaces (Calico CNI's layout), a cluster of such
+//!   nodes on one underlay, a controller computing each node's messages as Felix's calculation
+//!   graph would (pure), and traffic probes, shared by the end-to-end tests and `felix-nft demo`;
 //!   reaches the kernel only through [`netns`] and [`rtnl`] (plus plain sockets), and describes
 //!   its workloads as [`proto`] endpoints.
-//! - [`demo`]: `felix-nft demo [--cluster]`: a scratch node (or a three-node cluster, an agent
-//!   per node) from the test bed, the real loop, and a traffic matrix; acts only in namespaces
-//!   it made.
-//! - [`bench`]: `bench compare` — the same workload through felix-nft and the stock tools
+//! - [`demo`] (lab): `felix-nft demo [--cluster]`: a scratch node (or a three-node cluster, an
+//!   agent per node) from the test bed, the real loop, and a traffic matrix; acts only in
+//!   namespaces it made.
+//! - [`bench`] (lab): `bench compare` — the same workload through felix-nft and the stock tools
 //!   (iptables-restore + ipset, `nft -f`; for the cluster scale `ip -batch` + `bridge -batch`) in
 //!   private namespaces; the only code that runs external programs, and only those baselines
 //!   (and `ip`/`bridge`/`nft` as read-back oracles).
@@ -37,17 +37,25 @@
 //! - [`wire`]: netlink framing (header and flag constants, requests, a datagram's messages,
 //!   answers, attribute runs) shared by [`nft`] and [`rtnl`]; uses nothing else.
 //!
+//! The lab modules ([`testbed`], [`demo`], [`bench`]) and their subcommands exist only with the
+//! `lab` feature (on by default). They show and measure the agent rather than run it, and they
+//! bring crates the agent does not need (the SVG chart), so the binary operators ship is built
+//! with `--no-default-features` and its dependency tree is the agent's. Nothing outside the lab
+//! uses it; tests that build on it declare `required-features = ["lab"]`.
+//!
 //! Comments cite what Felix does by section, `§N`: the sections of `docs/felix.md`.
 // A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says
 // what the binary, the tests and the benches use.
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "lab")]
 pub mod bench;
 pub mod cli;
 pub mod clip;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
+#[cfg(feature = "lab")]
 pub mod demo;
 pub mod netns;
 pub mod nft;
@@ -56,6 +64,7 @@ pub mod proto;
 pub mod rtnl;
 pub mod rules;
 pub mod source;
+#[cfg(feature = "lab")]
 pub mod testbed;
 pub mod wire;
 

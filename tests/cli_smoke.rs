@@ -23,9 +23,7 @@ fn help_lists_every_subcommand() {
     let out = bin().arg("--help").output().expect("running felix-nft");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for cmd in [
-        "run", "apply", "plan", "dump", "cleanup", "demo", "bench", "config", "version",
-    ] {
+    for cmd in subcommands() {
         assert!(
             text.contains(cmd),
             "--help does not mention `{cmd}`:\n{text}"
@@ -33,19 +31,43 @@ fn help_lists_every_subcommand() {
     }
 }
 
-const SUBCOMMANDS: [&str; 11] = [
+const SUBCOMMANDS: [&str; 9] = [
     "run",
     "apply",
     "plan",
     "dump",
     "cleanup",
-    "demo",
-    "bench",
     "config",
     "version",
     "completions",
     "man",
 ];
+
+/// The subcommands of the `lab` feature (the agent built without it has none of them).
+const LAB: [&str; 2] = ["demo", "bench"];
+
+/// Every subcommand this build has.
+fn subcommands() -> Vec<&'static str> {
+    let lab = if cfg!(feature = "lab") { &LAB[..] } else { &[] };
+    SUBCOMMANDS.iter().chain(lab).copied().collect()
+}
+
+#[test]
+fn the_lab_subcommands_exist_exactly_when_the_lab_is_built() {
+    for cmd in LAB {
+        let out = bin()
+            .args([cmd, "--help"])
+            .output()
+            .expect("running felix-nft");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if cfg!(feature = "lab") {
+            assert!(out.status.success(), "`{cmd} --help` failed: {err}");
+        } else {
+            assert!(!out.status.success(), "`{cmd}` exists without the lab");
+            assert!(err.contains("unrecognized subcommand"), "{err}");
+        }
+    }
+}
 
 #[test]
 fn bash_completion_loads_and_knows_every_subcommand() {
@@ -55,7 +77,7 @@ fn bash_completion_loads_and_knows_every_subcommand() {
         .expect("running felix-nft");
     assert!(out.status.success());
     let script = String::from_utf8_lossy(&out.stdout).into_owned();
-    for cmd in SUBCOMMANDS {
+    for cmd in subcommands() {
         assert!(script.contains(cmd), "no `{cmd}` in the bash completion");
     }
     // bash itself loads it and registers the completion for the command.
@@ -97,7 +119,7 @@ fn the_man_page_is_roff_naming_every_subcommand() {
     let page = String::from_utf8_lossy(&out.stdout);
     assert!(page.contains(".TH felix-nft 1"), "{page}");
     assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
-    for cmd in SUBCOMMANDS {
+    for cmd in subcommands() {
         assert!(
             page.contains(&format!("felix\\-nft\\-{cmd}(1)")),
             "{cmd}: {page}"

@@ -64,3 +64,76 @@ fn every_dependency_is_named_by_the_code() {
         .iter()
         .any(|d| d == "tokio"));
 }
+
+/// The crate names in `cargo tree -e normal` of this package with `args` (one per line, no
+/// prefix, deduplicated).
+fn tree(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .args(["--format", "{p}", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .args(args)
+        .output()
+        .expect("running cargo tree");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "felix-nft")
+        .map(str::to_string)
+        .collect()
+}
+
+/// The agent operators ship is built without the `lab` feature (the test bed, `demo`, `bench
+/// compare`): none of the crates the lab enables is a dependency of it, the chart crates are not
+/// in its tree at all, and its tree is a strict part of the lab build's.
+#[test]
+fn the_agent_without_the_lab_has_no_lab_crates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let lab: Vec<String> = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("lab = "))
+        .expect("a `lab` feature in Cargo.toml")
+        .split('"')
+        .filter_map(|s| s.strip_prefix("dep:"))
+        .map(str::to_string)
+        .collect();
+    assert!(lab.iter().any(|d| d == "plotters"), "lab crates: {lab:?}");
+
+    let agent = ["--no-default-features"];
+    let direct = tree(&[&agent[..], &["--depth", "1"]].concat());
+    let without = tree(&agent);
+    let with = tree(&[]);
+    for dep in &lab {
+        assert!(
+            !direct.contains(dep),
+            "`{dep}` is a dependency of the agent built without the lab"
+        );
+        assert!(with.contains(dep), "`{dep}` is not in the lab build's tree");
+    }
+    let charts: Vec<_> = without
+        .iter()
+        .filter(|c| c.starts_with("plotters"))
+        .collect();
+    assert!(charts.is_empty(), "chart crates in the agent: {charts:?}");
+    assert!(
+        without.is_subset(&with) && without.len() < with.len(),
+        "the agent's tree is not a strict part of the lab build's: {:?}",
+        without.symmetric_difference(&with).collect::<Vec<_>>()
+    );
+}
