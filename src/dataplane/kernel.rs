@@ -320,6 +320,10 @@ impl NftSide {
             }
             TableMode::Plan => rec.mark_stale(),
         }
+        // Element deltas alone leave the object counts (chains, rules, sets) as they were: an
+        // IP set member does not pay a walk over every chain of the table to count them again.
+        let counts_unchanged = matches!(&tables, TablesInput::Patch(ps)
+            if ps.iter().all(|p| p.chains.is_empty() && p.sets.is_empty()));
         let out = match (mode, tables) {
             (TableMode::Plan, TablesInput::Full(t)) => plan_only(rec, &t),
             (TableMode::Plan, TablesInput::Patch(_)) => Err(NftError::Protocol(
@@ -335,7 +339,11 @@ impl NftSide {
         let commit_time = rec.take_commit_time();
         let stats = rec.take_stats();
         let objects = match &out {
-            Ok(o) if o.ops > 0 && !matches!(mode, TableMode::DryRun | TableMode::Plan) => {
+            Ok(o)
+                if o.ops > 0
+                    && !counts_unchanged
+                    && !matches!(mode, TableMode::DryRun | TableMode::Plan) =>
+            {
                 rec.desired().iter().map(TableObjects::of).collect()
             }
             _ => Vec::new(),
