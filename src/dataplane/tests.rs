@@ -516,17 +516,17 @@ proptest! {
         .unwrap();
         dp.on_update(&msg(vtep("me", 0))).unwrap();
         let mut state = OverlayState::full(&dp.desired_host());
-        dp.dirty = Dirty { host_scope: Some(BTreeSet::new()), ..Dirty::default() };
+        dp.dirty = Dirty::clean();
         for chunk in &chunks {
             for e in chunk {
                 // Invalid sequences (a block on a node's address...) are refused; fine.
                 let _ = dp.on_update(&ov_msg(e));
             }
-            prop_assert!(!dp.dirty.overlay, "only remote nodes changed: {:?}", chunk);
-            if !dp.dirty.overlay_keys.is_empty() {
+            prop_assert!(!dp.dirty.overlay(), "only remote nodes changed: {:?}", chunk);
+            if dp.dirty.overlay_delta_keys().is_some() {
                 state.fold(&dp.desired_host_in(Some(&BTreeSet::new())));
             }
-            dp.dirty = Dirty { host_scope: Some(BTreeSet::new()), ..Dirty::default() };
+            dp.dirty = Dirty::clean();
             prop_assert_eq!(&state, &OverlayState::full(&dp.desired_host()), "after {:?}", chunk);
         }
     }
