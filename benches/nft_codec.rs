@@ -1,4 +1,4 @@
-//! CPU cost of the nf_tables engine at the sizes that matter (STYLE.md "Benches"): encoding
+//! CPU cost of the nf_tables engine at the sizes that matter (criterion): encoding
 //! 100k set elements and 10k rules into one batch, decoding a 10k-rule dump, and diffing a big
 //! table against a 1%-churned copy. Kernel time is not measured here.
 

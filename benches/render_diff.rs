@@ -1,5 +1,5 @@
 //! CPU cost of what every felix-nft apply does before the kernel sees a byte, at endpoint scale
-//! (STYLE.md "Benches"): rendering the whole desired state from the model, diffing it against
+//! (criterion, CPU only): rendering the whole desired state from the model, diffing it against
 //! the believed state (no change, and one endpoint added), encoding the full load into one
 //! batch, and the daemon's incremental path (render only what an update touches —
 //! one endpoint added then removed, one IP set member added). The workload is `bench compare`'s generator: W endpoints, W/2 policies of 5 rules,

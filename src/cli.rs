@@ -169,6 +169,11 @@ pub enum BenchCommand {
         /// The felix-nft binary the fresh-process backend runs (default: this one).
         #[arg(long, value_name = "PATH")]
         felix_exe: Option<PathBuf>,
+        /// IPv6 on as well, as Felix's default: felix-nft with IPv6 support against the same
+        /// ruleset restored by iptables and ip6tables (IPv6 sets empty); writes
+        /// `bench-<scale>-dual.*`.
+        #[arg(long)]
+        dual_stack: bool,
     },
 }
 
@@ -251,18 +256,7 @@ pub fn main() -> ExitCode {
             finish(oneshot::cleanup_command(&target(netns, config)))
         }
         Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
-        Some(Command::Bench {
-            command:
-                BenchCommand::Compare {
-                    scale,
-                    reps,
-                    inc,
-                    out,
-                    only,
-                    spot_check,
-                    felix_exe,
-                },
-        }) => bench_compare(&scale, reps, inc, out, only, spot_check, felix_exe),
+        Some(Command::Bench { command }) => bench_compare(command),
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),
@@ -303,17 +297,19 @@ fn demo(keep: bool, cluster: bool) -> ExitCode {
 }
 
 /// `felix-nft bench compare`.
-fn bench_compare(
-    scale: &str,
-    reps: Option<usize>,
-    inc: Option<usize>,
-    out: PathBuf,
-    only: Option<Vec<String>>,
-    spot_check: bool,
-    felix_exe: Option<PathBuf>,
-) -> ExitCode {
+fn bench_compare(command: BenchCommand) -> ExitCode {
     use crate::bench;
-    if let Some(c) = bench::cluster::ClusterOptions::parse(scale, out.clone()) {
+    let BenchCommand::Compare {
+        scale,
+        reps,
+        inc,
+        out,
+        only,
+        spot_check,
+        felix_exe,
+        dual_stack,
+    } = command;
+    if let Some(c) = bench::cluster::ClusterOptions::parse(&scale, out.clone()) {
         let mut opts = match c {
             Ok(o) => o,
             Err(e) => {
@@ -324,8 +320,10 @@ fn bench_compare(
         opts.reps = reps.unwrap_or(opts.reps).max(1);
         opts.inc = inc.unwrap_or(opts.inc);
         opts.only = only;
-        if spot_check || felix_exe.is_some() {
-            eprintln!("felix-nft: --spot-check and --felix-exe do not apply to the cluster scale");
+        if spot_check || felix_exe.is_some() || dual_stack {
+            eprintln!(
+                "felix-nft: --spot-check, --felix-exe and --dual-stack do not apply to the cluster scale"
+            );
             return ExitCode::from(EXIT_USAGE);
         }
         return match bench::cluster::compare(&opts) {
@@ -361,6 +359,7 @@ fn bench_compare(
     opts.only = only;
     opts.felix_exe = felix_exe;
     opts.spot_check = spot_check;
+    opts.dual_stack = dual_stack;
     match bench::compare(&opts) {
         Ok(r) => {
             println!("{}", r.table());
@@ -388,7 +387,7 @@ fn bench_compare(
 /// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).
 pub const EXIT_USAGE: u8 = 2;
 
-/// No subcommand: Felix started us as its external dataplane driver (reference §1.1), with no
+/// No subcommand: Felix started us as its external dataplane driver (§1.1), with no
 /// arguments and fds 3 (in) and 4 (out). `FELIX_NFT_TRACE_INPUT=1` logs each message at info.
 fn run_external_driver() -> ExitCode {
     use crate::source::felix::{fd_is_open, FD_IN, FD_OUT};

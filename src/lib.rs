@@ -36,6 +36,8 @@
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
 //! - [`wire`]: netlink framing (header and flag constants, requests, a datagram's messages,
 //!   answers, attribute runs) shared by [`nft`] and [`rtnl`]; uses nothing else.
+//!
+//! Comments cite what Felix does by section, `§N`: the sections of `docs/felix.md`.
 // A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says
 // what the binary, the tests and the benches use.
 #![warn(unreachable_pub)]

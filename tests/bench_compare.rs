@@ -2,7 +2,8 @@
 //! the backends hold the same policy afterwards (rule and member counts against the generator),
 //! the JSON and SVG are written, and no benchmark namespace is left behind — also when a backend
 //! fails half way. The cluster scale at 20 nodes: both backends run, the kernel holds exactly the
-//! nodes' routes, neighbours and FDB entries, and felix-nft's updates dump nothing.
+//! nodes' routes, neighbours and FDB entries, and felix-nft's updates dump nothing. The
+//! dual-stack mode: every backend programs both families (IPv6 tables and sets beside IPv4).
 
 mod common;
 
@@ -188,5 +189,56 @@ fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
     }
     assert_eq!(json["baseline_lines"]["full"], 3 * 20 + 4);
     let left = left_by(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn dual_stack_programs_both_families_in_every_backend() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = |dual: bool| {
+        let out = tempfile::tempdir().unwrap();
+        let scale = "20,4,2,4,10,2".parse::<Scale>().unwrap();
+        let mut opts = Options::for_scale(scale, out.path().into());
+        opts.reps = 1;
+        opts.inc = 1;
+        opts.dual_stack = dual;
+        let mut only = vec!["felix-nft".to_string()];
+        if installed("iptables-legacy-restore") && installed("ip6tables-legacy-restore") {
+            only.push("ipt-legacy".into());
+        }
+        if installed("nft") {
+            only.push("nft-f".into());
+        }
+        opts.only = Some(only);
+        let r = bench::compare(&opts).unwrap();
+        let file = if dual {
+            "bench-w20-dual.json"
+        } else {
+            "bench-w20.json"
+        };
+        assert!(out.path().join(file).exists(), "{file}");
+        assert!(r.checks_ok, "{:?}", r.checks);
+        r
+    };
+    let (v4, dual) = (run(false), run(true));
+    assert!(dual.dual_stack && !v4.dual_stack);
+    // felix-nft holds an IPv6 table beside the IPv4 one; the workload's members stay IPv4.
+    let (c4, c46) = (&v4.counts["felix-nft"], &dual.counts["felix-nft"]);
+    assert!(
+        c46.chains > c4.chains && c46.rules > c4.rules,
+        "{c4:?} {c46:?}"
+    );
+    assert_eq!(c46.workload_members, c4.workload_members);
+    // iptables restores the same filter chains for IPv6 (the counts check compared them with
+    // the generator's, both families).
+    if let (Some(a), Some(b)) = (v4.counts.get("ipt-legacy"), dual.counts.get("ipt-legacy")) {
+        assert_eq!(b.rules, 2 * a.rules, "{a:?} {b:?}");
+        assert_eq!(dual.expected.ipt_rules, 2 * v4.expected.ipt_rules);
+    }
+    // nft -f: each set match also for the set's IPv6 twin, in the one inet table.
+    if let (Some(a), Some(b)) = (v4.counts.get("nft-f"), dual.counts.get("nft-f")) {
+        assert!(b.rules > a.rules && b.chains == a.chains, "{a:?} {b:?}");
+    }
+    let left = left_by(std::process::id());
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -851,12 +851,30 @@ impl Cluster {
     }
 
     /// [`Self::overlay_state`] for one family. `all-vxlan-net` leaves out k's own address,
-    /// `all-hosts-net` holds it (reference §5.1).
+    /// `all-hosts-net` holds it (§5.1).
     fn overlay_family(&self, k: u8, gone: &[Member], fam: Fam) -> Result<(), String> {
         let (r, a, f) = (self.routes(k, fam), self.neigh(k, fam)?, self.fdb(k, fam)?);
         let vteps = self.internal_set(k, fam, "all-vxlan-net")?;
         let hosts = self.internal_set(k, fam, "all-hosts-net")?;
-        let dump = || format!("on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}");
+        // The routes' nexthop objects on the device: one per other node, none stray.
+        let objects: Vec<String> = try_sh(&["ip", "-n", &self.ns(k), "nexthop", "show"])?
+            .lines()
+            .filter(|l| l.contains(&format!(" dev {} ", fam.dev())))
+            .map(String::from)
+            .collect();
+        let dump = || {
+            format!(
+                "on n{k}:\n{r}\n{a}\n{f}\nvteps {vteps:?}\nhosts {hosts:?}\nobjects {objects:?}"
+            )
+        };
+        let others = self.members.iter().filter(|m| m.k != k).count();
+        if objects.len() != others {
+            return Err(format!(
+                "{} nexthop objects for {others} nodes {}",
+                objects.len(),
+                dump()
+            ));
+        }
         let own = fam.host_ip(&self.member(k));
         if in_set(&vteps, &own) || !in_set(&hosts, &own) {
             return Err(format!("n{k}'s own address {}", dump()));
@@ -876,7 +894,9 @@ impl Cluster {
         }
         for m in gone {
             let (j, host) = (m.k, fam.host_ip(m));
+            let via = format!("via {} ", fam.tunnel_ip(j));
             if r.contains(&fam.pool_part(j))
+                || objects.iter().any(|o| o.contains(&via))
                 || a.contains(&fam.tunnel_ip(j))
                 || f.contains(&fam.mac(j))
                 || f.contains(&host)
@@ -993,7 +1013,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
 
-    // n0 admits VXLAN only from known VTEPs (reference §5.2; Calico's FV does the same): with
+    // n0 admits VXLAN only from known VTEPs (§5.2; Calico's FV does the same): with
     // n0's daemon paused and n2's address taken out of n0's all-vxlan-net by hand, p2 → p0 is
     // dropped while p1 → p0 still passes. Resumed, the daemon puts the address back at its
     // next table refresh.

@@ -1,4 +1,4 @@
-//! Felix's value syntax (reference §3.1), rule by rule: each kind accepts Felix's spellings,
+//! Felix's value syntax (§3.1), rule by rule: each kind accepts Felix's spellings,
 //! refuses the rest with a rule an operator can act on, and the typed `Config` gets the value.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -73,7 +73,7 @@ fn table_names_are_unique_and_described() {
             a.name
         );
     }
-    // The parameters of reference §3.2 the brief calls out by group.
+    // The parameters of §3.2 the brief calls out by group.
     for name in [
         "IptablesMarkMask",
         "NftablesMarkMask",

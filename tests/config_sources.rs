@@ -1,4 +1,4 @@
-//! Sources and resolution (reference §3.1): defaults < config file < environment <
+//! Sources and resolution (§3.1): defaults < config file < environment <
 //! ConfigUpdate; every value remembers its source; every bad value is reported at once;
 //! die-on-fail stops the load, the rest fall back; unknown keys are kept and warned about.
 
@@ -441,7 +441,7 @@ fn a_bad_value_in_configupdate_is_reported_too() {
 
 #[test]
 fn mark_mask_must_hold_the_renderers_bits() {
-    // Felix's own rule (≥ 2 bits) passes, ours (reference §4: accept, pass, drop, scratch0,
+    // Felix's own rule (≥ 2 bits) passes, ours (§4: accept, pass, drop, scratch0,
     // scratch1) does not.
     assert_eq!(MARK_BITS_NEEDED, 5);
     let err = load_with(None, &[("FELIX_NFTABLESMARKMASK", "0xf0000")]).unwrap_err();

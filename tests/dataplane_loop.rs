@@ -1,6 +1,6 @@
 //! The apply loop on a fake kernel (no privilege): InSync gating, the fixed apply order,
 //! coalescing, retry with backoff, the atomic rebuild after repeated failures, the fail-closed
-//! exit, rejected updates and empty updates (reference §10.2–10.4, §11).
+//! exit, rejected updates and empty updates (§10.2–10.4, §11).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! End to end: the `felix-nft` binary run the way Felix runs its external dataplane driver
-//! (reference §1.1) — no arguments, fd 3 = messages in, fd 4 = messages out, 8-byte
+//! (§1.1) — no arguments, fd 3 = messages in, fd 4 = messages out, 8-byte
 //! little-endian length + protobuf envelope per frame. We send frames, watch the trace lines on
 //! stderr, close fd 3 and see the driver exit 0; broken framing makes it exit non-zero, promptly.
 

@@ -2,7 +2,7 @@
 //! rules + routes + static ARP + sysctls programmed, a policy change, an IP set delta, an
 //! endpoint removal, exit — under `strace -f` (a test tool), and the trace holds exactly one
 //! execve (the daemon binary's own start) and no fork/clone that makes a process. Felix execs
-//! `iptables-restore`, `ipset`, `conntrack` and friends (reference §21); felix-nft must not.
+//! `iptables-restore`, `ipset`, `conntrack` and friends (§21); felix-nft must not.
 
 mod e2e_common;
 

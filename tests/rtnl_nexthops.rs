@@ -15,6 +15,9 @@ use serde_json::Value;
 
 const PROTO: u8 = 80;
 
+/// `RTPROT_BOOT`: Felix's device route protocol by default, ours only on the devices we own.
+const BOOT: u8 = 3;
+
 fn gateway(dst: &str, via: &str) -> RouteSpec {
     RouteSpec {
         dst: dst.parse().unwrap(),
@@ -73,6 +76,12 @@ fn through_object(dst: &str, via: &str) -> u64 {
     id
 }
 
+/// Someone else's object, in our protocol and below our range: never ours.
+fn add_foreign_object() {
+    let argv = "ip nexthop add id 7 via 10.200.0.9 dev eth0 onlink proto 80";
+    run_in(None, &argv.split(' ').collect::<Vec<_>>());
+}
+
 #[test]
 fn gateway_routes_share_nexthop_objects_that_follow_them() {
     in_netns_async(|| async {
@@ -81,30 +90,14 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
         link::set_up(&h, "eth0", true).await.unwrap();
         link::set_up(&h, "peer0", true).await.unwrap();
         run_in(None, &["ip", "link", "set", "lo", "up"]);
-        // Someone else's object, in our protocol and below our range: never ours.
-        run_in(
-            None,
-            &[
-                "ip",
-                "nexthop",
-                "add",
-                "id",
-                "7",
-                "via",
-                "10.200.0.9",
-                "dev",
-                "eth0",
-                "onlink",
-                "proto",
-                "80",
-            ],
-        );
+        add_foreign_object();
         let foreign = (7, "10.200.0.9".to_string());
 
         let mut s = RouteSyncer::new(
             IpFamily::V4,
             RT_TABLE_MAIN,
-            RouteOwnership::by_prefixes([PROTO], vec!["cali".into()], None),
+            RouteOwnership::by_prefixes([PROTO], vec!["cali".into()], None)
+                .with_device_ifaces(["eth0".to_string()]),
         );
         s.set_routes(
             "a",
@@ -113,7 +106,12 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
                 gateway("10.65.1.64/26", "10.200.0.1"),
             ],
         );
-        s.set_routes("b", vec![gateway("10.65.2.0/26", "10.200.0.2")]);
+        // Ours by the device, not the protocol (as the tunnel routes on `vxlan.calico` are).
+        let boot = RouteSpec {
+            protocol: BOOT,
+            ..gateway("10.65.2.0/26", "10.200.0.2")
+        };
+        s.set_routes("b", vec![boot.clone()]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!((r.added.len(), r.errors.len()), (3, 0), "{r:?}");
         let one = through_object("10.65.1.0/26", "10.200.0.1");
@@ -122,10 +120,12 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
         assert_ne!(one, two);
         assert_eq!(objects().len(), 3, "{:?}", objects());
 
-        // A second apply finds everything in place.
+        // A second apply finds everything in place, objects included.
         s.request_resync();
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.changes(), 0, "{r:?}");
+        assert_eq!(objects().len(), 3, "{:?}", objects());
+        assert_eq!(through_object("10.65.2.0/26", "10.200.0.2"), two);
 
         // The object stays while a route uses it, and goes with the last one.
         s.set_routes("a", vec![gateway("10.65.1.0/26", "10.200.0.1")]);
@@ -175,23 +175,7 @@ fn gateway_routes_share_nexthop_objects_that_follow_them() {
         // Cleanup: nothing of ours stays; the foreign object was never touched (the flap took it
         // with the rest: put back to check that cleanup leaves it).
         if !objects().contains(&foreign) {
-            run_in(
-                None,
-                &[
-                    "ip",
-                    "nexthop",
-                    "add",
-                    "id",
-                    "7",
-                    "via",
-                    "10.200.0.9",
-                    "dev",
-                    "eth0",
-                    "onlink",
-                    "proto",
-                    "80",
-                ],
-            );
+            add_foreign_object();
         }
         s.set_routes("b", vec![]);
         s.request_resync();

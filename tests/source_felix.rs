@@ -1,4 +1,4 @@
-//! The fd 3 transport keeps Felix's back-pressure (reference §1.2): while the consumer does not
+//! The fd 3 transport keeps Felix's back-pressure (§1.2): while the consumer does not
 //! take messages, the reader stops reading once the bounded channel is full, so Felix's writes
 //! block instead of piling up in our memory.
 

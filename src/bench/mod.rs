@@ -103,6 +103,10 @@ pub struct Options {
     pub only: Option<Vec<String>>,
     /// Also run the traffic spot-check ([`spot`]) before the timings.
     pub spot_check: bool,
+    /// IPv6 on as well (Felix's default): felix-nft with IPv6 support, the iptables baselines
+    /// restoring the same ruleset with `ip6tables` beside `iptables` (IPv6 sets empty: the
+    /// workload has no IPv6 members), `nft -f` with the IPv6 set matches in its `inet` table.
+    pub dual_stack: bool,
 }
 
 impl Options {
@@ -123,6 +127,7 @@ impl Options {
             felix_exe: None,
             only: None,
             spot_check: false,
+            dual_stack: false,
         }
     }
 }
@@ -132,6 +137,8 @@ struct Step {
     op: &'static str,
     msgs: Vec<ToDataplane>,
     ipt: PathBuf,
+    /// The IPv6 table's restore (dual stack only).
+    ip6t: Option<PathBuf>,
     ipset_adds: Vec<(String, String)>,
     nft: PathBuf,
     state: PathBuf,
@@ -139,6 +146,9 @@ struct Step {
 
 struct Inputs {
     full_ipt: PathBuf,
+    /// The IPv6 table's full restore (dual stack only).
+    full_ip6t: Option<PathBuf>,
+    dual_stack: bool,
     full_ipset: PathBuf,
     full_nft: PathBuf,
     full_state: PathBuf,
@@ -166,16 +176,18 @@ fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, Ben
         op: format!("creating {}", dir.display()),
         source,
     })?;
+    let dual = opts.dual_stack;
     let mut w = Workload::generate(opts.scale);
     let mut ipt = IptState::render(&w);
-    let mut nft = NftState::render(&w);
+    let mut ip6t = ipt.ipv6_copy();
+    let mut nft = NftState::render(&w, dual);
     let full = |n: &str| dir.join(n);
-    let (ipt_text, ipset_text, nft_text, state_text) = (
-        ipt.restore(),
-        ipt.ipset_restore(),
-        nft.full(),
-        w.state_document(),
-    );
+    let mut ipset_text = ipt.ipset_restore();
+    if dual {
+        ipset_text.push_str(&ip6t.ipset_restore());
+        write(&full("full.ip6t"), &ip6t.restore())?;
+    }
+    let (ipt_text, nft_text, state_text) = (ipt.restore(), nft.full(), w.state_document());
     sizes.ipt_bytes = ipt_text.len();
     sizes.ipset_bytes = ipset_text.len();
     sizes.nft_bytes = nft_text.len();
@@ -196,20 +208,26 @@ fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, Ben
         let mut r = Vec::new();
         for op in OPS {
             let msgs = w.mutate(op, round);
-            let (ipt2, nft2) = (IptState::render(&w), NftState::render(&w));
+            let (ipt2, nft2) = (IptState::render(&w), NftState::render(&w, dual));
+            let ip6t2 = ipt2.ipv6_copy();
             let stem = format!("r{round}-{op}");
             let s = Step {
                 op,
                 msgs,
                 ipt: dir.join(format!("{stem}.ipt")),
+                ip6t: dual.then(|| dir.join(format!("{stem}.ip6t"))),
                 ipset_adds: ipt.added_members(&ipt2),
                 nft: dir.join(format!("{stem}.nft")),
                 state: dir.join(format!("{stem}.jsonl")),
             };
             write(&s.ipt, &ipt.delta_restore(&ipt2))?;
+            if let Some(p) = &s.ip6t {
+                write(p, &ip6t.delta_restore(&ip6t2))?;
+            }
             write(&s.nft, &nft.delta(&nft2))?;
             write(&s.state, &w.state_document())?;
             ipt = ipt2;
+            ip6t = ip6t2;
             nft = nft2;
             r.push(s);
         }
@@ -217,12 +235,14 @@ fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, Ben
     }
     Ok(Inputs {
         full_ipt: full("full.ipt"),
+        full_ip6t: dual.then(|| full("full.ip6t")),
+        dual_stack: dual,
         full_ipset: full("full.ipset"),
         full_nft: full("full.nft"),
         full_state: full("full.jsonl"),
         full_msgs,
         steps,
-        ipt_rules: ipt.rule_count(),
+        ipt_rules: ipt.rule_count() + if dual { ip6t.rule_count() } else { 0 },
         ipt_members: ipt.member_count(),
         nft_rules: nft.rule_count(),
         nft_elements: nft.element_count(),
@@ -334,8 +354,23 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
                 .clone()
                 .map(|p| vec![p])
                 .ok_or_else(|| "no felix-nft executable".into()),
-            "ipt-nft" => need(&["ipset", "iptables-nft-restore", "iptables-nft-save"]),
-            "ipt-legacy" => need(&["ipset", "iptables-legacy-restore", "iptables-legacy-save"]),
+            "ipt-nft" | "ipt-legacy" => {
+                let v = if backend == "ipt-nft" {
+                    "nft"
+                } else {
+                    "legacy"
+                };
+                let mut bins = vec![
+                    "ipset".to_string(),
+                    format!("iptables-{v}-restore"),
+                    format!("iptables-{v}-save"),
+                ];
+                if opts.dual_stack {
+                    bins.push(format!("ip6tables-{v}-restore"));
+                    bins.push(format!("ip6tables-{v}-save"));
+                }
+                need(&bins.iter().map(String::as_str).collect::<Vec<_>>())
+            }
             _ => need(&["nft"]),
         };
         let tools = match tools {
@@ -427,7 +462,7 @@ fn run_in_process(
     // is reset to its current RSS (proc(5) clear_refs "5") before the socket opens and read
     // after the full sync. It is the whole process's peak — the daemon's situation too.
     let hwm = last && run::reset_peak_rss();
-    let mut fx = InProcess::open(ns.ns())?;
+    let mut fx = InProcess::open(ns.ns(), inp.dual_stack)?;
     c.push("full", fx.apply(&inp.full_msgs)?, true);
     if let Some(k) = run::peak_rss_kb().filter(|_| hwm) {
         let s = Sample {
@@ -481,31 +516,35 @@ enum FreshMode {
     RunStdin,
 }
 
-fn felix_env(t: Tool) -> Tool {
+fn felix_env(t: Tool, dual_stack: bool) -> Tool {
+    let ipv6 = if dual_stack { "true" } else { "false" };
     t.env("FELIX_CONFIGFILE", "/nonexistent")
-        .env("FELIX_IPV6SUPPORT", "false")
+        .env("FELIX_IPV6SUPPORT", ipv6)
         .env("FELIX_REPORTINGINTERVALSECS", "0")
         .env("FELIX_LOGSEVERITYSCREEN", "warning")
         .env("RUST_LOG", "warn")
 }
 
-fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path) -> Tool {
+fn felix_tool(exe: &Path, mode: FreshMode, ns: &BenchNs, state: &Path, dual_stack: bool) -> Tool {
     let exe = exe.display().to_string();
     let name = ns.name();
-    felix_env(match mode {
-        // The bench writes its documents itself, some of them empty on purpose.
-        FreshMode::Apply { .. } => Tool::new(&[
-            &exe,
-            "apply",
-            "--allow-empty",
-            &state.display().to_string(),
-            "--netns",
-            &name,
-        ]),
-        FreshMode::RunStdin => {
-            Tool::new(&[&exe, "run", "--source", "stdin", "--netns", &name]).stdin(state)
-        }
-    })
+    felix_env(
+        match mode {
+            // The bench writes its documents itself, some of them empty on purpose.
+            FreshMode::Apply { .. } => Tool::new(&[
+                &exe,
+                "apply",
+                "--allow-empty",
+                &state.display().to_string(),
+                "--netns",
+                &name,
+            ]),
+            FreshMode::RunStdin => {
+                Tool::new(&[&exe, "run", "--source", "stdin", "--netns", &name]).stdin(state)
+            }
+        },
+        dual_stack,
+    )
 }
 
 /// Asks the binary itself whether `apply` and `dump` work (they exit 3 until built), on an
@@ -522,14 +561,17 @@ fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> Fres
     let name = ns.name();
     let apply = run::spawn_in(
         ns.ns(),
-        &felix_env(Tool::new(&[
-            &exe_s,
-            "apply",
-            "--allow-empty",
-            &empty.display().to_string(),
-            "--netns",
-            &name,
-        ])),
+        &felix_env(
+            Tool::new(&[
+                &exe_s,
+                "apply",
+                "--allow-empty",
+                &empty.display().to_string(),
+                "--netns",
+                &name,
+            ]),
+            false,
+        ),
         false,
         scratch,
     );
@@ -542,7 +584,7 @@ fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> Fres
     }
     let dump = run::spawn_in(
         ns.ns(),
-        &felix_env(Tool::new(&[&exe_s, "dump", "--netns", &name])),
+        &felix_env(Tool::new(&[&exe_s, "dump", "--netns", &name]), false),
         false,
         scratch,
     );
@@ -567,7 +609,7 @@ fn run_fresh(
     let ns = fresh_ns()?;
     let s = run::spawn_in(
         ns.ns(),
-        &felix_tool(exe, mode, &ns, &inp.full_state),
+        &felix_tool(exe, mode, &ns, &inp.full_state, inp.dual_stack),
         rss_round,
         scratch,
     )?;
@@ -580,7 +622,7 @@ fn run_fresh(
         for st in round {
             let s = run::spawn_in(
                 ns.ns(),
-                &felix_tool(exe, mode, &ns, &st.state),
+                &felix_tool(exe, mode, &ns, &st.state, inp.dual_stack),
                 !timed,
                 scratch,
             )?;
@@ -589,7 +631,10 @@ fn run_fresh(
     }
     if let FreshMode::Apply { dump: true } = mode {
         let exe_s = exe.display().to_string();
-        let t = felix_env(Tool::new(&[&exe_s, "dump", "--netns", &ns.name()]));
+        let t = felix_env(
+            Tool::new(&[&exe_s, "dump", "--netns", &ns.name()]),
+            inp.dual_stack,
+        );
         c.push(
             "read_back",
             run::spawn_in(ns.ns(), &t, false, scratch)?,
@@ -699,6 +744,11 @@ fn run_ipt(
 ) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
     let [ipset, restore, save] = [0, 1, 2].map(|i| tools[i].display().to_string());
+    // Dual stack: `ip6tables-*-restore` and `-save` follow.
+    let (restore6, save6) = (
+        tools.get(3).map(|p| p.display().to_string()),
+        tools.get(4).map(|p| p.display().to_string()),
+    );
     let a = run::spawn_in(
         ns.ns(),
         &Tool::new(&[&ipset, "restore"]).stdin(&inp.full_ipset),
@@ -706,7 +756,17 @@ fn run_ipt(
         scratch,
     )?;
     let rst = |p: &Path| Tool::new(&[&restore, "--noflush"]).stdin(p);
-    let b = run::spawn_in(ns.ns(), &rst(&inp.full_ipt), rss, scratch)?;
+    // Both families' restores, one after the other (Felix runs them side by side, so on idle
+    // cores its wall time is nearer the larger than the sum).
+    let both = |v4: &Path, v6: Option<&PathBuf>, rss: bool| -> Result<Sample, BenchError> {
+        let mut s = run::spawn_in(ns.ns(), &rst(v4), rss, scratch)?;
+        if let (Some(r6), Some(p)) = (&restore6, v6) {
+            let t = Tool::new(&[r6, "--noflush"]).stdin(p);
+            s = s.plus(run::spawn_in(ns.ns(), &t, rss, scratch)?);
+        }
+        Ok(s)
+    };
+    let b = both(&inp.full_ipt, inp.full_ip6t.as_ref(), rss)?;
     c.push("full_ipset", a, true);
     c.push("full", a.plus(b), true);
     for (i, round) in inp.steps.iter().enumerate() {
@@ -716,7 +776,7 @@ fn run_ipt(
         }
         for st in round {
             let s = if st.ipset_adds.is_empty() {
-                run::spawn_in(ns.ns(), &rst(&st.ipt), !timed, scratch)?
+                both(&st.ipt, st.ip6t.as_ref(), !timed)?
             } else {
                 let mut acc = Sample::default();
                 for (set, m) in &st.ipset_adds {
@@ -728,13 +788,19 @@ fn run_ipt(
             c.push(st.op, s, timed);
         }
     }
-    let a = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, scratch)?;
+    let mut rb = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, scratch)?;
+    if let Some(s6) = &save6 {
+        rb = rb.plus(run::spawn_in(ns.ns(), &Tool::new(&[s6]), false, scratch)?);
+    }
     let b = run::spawn_in(ns.ns(), &Tool::new(&[&ipset, "save"]), false, scratch)?;
-    c.push("read_back", a.plus(b), true);
+    c.push("read_back", rb.plus(b), true);
     if !rss_round {
         return Ok(Counts::default());
     }
-    let saved = capture_in(ns.ns(), &[&save, "-t", "filter"])?;
+    let mut saved = capture_in(ns.ns(), &[&save, "-t", "filter"])?;
+    if let Some(s6) = &save6 {
+        saved.push_str(&capture_in(ns.ns(), &[s6, "-t", "filter"])?);
+    }
     let sets = capture_in(ns.ns(), &[&ipset, "save"])?;
     Ok(Counts {
         chains: saved.lines().filter(|l| l.starts_with(":cali")).count(),

@@ -116,6 +116,8 @@ pub struct Expected {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Report {
     pub scale: Option<Scale>,
+    /// IPv6 on too (felix-nft's IPv6 support, `ip6tables` beside `iptables`).
+    pub dual_stack: bool,
     pub reps: usize,
     pub inc: usize,
     pub sizes: Sizes,
@@ -140,6 +142,7 @@ impl Report {
     pub fn new(opts: &Options) -> Report {
         Report {
             scale: Some(opts.scale),
+            dual_stack: opts.dual_stack,
             reps: opts.reps,
             inc: opts.inc,
             ..Report::default()
@@ -243,7 +246,8 @@ impl Report {
             let z = &self.sizes;
             let _ = writeln!(
                 s,
-                "scale {sc}; {} reps × {} rounds. iptables: {} rules in {} chains; nft: {} rules in {} chains + {} vmap elements; {} set members. Inputs: ipt {:.2} MB + ipset {:.2} MB, nft {:.2} MB, state {:.2} MB.\n",
+                "scale {sc}{}; {} reps × {} rounds. iptables: {} rules in {} chains; nft: {} rules in {} chains + {} vmap elements; {} set members. Inputs: ipt {:.2} MB + ipset {:.2} MB, nft {:.2} MB, state {:.2} MB.\n",
+                if self.dual_stack { ", dual stack (IPv4 + IPv6; the IPv6 sets empty)" } else { "" },
                 self.reps, self.inc, z.ipt_rules, z.ipt_chains, z.nft_rules, z.nft_chains, z.nft_map_elements, z.set_members,
                 z.ipt_bytes as f64 / 1e6, z.ipset_bytes as f64 / 1e6, z.nft_bytes as f64 / 1e6, z.state_bytes as f64 / 1e6
             );
@@ -333,15 +337,18 @@ impl Report {
         s
     }
 
-    /// Writes `bench-<W>.json` and `bench-<W>.svg`.
+    /// Writes `bench-<W>.json` and `bench-<W>.svg` (`bench-<W>-dual.*` for dual stack).
     pub fn write_files(&self, dir: &Path) -> Result<(), BenchError> {
-        let stem = match &self.scale {
+        let mut stem = match &self.scale {
             Some(s) if *s == Scale::SMALL => "small".to_string(),
             Some(s) if *s == Scale::MID => "mid".to_string(),
             Some(s) if *s == Scale::LARGE => "large".to_string(),
             Some(s) => format!("w{}", s.w),
             None => "bench".into(),
         };
+        if self.dual_stack {
+            stem.push_str("-dual");
+        }
         let json = serde_json::to_string_pretty(self).unwrap_or_default();
         let p = dir.join(format!("bench-{stem}.json"));
         std::fs::write(&p, json).map_err(|source| BenchError::Io {
@@ -370,6 +377,9 @@ impl Report {
         let root = SVGBackend::new(path, (1100, 520)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let title = match &self.scale {
+            Some(s) if self.dual_stack => {
+                format!("felix-nft bench compare, {s}, dual stack (median wall ms, log)")
+            }
             Some(s) => format!("felix-nft bench compare, {s} (median wall ms, log)"),
             None => "felix-nft bench compare".into(),
         };

@@ -245,12 +245,18 @@ pub struct Counts {
 /// The dataplane configuration the benchmark uses: the daemon's defaults, IPv4 only (the
 /// baselines program IPv4 only).
 pub fn bench_dataplane_config() -> DataplaneConfig {
+    bench_dataplane_config_for(false)
+}
+
+/// The benchmark's dataplane configuration, with IPv6 on for the dual-stack mode (Felix's
+/// default, `Ipv6Support = true`).
+pub fn bench_dataplane_config_for(dual_stack: bool) -> DataplaneConfig {
     DataplaneConfig {
         rules: RulesConfig {
-            ipv6_enabled: false,
+            ipv6_enabled: dual_stack,
             ..RulesConfig::default()
         },
-        ipv6: false,
+        ipv6: dual_stack,
         ..DataplaneConfig::default()
     }
 }
@@ -264,8 +270,9 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Opens the socket inside `ns`; the calling thread returns to its namespace at once.
-    pub fn open(ns: &NetNs) -> Result<InProcess, BenchError> {
+    /// Opens the socket inside `ns`; the calling thread returns to its namespace at once. With
+    /// `dual_stack`, IPv6 is on.
+    pub fn open(ns: &NetNs, dual_stack: bool) -> Result<InProcess, BenchError> {
         let nft = {
             let _guard = ns.enter().map_err(|source| BenchError::Netns {
                 op: "entering the benchmark namespace",
@@ -281,7 +288,7 @@ impl InProcess {
                 source,
             })?
         };
-        let cfg = bench_dataplane_config();
+        let cfg = bench_dataplane_config_for(dual_stack);
         let dp = Dataplane::new(cfg.clone(), 1).map_err(|e| BenchError::Refused(e.to_string()))?;
         Ok(InProcess {
             dp,

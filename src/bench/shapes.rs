@@ -1,5 +1,5 @@
 //! The baselines' inputs, rendered from one [`Workload`]: Felix's iptables shape (an
-//! `iptables-restore` file plus an `ipset restore` file, reference §7–9) and the nftables shape
+//! `iptables-restore` file plus an `ipset restore` file, §7–9) and the nftables shape
 //! of Calico's and kube-proxy's nft modes (one `inet` table, named sets, verdict-map dispatch,
 //! anonymous port sets as `nft -f` writes `tcp dport { 80, 443 }`).
 //!
@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use super::workload::{policy_name, Endpoint, PolicySpec, Workload};
 
-/// Felix's accept mark and pass mark (reference §6.3 defaults).
+/// Felix's accept mark and pass mark (§6.3 defaults).
 const MARK_ACCEPT: &str = "0x10000";
 const MARK_PASS: &str = "0x20000";
 
@@ -64,6 +64,8 @@ pub struct IptState {
     pub hooks: Vec<String>,
     /// ipsets: name → (hash:net?, members).
     pub sets: BTreeMap<String, (bool, BTreeSet<String>)>,
+    /// The IPv6 table's state (`ip6tables`, ipsets of family inet6).
+    pub ipv6: bool,
 }
 
 /// Calico's nft shape.
@@ -113,7 +115,13 @@ fn ipt_policy(inbound: bool, pol: &PolicySpec) -> Vec<String> {
     out
 }
 
-fn nft_policy(inbound: bool, pol: &PolicySpec) -> Vec<String> {
+fn nft_set6_name(s: usize) -> String {
+    format!("cali60s-b{s}")
+}
+
+/// A policy's rules in the `inet` table; with `dual_stack`, each set match also for the set's
+/// IPv6 twin (one table holds both families, the accept-mark check is shared).
+fn nft_policy(inbound: bool, pol: &PolicySpec, dual_stack: bool) -> Vec<String> {
     let dir = if inbound { "saddr" } else { "daddr" };
     let mut out = Vec::new();
     for r in &pol.rules {
@@ -122,6 +130,13 @@ fn nft_policy(inbound: bool, pol: &PolicySpec) -> Vec<String> {
             nft_set_name(r.set),
             ports_nft(&r.ports)
         ));
+        if dual_stack {
+            out.push(format!(
+                "meta l4proto tcp ip6 {dir} @{} {} meta mark set mark | {MARK_ACCEPT}",
+                nft_set6_name(r.set),
+                ports_nft(&r.ports)
+            ));
+        }
         out.push(format!("mark and {MARK_ACCEPT} == {MARK_ACCEPT} return"));
     }
     out
@@ -276,12 +291,33 @@ impl IptState {
                 "-A OUTPUT -j cali-OUTPUT".into(),
             ],
             sets,
+            ipv6: false,
         }
     }
 
     /// Rules in the filter table, hooks included (what `iptables-save` will list).
     pub fn rule_count(&self) -> usize {
         self.chains.values().map(Vec::len).sum::<usize>() + self.hooks.len()
+    }
+
+    /// The IPv6 copy Felix writes beside it when IPv6 is on: the same chains with each IP set's
+    /// IPv6 twin (`cali60s:`), whose members are the set's IPv6 members — none in this workload.
+    pub fn ipv6_copy(&self) -> IptState {
+        let v6 = |s: &String| s.replace("cali40s:", "cali60s:");
+        IptState {
+            chains: self
+                .chains
+                .iter()
+                .map(|(n, rules)| (n.clone(), rules.iter().map(v6).collect()))
+                .collect(),
+            hooks: self.hooks.clone(),
+            sets: self
+                .sets
+                .iter()
+                .map(|(n, (net, _))| (v6(n), (*net, BTreeSet::new())))
+                .collect(),
+            ipv6: true,
+        }
     }
 
     /// Total ipset members.
@@ -292,11 +328,12 @@ impl IptState {
     /// The `ipset restore` file of a full load.
     pub fn ipset_restore(&self) -> String {
         let mut s = String::new();
+        let family = if self.ipv6 { "inet6" } else { "inet" };
         for (name, (net, members)) in &self.sets {
             let kind = if *net { "hash:net" } else { "hash:ip" };
             let _ = writeln!(
                 s,
-                "create {name} {kind} family inet hashsize 1024 maxelem 1048576"
+                "create {name} {kind} family {family} hashsize 1024 maxelem 1048576"
             );
             for m in members {
                 let _ = writeln!(s, "add {name} {m}");
@@ -384,8 +421,8 @@ fn set_diff(old: &Sets, new: &Sets) -> (Members, Members) {
 }
 
 impl NftState {
-    /// Calico's nft-mode rendering of the workload.
-    pub fn render(w: &Workload) -> NftState {
+    /// Calico's nft-mode rendering of the workload; with `dual_stack`, IPv6 too.
+    pub fn render(w: &Workload, dual_stack: bool) -> NftState {
         let mut raw: Vec<(String, Vec<String>)> = vec![
             (
                 "cali-FORWARD".into(),
@@ -430,7 +467,7 @@ impl NftState {
             let pfx = if pol.inbound { "cali-pi-" } else { "cali-po-" };
             raw.push((
                 format!("{pfx}{}", policy_name(p)),
-                nft_policy(pol.inbound, pol),
+                nft_policy(pol.inbound, pol, dual_stack),
             ));
         }
         let mut fw = BTreeMap::new();
@@ -464,7 +501,7 @@ impl NftState {
             )
         })
         .collect();
-        let sets = w
+        let mut sets: Sets = w
             .sets
             .iter()
             .enumerate()
@@ -475,6 +512,15 @@ impl NftState {
                 )
             })
             .collect();
+        if dual_stack {
+            // The IPv6 twins: no IPv6 members in this workload.
+            sets.extend(
+                w.sets
+                    .iter()
+                    .enumerate()
+                    .map(|(s, set)| (nft_set6_name(s), (set.net, BTreeSet::new()))),
+            );
+        }
         NftState {
             chains,
             base,
@@ -510,7 +556,12 @@ impl NftState {
         let mut s = format!("table {NFT_TABLE} {{\n");
         for (name, (interval, members)) in &self.sets {
             let flags = if *interval { " flags interval;" } else { "" };
-            let _ = write!(s, "\tset {name} {{ type ipv4_addr;{flags}");
+            let ty = if name.starts_with("cali60s-") {
+                "ipv6_addr"
+            } else {
+                "ipv4_addr"
+            };
+            let _ = write!(s, "\tset {name} {{ type {ty};{flags}");
             if !members.is_empty() {
                 s.push_str(" elements = { ");
                 join_into(&mut s, members.iter().map(String::as_str));
@@ -630,7 +681,7 @@ mod tests {
     fn both_shapes_express_the_same_policy() {
         let w = tiny();
         let ipt = IptState::render(&w);
-        let nft = NftState::render(&w);
+        let nft = NftState::render(&w, false);
         assert_eq!(ipt.member_count(), 12);
         assert_eq!(nft.element_count(), 12 + 2 * 6);
         // Same policy chains with the same rule counts in both.
@@ -648,9 +699,9 @@ mod tests {
     fn deltas_touch_only_what_changed() {
         let mut w = tiny();
         let ipt0 = IptState::render(&w);
-        let nft0 = NftState::render(&w);
+        let nft0 = NftState::render(&w, false);
         w.mutate(OPS[0], 0);
-        let (ipt1, nft1) = (IptState::render(&w), NftState::render(&w));
+        let (ipt1, nft1) = (IptState::render(&w), NftState::render(&w, false));
         let d = ipt0.delta_restore(&ipt1);
         // Two endpoint chains, one child of each dispatch trie (plus the roots when the new
         // interface opened a new branch).

@@ -6,7 +6,7 @@
 //! flow, and the model's expectation is printed beside them.
 //!
 //! What a CNI plugin and Felix's route manager would add for traffic to flow at all (a route per
-//! workload, proxy ARP with proxy_delay 0, forwarding; reference §14–15) is programmed here with
+//! workload, proxy ARP with proxy_delay 0, forwarding; §14–15) is programmed here with
 //! `rtnl`, identically for every backend, so only the filtering differs. The external namespace
 //! (192.0.2.2) stands for "a peer": it is added as a member of one of the first endpoint's
 //! ingress sets and one of its egress sets, so exactly the flows the model allows can pass.
@@ -363,12 +363,12 @@ fn load(
     match backend {
         "" => {}
         "felix-nft" => {
-            let mut fx = InProcess::open(host)?;
+            let mut fx = InProcess::open(host, false)?;
             fx.apply(&w.messages())?;
         }
         "nft-f" => {
             let p = dir.join("spot.nft");
-            write(&p, &NftState::render(w).full())?;
+            write(&p, &NftState::render(w, false).full())?;
             run::spawn_in(
                 host,
                 &Tool::new(&[&tools[0], "-f", &p.display().to_string()]),

@@ -1,4 +1,4 @@
-//! Felix's configuration (reference §3): the parameter table, its sources (defaults < config file
+//! Felix's configuration (§3): the parameter table, its sources (defaults < config file
 //! < environment < ConfigUpdate) and Felix's parsing rules. Never touches the kernel.
 //!
 //! - [`params`]: the one table of parameters and the typed [`Config`] generated from it.
@@ -12,7 +12,7 @@
 //! bad value fails the load with one error listing all of them; other bad values fall back to the
 //! default and are returned as warnings. Unknown keys are kept and warned about.
 //!
-//! Felix restarts the driver whenever a resolved value changes (reference §1.4), so the agent
+//! Felix restarts the driver whenever a resolved value changes (§1.4), so the agent
 //! may treat the [`Config`] it started with as fixed; [`Resolved::with_update`] exists to apply
 //! a `ConfigUpdate` and [`Resolved::changed`] to tell whether it changes anything.
 
@@ -42,7 +42,7 @@ pub use sources::{RawValue, Source};
 /// Exit code of the binary when the configuration has a bad die-on-fail value.
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
-/// Mark bits the nftables renderer allocates from `NftablesMarkMask` (reference §4): accept,
+/// Mark bits the nftables renderer allocates from `NftablesMarkMask` (§4): accept,
 /// pass, drop, scratch0, scratch1.
 pub const MARK_BITS_NEEDED: u32 = 5;
 
@@ -164,7 +164,7 @@ pub struct Resolved {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigFileInfo {
     pub path: PathBuf,
-    /// Whether it existed (an absent file is fine, reference §3.1).
+    /// Whether it existed (an absent file is fine, §3.1).
     pub present: bool,
     /// Named by `--config` (so its absence is worth a warning).
     pub explicit: bool,
@@ -253,7 +253,7 @@ pub fn resolve(raw: Vec<RawValue>) -> Result<Resolved, ConfigError> {
 }
 
 /// The raw values given for `spec`, lowest precedence first (within one source, file/env
-/// order). Empty values are ignored (reference §3.1: "use `none` to force the zero value").
+/// order). Empty values are ignored (§3.1: "use `none` to force the zero value").
 fn candidates<'a>(spec: &ParamSpec, raw: &'a [RawValue]) -> Vec<&'a RawValue> {
     let mut c: Vec<&RawValue> = raw
         .iter()
@@ -397,7 +397,7 @@ fn unknown_keys(raw: &[RawValue]) -> Vec<UnknownKey> {
 }
 
 impl Resolved {
-    /// Layers a `ConfigUpdate`'s `config` map (Felix's resolved raw values, reference §2.3) on
+    /// Layers a `ConfigUpdate`'s `config` map (Felix's resolved raw values, §2.3) on
     /// top of the file and environment, replacing any earlier update: each `ConfigUpdate`
     /// carries Felix's complete resolved config. `source_to_raw_config` is not needed: `config`
     /// already holds the winning value of every source Felix has.

@@ -1,4 +1,4 @@
-//! The parameter table (reference §3.2): every parameter felix-nft knows, with its canonical
+//! The parameter table (§3.2): every parameter felix-nft knows, with its canonical
 //! Felix name, kind, raw default, flags and a one-line description — and, generated from the
 //! same rows, the typed [`Config`] the rest of the agent reads. One macro invocation keeps the
 //! two from drifting apart: adding a row adds both the table entry and the field.
@@ -275,7 +275,7 @@ macro_rules! params {
 }
 
 params! {
-    // --- Driver / process (reference §1, §3.2) ---
+    // --- Driver / process (§1, §3.2) ---
     use_internal_dataplane_driver: bool = "UseInternalDataplaneDriver", Kind::Bool, "true", INERT,
         "Felix: use its built-in dataplane instead of an external driver such as felix-nft.";
     dataplane_driver: String = "DataplaneDriver", Kind::Path, "calico-iptables-plugin", NZ | DIE | INERT,
@@ -320,7 +320,7 @@ params! {
     bpf_enabled: bool = "BPFEnabled", Kind::Bool, "false", INERT,
         "Felix: use the eBPF dataplane (felix-nft does not).";
 
-    // --- Marks and actions (reference §4; Iptables* = iptables mode, Nftables* = ours) ---
+    // --- Marks and actions (§4; Iptables* = iptables mode, Nftables* = ours) ---
     iptables_mark_mask: u32 = "IptablesMarkMask", Kind::MarkMask, "0xffff0000", NZ | DIE | INERT,
         "iptables mode: packet-mark bits Calico may use.";
     nftables_mark_mask: u32 = "NftablesMarkMask", Kind::MarkMask, "0xffff0000", NZ | DIE,
@@ -401,7 +401,7 @@ params! {
     ipv6_support: bool = "Ipv6Support", Kind::Bool, "true", 0,
         "Program the IPv6 dataplane too.";
 
-    // --- Failsafes (reference §7.5) ---
+    // --- Failsafes (§7.5) ---
     failsafe_inbound_host_ports: Vec<FailsafePort> = "FailsafeInboundHostPorts", Kind::PortList,
         "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667", DIE,
         "Inbound host ports always allowed, whatever the policy: proto:port or proto:cidr:port.";
@@ -556,7 +556,7 @@ params! {
 
 /// Felix parameters felix-nft recognises but does not model (datastore, Typha, BPF, usage
 /// reporting, debug). A key from this list is kept and shown as "not used", not warned about
-/// as unknown: Felix sends every parameter it resolved in `ConfigUpdate` (reference §2.3).
+/// as unknown: Felix sends every parameter it resolved in `ConfigUpdate` (§2.3).
 pub const FELIX_PARAMS_NOT_USED: &[&str] = &[
     "DatastoreType",
     "EtcdAddr",

@@ -1,4 +1,4 @@
-//! Felix's value syntax (reference §3.1): one parse function per parameter kind, turning a raw
+//! Felix's value syntax (§3.1): one parse function per parameter kind, turning a raw
 //! string from any source into a typed [`Value`], or into the [`Rule`] it broke.
 //!
 //! Pure functions, no I/O. Every value type here renders back to the syntax it was parsed from
@@ -316,8 +316,8 @@ fn parse_int(raw: &str, min: u64, max: u64) -> Result<u64, Rule> {
     Ok(n)
 }
 
-/// A mark mask: `0x`-prefixed hex or decimal, 32 bits, at least 2 bits set (reference §3.1; the
-/// stricter "room for the renderer's bits" check is in `super::validate`, reference §4).
+/// A mark mask: `0x`-prefixed hex or decimal, 32 bits, at least 2 bits set (§3.1; the
+/// stricter "room for the renderer's bits" check is in `super::validate`, §4).
 pub fn parse_mark_mask(raw: &str) -> Result<u32, Rule> {
     let mask = parse_go_uint(raw)
         .and_then(|n| u32::try_from(n).ok())
@@ -337,7 +337,7 @@ fn is_iface_name(s: &str, extra: &[char]) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || extra.contains(&c))
 }
 
-/// `^[a-zA-Z0-9_-]{1,15}(,[a-zA-Z0-9_-]{1,15})*$` (reference §3.1).
+/// `^[a-zA-Z0-9_-]{1,15}(,[a-zA-Z0-9_-]{1,15})*$` (§3.1).
 pub fn parse_iface_list(raw: &str) -> Result<Vec<String>, Rule> {
     let items: Vec<&str> = raw.split(',').collect();
     if items.iter().all(|s| is_iface_name(s, &[])) {
@@ -532,7 +532,7 @@ impl fmt::Display for PortProtocol {
 }
 
 /// One failsafe port: traffic to/from `port` over `protocol` (optionally only for peers in
-/// `net`) is always allowed, whatever the policy (reference §7.5).
+/// `net`) is always allowed, whatever the policy (§7.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct FailsafePort {
     /// tcp or udp.

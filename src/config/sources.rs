@@ -1,4 +1,4 @@
-//! Where raw values come from (reference §3.1): the INI config file, `FELIX_*` environment
+//! Where raw values come from (§3.1): the INI config file, `FELIX_*` environment
 //! variables and Felix's `ConfigUpdate`. Each raw value carries its [`Source`], so every effective
 //! value and every error can say where it came from.
 //!
@@ -34,7 +34,7 @@ pub enum Source {
     File { path: PathBuf, section: String },
     /// An environment variable, named as it was spelled.
     Env { var: String },
-    /// Felix's `ConfigUpdate` message (reference §2.3).
+    /// Felix's `ConfigUpdate` message (§2.3).
     ConfigUpdate,
     /// A command-line flag (`--config` sets `ConfigFile`); beats every other source.
     CommandLine { flag: String },

@@ -1,4 +1,4 @@
-//! The event loop (reference §10.2–10.4): one task owns the dataplane state; the
+//! The event loop (§10.2–10.4): one task owns the dataplane state; the
 //! transports and the interface monitor talk to it over bounded channels.
 //!
 //! - Messages are batched: after one, up to 100 more are drained before an apply is considered.

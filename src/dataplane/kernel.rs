@@ -16,7 +16,7 @@ use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
-use crate::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use crate::rtnl::routes::{RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::vxlan::{Entries, VxlanSyncer, VxlanWanted};
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 
@@ -396,15 +396,7 @@ impl RealKernel {
             },
         )?;
         let rtnl = RtnlHandle::connect(ns).map_err(rtnl_err("connecting to rtnetlink"))?;
-        let ownership = RouteOwnership::by_prefixes(
-            cfg.owned_route_protocols(),
-            cfg.workload_prefixes.clone(),
-            cfg.workload_route_protocols(),
-        )
-        .with_device_ifaces([
-            super::overlay::VXLAN_IFACE_V4.to_string(),
-            super::overlay::VXLAN_IFACE_V6.to_string(),
-        ]);
+        let ownership = cfg.route_ownership();
         let ns_owned =
             match ns {
                 Some(n) => Some(n.try_clone().map_err(|e| {

@@ -1,4 +1,4 @@
-//! The dataplane driver (reference §10–14): what the node should look like, kept up to date from
+//! The dataplane driver (§10–14): what the node should look like, kept up to date from
 //! Felix's updates and the interface monitor, and turned into kernel objects in a fixed order.
 //!
 //! Layer: uses `rules` (Calico semantics → nft objects), `nft`/`rtnl` only through the
@@ -48,7 +48,7 @@ use crate::proto::{
     ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId,
 };
 use crate::rtnl::neigh::Mac;
-use crate::rtnl::routes::RouteSpec;
+use crate::rtnl::routes::{RouteOwnership, RouteSpec};
 use crate::rules::incremental::{Changes, Incremental, Inputs};
 use crate::rules::{self, Change, Members, Model, RulesConfig, RulesError};
 
@@ -154,7 +154,7 @@ same_choices! {
 }
 
 impl DataplaneConfig {
-    /// Maps Felix's parameters (reference §3.2) onto the dataplane's.
+    /// Maps Felix's parameters (§3.2) onto the dataplane's.
     pub fn from_config(c: &Config) -> DataplaneConfig {
         use crate::config as cfg;
         let hostname = c.felix_hostname.clone().unwrap_or_else(os_hostname);
@@ -282,6 +282,21 @@ impl DataplaneConfig {
             p.insert(self.route_protocol);
         }
         p
+    }
+
+    /// Which main-table routes (and their nexthop objects) are ours (§15): our protocols
+    /// anywhere, workload routes by `workload_route_protocols`, and anything on the VXLAN
+    /// devices we own.
+    pub fn route_ownership(&self) -> RouteOwnership {
+        RouteOwnership::by_prefixes(
+            self.owned_route_protocols(),
+            self.workload_prefixes.clone(),
+            self.workload_route_protocols(),
+        )
+        .with_device_ifaces([
+            overlay::VXLAN_IFACE_V4.to_string(),
+            overlay::VXLAN_IFACE_V6.to_string(),
+        ])
     }
 
     /// Which protocols make a route on a workload interface ours: any when

@@ -1,4 +1,4 @@
-//! Cross-node networking (reference §15/§17): from this node's and the other
+//! Cross-node networking (§15/§17): from this node's and the other
 //! nodes' VXLAN tunnel endpoints, Felix's route updates (IPAM blocks), the IP pools and the host's
 //! interfaces, the VXLAN devices, their FDB, their ARP/NDP entries and the cluster routes wanted.
 //! Pure: no I/O; the loop hands the result to the kernel seam.

@@ -1,4 +1,4 @@
-//! Endpoint status reporting (reference §10.3 step 12, §14.1, §14.4): what each endpoint's
+//! Endpoint status reporting (§10.3 step 12, §14.1, §14.4): what each endpoint's
 //! status is after an apply, and which `FromDataplane` messages tell Felix about the changes.
 //!
 //! A workload endpoint is `up` iff it is admin up, its interface is oper-up and its interface

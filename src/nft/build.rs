@@ -485,7 +485,7 @@ impl RuleBuilder {
     /// pair is "not (type T and code C)" — iptables' `! --icmp-type T/C` and the meaning of
     /// Calico's `notICMP {type, code}` — written as the raw 16-bit header field
     /// `@th,0,16 != 0xTTCC`, because the keyword form `icmp type != T icmp code != C` reads as
-    /// an AND of two inequalities (reference §9.2, §23.9).
+    /// an AND of two inequalities (§9.2, §23.9).
     ///
     /// `v6` picks the header (`icmpv6` or `icmp`): it follows the protocol matched before, not
     /// the table's family.

@@ -1,5 +1,5 @@
 //! The one error type of the nf_tables engine. Every variant names the operation and the object;
-//! kernel refusals keep errno and the kernel's extended-ACK text (STYLE.md "Errors and logs").
+//! kernel refusals keep errno and the kernel's extended-ACK text.
 
 use std::io;
 

@@ -1,4 +1,4 @@
-//! Health reporting, after Felix's health aggregator (libcalico-go `health`; reference §10.2).
+//! Health reporting, after Felix's health aggregator (libcalico-go `health`; §10.2).
 //!
 //! Components register a *reporter* with a name and a timeout, then report `live`/`ready` from
 //! their own task. The HTTP handlers only read a snapshot ([`HealthAggregator::summary`]): they
@@ -20,7 +20,7 @@ use crate::config::{Config, KeyDuration};
 /// The reporter name of the dataplane loop, as Felix names it.
 pub const DATAPLANE_REPORTER: &str = "InternalDataplaneMainLoop";
 
-/// Felix never lets the dataplane liveness timeout go below this (reference §10.2).
+/// Felix never lets the dataplane liveness timeout go below this (§10.2).
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The dataplane loop's liveness timeout: `DataplaneWatchdogTimeout`, at least 20 s.
@@ -313,7 +313,7 @@ impl HealthSummary {
     }
 }
 
-/// The dataplane loop's view of its own health (reference §10.2): live whenever it reports
+/// The dataplane loop's view of its own health (§10.2): live whenever it reports
 /// (a hung loop stops reporting and times out), ready once the first apply has succeeded and
 /// the interface monitor is in sync. Owned by the loop; every change is reported at once.
 #[derive(Debug)]

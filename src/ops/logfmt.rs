@@ -1,5 +1,5 @@
-//! Log output: Felix's severity parameters (reference §3.2) on `tracing`, as text or one-line
-//! JSON (STYLE.md "Errors and logs").
+//! Log output: Felix's severity parameters (§3.2) on `tracing`, as text or one-line
+//! JSON.
 //!
 //! - `LogSeverityScreen` → stderr, `LogSeverityFile` → `LogFilePath` (`none` = no file).
 //!   Felix's levels map to tracing's; `WARNING` is `WARN`, and `FATAL`, which tracing lacks,

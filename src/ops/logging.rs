@@ -1,5 +1,5 @@
 //! Error formatting for logs and the command line: an error with its causes on one line
-//! (STYLE.md "Errors and logs": the cause lives in `#[source]`, not repeated in the text).
+//! (the cause lives in `#[source]`, not repeated in the text).
 //! Logging setup itself is [`super::logfmt`].
 
 use std::error::Error;

@@ -1,4 +1,4 @@
-//! Prometheus metrics (reference §11, STYLE.md "Errors and logs").
+//! Prometheus metrics (§11).
 //!
 //! Names are Felix's wherever Felix has the metric, with Felix's labels, so existing dashboards
 //! work: the internal dataplane (`felix_int_dataplane_*`), the nftables table and set

@@ -1,4 +1,4 @@
-//! Felix's external-driver framing (reference §1.2): each message, in either direction, is
+//! Felix's external-driver framing (§1.2): each message, in either direction, is
 //!
 //! ```text
 //! +--------------------------------+------------------------------------+

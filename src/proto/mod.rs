@@ -1,4 +1,4 @@
-//! The Felix dataplane API (reference §2): message types, the protobuf and proto3-JSON codecs,
+//! The Felix dataplane API (§2): message types, the protobuf and proto3-JSON codecs,
 //! and the fd 3/4 framing (§1.2). Knows nothing of nftables or of the kernel.
 //!
 //! - [`types`]: every `ToDataplane`/`FromDataplane` message, prost derives by hand.

@@ -1,6 +1,7 @@
 //! The Felix dataplane API (`felix/proto/felixbackend.proto`, package `felix`) as Rust types.
 //!
-//! Field names and numbers are exactly those of the reference, so
+//! Field names and numbers are exactly those of `felixbackend.proto` (a copy is in
+//! `tests/fixtures/`, checked with `protoc` by the codec tests), so
 //! that the protobuf bytes Felix writes on fd 3 decode here unchanged. The prost derives are
 //! written by hand: the build needs no `protoc`. Messages the nftables dataplane ignores (services,
 //! service accounts, namespaces, wireguard, QoS) are still modelled so that they round-trip.

@@ -1,4 +1,4 @@
-//! Conntrack cleanup over ctnetlink (reference §15, §21): when a workload IP is removed or moves
+//! Conntrack cleanup over ctnetlink (§15, §21): when a workload IP is removed or moves
 //! to another interface, delete every conntrack entry whose original or reply source is that IP —
 //! what Felix does with `conntrack --delete --orig-src/--reply-src`.
 //!

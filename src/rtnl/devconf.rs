@@ -1,4 +1,4 @@
-//! Per-interface and global kernel configuration (reference §14.2).
+//! Per-interface and global kernel configuration (§14.2).
 //!
 //! Where the kernel offers it, netlink:
 //! - IPv4 per-interface conf (`forwarding`, `proxy_arp`, `rp_filter`, `route_localnet`, …):
@@ -308,7 +308,7 @@ impl ProcSys {
     }
 
     /// Reads `net.ipv4.conf.default.rp_filter`, the value Felix gives workload interfaces; "1"
-    /// when unreadable or not a number (reference §14.2). Read once at start.
+    /// when unreadable or not a number (§14.2). Read once at start.
     pub fn default_rp_filter(&self) -> u32 {
         match self
             .read("net/ipv4/conf/default/rp_filter")

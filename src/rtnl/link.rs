@@ -26,7 +26,7 @@ pub struct LinkState {
     pub name: String,
     /// IFF_UP: administratively up.
     pub admin_up: bool,
-    /// Operationally up, as Felix's interface monitor judges it (reference §16): IFF_RUNNING, or
+    /// Operationally up, as Felix's interface monitor judges it (§16): IFF_RUNNING, or
     /// IFF_UP together with IFF_LOWER_UP.
     pub oper_up: bool,
     /// Hardware address (6 bytes for Ethernet/veth), empty when the link has none.

@@ -1,4 +1,4 @@
-//! Kernel networking over rtnetlink (reference §14–16, §21): routes, static ARP, per-interface
+//! Kernel networking over rtnetlink (§14–16, §21): routes, static ARP, per-interface
 //! sysctls, the interface monitor, conntrack. Knows interfaces, addresses, routes and neighbours,
 //! not Calico: the caller passes protocol numbers, metrics, interface names and ownership rules.
 //!
@@ -115,7 +115,7 @@ impl RtnlError {
     }
 
     /// True when the error means the interface vanished (a benign race for interface
-    /// configuration, reference §14.2): the caller should drop the work, not retry it.
+    /// configuration, §14.2): the caller should drop the work, not retry it.
     pub fn is_vanished_interface(&self) -> bool {
         match self {
             RtnlError::NoSuchInterface { .. } => true,

@@ -1,4 +1,4 @@
-//! The interface monitor (reference §16): which interfaces exist, whether they are up, their MAC
+//! The interface monitor (§16): which interfaces exist, whether they are up, their MAC
 //! and addresses — as a stream of events for the dataplane's apply loop.
 //!
 //! How it keeps in step with the kernel:

@@ -1,4 +1,4 @@
-//! Static neighbour entries (reference §15): a permanent IPv4 → MAC entry per workload address on
+//! Static neighbour entries (§15): a permanent IPv4 → MAC entry per workload address on
 //! its interface, so the host needs no ARP round trip (and VMs with `arp_ignore=2` work).
 //!
 //! Entries are written with "neigh set" semantics (NLM_F_CREATE|NLM_F_REPLACE, NUD_PERMANENT) and

@@ -1,4 +1,4 @@
-//! The route syncer (reference §15): desired routes of one routing table and one IP family,
+//! The route syncer (§15): desired routes of one routing table and one IP family,
 //! reconciled with the kernel by dump and diff.
 //!
 //! The caller (a dataplane manager) states what it wants per group (typically per interface) with
@@ -695,7 +695,7 @@ impl RouteSyncer {
         self.stats.dumps += 1;
         let links = list_links(h).await?;
         let objects = nexthop::dump(h)?;
-        self.nexthops = self.owned_nexthops(&objects);
+        self.nexthops = self.owned_nexthops(&objects, &links);
         let mut kernel = self.dump(h).await?;
         fill_from_nexthops(&mut kernel, &objects);
         let d = self.decide(&links, &kernel, now, &self.nexthops);
@@ -770,14 +770,21 @@ impl RouteSyncer {
         Ok(report)
     }
 
-    /// The nexthop objects of a dump that are ours: one of our protocols, an id in our range.
-    fn owned_nexthops(&self, objects: &[KernelNexthop]) -> Nexthops {
+    /// The nexthop objects of a dump that are ours: an id in our range, and a protocol and
+    /// interface the ownership rule would make a route ours for.
+    fn owned_nexthops(&self, objects: &[KernelNexthop], links: &[LinkState]) -> Nexthops {
         let ids: Vec<u32> = objects.iter().map(|n| n.id).collect();
+        let by_index: BTreeMap<u32, &str> =
+            links.iter().map(|l| (l.index, l.name.as_str())).collect();
         let mut out = Nexthops::new(self.family);
         let ours: Vec<(NexthopKey, u32)> = objects
             .iter()
-            .filter(|n| out.in_range(n.id) && self.ownership.protocols.contains(&n.protocol))
+            .filter(|n| out.in_range(n.id))
             .filter_map(|n| Some((n.key?, n.id)))
+            .filter(|(k, _)| {
+                let ifname = by_index.get(&k.oif).copied();
+                self.ownership.owns(k.protocol, ifname)
+            })
             .collect();
         out.reset(ours, &ids);
         out
@@ -1188,7 +1195,7 @@ impl RouteSyncer {
             &links,
             &kernel,
             Instant::now(),
-            &self.owned_nexthops(&objects),
+            &self.owned_nexthops(&objects, &links),
         );
         let mut plan = RoutePlan {
             parked: d.parked.clone(),

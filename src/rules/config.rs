@@ -1,4 +1,4 @@
-//! The renderer's configuration: the subset of Felix's parameters (reference §3.2) that shapes
+//! The renderer's configuration: the subset of Felix's parameters (§3.2) that shapes
 //! the rules, as a plain struct with Felix's defaults. Parsing raw Felix config is the `config`
 //! module's job; the dataplane fills this struct from it.
 

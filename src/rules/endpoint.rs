@@ -1,4 +1,4 @@
-//! Endpoint chains (reference §8.1–8.2) and their dispatch (§6.5): workload `tw`/`fw`, host
+//! Endpoint chains (§8.1–8.2) and their dispatch (§6.5): workload `tw`/`fw`, host
 //! endpoint `th`/`fh` in filter, mangle (pre-DNAT and DNAT'ed egress) and raw (untracked),
 //! apply-on-forward `thfw`/`fhfw`; the `ifname : verdict` map elements that reach them.
 

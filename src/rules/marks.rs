@@ -1,4 +1,4 @@
-//! Mark bits (reference §4): allocated from the configured mask, lowest free bit first, in the
+//! Mark bits (§4): allocated from the configured mask, lowest free bit first, in the
 //! order accept, pass, drop, scratch0, scratch1; then, from the top of what is left, felix-nft's
 //! two side-table hand-off bits (see [`crate::rules::side`]); the bits left over form the
 //! endpoint-mark field (used by Felix only in kube-proxy IPVS mode, which nftables mode does not

@@ -1,4 +1,4 @@
-//! Calico's rule semantics (reference §4–9, §17–18) rendered as nftables objects: mark bits,
+//! Calico's rule semantics (§4–9, §17–18) rendered as nftables objects: mark bits,
 //! names, base and static chains, endpoint/policy/profile chains, dispatch maps, NAT and IP
 //! sets. Pure: model in, [`crate::nft::model`] objects out; no I/O, no netlink.
 //!

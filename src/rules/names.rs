@@ -1,4 +1,4 @@
-//! Names (reference §5): the layer prefix that folds raw/mangle/filter/nat into one table,
+//! Names (§5): the layer prefix that folds raw/mangle/filter/nat into one table,
 //! endpoint/policy/profile chain names, IP-set names, and the `cali:<hash>;` rule identity
 //! comments of §5.4.
 

@@ -1,4 +1,4 @@
-//! Policy and profile chains (reference §9): per-family filtering, match clauses in Felix's order,
+//! Policy and profile chains (§9): per-family filtering, match clauses in Felix's order,
 //! actions with the mark protocol, and the multi-value fields.
 //!
 //! Multi-value fields never use anonymous sets: they make a large commit superlinear in the

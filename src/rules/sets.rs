@@ -1,4 +1,4 @@
-//! Felix IP sets as nftables sets (reference §6.4, §13): members parsed once when recorded and
+//! Felix IP sets as nftables sets (§6.4, §13): members parsed once when recorded and
 //! split by family, types mapped, `NET` members de-overlapped.
 
 use std::collections::BTreeSet;

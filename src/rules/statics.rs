@@ -1,4 +1,4 @@
-//! Base chains (reference §6.2–6.3) and the static chains of §7 for one family, plus the
+//! Base chains (§6.2–6.3) and the static chains of §7 for one family, plus the
 //! chains built from pools, floating IPs, service CIDRs and spoofing allow-lists (§7.8, §7.11).
 
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! Felix's external-driver pipes (reference §1.1–1.2): fd 3 carries `ToDataplane` frames from
+//! Felix's external-driver pipes (§1.1–1.2): fd 3 carries `ToDataplane` frames from
 //! Felix, fd 4 carries our `FromDataplane` frames back.
 //!
 //! fd 3 is read by a task on the runtime when it is a pipe (as Felix's is), by a thread of its own
@@ -25,7 +25,7 @@ use super::{
 use crate::proto::decode_to_dataplane;
 use crate::proto::frame::{write_frame, AsyncFrameReader, FrameReader};
 
-/// Felix → driver (reference §1.1).
+/// Felix → driver (§1.1).
 pub const FD_IN: RawFd = 3;
 /// Driver → Felix.
 pub const FD_OUT: RawFd = 4;

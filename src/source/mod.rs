@@ -6,7 +6,7 @@
 //! [`Rejected`] input (one bad line or frame, the stream goes on). Errors after which a stream
 //! cannot go on (a truncated frame, an I/O error) end the transport and are returned by its task.
 //! The channel is bounded ([`CHANNEL_CAPACITY`]): a consumer that falls behind slows the producer,
-//! which for fd 3 is Felix itself (reference §1.2, natural back-pressure).
+//! which for fd 3 is Felix itself (§1.2, natural back-pressure).
 
 pub mod felix;
 pub mod outbox;

@@ -9,7 +9,7 @@
 //!   `169.254.1.1 dev eth0 scope link` + `default via 169.254.1.1 dev eth0` (IPv6:
 //!   `default via fe80::ecee:eeff:feee:eeee dev eth0`, the host end's link-local address);
 //! - **no** host routes, proxy_arp, forwarding, static ARP or rules in the host namespace: those
-//!   are felix-nft's job (reference §14–15).
+//!   are felix-nft's job (§14–15).
 //!
 //! Two settings go beyond a CNI plugin, both only in namespaces the bed made, so probes work at
 //! once: `net.ipv4.ping_group_range = 0 2147483647` (datagram ICMP sockets, [`super::probe`]) and

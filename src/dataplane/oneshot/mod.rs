@@ -44,7 +44,7 @@ use crate::netns::{NetNs, NetNsError};
 use crate::nft::reconcile::Ownership;
 use crate::nft::NftError;
 use crate::proto::ToDataplane;
-use crate::rtnl::routes::{RouteOwnership, RouteSyncer, RT_TABLE_MAIN};
+use crate::rtnl::routes::{RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::{IpFamily, RtnlError};
 use crate::rules::RulesError;
 use crate::source::state::{self, StateError};
@@ -309,11 +309,7 @@ fn validated(cfg: &DataplaneConfig, msgs: Vec<ToDataplane>) -> Result<Vec<Valid>
 
 /// The route syncers of both families with the §15 ownership rule of `cfg`.
 fn route_syncers(cfg: &DataplaneConfig, grace: Option<Duration>) -> [RouteSyncer; 2] {
-    let own = RouteOwnership::by_prefixes(
-        cfg.owned_route_protocols(),
-        cfg.workload_prefixes.clone(),
-        cfg.workload_route_protocols(),
-    );
+    let own = cfg.route_ownership();
     [IpFamily::V4, IpFamily::V6].map(|f| {
         let s = RouteSyncer::new(f, RT_TABLE_MAIN, own.clone());
         match grace {
