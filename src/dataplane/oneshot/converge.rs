@@ -12,11 +12,11 @@ use crate::proto::ToDataplane;
 use crate::rtnl::link::{list_addresses, list_links, LinkState};
 use crate::rtnl::monitor::{ExcludeList, IfaceEvent};
 use crate::rtnl::neigh::{list_permanent, Mac, NeighSyncer};
-use crate::rtnl::routes::{RoutePlan, RouteSpec, RouteSyncer};
+use crate::rtnl::routes::{RoutePlan, RouteSpec};
 use crate::rtnl::RtnlHandle;
 
 use super::report::{ConvergeReport, SysctlChange};
-use super::{kern, route_syncers, rtnl, validated, Mode, OneShotError};
+use super::{kern, rtnl, validated, Mode, OneShotError};
 
 /// Feeds a link + address dump to the dataplane, as the interface monitor's first sync would.
 async fn feed_ifaces(
@@ -84,7 +84,7 @@ pub(super) async fn converge_retaining(
         sysctls: sysctl_plan(&kernel, cfg, &up_ifaces),
         ..ConvergeReport::default()
     };
-    let mut host = plan_host(&kernel, cfg, &desired, &links, &mut ch).await?;
+    plan_host(&mut kernel, cfg, &desired, &links, &mut ch).await?;
     let out = match mode {
         Mode::Plan => kernel
             .plan_tables(&desired.tables)
@@ -124,7 +124,7 @@ pub(super) async fn converge_retaining(
             tracing::info!(ops = ch.table_ops, "nf_tables transaction committed");
         }
         if !cfg.route_sync_disabled {
-            apply_host(&kernel, &desired, &mut host, &mut ch).await?;
+            apply_host(&mut kernel, &desired, &mut ch).await?;
         }
         apply_ifaces(&mut kernel, &up_ifaces, &mut ch).await;
     }
@@ -168,46 +168,33 @@ async fn desired_state(
     Ok((desired, up_ifaces, links))
 }
 
-/// The route and neighbour syncers, loaded so that their apply makes the planned change.
-struct HostSyncers {
-    routes: [RouteSyncer; 2],
-    neigh: NeighSyncer,
-}
-
-/// Plans routes and neighbours into `ch` (nothing when `RouteSyncDisabled`).
+/// Plans routes and neighbours into `ch` (nothing when `RouteSyncDisabled`), loading the
+/// kernel's syncers so that their apply makes the planned change.
 async fn plan_host(
-    kernel: &RealKernel,
+    kernel: &mut RealKernel,
     cfg: &DataplaneConfig,
     desired: &Desired,
     links: &[LinkState],
     ch: &mut ConvergeReport,
-) -> Result<HostSyncers, OneShotError> {
-    let mut host = HostSyncers {
-        routes: route_syncers(cfg, None),
-        neigh: NeighSyncer::new(),
-    };
+) -> Result<(), OneShotError> {
     if cfg.route_sync_disabled {
-        return Ok(host);
+        return Ok(());
     }
-    for s in host.routes.iter_mut() {
+    let (routes, neigh, h) = kernel.host_syncers();
+    for s in routes {
         for (group, specs) in &desired.routes {
             s.set_routes(group.clone(), specs.clone());
         }
-        let p = s
-            .plan(kernel.rtnl())
-            .await
-            .map_err(rtnl("planning routes"))?;
+        let p = s.plan(h).await.map_err(rtnl("planning routes"))?;
         merge_route_plan(&mut ch.routes, p);
     }
-    neigh_plan(kernel.rtnl(), cfg, desired, links, ch, &mut host.neigh).await?;
-    Ok(host)
+    neigh_plan(h, cfg, desired, links, ch, neigh).await
 }
 
 /// Writes the planned routes and neighbours; `ch` keeps what was written, and the failures.
 async fn apply_host(
-    kernel: &RealKernel,
+    kernel: &mut RealKernel,
     desired: &Desired,
-    host: &mut HostSyncers,
     ch: &mut ConvergeReport,
 ) -> Result<(), OneShotError> {
     let planned = std::mem::take(&mut ch.routes);
@@ -217,11 +204,9 @@ async fn apply_host(
         .flatten()
         .map(|r| ((r.dst.trunc(), r.metric), r))
         .collect();
-    for s in host.routes.iter_mut() {
-        let rep = s
-            .apply(kernel.rtnl())
-            .await
-            .map_err(rtnl("syncing routes"))?;
+    let (routes, neigh, h) = kernel.host_syncers();
+    for s in routes {
+        let rep = s.apply(h).await.map_err(rtnl("syncing routes"))?;
         let spec = |k: &crate::rtnl::routes::RouteKey| specs.get(&(k.dst, k.metric)).copied();
         ch.routes
             .add
@@ -241,11 +226,7 @@ async fn apply_host(
         ch.errors
             .extend(rep.errors.iter().map(|e| crate::ops::logging::chain(e)));
     }
-    let rep = host
-        .neigh
-        .apply(kernel.rtnl())
-        .await
-        .map_err(rtnl("syncing neighbours"))?;
+    let rep = neigh.apply(h).await.map_err(rtnl("syncing neighbours"))?;
     ch.errors
         .extend(rep.errors.iter().map(|e| crate::ops::logging::chain(e)));
     // What was actually written.
