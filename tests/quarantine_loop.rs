@@ -95,7 +95,7 @@ async fn run(
             "the loop did not end: {:?}; quarantined {:?}; dirty {:?}; calls {}",
             d.summary(),
             d.dp.quarantined().keys().collect::<Vec<_>>(),
-            d.dp.dirty,
+            d.dp.dirty(),
             d.kernel.calls.len()
         ),
     }

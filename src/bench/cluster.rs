@@ -525,7 +525,7 @@ async fn settle(
     while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(30), mon.recv()).await {
         d.dp.on_iface(&ev);
     }
-    if !d.dp.dirty.any() {
+    if !d.dp.dirty().any() {
         return Ok(None);
     }
     let (r, s) = timed(d.apply()).await;

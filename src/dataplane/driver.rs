@@ -242,7 +242,7 @@ impl<K: Kernel> Driver<K> {
                 if let Err(e) = self.dp.on_update(&u.message) {
                     self.summary.rejected += 1;
                     tracing::error!(origin = %u.origin, error = %e, "update rejected; the previous state stays programmed");
-                } else if self.dp.dirty.any() {
+                } else if self.dp.dirty().any() {
                     // Something to apply: the next apply carries this update.
                     self.pending_since.get_or_insert(u.received);
                 }
@@ -273,7 +273,7 @@ impl<K: Kernel> Driver<K> {
     }
 
     fn wants_apply(&self) -> bool {
-        self.dp.ready() && (self.dp.dirty.any() || self.resync_tables || self.resync_routes)
+        self.dp.ready() && (self.dp.dirty().any() || self.resync_tables || self.resync_routes)
     }
 
     /// After the input ended: nothing it asked for is left to do (or it never said `InSync`, so
@@ -285,9 +285,12 @@ impl<K: Kernel> Driver<K> {
         if !self.dp.ready() || self.last_failed || self.summary.applies == 0 {
             return false;
         }
-        let d = &self.dp.dirty;
-        let only_grace =
-            d.routes && self.grace_pending && !d.tables && !d.neighbours && d.ifaces.is_empty();
+        let d = self.dp.dirty();
+        let only_grace = d.routes()
+            && self.grace_pending
+            && !d.tables()
+            && !d.neighbours()
+            && d.ifaces().is_empty();
         !d.any() || only_grace
     }
 
@@ -309,42 +312,39 @@ impl<K: Kernel> Driver<K> {
         self.settle_conntrack().await;
         if !self.first_apply_done && self.summary.applies == 0 {
             self.kernel
-                .globals(self.dp.cfg.ip_forwarding, self.dp.cfg.ipv6)
+                .globals(self.dp.cfg().ip_forwarding, self.dp.cfg().ipv6)
                 .await
                 .map_err(DriverError::Globals)?;
         }
         self.summary.applies += 1;
         let mut failed: Option<KernelError> = None;
         let (mut table_ops, mut commit_time) = (0, Duration::ZERO);
-        if self.dp.dirty.tables || self.resync_tables {
+        if self.dp.dirty().tables() || self.resync_tables {
             let (ops, time, res) = self.apply_tables().await?;
             (table_ops, commit_time) = (ops, time);
             failed = res.err();
         }
-        let (desired, scope) = self.desired_host();
+        // After the tables: a quarantined endpoint changes what the host phases state.
+        let (desired, scope) = self.dp.desired_for_apply(self.resync_routes);
         let mut moved: Vec<IpAddr> = Vec::new();
-        if !self.dp.cfg.route_sync_disabled {
-            if self.dp.dirty.overlay || self.resync_routes || desired.overlay_delta {
+        if !self.dp.cfg().route_sync_disabled {
+            if self.dp.dirty().overlay() || self.resync_routes || desired.overlay_delta {
                 self.phase_overlay(&desired, &mut failed).await;
             }
-            if self.dp.dirty.routes || self.resync_routes {
+            if self.dp.dirty().routes() || self.resync_routes {
                 moved = self
                     .phase_routes(&desired, scope.as_ref(), &mut failed)
                     .await;
             }
-            if self.dp.dirty.neighbours || self.resync_routes {
+            if self.dp.dirty().neighbours() || self.resync_routes {
                 self.phase_neighbours(&desired, scope.as_ref(), &mut failed)
                     .await;
             }
         } else {
-            // RouteSyncDisabled: route and neighbour work is someone else's; nothing stays dirty.
-            self.dp.dirty.routes = false;
-            self.dp.dirty.neighbours = false;
-            self.dp.dirty.overlay = false;
+            self.dp.host_routes_skipped();
         }
-        if !self.dp.dirty.routes && !self.dp.dirty.neighbours && !self.dp.dirty.overlay {
+        if self.dp.finish_host_phases() {
             self.resync_routes = false;
-            self.dp.dirty.host_synced();
         }
         self.phase_iface_conf(&desired, &mut failed).await;
         // Conntrack entries of addresses that moved or went away (§15), in the background:
@@ -352,32 +352,6 @@ impl<K: Kernel> Driver<K> {
         self.kernel.conntrack_cleanup(moved).await;
         self.finish_apply(t0.elapsed(), failed, table_ops, commit_time);
         Ok(())
-    }
-
-    /// What the host phases state, and the workload interfaces they are scoped to (`None`:
-    /// all). Computed after the tables (a quarantined endpoint changes them), and only when one
-    /// of those phases has work: an IP set member must not cost a pass over every workload.
-    fn desired_host(&self) -> (super::Desired, Option<BTreeSet<String>>) {
-        let d = &self.dp.dirty;
-        let host_work = !d.ifaces.is_empty()
-            || (!self.dp.cfg.route_sync_disabled
-                && (d.routes || d.neighbours || d.overlay || self.resync_routes));
-        // Only the workload interfaces that changed (and those to configure), unless a resync
-        // or something global asks for all of them.
-        let scope: Option<BTreeSet<String>> = if self.resync_routes || d.overlay {
-            None
-        } else {
-            d.host_scope.clone().map(|mut s| {
-                s.extend(d.ifaces.iter().cloned());
-                s
-            })
-        };
-        let desired = if host_work {
-            self.dp.desired_host_in(scope.as_ref())
-        } else {
-            super::Desired::default()
-        };
-        (desired, scope)
     }
 
     /// The VXLAN devices and their FDB: before routes and neighbours, which live on them.
@@ -388,13 +362,9 @@ impl<K: Kernel> Driver<K> {
             .await
         {
             Ok(out) => {
-                self.dp.dirty.overlay = false;
+                self.dp.overlay_applied(out.created);
                 if out.parked {
                     tracing::debug!("VXLAN device waits for its parent interface");
-                }
-                if out.created {
-                    self.dp.dirty.routes = true;
-                    self.dp.dirty.neighbours = true;
                 }
             }
             Err(e) => {
@@ -438,7 +408,7 @@ impl<K: Kernel> Driver<K> {
                 }
                 moved = out.moved_or_gone;
                 if out.errors.is_empty() {
-                    self.dp.dirty.routes = false;
+                    self.dp.routes_applied();
                 } else {
                     tracing::warn!(errors = ?out.errors, "some routes failed; will retry");
                     failed.get_or_insert(KernelError::Other(format!(
@@ -474,7 +444,7 @@ impl<K: Kernel> Driver<K> {
             .neighbours(&desired.neighbours, scope, &changed, self.resync_routes)
             .await
         {
-            Ok(()) => self.dp.dirty.neighbours = false,
+            Ok(()) => self.dp.neighbours_applied(),
             Err(e) => {
                 tracing::warn!(error = %chain(&e), "neighbour sync failed; will retry");
                 self.changed_ifaces.extend(changed);
@@ -489,24 +459,24 @@ impl<K: Kernel> Driver<K> {
         desired: &super::Desired,
         failed: &mut Option<KernelError>,
     ) {
-        let todo: Vec<String> = self.dp.dirty.ifaces.iter().cloned().collect();
+        let todo: Vec<String> = self.dp.dirty().ifaces().iter().cloned().collect();
         for iface in todo {
             let Some(conf) = desired.iface_conf.get(&iface) else {
-                self.dp.dirty.ifaces.remove(&iface);
+                self.dp.iface_conf_done(&iface);
                 continue;
             };
             if !self.dp.ifaces().get(&iface).is_some_and(|i| i.oper_up) {
                 // Done when it comes up.
-                self.dp.dirty.ifaces.remove(&iface);
+                self.dp.iface_conf_done(&iface);
                 continue;
             }
             match self.kernel.iface_conf(&iface, conf).await {
                 Ok(()) => {
-                    self.dp.dirty.ifaces.remove(&iface);
+                    self.dp.iface_conf_done(&iface);
                 }
                 Err(e) if e.is_vanished_interface() => {
                     tracing::debug!(ifname = %iface, "interface vanished while configuring it");
-                    self.dp.dirty.ifaces.remove(&iface);
+                    self.dp.iface_conf_done(&iface);
                 }
                 Err(e) => {
                     tracing::warn!(ifname = %iface, error = %chain(&e), "configuring interface failed; will retry");
@@ -537,7 +507,7 @@ impl<K: Kernel> Driver<K> {
         }
         match failed {
             None => {
-                self.retry_at = self.retry_at.filter(|_| self.dp.dirty.any());
+                self.retry_at = self.retry_at.filter(|_| self.dp.dirty().any());
                 if !self.first_apply_done {
                     self.first_apply_done = true;
                     if let Some(ops) = &self.ops {
@@ -563,7 +533,7 @@ impl<K: Kernel> Driver<K> {
         }
         // 6. Status (after DataplaneInSync on the first apply), when it may have changed.
         if let Some(scope) = self.dp.take_status_dirty() {
-            if self.dp.cfg.endpoint_reporting {
+            if self.dp.cfg().endpoint_reporting {
                 let (w, h) = self.dp.statuses_in(&scope);
                 for m in self.status.update_in(&w, &h, &scope) {
                     self.send(m);
@@ -603,7 +573,7 @@ impl<K: Kernel> Driver<K> {
             } else {
                 TableMode::Incremental
             };
-            let model_changed = self.dp.dirty.tables;
+            let model_changed = self.dp.dirty().tables();
             // Only what changed goes to the kernel side, which keeps the rest.
             let patch = TablesInput::Patch(self.dp.tables_patch());
             match self.kernel.tables(patch, mode).await {
@@ -643,12 +613,12 @@ impl<K: Kernel> Driver<K> {
                     if let Some(ops) = &self.ops {
                         ops.metrics.record_nft_call(true);
                     }
-                    self.dp.dirty.tables = false;
+                    self.dp.tables_applied();
                     self.resync_tables = false;
                     self.table_failures = 0;
                     let found = self.dp.tables_committed();
                     self.quarantine_changed(found.is_some());
-                    if self.dp.dirty.tables {
+                    if self.dp.dirty().tables() {
                         // Inputs held back while bisecting came back, or one was quarantined:
                         // another commit.
                         continue;
@@ -804,9 +774,9 @@ impl<K: Kernel> Driver<K> {
         let far = Duration::from_secs(86400 * 365);
         let now = TokioInstant::now();
         let every = |d: Duration| if d.is_zero() { far } else { d };
-        let mut nft_refresh = now + every(self.dp.cfg.nft_refresh);
-        let mut route_refresh = now + every(self.dp.cfg.route_refresh);
-        let hb_period = every(self.dp.cfg.reporting_interval);
+        let mut nft_refresh = now + every(self.dp.cfg().nft_refresh);
+        let mut route_refresh = now + every(self.dp.cfg().route_refresh);
+        let hb_period = every(self.dp.cfg().reporting_interval);
         let mut heartbeat_at = now + self.opts.first_heartbeat.min(hb_period);
         let mut health_at = now + Duration::from_secs(10);
         let mut updates_open = true;
@@ -826,7 +796,7 @@ impl<K: Kernel> Driver<K> {
                         merge_at = self
                             .dp
                             .side_pending()
-                            .then(|| TokioInstant::now() + self.dp.cfg.side_merge_after);
+                            .then(|| TokioInstant::now() + self.dp.cfg().side_merge_after);
                     }
                     Err(wait) => throttled_until = Some(TokioInstant::now() + wait),
                 }
@@ -891,7 +861,7 @@ impl<K: Kernel> Driver<K> {
                 _ = sleep_until(wake) => {
                     let t = TokioInstant::now();
                     if t >= nft_refresh {
-                        nft_refresh = t + every(self.dp.cfg.nft_refresh);
+                        nft_refresh = t + every(self.dp.cfg().nft_refresh);
                         self.resync_tables = true;
                     }
                     if merge_at.is_some_and(|m| t >= m) {
@@ -900,16 +870,15 @@ impl<K: Kernel> Driver<K> {
                     }
                     if self.grace_at.is_some_and(|g| t >= g) {
                         self.grace_at = None;
-                        self.dp.dirty.routes = true;
-                        self.dp.dirty.host_scope = None;
+                        self.dp.recheck_routes();
                     }
                     if t >= route_refresh {
-                        route_refresh = t + every(self.dp.cfg.route_refresh);
+                        route_refresh = t + every(self.dp.cfg().route_refresh);
                         self.resync_routes = true;
                     }
                     if t >= heartbeat_at {
                         heartbeat_at = t + hb_period;
-                        if !self.dp.cfg.reporting_interval.is_zero() {
+                        if !self.dp.cfg().reporting_interval.is_zero() {
                             self.heartbeat();
                         }
                     }

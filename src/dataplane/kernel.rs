@@ -461,6 +461,17 @@ impl RealKernel {
         &self.procsys
     }
 
+    /// The route syncers (IPv4, IPv6) and the neighbour syncer, with the handle they use: a
+    /// one-shot command loads them with the whole desired state and plans or applies once, with
+    /// the same ownership rule and grace period as the loop's phases.
+    pub fn host_syncers(&mut self) -> ([&mut RouteSyncer; 2], &mut NeighSyncer, &RtnlHandle) {
+        (
+            [&mut self.routes_v4, &mut self.routes_v6],
+            &mut self.neigh,
+            &self.rtnl,
+        )
+    }
+
     /// Computes the nf_tables plans without sending anything.
     pub async fn plan_tables(&mut self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
         self.nft

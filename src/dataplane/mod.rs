@@ -10,6 +10,9 @@
 //!   neighbours and interface settings, and [`Dataplane::desired`] everything from scratch
 //!   (one-shot commands).
 //! - [`validate`]: rejects updates that would make the desired state wrong.
+//! - [`dirty`]: what changed since the last apply. The model says what an update changed
+//!   ([`rules::Change`]); this file marks from that, and the driver clears what it applied,
+//!   both through methods named for what happened.
 //! - [`overlay`]: cross-node networking: the VXLAN device, its FDB and ARP entries, cluster
 //!   routes, from VTEPs, route updates, pools and the host's interfaces.
 //! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
@@ -21,6 +24,7 @@
 //! Invariants: nothing touches the kernel before the datastore's `InSync` and the interface
 //! monitor's first sync; a rejected update changes nothing; stopping never removes policy.
 
+mod dirty;
 pub mod driver;
 pub mod kernel;
 pub mod oneshot;
@@ -40,15 +44,15 @@ use crate::nft::model::{Table, TablePatch};
 use crate::nft::reconcile::TableOwnership;
 use crate::proto::to_dataplane::Payload;
 use crate::proto::{
-    HostEndpoint, HostEndpointId, IpPoolType, IpSetType, LiveMigrationRole, RouteType, RouteUpdate,
-    ToDataplane, VxlanTunnelEndpointRemove, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
-    WorkloadEndpointId,
+    HostEndpoint, HostEndpointId, IpPoolType, LiveMigrationRole, RouteType, RouteUpdate,
+    ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId,
 };
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::{RouteOwnership, RouteSpec};
 use crate::rules::incremental::{Changes, Incremental, Inputs};
-use crate::rules::{self, Model, RulesConfig, RulesError};
+use crate::rules::{self, Change, Members, Model, RulesConfig, RulesError};
 
+pub use dirty::Dirty;
 pub use status::Status;
 pub use validate::InputError;
 
@@ -353,20 +357,6 @@ pub struct IfaceConf {
     pub ipv6: bool,
 }
 
-/// Whether a message can change which encapsulations are in use.
-fn encap_input(msg: &ToDataplane) -> bool {
-    matches!(
-        msg.payload,
-        Some(
-            Payload::Encapsulation(_)
-                | Payload::IpamPoolUpdate(_)
-                | Payload::IpamPoolRemove(_)
-                | Payload::VtepUpdate(_)
-                | Payload::VtepRemove(_)
-        )
-    )
-}
-
 /// The whole desired kernel state, rendered from the model.
 #[derive(Debug, Clone, Default)]
 pub struct Desired {
@@ -388,66 +378,9 @@ pub struct Desired {
     pub overlay_delta: bool,
 }
 
-/// What changed since the last apply.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Dirty {
-    pub tables: bool,
-    /// The VXLAN devices, their FDB, neighbours and routes: all of them.
-    pub overlay: bool,
-    /// Only these remote nodes and blocks changed (with `overlay` false): the host phases
-    /// restate their entries and route groups alone.
-    pub overlay_keys: overlay::OverlayKeys,
-    pub routes: bool,
-    pub neighbours: bool,
-    /// Interfaces to (re)configure.
-    pub ifaces: BTreeSet<String>,
-    /// The workload interfaces whose routes and neighbours may have changed since the host
-    /// phases last completed; `None`: all of them (start of day, routes from Felix, a retry).
-    /// An endpoint update then costs the host phases its own interfaces, not every workload's.
-    pub host_scope: Option<BTreeSet<String>>,
-}
-
-impl Dirty {
-    pub fn any(&self) -> bool {
-        self.tables
-            || self.overlay
-            || !self.overlay_keys.is_empty()
-            || self.routes
-            || self.neighbours
-            || !self.ifaces.is_empty()
-    }
-
-    /// Everything to check against the kernel (start of day).
-    fn all() -> Dirty {
-        Dirty {
-            tables: true,
-            overlay: true,
-            overlay_keys: overlay::OverlayKeys::default(),
-            routes: true,
-            neighbours: true,
-            ifaces: BTreeSet::new(),
-            host_scope: None,
-        }
-    }
-
-    /// The host phases completed: from now on only what changes (no interface, no remote node
-    /// or block in scope).
-    fn host_synced(&mut self) {
-        self.host_scope = Some(BTreeSet::new());
-        self.overlay_keys = overlay::OverlayKeys::default();
-    }
-
-    /// Adds a workload interface to the host phases' scope (a no-op when the scope is all).
-    fn scope(&mut self, iface: &str) {
-        if let Some(s) = &mut self.host_scope {
-            s.insert(iface.to_string());
-        }
-    }
-}
-
 /// The desired state of the node and what is dirty. Pure: no I/O.
 pub struct Dataplane {
-    pub cfg: DataplaneConfig,
+    cfg: DataplaneConfig,
     model: Model,
     /// The incremental renderer and the model changes it has not rendered yet.
     inc: Incremental,
@@ -469,7 +402,7 @@ pub struct Dataplane {
     ifaces_in_sync: bool,
     /// `net.ipv4.conf.default.rp_filter` read at start (§14.2).
     default_rp_filter: u32,
-    pub dirty: Dirty,
+    dirty: Dirty,
     /// Workload interfaces whose configuration failed (their endpoint reports `down`).
     conf_failed: BTreeSet<String>,
     /// The undo log since the last good commit, and the updates the kernel refused.
@@ -523,13 +456,10 @@ impl Dataplane {
             self.unquarantine_for(p);
             self.remember(p);
         }
-        if self.note(msg) {
-            self.model.apply_parsed(msg, members);
-        }
-        if encap_input(msg) {
+        if self.record(msg, members) {
             self.sync_rules_encap();
         }
-        self.dirty.tables |= self.changes.any();
+        self.tables_follow_changes();
         Ok(())
     }
 
@@ -541,218 +471,158 @@ impl Dataplane {
         if let Some(p) = &valid.msg.payload {
             self.remember(p);
         }
-        let encap = encap_input(&valid.msg);
-        if self.note(&valid.msg) {
-            self.model.apply_owned(valid.msg, valid.members);
-        }
+        let encap = match self.note_own(&valid.msg) {
+            Some(encap) => encap,
+            None => {
+                let change = self.model.apply_owned(valid.msg, valid.members);
+                self.note(change)
+            }
+        };
         if encap {
             self.sync_rules_encap();
         }
-        self.dirty.tables |= self.changes.any();
+        self.tables_follow_changes();
     }
 
-    /// Records what a valid message changes besides the model (routes, the interfaces it
-    /// names, what to re-render, status); true when the model must record it too.
-    fn note(&mut self, msg: &ToDataplane) -> bool {
-        let Some(p) = &msg.payload else {
-            return false;
-        };
-        match p {
-            Payload::InSync(_) => {
-                self.datastore_in_sync = true;
-                return false;
+    /// Records a valid message: the dataplane's own inputs here, the rest through the model,
+    /// marking what it changed. True when the encapsulations in use may have changed.
+    fn record(&mut self, msg: &ToDataplane, members: Option<Members>) -> bool {
+        match self.note_own(msg) {
+            Some(encap) => encap,
+            None => {
+                let change = self.model.apply_parsed(msg, members);
+                self.note(change)
             }
-            Payload::ConfigUpdate(_) => {
+        }
+    }
+
+    /// Records a message the model does not hold (routes, the encapsulation, `InSync`);
+    /// `None` for the model's inputs. `Some(true)` when the encapsulations in use may have
+    /// changed.
+    fn note_own(&mut self, msg: &ToDataplane) -> Option<bool> {
+        match &msg.payload {
+            Some(Payload::InSync(_)) => self.datastore_in_sync = true,
+            Some(Payload::ConfigUpdate(_)) => {
                 // Felix restarts its driver whenever a resolved value changes (§1.4), so the
                 // configuration the agent started with stays in force.
-                return false;
             }
-            Payload::RouteUpdate(u) => {
+            Some(Payload::RouteUpdate(u)) => {
                 let old = self.routes.insert(u.dst.clone(), u.clone());
                 self.route_changed(old.as_ref(), Some(u));
                 self.overlay.warn_route(u);
-                return false;
             }
-            Payload::Encapsulation(e) => {
+            Some(Payload::Encapsulation(e)) => {
                 self.overlay.encap = Some(e.clone());
-                self.overlay_changed();
-                return false;
+                self.dirty.overlay_changed();
+                return Some(true);
             }
-            Payload::RouteRemove(r) => {
+            Some(Payload::RouteRemove(r)) => {
                 if let Some(old) = self.routes.remove(&r.dst) {
                     self.route_changed(Some(&old), None);
                 }
-                return false;
             }
-            Payload::WorkloadEndpointUpdate(u) => {
-                let name = u.endpoint.as_ref().map(|e| e.name.clone());
-                let before = u.id.as_ref().and_then(|id| self.model.workloads.get(id));
-                // Felix repeats endpoints unchanged (resyncs): nothing to render then, and the
-                // endpoint must not move to the side table. The host side is still re-asserted.
-                let unchanged = before.is_some() && before == u.endpoint.as_ref();
-                let old = before.map(|e| e.name.clone());
-                if let Some(id) = &u.id {
-                    if let Some(o) = &old {
+            _ => return None,
+        }
+        Some(false)
+    }
+
+    /// Marks what the model's `change` affects: what to re-render, the routes, neighbours and
+    /// interfaces it names, status, the overlay. True when the encapsulations in use may have
+    /// changed.
+    fn note(&mut self, change: Change) -> bool {
+        match change {
+            Change::None => {}
+            Change::IpSet(id) => self.changes.ipset_whole(&id),
+            Change::IpSetMembers { id, touched } => self.changes.ipset_delta(&id, &touched),
+            Change::Policy(id) => self.changes.policies.extend(id),
+            Change::Profile(name) => self.changes.profiles.extend(name),
+            Change::Workload {
+                id,
+                old_iface,
+                new_iface,
+                unchanged,
+            } => {
+                if let Some(id) = &id {
+                    if let Some(o) = &old_iface {
                         self.forget_workload_iface(o, id);
                     }
-                    if let Some(n) = &name {
+                    if let Some(n) = &new_iface {
                         self.workload_ids
                             .entry(n.clone())
                             .or_default()
                             .insert(id.clone());
                     }
                 }
-                let ifaces: Vec<String> = old.into_iter().chain(name).collect();
+                let ifaces: Vec<String> = old_iface.into_iter().chain(new_iface).collect();
+                // Felix repeats endpoints unchanged (resyncs): nothing to render then, and the
+                // endpoint must not move to the side table. The host side is still re-asserted.
                 if !unchanged {
                     self.changes.workloads.extend(ifaces.iter().cloned());
                 }
-                self.status_dirty.workloads.extend(u.id.clone());
+                self.status_dirty.workloads.extend(id);
                 self.mark_endpoint(ifaces);
             }
-            Payload::WorkloadEndpointRemove(r) => {
-                let old =
-                    r.id.as_ref()
-                        .and_then(|id| self.model.workloads.get(id))
-                        .map(|e| e.name.clone());
-                if let (Some(id), Some(o)) = (&r.id, &old) {
-                    self.forget_workload_iface(o, id);
-                }
-                self.changes.workloads.extend(old.iter().cloned());
-                self.status_dirty.workloads.extend(r.id.clone());
-                self.mark_endpoint(old);
-            }
-            Payload::HostEndpointUpdate(_) | Payload::HostEndpointRemove(_) => {
+            Change::HostEndpoint => {
                 self.changes.host_endpoints = true;
                 self.status_dirty.hosts = true;
             }
-            Payload::IpsetUpdate(u) => self.changes.ipset_whole(&u.id),
-            Payload::IpsetDeltaUpdate(u) => {
-                // A hash set changes by the elements of the members touched (O(delta),
-                // not O(set)); a NET set's members are merged into intervals, so it is rendered
-                // whole.
-                match self.model.ipsets.get(&u.id).map(|s| s.kind()) {
-                    Some(IpSetType::Ip | IpSetType::IpAndPort) => self
-                        .changes
-                        .ipset_delta(&u.id, u.removed_members.iter().chain(&u.added_members)),
-                    _ => self.changes.ipset_whole(&u.id),
-                }
-            }
-            Payload::IpsetRemove(u) => self.changes.ipset_whole(&u.id),
-            Payload::ActivePolicyUpdate(u) => {
-                self.changes.policies.extend(u.id.iter().cloned());
-            }
-            Payload::ActivePolicyRemove(u) => {
-                self.changes.policies.extend(u.id.iter().cloned());
-            }
-            Payload::ActiveProfileUpdate(u) => {
-                self.changes
-                    .profiles
-                    .extend(u.id.iter().map(|i| i.name.clone()));
-            }
-            Payload::ActiveProfileRemove(u) => {
-                self.changes
-                    .profiles
-                    .extend(u.id.iter().map(|i| i.name.clone()));
-            }
-            Payload::IpamPoolUpdate(u) => {
-                if let Some(pool) = &u.pool {
-                    self.overlay.warn_pool(&u.id, pool);
-                }
-                self.changes.base = true;
-                self.overlay_changed();
-            }
-            Payload::IpamPoolRemove(_) => {
-                self.changes.base = true;
-                self.overlay_changed();
-            }
-            Payload::VtepUpdate(VxlanTunnelEndpointUpdate { node, .. })
-            | Payload::VtepRemove(VxlanTunnelEndpointRemove { node }) => {
-                // The VTEP set changes by element; the rules that use it stay.
-                let old = self.model.vteps.get(node);
-                let new = match p {
-                    Payload::VtepUpdate(u) => Some(u),
-                    _ => None,
-                };
-                for (v, sign) in [(old, -1), (new, 1)] {
-                    let fams = v.map(overlay::vtep_families).unwrap_or_default();
-                    for (n, has) in self.vteps_with.iter_mut().zip(fams) {
-                        if has {
-                            *n = n.saturating_add_signed(sign);
-                        }
-                    }
-                }
-                for v in old.into_iter().chain(new) {
-                    for a in [&v.parent_device_ip, &v.parent_device_ipv6] {
-                        if let Some(a) = rules::host_ip(a) {
-                            self.changes
-                                .internal_member(rules::statics::internal_sets::ALL_VXLAN_NET, a);
-                        }
-                    }
-                }
-                if *node == self.overlay.cfg.hostname {
-                    // This node's device.
-                    self.overlay_changed();
-                } else {
-                    let was = overlay::vtep_entries(self.model.vteps.get(node));
-                    let now = match p {
-                        Payload::VtepUpdate(u) => overlay::vtep_entries(Some(u)),
-                        _ => overlay::vtep_entries(None),
-                    };
-                    self.overlay.vtep_changed(node, &was, &now);
-                    if !self.overlay_all_pending() {
-                        let keys = &mut self.dirty.overlay_keys;
-                        keys.nodes.entry(node.clone()).or_insert(was);
-                    }
-                    self.dirty.routes = true;
-                    self.dirty.neighbours = true;
-                }
-            }
-            Payload::HostMetadataUpdate(_)
-            | Payload::HostMetadataRemove(_)
-            | Payload::HostMetadataV6Update(_)
-            | Payload::HostMetadataV6Remove(_)
-            | Payload::HostMetadataV4v6Update(_)
-            | Payload::HostMetadataV4v6Remove(_) => {
-                // The hosts set changes by element: the host's addresses before, and those the
-                // message names.
-                let (host, named): (&str, Vec<&str>) = match p {
-                    Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
-                        (&u.hostname, vec![&u.ipv4_addr, &u.ipv6_addr])
-                    }
-                    Payload::HostMetadataRemove(r) | Payload::HostMetadataV4v6Remove(r) => {
-                        (&r.hostname, vec![&r.ipv4_addr])
-                    }
-                    Payload::HostMetadataV6Update(u) => (&u.hostname, vec![&u.ipv6_addr]),
-                    Payload::HostMetadataV6Remove(r) => (&r.hostname, vec![]),
-                    _ => ("", vec![]),
-                };
-                let before = self
-                    .model
-                    .hosts
-                    .get(host)
-                    .map(|h| [h.ipv4_addr.as_str(), h.ipv6_addr.as_str()]);
-                let touched: Vec<IpAddr> = before
-                    .into_iter()
-                    .flatten()
-                    .chain(named)
-                    .filter_map(rules::host_ip)
-                    .collect();
-                for a in touched {
+            Change::Hosts { addrs } => {
+                // The hosts set changes by element.
+                for a in addrs {
                     self.changes
                         .internal_member(rules::statics::internal_sets::ALL_HOSTS_NET, a);
                 }
                 if self.overlay.cfg.noencap_routes {
                     // This node's own address finds the no-encap routes' parent.
-                    self.overlay_changed();
+                    self.dirty.overlay_changed();
                 }
             }
-            Payload::GlobalBgpConfigUpdate(_) => {
+            Change::Pool { updated } => {
+                if let Some(pool) = updated.and_then(|id| self.model.pools.get_key_value(&id)) {
+                    self.overlay.warn_pool(pool.0, pool.1);
+                }
                 self.changes.base = true;
+                self.dirty.overlay_changed();
+                return true;
             }
-            // Nothing else reaches the tables (rules::Model::apply ignores it).
-            _ => return false,
+            Change::Vtep { node, old } => {
+                self.vtep_changed(&node, old.as_ref());
+                return true;
+            }
+            Change::ServiceCidrs => self.changes.base = true,
         }
-        true
+        false
+    }
+
+    /// A VTEP changed from `old` to what the model now holds. The VTEP set changes by element;
+    /// the rules that use it stay.
+    fn vtep_changed(&mut self, node: &str, old: Option<&VxlanTunnelEndpointUpdate>) {
+        let new = self.model.vteps.get(node);
+        for (v, sign) in [(old, -1), (new, 1)] {
+            let fams = v.map(overlay::vtep_families).unwrap_or_default();
+            for (n, has) in self.vteps_with.iter_mut().zip(fams) {
+                if has {
+                    *n = n.saturating_add_signed(sign);
+                }
+            }
+        }
+        for v in old.into_iter().chain(new) {
+            for a in [&v.parent_device_ip, &v.parent_device_ipv6] {
+                if let Some(a) = rules::host_ip(a) {
+                    self.changes
+                        .internal_member(rules::statics::internal_sets::ALL_VXLAN_NET, a);
+                }
+            }
+        }
+        if node == self.overlay.cfg.hostname {
+            // This node's device.
+            self.dirty.overlay_changed();
+        } else {
+            let was = overlay::vtep_entries(old);
+            let now = overlay::vtep_entries(new);
+            self.overlay.vtep_changed(node, &was, &now);
+            self.dirty.remote_node_changed(node, was);
+        }
     }
 
     /// Whether VXLAN of either family is on.
@@ -789,41 +659,31 @@ impl Dataplane {
         self.inc.set_config(cfg);
         self.changes.base = true;
         // A device comes or goes.
-        self.overlay_changed();
+        self.dirty.overlay_changed();
     }
 
     /// A route from Felix changed (`old` → `new`). A remote VXLAN block (before and after)
     /// touches its own route group only; anything else (a local block's blackhole, a no-encap
     /// route) restates all routes.
     fn route_changed(&mut self, old: Option<&RouteUpdate>, new: Option<&RouteUpdate>) {
-        self.dirty.routes = true;
         let remote_vxlan = |r: &RouteUpdate| {
             r.ip_pool_type == IpPoolType::Vxlan as i32
                 && r.types & RouteType::LocalWorkload as i32 == 0
                 && !r.local_workload
         };
         if old.into_iter().chain(new).all(remote_vxlan) {
-            if let Some(dst) = new.or(old).map(|r| r.dst.clone()) {
-                if !self.overlay_all_pending() {
-                    self.dirty.overlay_keys.dsts.insert(dst);
-                }
-            }
+            self.dirty
+                .remote_block_changed(new.or(old).map(|r| r.dst.clone()));
         } else {
-            self.dirty.host_scope = None;
+            self.dirty.all_routes_changed();
         }
     }
 
-    /// Whether the next host phases state the whole overlay anyway (no key to record then).
-    fn overlay_all_pending(&self) -> bool {
-        self.dirty.overlay || self.dirty.host_scope.is_none()
-    }
-
-    /// The VXLAN device, its FDB, ARP entries and routes may have changed.
-    fn overlay_changed(&mut self) {
-        self.dirty.overlay = true;
-        self.dirty.routes = true;
-        self.dirty.neighbours = true;
-        self.dirty.host_scope = None;
+    /// The tables are dirty while the renderer has changes to render.
+    fn tables_follow_changes(&mut self) {
+        if self.changes.any() {
+            self.dirty.tables_changed();
+        }
     }
 
     fn forget_workload_iface(&mut self, iface: &str, id: &WorkloadEndpointId) {
@@ -835,15 +695,12 @@ impl Dataplane {
         }
     }
 
-    fn mark_endpoint(&mut self, ifaces: impl IntoIterator<Item = String>) {
-        self.dirty.routes = true;
-        self.dirty.neighbours = true;
-        for i in ifaces {
-            self.status_of_iface(&i);
-            self.conf_failed.remove(&i);
-            self.dirty.scope(&i);
-            self.dirty.ifaces.insert(i);
+    fn mark_endpoint(&mut self, ifaces: Vec<String>) {
+        for i in &ifaces {
+            self.status_of_iface(i);
+            self.conf_failed.remove(i);
         }
+        self.dirty.endpoints_changed(ifaces);
     }
 
     /// Records what the interface monitor reported.
@@ -870,7 +727,7 @@ impl Dataplane {
                     self.iface_changed(&l.name, came_up);
                 } else if mtu_changed && !self.cfg.is_workload_iface(&l.name) && self.vxlan_on() {
                     // The VXLAN MTU follows its parent's.
-                    self.overlay_changed();
+                    self.dirty.overlay_changed();
                 }
             }
             E::Renamed {
@@ -921,34 +778,31 @@ impl Dataplane {
             self.changes.base = true;
             // The VXLAN parent is the interface that holds this node's address.
             if self.vxlan_on() {
-                self.overlay_changed();
+                self.dirty.overlay_changed();
             }
         }
         if !self.model.host_endpoints.is_empty() {
             self.changes.host_endpoints = true;
         }
-        self.dirty.tables |= self.changes.any();
+        self.tables_follow_changes();
     }
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
         self.status_of_iface(name);
         if name == overlay::VXLAN_IFACE_V4 || name == overlay::VXLAN_IFACE_V6 {
             // Created, deleted or flapped: look at the device, re-assert what lives on it.
-            self.overlay_changed();
+            self.dirty.overlay_changed();
         } else if self.cfg.is_workload_iface(name) {
             // Routes and ARP entries of a workload interface are (re)asserted when it flaps
             // (§15); sysctls are applied when it comes up (§14.2). Status may change.
-            self.dirty.routes = true;
-            self.dirty.neighbours = true;
-            self.dirty.scope(name);
+            self.dirty.workload_iface_changed(name, came_up);
             if came_up {
                 self.conf_failed.remove(name);
-                self.dirty.ifaces.insert(name.to_string());
             }
         } else if !self.model.host_endpoints.is_empty() {
             // Host endpoint resolution may change.
             self.changes.host_endpoints = true;
-            self.dirty.tables = true;
+            self.dirty.tables_changed();
         }
     }
 
@@ -970,6 +824,87 @@ impl Dataplane {
     /// Marks the interface view complete (one-shot commands read it with a dump).
     pub fn set_ifaces_in_sync(&mut self) {
         self.ifaces_in_sync = true;
+    }
+
+    /// The configuration the dataplane runs with.
+    pub fn cfg(&self) -> &DataplaneConfig {
+        &self.cfg
+    }
+
+    /// What changed since the last apply.
+    pub fn dirty(&self) -> &Dirty {
+        &self.dirty
+    }
+
+    /// The nf_tables phase committed what was rendered.
+    pub fn tables_applied(&mut self) {
+        self.dirty.tables_applied();
+    }
+
+    /// The VXLAN devices are as desired; `created`: one was just created, and its routes and
+    /// neighbours are to be restated.
+    pub fn overlay_applied(&mut self, created: bool) {
+        self.dirty.overlay_applied(created);
+    }
+
+    /// The routes phase completed without errors.
+    pub fn routes_applied(&mut self) {
+        self.dirty.routes_applied();
+    }
+
+    /// The neighbours phase completed.
+    pub fn neighbours_applied(&mut self) {
+        self.dirty.neighbours_applied();
+    }
+
+    /// Routes, neighbours and the overlay are someone else's (`RouteSyncDisabled`): nothing of
+    /// them stays dirty.
+    pub fn host_routes_skipped(&mut self) {
+        self.dirty.host_routes_skipped();
+    }
+
+    /// Ends the host phases if routes, neighbours and the overlay are all applied (the scope
+    /// resets to what changes from now on); returns whether they were.
+    pub fn finish_host_phases(&mut self) -> bool {
+        self.dirty.finish_host_phases()
+    }
+
+    /// `iface` needs no more configuring: done, down (it is configured when it comes up), or
+    /// gone.
+    pub fn iface_conf_done(&mut self, iface: &str) {
+        self.dirty.iface_done(iface);
+    }
+
+    /// All routes are to be looked at again (unknown routes' grace period ended).
+    pub fn recheck_routes(&mut self) {
+        self.dirty.all_routes_changed();
+    }
+
+    /// What the host phases state, and the workload interfaces they are scoped to (`None`:
+    /// all), for an apply that resyncs routes when `resync_routes`. Only when one of those
+    /// phases has work: an IP set member must not cost a pass over every workload.
+    pub fn desired_for_apply(&self, resync_routes: bool) -> (Desired, Option<BTreeSet<String>>) {
+        let d = &self.dirty;
+        let host_work = !d.ifaces().is_empty()
+            || (!self.cfg.route_sync_disabled
+                && (d.routes() || d.neighbours() || d.overlay() || resync_routes));
+        // Only the workload interfaces that changed (and those to configure), unless a resync
+        // or something global asks for all of them.
+        let scope: Option<BTreeSet<String>> = if resync_routes || d.overlay() {
+            None
+        } else {
+            d.host_scope().map(|s| {
+                let mut s = s.clone();
+                s.extend(d.ifaces().iter().cloned());
+                s
+            })
+        };
+        let desired = if host_work {
+            self.desired_host_in(scope.as_ref())
+        } else {
+            Desired::default()
+        };
+        (desired, scope)
     }
 
     /// Records that configuring `iface` failed (its endpoint goes `down` until it succeeds).
@@ -1065,7 +1000,7 @@ impl Dataplane {
     pub fn request_side_merge(&mut self) {
         if self.inc.side_pending() {
             self.changes.merge_side = true;
-            self.dirty.tables = true;
+            self.dirty.tables_changed();
         }
     }
 
@@ -1144,10 +1079,10 @@ impl Dataplane {
                 d.routes.insert("blackhole".into(), blackholes);
             }
             self.desired_overlay(&mut d);
-        } else if !self.cfg.route_sync_disabled
-            && !self.dirty.overlay
-            && !self.dirty.overlay_keys.is_empty()
-        {
+        } else if let (false, Some(keys)) = (
+            self.cfg.route_sync_disabled,
+            self.dirty.overlay_delta_keys(),
+        ) {
             // Only remote nodes and blocks changed: their entries and route groups alone.
             let (v4, v6) = self.vxlan_families();
             let delta = self.overlay.delta(
@@ -1157,7 +1092,7 @@ impl Dataplane {
                 &self.ifaces,
                 |n| self.cfg.is_workload_iface(n),
                 self.overlay_route_params(),
-                &self.dirty.overlay_keys,
+                keys,
             );
             d.overlay_delta = true;
             d.overlay_groups = delta.routes.keys().cloned().collect();

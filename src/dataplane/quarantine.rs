@@ -218,10 +218,8 @@ impl Dataplane {
     /// Puts `v` into the model as if an update had said it (marking what to re-render).
     fn record_version(&mut self, key: &ObjKey, v: Version) {
         let (m, members) = version_msg(key, v);
-        if self.note(&m) {
-            self.model.apply_parsed(&m, members);
-            self.dirty.tables |= self.changes.any();
-        }
+        self.record(&m, members);
+        self.tables_follow_changes();
     }
 
     /// Takes `key` back to its last good version; returns the version it had.
@@ -253,10 +251,8 @@ impl Dataplane {
         if let Some(p) = &m.payload {
             self.remember(p);
         }
-        if self.note(&m) {
-            self.model.apply_parsed(&m, members);
-            self.dirty.tables |= self.changes.any();
-        }
+        self.record(&m, members);
+        self.tables_follow_changes();
         self.status_dirty.all = true;
     }
 

@@ -516,18 +516,115 @@ proptest! {
         .unwrap();
         dp.on_update(&msg(vtep("me", 0))).unwrap();
         let mut state = OverlayState::full(&dp.desired_host());
-        dp.dirty = Dirty { host_scope: Some(BTreeSet::new()), ..Dirty::default() };
+        dp.dirty = Dirty::clean();
         for chunk in &chunks {
             for e in chunk {
                 // Invalid sequences (a block on a node's address...) are refused; fine.
                 let _ = dp.on_update(&ov_msg(e));
             }
-            prop_assert!(!dp.dirty.overlay, "only remote nodes changed: {:?}", chunk);
-            if !dp.dirty.overlay_keys.is_empty() {
+            prop_assert!(!dp.dirty.overlay(), "only remote nodes changed: {:?}", chunk);
+            if dp.dirty.overlay_delta_keys().is_some() {
                 state.fold(&dp.desired_host_in(Some(&BTreeSet::new())));
             }
-            dp.dirty = Dirty { host_scope: Some(BTreeSet::new()), ..Dirty::default() };
+            dp.dirty = Dirty::clean();
             prop_assert_eq!(&state, &OverlayState::full(&dp.desired_host()), "after {:?}", chunk);
         }
     }
+}
+
+/// The model says what an update changed: the interfaces a workload moved between, a repeat
+/// as unchanged, the VTEP an update replaced, the hosts-set addresses a host touched, and the
+/// members of a delta of an address set (a delta of a set it does not hold is whole).
+#[test]
+fn the_model_says_what_an_update_changed() {
+    let mut m = Model::new(RulesConfig::default());
+    let wep = |name: &str| {
+        msg(Payload::WorkloadEndpointUpdate(WorkloadEndpointUpdate {
+            id: Some(wid(1)),
+            endpoint: Some(WorkloadEndpoint {
+                name: name.into(),
+                state: "active".into(),
+                ..Default::default()
+            }),
+        }))
+    };
+    let workload = |old: Option<&str>, new: Option<&str>, unchanged| Change::Workload {
+        id: Some(wid(1)),
+        old_iface: old.map(str::to_string),
+        new_iface: new.map(str::to_string),
+        unchanged,
+    };
+    assert_eq!(m.apply(&wep("cali1")), workload(None, Some("cali1"), false));
+    assert_eq!(
+        m.apply(&wep("cali1")),
+        workload(Some("cali1"), Some("cali1"), true)
+    );
+    assert_eq!(
+        m.apply_owned(wep("cali2"), None),
+        workload(Some("cali1"), Some("cali2"), false)
+    );
+    let gone = msg(Payload::WorkloadEndpointRemove(WorkloadEndpointRemove {
+        id: Some(wid(1)),
+    }));
+    assert_eq!(m.apply(&gone), workload(Some("cali2"), None, false));
+
+    let Payload::VtepUpdate(first) = vtep("n1", 1) else {
+        unreachable!()
+    };
+    assert_eq!(
+        m.apply(&msg(vtep("n1", 1))),
+        Change::Vtep {
+            node: "n1".into(),
+            old: None
+        }
+    );
+    assert_eq!(
+        m.apply(&msg(vtep("n1", 2))),
+        Change::Vtep {
+            node: "n1".into(),
+            old: Some(first)
+        }
+    );
+
+    let host = |v4: &str| {
+        msg(Payload::HostMetadataUpdate(
+            crate::proto::HostMetadataUpdate {
+                hostname: "h".into(),
+                ipv4_addr: v4.into(),
+                ..Default::default()
+            },
+        ))
+    };
+    m.apply(&host("172.31.0.1/24"));
+    assert_eq!(
+        m.apply(&host("172.31.0.2")),
+        Change::Hosts {
+            addrs: vec!["172.31.0.1".parse().unwrap(), "172.31.0.2".parse().unwrap()]
+        }
+    );
+
+    let delta = |id: &str| {
+        msg(Payload::IpsetDeltaUpdate(crate::proto::IpSetDeltaUpdate {
+            id: id.into(),
+            added_members: vec!["10.0.0.2".into()],
+            removed_members: vec!["10.0.0.1".into()],
+        }))
+    };
+    assert_eq!(m.apply(&delta("s")), Change::IpSet("s".into()));
+    m.apply(&msg(Payload::IpsetUpdate(crate::proto::IpSetUpdate {
+        id: "s".into(),
+        members: vec!["10.0.0.1".into()],
+        r#type: crate::proto::IpSetType::Ip as i32,
+    })));
+    assert_eq!(
+        m.apply(&delta("s")),
+        Change::IpSetMembers {
+            id: "s".into(),
+            touched: vec!["10.0.0.1".into(), "10.0.0.2".into()]
+        }
+    );
+    assert_eq!(
+        m.apply(&msg(Payload::InSync(Default::default()))),
+        Change::None
+    );
 }

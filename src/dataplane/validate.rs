@@ -919,7 +919,9 @@ pub fn validate_all(
                 | Payload::ActivePolicyRemove(_)
                 | Payload::ActiveProfileUpdate(_)
                 | Payload::ActiveProfileRemove(_),
-            ) => model.apply(&m),
+            ) => {
+                model.apply(&m);
+            }
             _ => {}
         }
         valid.push(Valid { msg: m, members });
@@ -1051,7 +1053,9 @@ mod tests {
         let mut out = Vec::new();
         for (i, m) in doc(lines).into_iter().enumerate() {
             match validate(&model, &m) {
-                Ok(members) => model.apply_parsed(&m, members),
+                Ok(members) => {
+                    model.apply_parsed(&m, members);
+                }
                 Err(e) => out.push((i, e.field, e.value)),
             }
         }

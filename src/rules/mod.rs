@@ -185,6 +185,49 @@ pub fn canonicalise_policy_ids(msg: &mut ToDataplane) {
     }
 }
 
+/// What one update changed in the [`Model`], as much as the dataplane needs to mark what to
+/// re-render and restate. The model's one match over the messages decides it; a value an update
+/// replaced or removed is handed back where the dataplane reads it (moved out, not copied).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Not a model input.
+    None,
+    /// An IP set replaced, removed, or changed in a way rendered whole (a delta of a `NET` set
+    /// or of a set the model does not hold).
+    IpSet(String),
+    /// A delta of a set rendered element by element: the members it touched.
+    IpSetMembers {
+        id: String,
+        touched: Vec<String>,
+    },
+    Policy(Option<PolicyId>),
+    /// A profile, by name.
+    Profile(Option<String>),
+    /// A workload endpoint updated or removed: the interface it had and the one it has, and
+    /// whether an update repeated it unchanged.
+    Workload {
+        id: Option<WorkloadEndpointId>,
+        old_iface: Option<String>,
+        new_iface: Option<String>,
+        unchanged: bool,
+    },
+    HostEndpoint,
+    /// A Calico host: the addresses that may have joined or left the hosts set.
+    Hosts {
+        addrs: Vec<IpAddr>,
+    },
+    /// An IPAM pool; `updated` names the pool the model now holds, when the update set one.
+    Pool {
+        updated: Option<String>,
+    },
+    /// A VTEP; `old` is the one the update replaced or removed.
+    Vtep {
+        node: String,
+        old: Option<VxlanTunnelEndpointUpdate>,
+    },
+    ServiceCidrs,
+}
+
 /// A whole node's desired state, in the Felix API's own types, kept in ordered maps so that
 /// rendering does not depend on the order updates arrived in.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -226,10 +269,11 @@ impl Model {
 
     /// [`Model::apply`], with an `ipset_update`'s members already parsed (by validation:
     /// [`Members::try_parse`]). `None` parses them here.
-    pub fn apply_parsed(&mut self, msg: &ToDataplane, members: Option<Members>) {
+    pub fn apply_parsed(&mut self, msg: &ToDataplane, members: Option<Members>) -> Change {
         match (&msg.payload, members) {
             (Some(Payload::IpsetUpdate(u)), Some(members)) => {
                 self.ipsets.insert(u.id.clone(), members);
+                Change::IpSet(u.id.clone())
             }
             _ => self.apply(msg),
         }
@@ -237,30 +281,31 @@ impl Model {
 
     /// [`Model::apply_parsed`] taking the message: the big payloads (policies, profiles,
     /// endpoints, IP sets) move into the model instead of being copied (a state document).
-    pub fn apply_owned(&mut self, msg: ToDataplane, members: Option<Members>) {
+    pub fn apply_owned(&mut self, msg: ToDataplane, members: Option<Members>) -> Change {
         match (msg.payload, members) {
             (Some(Payload::IpsetUpdate(u)), Some(members)) => {
-                self.ipsets.insert(u.id, members);
+                self.ipsets.insert(u.id.clone(), members);
+                Change::IpSet(u.id)
             }
             (Some(Payload::ActivePolicyUpdate(u)), _) => {
-                if let (Some(id), Some(p)) = (u.id, u.policy) {
-                    self.policies.insert(id, p);
+                if let (Some(id), Some(p)) = (&u.id, u.policy) {
+                    self.policies.insert(id.clone(), p);
                 }
+                Change::Policy(u.id)
             }
             (Some(Payload::ActiveProfileUpdate(u)), _) => {
-                if let (Some(id), Some(p)) = (u.id, u.profile) {
-                    self.profiles.insert(id.name, p);
+                let name = u.id.map(|i| i.name);
+                if let (Some(n), Some(p)) = (&name, u.profile) {
+                    self.profiles.insert(n.clone(), p);
                 }
+                Change::Profile(name)
             }
-            (Some(Payload::WorkloadEndpointUpdate(u)), _) => {
-                if let (Some(id), Some(e)) = (u.id, u.endpoint) {
-                    self.workloads.insert(id, e);
-                }
-            }
+            (Some(Payload::WorkloadEndpointUpdate(u)), _) => self.set_workload(u.id, u.endpoint),
             (Some(Payload::HostEndpointUpdate(u)), _) => {
                 if let (Some(id), Some(e)) = (u.id, u.endpoint) {
                     self.host_endpoints.insert(id, e);
                 }
+                Change::HostEndpoint
             }
             (payload, _) => self.apply(&ToDataplane {
                 sequence_number: msg.sequence_number,
@@ -269,102 +314,145 @@ impl Model {
         }
     }
 
-    /// Records one Felix update. Messages the renderer does not use are ignored.
-    pub fn apply(&mut self, msg: &ToDataplane) {
-        let Some(p) = &msg.payload else { return };
+    /// Records one Felix update and says what it changed. Messages the renderer does not use
+    /// are ignored ([`Change::None`]).
+    pub fn apply(&mut self, msg: &ToDataplane) -> Change {
+        let Some(p) = &msg.payload else {
+            return Change::None;
+        };
         match p {
             Payload::IpsetUpdate(u) => {
                 let kind = IpSetType::try_from(u.r#type).unwrap_or(IpSetType::Ip);
                 let members = Members::parse(kind, u.members.iter().map(String::as_str));
                 self.ipsets.insert(u.id.clone(), members);
+                Change::IpSet(u.id.clone())
             }
             Payload::IpsetDeltaUpdate(d) => {
-                if let Some(members) = self.ipsets.get_mut(&d.id) {
-                    for m in &d.removed_members {
-                        members.remove(m);
+                let Some(members) = self.ipsets.get_mut(&d.id) else {
+                    return Change::IpSet(d.id.clone());
+                };
+                // A hash set changes by the elements of the members touched; a NET set's
+                // members are merged into intervals, so it is rendered whole.
+                let by_element = matches!(members.kind(), IpSetType::Ip | IpSetType::IpAndPort);
+                for m in &d.removed_members {
+                    members.remove(m);
+                }
+                for m in &d.added_members {
+                    members.insert(m);
+                }
+                if by_element {
+                    Change::IpSetMembers {
+                        id: d.id.clone(),
+                        touched: d
+                            .removed_members
+                            .iter()
+                            .chain(&d.added_members)
+                            .cloned()
+                            .collect(),
                     }
-                    for m in &d.added_members {
-                        members.insert(m);
-                    }
+                } else {
+                    Change::IpSet(d.id.clone())
                 }
             }
             Payload::IpsetRemove(r) => {
                 self.ipsets.remove(&r.id);
+                Change::IpSet(r.id.clone())
             }
             Payload::ActivePolicyUpdate(u) => {
                 if let (Some(id), Some(p)) = (&u.id, &u.policy) {
                     self.policies.insert(id.clone(), p.clone());
                 }
+                Change::Policy(u.id.clone())
             }
             Payload::ActivePolicyRemove(r) => {
                 if let Some(id) = &r.id {
                     self.policies.remove(id);
                 }
+                Change::Policy(r.id.clone())
             }
             Payload::ActiveProfileUpdate(u) => {
                 if let (Some(id), Some(p)) = (&u.id, &u.profile) {
                     self.profiles.insert(id.name.clone(), p.clone());
                 }
+                Change::Profile(u.id.as_ref().map(|i| i.name.clone()))
             }
             Payload::ActiveProfileRemove(r) => {
                 if let Some(id) = &r.id {
                     self.profiles.remove(&id.name);
                 }
+                Change::Profile(r.id.as_ref().map(|i| i.name.clone()))
             }
             Payload::WorkloadEndpointUpdate(u) => {
-                if let (Some(id), Some(e)) = (&u.id, &u.endpoint) {
-                    self.workloads.insert(id.clone(), e.clone());
-                }
+                self.set_workload(u.id.clone(), u.endpoint.clone())
             }
             Payload::WorkloadEndpointRemove(r) => {
-                if let Some(id) = &r.id {
-                    self.workloads.remove(id);
+                let old = r.id.as_ref().and_then(|id| self.workloads.remove(id));
+                Change::Workload {
+                    id: r.id.clone(),
+                    old_iface: old.map(|e| e.name),
+                    new_iface: None,
+                    unchanged: false,
                 }
             }
             Payload::HostEndpointUpdate(u) => {
                 if let (Some(id), Some(e)) = (&u.id, &u.endpoint) {
                     self.host_endpoints.insert(id.clone(), e.clone());
                 }
+                Change::HostEndpoint
             }
             Payload::HostEndpointRemove(r) => {
                 if let Some(id) = &r.id {
                     self.host_endpoints.remove(id);
                 }
+                Change::HostEndpoint
             }
             Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
+                let touched = self.host_touched(&u.hostname, [&u.ipv4_addr, &u.ipv6_addr]);
                 self.hosts.insert(u.hostname.clone(), u.clone());
+                touched
             }
             Payload::HostMetadataRemove(r) | Payload::HostMetadataV4v6Remove(r) => {
+                let touched = self.host_touched(&r.hostname, [&r.ipv4_addr]);
                 self.hosts.remove(&r.hostname);
+                touched
             }
             // The IPv6 half of a host (Felix 3.31/3.32): folded into the host's one record.
             Payload::HostMetadataV6Update(u) => {
+                let touched = self.host_touched(&u.hostname, [&u.ipv6_addr]);
                 let h = self.hosts.entry(u.hostname.clone()).or_default();
                 h.hostname.clone_from(&u.hostname);
                 h.ipv6_addr.clone_from(&u.ipv6_addr);
+                touched
             }
             Payload::HostMetadataV6Remove(r) => {
+                let touched = self.host_touched(&r.hostname, []);
                 if let Some(h) = self.hosts.get_mut(&r.hostname) {
                     h.ipv6_addr.clear();
                     if h.ipv4_addr.is_empty() {
                         self.hosts.remove(&r.hostname);
                     }
                 }
+                touched
             }
             Payload::IpamPoolUpdate(u) => {
-                if let Some(p) = &u.pool {
+                let updated = u.pool.as_ref().map(|p| {
                     self.pools.insert(u.id.clone(), p.clone());
-                }
+                    u.id.clone()
+                });
+                Change::Pool { updated }
             }
             Payload::IpamPoolRemove(r) => {
                 self.pools.remove(&r.id);
+                Change::Pool { updated: None }
             }
-            Payload::VtepUpdate(u) => {
-                self.vteps.insert(u.node.clone(), u.clone());
-            }
-            Payload::VtepRemove(r) => {
-                self.vteps.remove(&r.node);
-            }
+            Payload::VtepUpdate(u) => Change::Vtep {
+                node: u.node.clone(),
+                old: self.vteps.insert(u.node.clone(), u.clone()),
+            },
+            Payload::VtepRemove(r) => Change::Vtep {
+                node: r.node.clone(),
+                old: self.vteps.remove(&r.node),
+            },
             Payload::GlobalBgpConfigUpdate(u) => {
                 let mut cidrs: Vec<String> = u
                     .service_cluster_cidrs
@@ -376,9 +464,50 @@ impl Model {
                 cidrs.sort();
                 cidrs.dedup();
                 self.service_cidrs = cidrs;
+                Change::ServiceCidrs
             }
-            _ => {}
+            _ => Change::None,
         }
+    }
+
+    /// Sets (or, without an endpoint, leaves) a workload endpoint.
+    fn set_workload(
+        &mut self,
+        id: Option<WorkloadEndpointId>,
+        endpoint: Option<WorkloadEndpoint>,
+    ) -> Change {
+        let new_iface = endpoint.as_ref().map(|e| e.name.clone());
+        let (old, unchanged) = match (&id, endpoint) {
+            (Some(id), Some(e)) => {
+                let old = self.workloads.insert(id.clone(), e);
+                let unchanged = old.is_some() && old.as_ref() == self.workloads.get(id);
+                (old.map(|e| e.name), unchanged)
+            }
+            (Some(id), None) => (self.workloads.get(id).map(|e| e.name.clone()), false),
+            (None, _) => (None, false),
+        };
+        Change::Workload {
+            id,
+            old_iface: old,
+            new_iface,
+            unchanged,
+        }
+    }
+
+    /// The addresses a host update may add to or remove from the hosts set: the host's
+    /// addresses before it, and those the message names.
+    fn host_touched<const N: usize>(&self, host: &str, named: [&String; N]) -> Change {
+        let before = self
+            .hosts
+            .get(host)
+            .map(|h| [h.ipv4_addr.as_str(), h.ipv6_addr.as_str()]);
+        let addrs = before
+            .into_iter()
+            .flatten()
+            .chain(named.into_iter().map(String::as_str))
+            .filter_map(host_ip)
+            .collect();
+        Change::Hosts { addrs }
     }
 
     /// Workloads by interface name; when two claim one interface the smaller ID wins (§14.1).

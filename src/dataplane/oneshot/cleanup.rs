@@ -1,0 +1,115 @@
+//! `cleanup`: removes our tables, routes and permanent neighbours.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::dataplane::DataplaneConfig;
+use crate::netns::NetNs;
+use crate::nft::reconcile;
+use crate::rtnl::neigh::{Mac, NeighSyncer};
+use crate::rtnl::RtnlHandle;
+
+use super::dump::{open_nft, our_neighbours, OUR_TABLES};
+use super::{route_syncers, rtnl, OneShotError};
+
+/// What `cleanup` removed.
+#[derive(Debug, Default)]
+pub struct CleanupReport {
+    /// Tables deleted (0, 1 or 2).
+    pub tables: usize,
+    /// Routes deleted, as `dump` prints them.
+    pub routes: Vec<String>,
+    /// Permanent neighbours deleted: (interface, address).
+    pub neighbours: Vec<(String, IpAddr)>,
+    /// Route and neighbour work was skipped (`RouteSyncDisabled`).
+    pub route_sync_disabled: bool,
+    /// Failures of single routes or neighbours; any makes the exit code non-zero.
+    pub errors: Vec<String>,
+}
+
+impl CleanupReport {
+    /// Counts first, then one line per object removed.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        if self.tables == 0
+            && self.routes.is_empty()
+            && self.neighbours.is_empty()
+            && self.errors.is_empty()
+        {
+            s.push_str("nothing to do\n");
+        }
+        let _ = writeln!(
+            s,
+            "removed: {} table(s), {} route(s), {} neighbour(s)",
+            self.tables,
+            self.routes.len(),
+            self.neighbours.len()
+        );
+        if self.route_sync_disabled {
+            s.push_str("routes and neighbours: skipped (RouteSyncDisabled)\n");
+        }
+        for r in &self.routes {
+            let _ = writeln!(s, "route delete {r}");
+        }
+        for (dev, ip) in &self.neighbours {
+            let _ = writeln!(s, "neigh delete {ip} dev {dev}");
+        }
+        for e in &self.errors {
+            let _ = writeln!(s, "error: {e}");
+        }
+        s
+    }
+}
+
+/// Removes our tables (one transaction), our routes (no grace period) and our permanent
+/// neighbours on workload interfaces. Idempotent.
+pub async fn cleanup(
+    ns: Option<&NetNs>,
+    cfg: &DataplaneConfig,
+) -> Result<CleanupReport, OneShotError> {
+    let mut rep = CleanupReport::default();
+    let mut nft = open_nft(ns)?;
+    rep.tables =
+        reconcile::remove_tables(&mut nft, &OUR_TABLES).map_err(|source| OneShotError::Nft {
+            op: "deleting our tables",
+            source: Box::new(source),
+        })?;
+    if cfg.route_sync_disabled {
+        // Routes and neighbours belong to whoever syncs them then (§15).
+        rep.route_sync_disabled = true;
+        return Ok(rep);
+    }
+    let h = RtnlHandle::connect(ns).map_err(rtnl("connecting to rtnetlink"))?;
+    for mut s in route_syncers(cfg, Some(Duration::ZERO)) {
+        let before = s.list_owned(&h).await.map_err(rtnl("listing routes"))?;
+        let r = s.apply(&h).await.map_err(rtnl("deleting routes"))?;
+        rep.routes.extend(
+            before
+                .iter()
+                .filter(|o| r.deleted.contains(&o.key))
+                .map(|o| o.to_string()),
+        );
+        rep.errors
+            .extend(r.errors.iter().map(|e| crate::ops::logging::chain(e)));
+    }
+    let mut neigh = NeighSyncer::new();
+    let mut by_iface: BTreeMap<String, Vec<(IpAddr, Mac)>> = BTreeMap::new();
+    for (dev, ip, mac) in our_neighbours(&h, cfg).await? {
+        by_iface
+            .entry(dev)
+            .or_default()
+            .push((ip, mac.unwrap_or_default()));
+    }
+    for (dev, entries) in &by_iface {
+        // Known first, then unwanted: the syncer deletes what it was told about.
+        neigh.set_neighbours(dev, entries.iter().copied());
+        neigh.set_neighbours(dev, []);
+    }
+    let r = neigh.apply(&h).await.map_err(rtnl("deleting neighbours"))?;
+    rep.neighbours = r.deleted;
+    rep.errors
+        .extend(r.errors.iter().map(|e| crate::ops::logging::chain(e)));
+    Ok(rep)
+}
