@@ -192,18 +192,24 @@ pub fn rules_ipsets<'a>(rules: impl IntoIterator<Item = &'a Rule>, out: &mut BTr
     }
 }
 
-/// Whether `rule` matches on Felix IP set `id` in a way an empty set changes (see
-/// [`EmptyIpSet`]).
-pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
+/// The IP set fields every one of whose sets must match (AND): one with no member of the
+/// family rendered makes the rule never match (see [`EmptyIpSet`]).
+fn must_match_ipsets(rule: &Rule) -> [&Vec<String>; 3] {
     [
         &rule.src_ip_set_ids,
         &rule.dst_ip_set_ids,
         &rule.dst_ip_port_set_ids,
-        &rule.not_src_ip_set_ids,
-        &rule.not_dst_ip_set_ids,
     ]
-    .iter()
-    .any(|ids| ids.iter().any(|i| i == id))
+}
+
+/// Whether `rule` matches on Felix IP set `id` in a way an empty set changes: a set that must
+/// match, or a negated one (see [`EmptyIpSet`]).
+pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
+    let negated = [&rule.not_src_ip_set_ids, &rule.not_dst_ip_set_ids];
+    must_match_ipsets(rule)
+        .iter()
+        .chain(negated.iter())
+        .any(|ids| ids.iter().any(|i| i == id))
 }
 
 fn sorted(ids: &[String]) -> Vec<&String> {
@@ -344,12 +350,10 @@ impl Renderer {
         };
         // Every positive IP set match must hold: one on a set with no member of this family
         // never does.
-        let must_match = [
-            &rule.src_ip_set_ids,
-            &rule.dst_ip_set_ids,
-            &rule.dst_ip_port_set_ids,
-        ];
-        if must_match.iter().any(|ids| ids.iter().any(|id| empty(id))) {
+        if must_match_ipsets(rule)
+            .iter()
+            .any(|ids| ids.iter().any(|id| empty(id)))
+        {
             return false;
         }
         let proto = match &rule.protocol {
