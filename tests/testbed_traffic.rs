@@ -114,7 +114,9 @@ fn probes_tell_pass_from_refused_from_drop() {
     assert!(report.all_match(), "open network:\n{report}");
 
     // The external side saw the workload's own address (no NAT anywhere yet).
-    let ext_tcp_peers = _servers[2].0.wait_peers(1, DEFAULT_TIMEOUT);
+    let ext_tcp_peers = _servers[2]
+        .0
+        .wait_peers_from(&[IpAddr::V4(A4)], DEFAULT_TIMEOUT);
     assert!(
         ext_tcp_peers.iter().any(|p| p.ip() == IpAddr::V4(A4)),
         "{ext_tcp_peers:?}"

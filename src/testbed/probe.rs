@@ -275,10 +275,27 @@ impl Shared {
     /// Waits until at least `n` peers are recorded (a client's connect returns when the kernel
     /// completes the handshake, a moment before the server thread accepts).
     fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
+        self.wait_until(|p| p.len() >= n, timeout)
+    }
+
+    /// Waits until every address in `ips` has been seen as a peer (flows may run concurrently,
+    /// so a count says nothing about which peer arrived first).
+    fn wait_peers_from(&self, ips: &[IpAddr], timeout: Duration) -> Vec<SocketAddr> {
+        self.wait_until(
+            |p| ips.iter().all(|ip| p.iter().any(|a| a.ip() == *ip)),
+            timeout,
+        )
+    }
+
+    fn wait_until(
+        &self,
+        done: impl Fn(&[SocketAddr]) -> bool,
+        timeout: Duration,
+    ) -> Vec<SocketAddr> {
         let deadline = Instant::now() + timeout;
         loop {
             let p = self.peers();
-            if p.len() >= n || Instant::now() >= deadline {
+            if done(&p) || Instant::now() >= deadline {
                 return p;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -346,6 +363,11 @@ impl TcpServer {
     /// [`Self::peers`], once at least `n` are known or `timeout` has passed.
     pub fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
         self.shared.wait_peers(n, timeout)
+    }
+
+    /// [`Self::peers`], once every address in `ips` is among them or `timeout` has passed.
+    pub fn wait_peers_from(&self, ips: &[IpAddr], timeout: Duration) -> Vec<SocketAddr> {
+        self.shared.wait_peers_from(ips, timeout)
     }
 }
 
@@ -453,6 +475,11 @@ impl UdpEchoServer {
     /// [`Self::peers`], once at least `n` are known or `timeout` has passed.
     pub fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
         self.shared.wait_peers(n, timeout)
+    }
+
+    /// [`Self::peers`], once every address in `ips` is among them or `timeout` has passed.
+    pub fn wait_peers_from(&self, ips: &[IpAddr], timeout: Duration) -> Vec<SocketAddr> {
+        self.shared.wait_peers_from(ips, timeout)
     }
 }
 
