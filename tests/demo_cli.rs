@@ -269,9 +269,12 @@ fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
             "{n} not in:\n{text}"
         );
     }
-    assert!(!left
-        .iter()
-        .any(|n| n.contains("node-4") || n.contains("client-4")));
+    // Names are `fnft-demo-ROLE-PID-N`: the pid may start with a 4 too.
+    let gone = [format!("-node-4-{pid}-"), format!("-client-4-{pid}-")];
+    assert!(
+        !left.iter().any(|n| gone.iter().any(|g| n.contains(g))),
+        "{left:?}"
+    );
     // What the agents programmed stays after they stopped (oracle: `bridge`, `ip`).
     let node1 = left
         .iter()

@@ -1196,6 +1196,53 @@ fn ipv6_dual_stack_workloads() {
         ],
     );
 
+    // 5. Named ports of one family: b allows TCP/WEB to its named-port set, which holds its
+    //    IPv4 address only (no IPv6 packet matches it), and UDP/DNS unless to a named-port set
+    //    that is empty (every packet is not in it).
+    agent.send_all(&[
+        ipset("n:b-web", "IP_AND_PORT", &[format!("{B4},tcp:{WEB}")]),
+        ipset("n:none", "IP_AND_PORT", &[]),
+        policy(
+            "default",
+            "b-named",
+            json!([
+                {"action": "allow", "dst_named_port_ip_set_ids": ["n:b-web"]},
+                {"action": "allow", "protocol": proto("udp"), "dst_ports": ports(&[DNS]),
+                 "not_dst_named_port_ip_set_ids": ["n:none"]},
+            ]),
+            json!([]),
+        ),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["b-named"], &[], "Deny")]),
+        ),
+    ]);
+    agent.expect_matrix(
+        "a named-port set with IPv4 members only",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v6(b), Tcp, WEB, Drop),
+            flow(src(a), v4(b), Tcp, OTHER, Drop),
+            flow(src(a), v6(b), Udp, DNS, Pass),
+            flow(src(a), v4(b), Udp, DNS, Pass),
+        ],
+    );
+    // b's IPv6 address joins the first set, its IPv4 DNS the second.
+    agent.send_all(&[
+        ipset_delta("n:b-web", &[format!("{B6},tcp:{WEB}")], &[]),
+        ipset_delta("n:none", &[format!("{B4},udp:{DNS}")], &[]),
+    ]);
+    agent.expect_matrix(
+        "the named-port sets gain members",
+        &[
+            flow(src(a), v6(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Udp, DNS, Drop),
+            flow(src(a), v6(b), Udp, DNS, Pass),
+        ],
+    );
+
     let (status, log) = agent.stop();
     assert!(status.success(), "felix-nft exited with {status}:\n{log}");
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
-use felix_nft::nft::model::{Table, TablePatch};
+use felix_nft::nft::model::{Expr, Table, TablePatch};
 use felix_nft::proto::types::{
     protocol::NumberOrName, to_dataplane::Payload, ActivePolicyRemove, ActivePolicyUpdate,
     ActiveProfileRemove, ActiveProfileUpdate, HostEndpoint, HostEndpointId, HostEndpointRemove,
@@ -40,7 +40,7 @@ fn rules(variant: u8) -> Vec<Rule> {
     let tcp = Some(Protocol {
         number_or_name: Some(NumberOrName::Name("tcp".into())),
     });
-    match variant % 4 {
+    match variant % 5 {
         0 => vec![Rule {
             action: "allow".into(),
             protocol: tcp,
@@ -67,6 +67,30 @@ fn rules(variant: u8) -> Vec<Rule> {
             not_dst_ip_set_ids: vec!["s:1".into()],
             ..Default::default()
         }],
+        4 => vec![
+            // Port 8080 or a named port of s:2 (an OR), and named ports of s:2 alone, negated
+            // too: what an IP_AND_PORT set with no member of a family changes.
+            Rule {
+                action: "allow".into(),
+                protocol: tcp,
+                dst_ports: vec![PortRange {
+                    first: 8080,
+                    last: 8080,
+                }],
+                dst_named_port_ip_set_ids: vec!["s:2".into()],
+                ..Default::default()
+            },
+            Rule {
+                action: "deny".into(),
+                dst_named_port_ip_set_ids: vec!["s:2".into()],
+                ..Default::default()
+            },
+            Rule {
+                action: "log".into(),
+                not_src_named_port_ip_set_ids: vec!["s:2".into()],
+                ..Default::default()
+            },
+        ],
         _ => vec![
             Rule {
                 action: "pass".into(),
@@ -182,7 +206,7 @@ fn op() -> impl Strategy<Value = Op> {
             |(id, name, ing, untracked, pre_dnat, forward, prof)| Op::Hep { id, name, ing, untracked, pre_dnat, forward, prof }
         ),
         1 => (0u8..3).prop_map(Op::HepRemove),
-        3 => (0u8..4, 0u8..4).prop_map(|(i, v)| Op::Policy(i, v)),
+        3 => (0u8..4, 0u8..5).prop_map(|(i, v)| Op::Policy(i, v)),
         1 => (0u8..4).prop_map(Op::PolicyRemove),
         2 => (0u8..3, 0u8..4).prop_map(|(i, v)| Op::Profile(i, v)),
         1 => (0u8..3).prop_map(Op::ProfileRemove),
@@ -394,7 +418,32 @@ fn check(dp: &mut Dataplane, store: &mut Vec<Table>) -> Result<(), TestCaseError
     TablePatch::fold_all(patches, store);
     let diffs = differences(store, &oracle(dp));
     prop_assert!(diffs.is_empty(), "incremental != full render: {diffs:#?}");
+    let dangling = dangling_lookups(store);
+    prop_assert!(
+        dangling.is_empty(),
+        "rules look up absent sets: {dangling:#?}"
+    );
     Ok(())
+}
+
+/// The `table/chain → set` lookups of rules whose set is not in their table (the kernel would
+/// refuse the transaction).
+fn dangling_lookups(tables: &[Table]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tables {
+        for c in t.chains.values() {
+            for r in &c.rules {
+                for e in r.exprs.iter() {
+                    if let Expr::Lookup { set, .. } = e {
+                        if !t.sets.contains_key(set) {
+                            out.push(format!("{} {}/{} → {set}", t.family.name(), t.name, c.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A dataplane whose side table holds at most `side` endpoints (0: no side table).
@@ -459,16 +508,19 @@ fn a_member_delta_patches_only_its_set() {
     let p = dp.tables_patch();
     assert_eq!(p.len(), 2, "{p:?}");
     for t in &p {
-        // The set's elements change, one each: the set is not re-sent whole (DESIGN §4).
-        assert!(t.chains.is_empty() && t.sets.is_empty(), "{t:?}");
-        assert_eq!(t.elements.len(), 1, "{t:?}");
-        let d = t.elements.values().next().expect("one delta");
-        let want = if t.family.name() == "ip" {
-            (1, 1)
+        assert!(t.chains.is_empty(), "{t:?}");
+        if t.family.name() == "ip" {
+            // The set's elements change, one each: the set is not re-sent whole.
+            assert!(t.sets.is_empty(), "{t:?}");
+            assert_eq!(t.elements.len(), 1, "{t:?}");
+            let d = t.elements.values().next().expect("one delta");
+            assert_eq!((d.add.len(), d.del.len()), (1, 1), "{t:?}");
         } else {
-            (1, 0)
-        };
-        assert_eq!((d.add.len(), d.del.len()), want, "{t:?}");
+            // Its first IPv6 member: the set comes into the IPv6 table, with that member.
+            assert!(t.elements.is_empty(), "{t:?}");
+            let s = t.sets.get("cali60s-0").and_then(|s| s.as_ref());
+            assert_eq!(s.map(|s| s.elements.len()), Some(1), "{t:?}");
+        }
     }
     // A member added and removed again before an apply: a delete of what is not there,
     // which the reconciler drops.
@@ -638,14 +690,15 @@ fn main_only_loses_objects_until_a_merge_brings_them_back() {
         assert_eq!(t.elements["filter-cali-wl-side"].add.len(), 1);
     }
     // The side table gets the endpoint's chains, policy 0's chain and the IP sets it uses
-    // (not s:2, which no side policy uses).
+    // (not s:2, which no side policy uses), in the family they have members of (IPv4).
     for t in p.iter().filter(is_side) {
         let chains: Vec<&String> = t.chains.keys().collect();
         assert!(chains.iter().any(|c| c.contains("-cali-tw-")), "{chains:?}");
         assert!(chains.iter().any(|c| c.contains("pol-0")), "{chains:?}");
         let sets: Vec<&String> = t.sets.keys().collect();
-        assert!(sets.iter().any(|s| s.ends_with("s-0")), "{sets:?}");
-        assert!(sets.iter().any(|s| s.ends_with("s-1")), "{sets:?}");
+        let v4 = t.family.name() == "ip";
+        assert_eq!(sets.iter().any(|s| s.ends_with("s-0")), v4, "{sets:?}");
+        assert_eq!(sets.iter().any(|s| s.ends_with("s-1")), v4, "{sets:?}");
         assert!(!sets.iter().any(|s| s.ends_with("s-2")), "{sets:?}");
     }
     let before = store.clone();
@@ -899,19 +952,33 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     assert!(has(&v4, "cali40s-0") && !has(&v4, "cali40s-1"), "{v4:#?}");
     let v6 = pol0_inbound(&store, "ip6");
     assert!(!has(&v6, "cali60s-0"), "{v6:#?}");
+    // A set is in the tables of the families it has members of, and only there.
+    let sets_of = |store: &[Table], family: &str| -> Vec<String> {
+        store
+            .iter()
+            .filter(|t| t.family.name() == family && t.name == "calico")
+            .flat_map(|t| t.sets.keys().filter(|n| n.contains("0s-")).cloned())
+            .collect()
+    };
+    assert_eq!(sets_of(&store, "ip"), ["cali40s-0"]);
+    assert!(sets_of(&store, "ip6").is_empty());
 
     // s:0 gains an IPv6 member: the rule comes into the IPv6 chain in the same patch.
     apply(&mut dp, &Op::IpSetDelta(0, 0b1000, 0));
     check(&mut dp, &mut store).unwrap();
     assert!(has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
+    assert_eq!(sets_of(&store, "ip6"), ["cali60s-0"]);
     // s:1 gains an IPv4 member: its negation comes into the IPv4 rule.
     apply(&mut dp, &Op::IpSet(1, 0b100));
     check(&mut dp, &mut store).unwrap();
     assert!(has(&pol0_inbound(&store, "ip"), "cali40s-1"));
+    assert_eq!(sets_of(&store, "ip"), ["cali40s-0", "cali40s-1"]);
     // And they go again when the sets lose those members.
     apply(&mut dp, &Op::IpSetDelta(0, 0, 0b1000));
     apply(&mut dp, &Op::IpSet(1, 0));
     check(&mut dp, &mut store).unwrap();
     assert!(!has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
     assert!(!has(&pol0_inbound(&store, "ip"), "cali40s-1"));
+    assert_eq!(sets_of(&store, "ip"), ["cali40s-0"]);
+    assert!(sets_of(&store, "ip6").is_empty());
 }

@@ -689,7 +689,8 @@ impl Incremental {
         }
     }
 
-    /// Felix IP sets rendered whole: all of them in main, the referenced ones in the side table.
+    /// Felix IP sets rendered whole: all of them in main, the referenced ones in the side table,
+    /// each in the tables of the families it has members of (see [`Renderer::ipset_families`]).
     fn update_ipsets(
         &mut self,
         m: &Model,
@@ -700,7 +701,7 @@ impl Incremental {
             let wanted = *t == Tbl::Main || self.side_ipset_refs.contains_key(id);
             let mut sets = Vec::new();
             if let Some(members) = m.ipsets.get(id).filter(|_| wanted) {
-                for &f in &self.families {
+                for f in self.r.ipset_families(members) {
                     sets.push((*t, f, self.r.ipset(f, id, members)));
                 }
             }
@@ -709,7 +710,9 @@ impl Incremental {
     }
 
     /// IP set deltas: the touched members of the sets not rendered whole, in every table and
-    /// family that holds the set, added when the model has them, else deleted.
+    /// family that holds the set, added when the model has them, else deleted. A set that
+    /// gained its first or lost its last member of a family comes into or goes out of that
+    /// family's table whole; where it stays, only its members change.
     fn update_ipset_members(
         &mut self,
         m: &Model,
@@ -722,15 +725,33 @@ impl Incremental {
                 continue;
             };
             for t in [Tbl::Main, Tbl::Side] {
+                let wanted = t == Tbl::Main || self.side_ipset_refs.contains_key(id);
+                if !wanted || ipsets.contains(&(t, id.clone())) {
+                    continue;
+                }
                 let key = Key::IpSet(t, id.clone());
-                let Some(made) = self
+                let had = self
                     .produced
                     .get(&key)
-                    .filter(|_| !ipsets.contains(&(t, id.clone())))
-                else {
-                    continue;
-                };
-                for obj in &made.sets {
+                    .map(|p| p.sets.clone())
+                    .unwrap_or_default();
+                let families = self.r.ipset_families(members);
+                let kept: Vec<Obj> = had
+                    .iter()
+                    .filter(|o| families.contains(&o.1))
+                    .cloned()
+                    .collect();
+                if kept.len() != had.len() || kept.len() != families.len() {
+                    let sets = families
+                        .iter()
+                        .map(|&f| (t, f, self.r.ipset(f, id, members)))
+                        .collect();
+                    self.replace(key, Vec::new(), sets, pending);
+                    for obj in &kept {
+                        pending.sets.remove(obj);
+                    }
+                }
+                for obj in &kept {
                     let d = pending.set_elements.entry(obj.clone()).or_default();
                     for s in touched {
                         if let Some(e) = self.r.ipset_member_element(obj.1, members.kind(), s) {

@@ -910,9 +910,11 @@ pub fn render_text_placed(
         let mut t = TextTable::new(family, crate::OWNER);
         render_base_head(&r, family, model, &mut t);
 
-        // Felix IP sets.
+        // Felix IP sets, in the families they have members of.
         for (id, members) in &model.ipsets {
-            t.add_set(r.ipset(family, id, members));
+            if r.ipset_in_family(family, members) {
+                t.add_set(r.ipset(family, id, members));
+            }
         }
 
         // Endpoints.
@@ -964,7 +966,9 @@ pub fn render_text_placed(
             side_refs.ipsets(model, &mut ids);
             for id in ids {
                 if let Some(members) = model.ipsets.get(&id) {
-                    t.add_set(r.ipset(family, &id, members));
+                    if r.ipset_in_family(family, members) {
+                        t.add_set(r.ipset(family, &id, members));
+                    }
                 }
             }
             side_tables.push(t);

@@ -171,8 +171,6 @@ fn port_ranges(list: &[PortRange]) -> Vec<(u16, u16)> {
         .collect()
 }
 
-/// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
-/// (named ports) of its IDs, so the order carries no meaning and must not change the output.
 /// Adds the Felix IP sets `rules` reference (every `*_ip_set_ids` field) to `out`.
 pub fn rules_ipsets<'a>(rules: impl IntoIterator<Item = &'a Rule>, out: &mut BTreeSet<String>) {
     for rule in rules {
@@ -202,16 +200,16 @@ fn must_match_ipsets(rule: &Rule) -> [&Vec<String>; 3] {
     ]
 }
 
-/// Whether `rule` matches on Felix IP set `id` in a way an empty set changes: a set that must
-/// match, or a negated one (see [`EmptyIpSet`]).
+/// Whether `rule` matches on Felix IP set `id`: every match on a set is rendered differently
+/// when the set has no member of the family (see [`EmptyIpSet`]).
 pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
-    let negated = [&rule.not_src_ip_set_ids, &rule.not_dst_ip_set_ids];
-    must_match_ipsets(rule)
-        .iter()
-        .chain(negated.iter())
-        .any(|ids| ids.iter().any(|i| i == id))
+    let mut ids = BTreeSet::new();
+    rules_ipsets([rule], &mut ids);
+    ids.contains(id)
 }
 
+/// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
+/// (named ports) of its IDs, so the order carries no meaning and must not change the output.
 fn sorted(ids: &[String]) -> Vec<&String> {
     let mut v: Vec<&String> = ids.iter().collect();
     v.sort();
@@ -315,20 +313,19 @@ impl Renderer {
     }
 
     /// The positive port alternatives of one direction: ports (as one alternative) and each
-    /// named-port set. Several alternatives are an OR.
+    /// named-port set with a member of the family. Several alternatives are an OR.
     fn port_alternatives(
         &self,
         family: Family,
         dir: Dir,
-        ports: &[PortRange],
-        named: &[String],
-        sets: &mut SetBag,
+        (ports, named): (&[PortRange], &[String]),
+        (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> Vec<Clause> {
         let mut alts = Vec::new();
         if let Some(c) = self.ports_clause(family, dir, ports, false, sets) {
             alts.push(c);
         }
-        for id in sorted(named) {
+        for id in sorted(named).into_iter().filter(|id| !empty(id)) {
             alts.push(Clause::NamedPort(dir, ipset_name(family, id), false));
         }
         alts
@@ -353,6 +350,16 @@ impl Renderer {
         if must_match_ipsets(rule)
             .iter()
             .any(|ids| ids.iter().any(|id| empty(id)))
+        {
+            return false;
+        }
+        // So must one port alternative: named-port sets alone, none with a member of this
+        // family, match nothing.
+        let no_port_matches = |ports: &[PortRange], named: &[String]| {
+            port_ranges(ports).is_empty() && !named.is_empty() && named.iter().all(|id| empty(id))
+        };
+        if no_port_matches(&rule.src_ports, &rule.src_named_port_ip_set_ids)
+            || no_port_matches(&rule.dst_ports, &rule.dst_named_port_ip_set_ids)
         {
             return false;
         }
@@ -453,9 +460,8 @@ impl Renderer {
         let src_alts = self.port_alternatives(
             family,
             Dir::Src,
-            &rule.src_ports,
-            &rule.src_named_port_ip_set_ids,
-            sets,
+            (&rule.src_ports, &rule.src_named_port_ip_set_ids),
+            (sets, empty),
         );
         if src_alts.len() == 1 {
             clauses.extend(src_alts);
@@ -474,9 +480,8 @@ impl Renderer {
         let dst_alts = self.port_alternatives(
             family,
             Dir::Dst,
-            &rule.dst_ports,
-            &rule.dst_named_port_ip_set_ids,
-            sets,
+            (&rule.dst_ports, &rule.dst_named_port_ip_set_ids),
+            (sets, empty),
         );
         if dst_alts.len() == 1 {
             clauses.extend(dst_alts);
@@ -514,7 +519,10 @@ impl Renderer {
         if let Some(c) = self.ports_clause(family, Dir::Src, &rule.not_src_ports, true, sets) {
             clauses.push(c);
         }
-        for id in sorted(&rule.not_src_named_port_ip_set_ids) {
+        for id in sorted(&rule.not_src_named_port_ip_set_ids)
+            .into_iter()
+            .filter(|id| !empty(id))
+        {
             clauses.push(Clause::NamedPort(Dir::Src, ipset_name(family, id), true));
         }
         if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.not_dst, true, sets) {
@@ -529,7 +537,10 @@ impl Renderer {
         if let Some(c) = self.ports_clause(family, Dir::Dst, &rule.not_dst_ports, true, sets) {
             clauses.push(c);
         }
-        for id in sorted(&rule.not_dst_named_port_ip_set_ids) {
+        for id in sorted(&rule.not_dst_named_port_ip_set_ids)
+            .into_iter()
+            .filter(|id| !empty(id))
+        {
             clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), true));
         }
         if let Some(icmp) = &rule.not_icmp {

@@ -378,6 +378,21 @@ impl Renderer {
         }
     }
 
+    /// Whether a Felix IP set is in `family`'s tables: only while it has a member of the family.
+    /// An empty one could never match, so no rule of the family looks it up (see
+    /// [`crate::rules::EmptyIpSet`]), and every set in a table lengthens the kernel's walk by
+    /// name that each new set and each rule's set lookup makes.
+    pub fn ipset_in_family(&self, family: Family, members: &Members) -> bool {
+        members.has_family(family == Family::Ip6)
+    }
+
+    /// The rendered families whose tables hold a Felix IP set (see [`Self::ipset_in_family`]).
+    pub fn ipset_families(&self, members: &Members) -> Vec<Family> {
+        let mut fs = self.families();
+        fs.retain(|&f| self.ipset_in_family(f, members));
+        fs
+    }
+
     /// A Felix IP set (`IpSetUpdate` id and members) as the set in one family's table.
     /// Members of the other family are left out; the result does not depend on member order.
     pub fn ipset(&self, family: Family, id: &str, members: &Members) -> Set {
