@@ -1243,6 +1243,40 @@ fn ipv6_dual_stack_workloads() {
         ],
     );
 
+    // 6. A policy none of whose rules is of IPv6 (it allows from "s:a", IPv4 members only
+    //    again): its tier still ends in a deny for IPv6, and the policy comes into IPv6 when
+    //    the set gains a's IPv6 address.
+    agent.send_all(&[
+        ipset_delta("s:a", &[], &[A6.to_string()]),
+        policy(
+            "default",
+            "b-v4",
+            json!([{"action": "allow", "src_ip_set_ids": ["s:a"]}]),
+            json!([]),
+        ),
+        wep(
+            b,
+            &["allow-all"],
+            json!([tier("default", &["b-v4"], &[], "Deny")]),
+        ),
+    ]);
+    agent.expect_matrix(
+        "a policy with nothing for IPv6",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v6(b), Tcp, WEB, Drop),
+            flow(src(a), v6(b), Udp, DNS, Drop),
+        ],
+    );
+    agent.send_all(&[ipset_delta("s:a", &[A6.to_string()], &[])]);
+    agent.expect_matrix(
+        "the policy comes into IPv6",
+        &[
+            flow(src(a), v6(b), Tcp, WEB, Pass),
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+        ],
+    );
+
     let (status, log) = agent.stop();
     assert!(status.success(), "felix-nft exited with {status}:\n{log}");
 }

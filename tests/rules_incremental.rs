@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
-use felix_nft::nft::model::{Expr, Table, TablePatch};
+use felix_nft::nft::model::{Expr, Table, TablePatch, Verdict};
 use felix_nft::proto::types::{
     protocol::NumberOrName, to_dataplane::Payload, ActivePolicyRemove, ActivePolicyUpdate,
     ActiveProfileRemove, ActiveProfileUpdate, HostEndpoint, HostEndpointId, HostEndpointRemove,
@@ -418,26 +418,31 @@ fn check(dp: &mut Dataplane, store: &mut Vec<Table>) -> Result<(), TestCaseError
     TablePatch::fold_all(patches, store);
     let diffs = differences(store, &oracle(dp));
     prop_assert!(diffs.is_empty(), "incremental != full render: {diffs:#?}");
-    let dangling = dangling_lookups(store);
+    let dangling = dangling_refs(store);
     prop_assert!(
         dangling.is_empty(),
-        "rules look up absent sets: {dangling:#?}"
+        "rules name absent sets or chains: {dangling:#?}"
     );
     Ok(())
 }
 
-/// The `table/chain → set` lookups of rules whose set is not in their table (the kernel would
-/// refuse the transaction).
-fn dangling_lookups(tables: &[Table]) -> Vec<String> {
+/// The `table/chain → set or chain` references of rules (lookups, jumps and gotos) whose
+/// target is not in their table (the kernel would refuse the transaction).
+fn dangling_refs(tables: &[Table]) -> Vec<String> {
     let mut out = Vec::new();
     for t in tables {
         for c in t.chains.values() {
             for r in &c.rules {
                 for e in r.exprs.iter() {
-                    if let Expr::Lookup { set, .. } = e {
-                        if !t.sets.contains_key(set) {
-                            out.push(format!("{} {}/{} → {set}", t.family.name(), t.name, c.name));
+                    let missing = match e {
+                        Expr::Lookup { set, .. } => (!t.sets.contains_key(set)).then_some(set),
+                        Expr::Verdict(Verdict::Jump(to) | Verdict::Goto(to)) => {
+                            (!t.chains.contains_key(to)).then_some(to)
                         }
+                        _ => None,
+                    };
+                    if let Some(to) = missing {
+                        out.push(format!("{} {}/{} → {to}", t.family.name(), t.name, c.name));
                     }
                 }
             }
@@ -900,26 +905,33 @@ fn moving_messages_into_the_model_equals_copying_them() {
     }
 }
 
-/// The rules of policy `pol-0`'s inbound chain in the table of `family`, as text.
-fn pol0_inbound(tables: &[Table], family: &str) -> Vec<String> {
-    let t = tables
-        .iter()
-        .find(|t| t.family.name() == family && t.name == "calico")
-        .expect("main table");
+/// The rules of policy `pol-0`'s inbound chain in the table of `family`, as text; `None`
+/// when the table has no such chain (none of its rules is rendered in the family).
+fn pol0_inbound(tables: &[Table], family: &str) -> Option<Vec<String>> {
+    let t = main_table(tables, family);
     let c = t
         .chains
         .values()
-        .find(|c| c.name.starts_with("filter-cali-pi-") && c.name.contains("pol-0"))
-        .unwrap_or_else(|| {
-            panic!(
-                "pol-0's inbound chain: {:?}",
-                t.chains
-                    .keys()
-                    .filter(|n| n.contains("-pi-"))
-                    .collect::<Vec<_>>()
-            )
-        });
-    c.rules.iter().map(|r| format!("{:?}", r.exprs)).collect()
+        .find(|c| c.name.starts_with("filter-cali-pi-") && c.name.contains("pol-0"))?;
+    Some(c.rules.iter().map(|r| format!("{:?}", r.exprs)).collect())
+}
+
+/// Whether a chain of the main table of `family` jumps to one of policy `pol-0`'s chains.
+fn jumps_to_pol0(tables: &[Table], family: &str) -> bool {
+    main_table(tables, family).chains.values().any(|c| {
+        c.rules.iter().any(|r| {
+            r.exprs
+                .iter()
+                .any(|e| matches!(e, Expr::Verdict(Verdict::Jump(to)) if to.contains("pol-0")))
+        })
+    })
+}
+
+fn main_table<'t>(tables: &'t [Table], family: &str) -> &'t Table {
+    tables
+        .iter()
+        .find(|t| t.family.name() == family && t.name == "calico")
+        .expect("main table")
 }
 
 #[test]
@@ -948,10 +960,11 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     let has = |rules: &[String], set: &str| rules.iter().any(|r| r.contains(set));
     // IPv4: the rule, with s:1's negation left out (nothing is in an empty set). IPv6: no
     // packet is in s:0, so no rule.
-    let v4 = pol0_inbound(&store, "ip");
+    let v4 = pol0_inbound(&store, "ip").expect("pol-0 in IPv4");
     assert!(has(&v4, "cali40s-0") && !has(&v4, "cali40s-1"), "{v4:#?}");
-    let v6 = pol0_inbound(&store, "ip6");
-    assert!(!has(&v6, "cali60s-0"), "{v6:#?}");
+    // IPv6: no chain, and no jump to one from the endpoint's chain.
+    assert_eq!(pol0_inbound(&store, "ip6"), None);
+    assert!(jumps_to_pol0(&store, "ip") && !jumps_to_pol0(&store, "ip6"));
     // A set is in the tables of the families it has members of, and only there.
     let sets_of = |store: &[Table], family: &str| -> Vec<String> {
         store
@@ -966,19 +979,28 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     // s:0 gains an IPv6 member: the rule comes into the IPv6 chain in the same patch.
     apply(&mut dp, &Op::IpSetDelta(0, 0b1000, 0));
     check(&mut dp, &mut store).unwrap();
-    assert!(has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
+    let v6 = pol0_inbound(&store, "ip6").expect("pol-0 in IPv6");
+    assert!(has(&v6, "cali60s-0"), "{v6:#?}");
+    assert!(jumps_to_pol0(&store, "ip6"));
     assert_eq!(sets_of(&store, "ip6"), ["cali60s-0"]);
     // s:1 gains an IPv4 member: its negation comes into the IPv4 rule.
     apply(&mut dp, &Op::IpSet(1, 0b100));
     check(&mut dp, &mut store).unwrap();
-    assert!(has(&pol0_inbound(&store, "ip"), "cali40s-1"));
+    assert!(has(
+        &pol0_inbound(&store, "ip").unwrap_or_default(),
+        "cali40s-1"
+    ));
     assert_eq!(sets_of(&store, "ip"), ["cali40s-0", "cali40s-1"]);
     // And they go again when the sets lose those members.
     apply(&mut dp, &Op::IpSetDelta(0, 0, 0b1000));
     apply(&mut dp, &Op::IpSet(1, 0));
     check(&mut dp, &mut store).unwrap();
-    assert!(!has(&pol0_inbound(&store, "ip6"), "cali60s-0"));
-    assert!(!has(&pol0_inbound(&store, "ip"), "cali40s-1"));
+    assert_eq!(pol0_inbound(&store, "ip6"), None);
+    assert!(!jumps_to_pol0(&store, "ip6"));
+    assert!(!has(
+        &pol0_inbound(&store, "ip").unwrap_or_default(),
+        "cali40s-1"
+    ));
     assert_eq!(sets_of(&store, "ip"), ["cali40s-0"]);
     assert!(sets_of(&store, "ip6").is_empty());
 }

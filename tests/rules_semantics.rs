@@ -233,11 +233,20 @@ fn trailing_return_is_elided_only_at_the_end() {
         }],
     ));
     assert_eq!(t, vec!["counter meta mark set mark or 0x00020000"]);
-    // An empty policy keeps one no-op rule carrying the chain comment.
-    let pc = inbound(Family::Ip, vec![]);
+    // An empty policy has no chain: a jump to it would change nothing, and endpoint chains
+    // leave it out. An empty profile keeps one no-op rule carrying the chain comment.
+    assert!(inbound(Family::Ip, vec![]).chains.is_empty());
+    let pc = renderer().profile_chains(
+        Family::Ip,
+        Layer::Filter,
+        "kns.p",
+        &Profile::default(),
+        &[Direction::Inbound],
+        &no_empty_ipsets,
+    );
     assert_eq!(texts(&pc), vec!["continue"]);
     let comment = pc.chains[0].chain.rules[0].comment.clone().unwrap();
-    assert!(comment.ends_with("; gnp p ingress"), "{comment}");
+    assert!(comment.ends_with("; Profile kns.p ingress"), "{comment}");
 }
 
 fn shared_sets(pc: &PolicyChains) -> Vec<&Set> {

@@ -14,6 +14,18 @@ use crate::rules::names::{
 };
 use crate::rules::Renderer;
 
+/// Whether a policy has no rule in the family being rendered, in a direction (see
+/// [`crate::rules::policy::renders_nothing`]). Its chain is not rendered, and a jump to it
+/// would change nothing (it sets no mark bit, and the accept bit is clear wherever a jump
+/// stands), so an endpoint chain leaves the jump and its returns out; the tier around it stays,
+/// with its end-of-tier deny. A policy not received yet is never one: its stand-in denies.
+pub type NoopPolicy<'a> = &'a dyn Fn(&PolicyId, Direction) -> bool;
+
+/// Every policy has rules: every jump is rendered.
+pub fn no_noop_policies(_: &PolicyId, _: Direction) -> bool {
+    false
+}
+
 /// How an endpoint chain is used (Felix's chain types, §8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndpointKind {
@@ -211,7 +223,12 @@ impl<'a> Body<'a> {
 impl Renderer {
     /// Felix's one endpoint-chain template (§8.1): its parts in order, each pushed by the
     /// function named after it.
-    pub fn endpoint_chain(&self, family: Family, spec: &EndpointChainSpec) -> TextChain {
+    pub fn endpoint_chain(
+        &self,
+        family: Family,
+        spec: &EndpointChainSpec,
+        noop: NoopPolicy,
+    ) -> TextChain {
         let mut c = ChainBuilder::new(&spec.name);
         if !spec.admin_up {
             self.admin_down(family, spec, &mut c);
@@ -227,7 +244,7 @@ impl Renderer {
         if spec.workload_egress {
             self.workload_encap_drops(family, spec, &mut c);
         }
-        let any_tier = self.tiers(family, spec, &mut c);
+        let any_tier = self.tiers(family, spec, noop, &mut c);
         if spec.kind == EndpointKind::Forward && !any_tier {
             self.forward_default_allow(family, &mut c);
         }
@@ -346,14 +363,21 @@ impl Renderer {
 
     /// The tiers in order, each with its policies in the spec's direction; whether any tier
     /// had a policy.
-    fn tiers(&self, family: Family, spec: &EndpointChainSpec, c: &mut ChainBuilder) -> bool {
+    fn tiers(
+        &self,
+        family: Family,
+        spec: &EndpointChainSpec,
+        noop: NoopPolicy,
+        c: &mut ChainBuilder,
+    ) -> bool {
         let mut any_tier = false;
         for tier in spec.tiers {
-            let policies: Vec<&PolicyId> = tier_policies(tier, spec.dir).collect();
+            let mut policies: Vec<&PolicyId> = tier_policies(tier, spec.dir).collect();
             if policies.is_empty() {
                 continue;
             }
             any_tier = true;
+            policies.retain(|id| !noop(id, spec.dir));
             self.tier(family, spec, tier, &policies, c);
         }
         any_tier
@@ -430,8 +454,13 @@ impl Renderer {
     /// The two filter chains of a workload endpoint: `filter-cali-tw-…` (ingress policy) and
     /// `filter-cali-fw-…` (egress policy), named by their content unless the endpoint has a
     /// QoS limit (then by its interface).
-    pub fn workload_chains(&self, family: Family, wep: &WorkloadEndpoint) -> Vec<TextChain> {
-        self.workload_chains_in(family, wep, false)
+    pub fn workload_chains(
+        &self,
+        family: Family,
+        wep: &WorkloadEndpoint,
+        noop: NoopPolicy,
+    ) -> Vec<TextChain> {
+        self.workload_chains_in(family, wep, false, noop)
     }
 
     /// [`Renderer::workload_chains`] for the main table (`side` false) or the side table.
@@ -440,10 +469,11 @@ impl Renderer {
         family: Family,
         wep: &WorkloadEndpoint,
         side: bool,
+        noop: NoopPolicy,
     ) -> Vec<TextChain> {
         self.workload_specs(wep, side)
             .iter()
-            .map(|s| self.endpoint_chain(family, s))
+            .map(|s| self.endpoint_chain(family, s, noop))
             .collect()
     }
 
@@ -455,7 +485,7 @@ impl Renderer {
         &self,
         family: Family,
         wep: &'a WorkloadEndpoint,
-        side: bool,
+        (side, noop): (bool, NoopPolicy),
         bodies: &mut ChainBodies<'a>,
         share: &mut dyn FnMut(&mut Chain),
     ) -> Vec<Chain> {
@@ -466,7 +496,7 @@ impl Renderer {
                 match bodies.0.get(&key) {
                     Some(t) => rename_chain(t, &spec.name),
                     None => {
-                        let mut t = self.endpoint_chain(family, &spec);
+                        let mut t = self.endpoint_chain(family, &spec, noop);
                         share(&mut t.chain);
                         let chain = t.chain.clone();
                         bodies.0.insert(key, t);
@@ -610,6 +640,7 @@ impl Renderer {
         family: Family,
         iface: &str,
         hep: &HostEndpoint,
+        noop: NoopPolicy,
     ) -> Vec<TextChain> {
         let none: &[String] = &[];
         let mut out = Vec::new();
@@ -689,7 +720,7 @@ impl Renderer {
             ),
         ];
         for s in &specs {
-            out.push(self.endpoint_chain(family, s));
+            out.push(self.endpoint_chain(family, s, noop));
         }
         if !hep.pre_dnat_tiers.is_empty() {
             out.push(self.endpoint_chain(
@@ -704,6 +735,7 @@ impl Renderer {
                     Some(logical::FAILSAFE_IN),
                     self.cfg.mangle_allow_action,
                 ),
+                noop,
             ));
         }
         if !hep.untracked_tiers.is_empty() && iface != "*" {
@@ -731,6 +763,7 @@ impl Renderer {
                         Some(fs),
                         AllowAction::Accept,
                     ),
+                    noop,
                 ));
             }
         }
@@ -918,6 +951,57 @@ mod tests {
         ]
     }
 
+    /// A policy with no rule in the family loses its jump and its return; its tier keeps its
+    /// start and its end-of-tier deny, also when every policy of the tier is such a one.
+    #[test]
+    fn a_noop_policy_loses_its_jump_and_its_tier_stays() {
+        let r = Renderer::new(RulesConfig::default()).expect("default config");
+        let tiers = tiers();
+        let spec = EndpointChainSpec {
+            name: "filter-cali-tw-cali0".into(),
+            layer: Layer::Filter,
+            kind: EndpointKind::Normal,
+            dir: Direction::Inbound,
+            tiers: &tiers,
+            profiles: &[],
+            failsafe: None,
+            admin_up: true,
+            allow: AllowAction::Accept,
+            workload_egress: false,
+            packet_rate: None,
+            max_connections: None,
+            side_exit: 0,
+        };
+        let texts = |noop: NoopPolicy| -> Vec<String> {
+            let c = r.endpoint_chain(Family::Ip, &spec, noop);
+            let comment = |r: &crate::nft::model::Rule| r.comment.clone().unwrap_or_default();
+            c.texts
+                .iter()
+                .zip(&c.chain.rules)
+                .map(|(t, r)| format!("{t} # {}", comment(r)))
+                .collect()
+        };
+        let all = texts(&no_noop_policies);
+        // "b" (tier platform) and "d" (all of tier app) have no rule.
+        let some = texts(&|id: &PolicyId, _| id.name == "b" || id.name == "d");
+        let count = |v: &[String], s: &str| v.iter().filter(|t| t.contains(s)).count();
+        for (name, want_all, want_some) in [("-pi-", 3, 1), ("Return if policy accepted", 3, 1)] {
+            assert_eq!(count(&all, name), want_all, "{all:#?}");
+            assert_eq!(count(&some, name), want_some, "{some:#?}");
+        }
+        let a = policy_chain(Layer::Filter, Direction::Inbound, &pid("a"));
+        assert_eq!(count(&some, &a), 1, "{some:#?}");
+        for tier in [
+            "Start of tier platform",
+            "Start of tier app",
+            "End of tier app",
+        ] {
+            assert_eq!(count(&all, tier), 1, "{all:#?}");
+            assert_eq!(count(&some, tier), 1, "{some:#?}");
+        }
+        assert_eq!(all.len() - some.len(), 4);
+    }
+
     /// A body rendered under one name and renamed is exactly the body rendered under the other
     /// name: the same rules and human comments, the rule ids of the new name.
     #[test]
@@ -972,8 +1056,11 @@ mod tests {
                     name: "filter-cali-tw-cali1".into(),
                     ..spec.clone()
                 };
-                let want = r.endpoint_chain(family, &other).chain;
-                let got = rename_chain(&r.endpoint_chain(family, spec), &other.name);
+                let want = r.endpoint_chain(family, &other, &no_noop_policies).chain;
+                let got = rename_chain(
+                    &r.endpoint_chain(family, spec, &no_noop_policies),
+                    &other.name,
+                );
                 assert_eq!(got, want, "{spec:?}");
                 assert!(!got.rules.is_empty());
             }
@@ -1009,11 +1096,17 @@ mod tests {
         for side in [false, true] {
             for w in &weps {
                 let want: Vec<Chain> = r
-                    .workload_chains_in(Family::Ip, w, side)
+                    .workload_chains_in(Family::Ip, w, side, &no_noop_policies)
                     .into_iter()
                     .map(|c| c.chain)
                     .collect();
-                let got = r.workload_chains_shared(Family::Ip, w, side, &mut bodies, &mut |_| {});
+                let got = r.workload_chains_shared(
+                    Family::Ip,
+                    w,
+                    (side, &no_noop_policies),
+                    &mut bodies,
+                    &mut |_| {},
+                );
                 assert_eq!(got, want);
             }
         }

@@ -225,6 +225,10 @@ pub struct Incremental {
     /// family's chain, so a set gaining its first member of a family (or losing its last)
     /// re-renders the policies and profiles that use it.
     ipset_families: BTreeMap<String, [bool; 2]>,
+    /// The policies with no rule in a family and direction when endpoints were last rendered:
+    /// endpoint chains leave out their jumps (see [`super::endpoint::NoopPolicy`]), so a policy
+    /// entering or leaving this set re-renders the endpoints that use it.
+    noop_policies: BTreeSet<(Family, PolicyId, Direction)>,
 }
 
 /// The most IP set members one update may copy into the side table. Copying costs the kernel
@@ -246,6 +250,8 @@ fn winner<'a>(inp: &Inputs<'a>, iface: &str) -> Option<&'a crate::proto::types::
 #[derive(Default)]
 struct Todo {
     workloads: BTreeSet<String>,
+    /// Host endpoints to render again although none changed.
+    host_endpoints: bool,
     owners: BTreeSet<(Tbl, Layer, RuleOwner)>,
     ipsets: BTreeSet<(Tbl, String)>,
 }
@@ -303,6 +309,7 @@ impl Incremental {
             bodies: HashSet::default(),
             bodies_swept: 0,
             ipset_families: BTreeMap::new(),
+            noop_policies: BTreeSet::new(),
         }
     }
 
@@ -365,8 +372,8 @@ impl Incremental {
             }
         }
         self.update_workloads(inp, &mut todo, &mut pending);
-        if changes.all || changes.host_endpoints {
-            self.update_host_endpoints(&heps, &mut todo, &mut pending);
+        if changes.all || changes.host_endpoints || todo.host_endpoints {
+            self.update_host_endpoints(inp.model, &heps, &mut todo, &mut pending);
         }
         self.update_rule_owners(inp.model, &mut todo, &mut pending);
         self.update_ipsets(inp.model, &todo.ipsets, &mut pending);
@@ -427,6 +434,7 @@ impl Incremental {
         // it; so is one using an IP set that gained its first or lost its last member of a
         // family.
         let emptied = self.ipset_family_changes(m, changes);
+        self.noop_changes(inp, changes, &emptied, &mut todo);
         let changed = changes
             .policies
             .iter()
@@ -502,6 +510,65 @@ impl Incremental {
         policies.chain(profiles).collect()
     }
 
+    /// Records which policies are no-ops now (see [`Incremental::noop_policies`]) among those
+    /// an update changed or re-renders for their IP sets, and marks the endpoints using one
+    /// that became or stopped being one for rendering again. At start of day everything is
+    /// rendered and only recorded.
+    fn noop_changes(
+        &mut self,
+        inp: &Inputs,
+        changes: &Changes,
+        emptied: &[RuleOwner],
+        todo: &mut Todo,
+    ) {
+        let m = inp.model;
+        let candidates: BTreeSet<&PolicyId> = if changes.all {
+            self.noop_policies.clear();
+            m.policies.keys().collect()
+        } else {
+            let rerendered = emptied.iter().filter_map(|o| match o {
+                RuleOwner::Policy(id) => Some(id),
+                RuleOwner::Profile(_) => None,
+            });
+            changes.policies.iter().chain(rerendered).collect()
+        };
+        if candidates.is_empty() {
+            return;
+        }
+        let mut flipped = BTreeSet::new();
+        for &f in &self.families {
+            let noop = super::noop_policies(m, f);
+            for &id in &candidates {
+                for dir in [Direction::Inbound, Direction::Outbound] {
+                    let (key, now) = ((f, id.clone(), dir), noop(id, dir));
+                    let was = if now {
+                        !self.noop_policies.insert(key)
+                    } else {
+                        self.noop_policies.remove(&key)
+                    };
+                    if was != now {
+                        flipped.insert(id);
+                    }
+                }
+            }
+        }
+        if changes.all || flipped.is_empty() {
+            return;
+        }
+        for src in flipped
+            .iter()
+            .filter_map(|id| self.policy_users.get(*id))
+            .flatten()
+        {
+            match src {
+                Source::Workload(_, iface) => {
+                    todo.workloads.insert(iface.clone());
+                }
+                Source::HostEndpoint(_) => todo.host_endpoints = true,
+            }
+        }
+    }
+
     /// The references to a policy's or profile's chains in one table and layer.
     fn refs_of(&self, t: Tbl, l: Layer, owner: &RuleOwner) -> Option<&DirCounts> {
         match owner {
@@ -515,6 +582,11 @@ impl Incremental {
     fn update_workloads(&mut self, inp: &Inputs, todo: &mut Todo, pending: &mut Pending) {
         let workloads = std::mem::take(&mut todo.workloads);
         let mut bodies = super::endpoint::ChainBodies::default();
+        let noops: Vec<_> = self
+            .families
+            .iter()
+            .map(|&f| (f, super::noop_policies(inp.model, f)))
+            .collect();
         for iface in &workloads {
             let wep = winner(inp, iface);
             let mut chains = Vec::new();
@@ -523,7 +595,7 @@ impl Incremental {
                 let mut refs = Refs::default();
                 if let Some(wep) = here {
                     refs.workload(wep);
-                    for &f in &self.families {
+                    for (f, noop) in &noops {
                         // Shared as each body is first rendered: its renamed copies
                         // carry the shared expressions already.
                         let (r, shared, swept) =
@@ -531,14 +603,14 @@ impl Incremental {
                         let mut share = |c: &mut Chain| share_rules(shared, swept, c);
                         chains.extend(
                             r.workload_chains_shared(
-                                f,
+                                *f,
                                 wep,
-                                t == Tbl::Side,
+                                (t == Tbl::Side, noop),
                                 &mut bodies,
                                 &mut share,
                             )
                             .into_iter()
-                            .map(|c| (t, f, c)),
+                            .map(|c| (t, *f, c)),
                         );
                     }
                 }
@@ -593,6 +665,7 @@ impl Incremental {
     /// Host endpoints: their chains, per interface, and what they reference.
     fn update_host_endpoints(
         &mut self,
+        m: &Model,
         heps: &BTreeMap<&str, &HostEndpoint>,
         todo: &mut Todo,
         pending: &mut Pending,
@@ -619,9 +692,10 @@ impl Incremental {
         for (iface, hep) in heps {
             let mut chains = Vec::new();
             for &f in &self.families {
+                let noop = super::noop_policies(m, f);
                 chains.extend(
                     self.r
-                        .host_endpoint_chains(f, iface, hep)
+                        .host_endpoint_chains(f, iface, hep, &noop)
                         .into_iter()
                         .map(|c| (Tbl::Main, f, c.chain)),
                 );

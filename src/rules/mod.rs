@@ -809,6 +809,31 @@ pub(crate) fn render_workload_derived<'a>(
     }
 }
 
+/// Which policies have no rule in `family` and a direction (see [`endpoint::NoopPolicy`]),
+/// decided once per policy and direction.
+pub(crate) fn noop_policies(
+    model: &Model,
+    family: Family,
+) -> impl Fn(&PolicyId, Direction) -> bool + '_ {
+    let empty = empty_ipsets(model, family);
+    let seen: std::cell::RefCell<BTreeMap<(&PolicyId, Direction), bool>> = Default::default();
+    move |id: &PolicyId, dir: Direction| {
+        let Some((id, p)) = model.policies.get_key_value(id) else {
+            return false;
+        };
+        if let Some(&noop) = seen.borrow().get(&(id, dir)) {
+            return noop;
+        }
+        let rules = match dir {
+            Direction::Inbound => &p.inbound_rules,
+            Direction::Outbound => &p.outbound_rules,
+        };
+        let noop = policy::renders_nothing(rules, family, &empty);
+        seen.borrow_mut().insert((id, dir), noop);
+        noop
+    }
+}
+
 /// Which Felix IP sets have no member of `family` in `model` (unknown ones have none).
 fn empty_ipsets(model: &Model, family: Family) -> impl Fn(&str) -> bool + '_ {
     let v6 = family == Family::Ip6;
@@ -918,13 +943,14 @@ pub fn render_text_placed(
         }
 
         // Endpoints.
+        let noop = noop_policies(model, family);
         for wep in main_weps.values() {
-            for c in r.workload_chains(family, wep) {
+            for c in r.workload_chains(family, wep, &noop) {
                 t.add_chain(c);
             }
         }
         for (iface, hep) in &heps {
-            for c in r.host_endpoint_chains(family, iface, hep) {
+            for c in r.host_endpoint_chains(family, iface, hep, &noop) {
                 t.add_chain(c);
             }
         }
@@ -957,7 +983,7 @@ pub fn render_text_placed(
             chains.into_iter().for_each(|c| t.add_chain(c));
             maps.into_iter().for_each(|m| t.add_set(m));
             for wep in side_weps.values() {
-                for c in r.workload_chains_in(family, wep, true) {
+                for c in r.workload_chains_in(family, wep, true, &noop) {
                     t.add_chain(c);
                 }
             }

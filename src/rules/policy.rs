@@ -200,6 +200,31 @@ fn must_match_ipsets(rule: &Rule) -> [&Vec<String>; 3] {
     ]
 }
 
+/// Whether `rule` can match no packet of the family rendered because of its IP sets (see
+/// [`EmptyIpSet`]): every positive set match must hold, and one on a set with no member of the
+/// family never does; so must one port alternative, and named-port sets alone, none with a
+/// member of the family, match nothing.
+fn never_in_family(rule: &Rule, empty: EmptyIpSet) -> bool {
+    let no_port_matches = |ports: &[PortRange], named: &[String]| {
+        port_ranges(ports).is_empty() && !named.is_empty() && named.iter().all(|id| empty(id))
+    };
+    must_match_ipsets(rule)
+        .iter()
+        .any(|ids| ids.iter().any(|id| empty(id)))
+        || no_port_matches(&rule.src_ports, &rule.src_named_port_ip_set_ids)
+        || no_port_matches(&rule.dst_ports, &rule.dst_named_port_ip_set_ids)
+}
+
+/// Whether none of `rules` is rendered in `family`: each is of the other family (by its
+/// `ip_version` or its nets) or can match nothing there ([`never_in_family`]). A policy chain
+/// of such rules would be empty, a jump to it a no-op: neither is rendered (see
+/// [`crate::rules::endpoint::NoopPolicy`]).
+pub fn renders_nothing(rules: &[Rule], family: Family, empty: EmptyIpSet) -> bool {
+    rules
+        .iter()
+        .all(|r| never_in_family(r, empty) || family_nets(r, family).is_none())
+}
+
 /// Whether `rule` matches on Felix IP set `id`: every match on a set is rendered differently
 /// when the set has no member of the family (see [`EmptyIpSet`]).
 pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
@@ -342,27 +367,12 @@ impl Renderer {
         chain: &mut ChainBuilder,
         (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> bool {
+        if never_in_family(rule, empty) {
+            return false;
+        }
         let Some(nets) = family_nets(rule, family) else {
             return false;
         };
-        // Every positive IP set match must hold: one on a set with no member of this family
-        // never does.
-        if must_match_ipsets(rule)
-            .iter()
-            .any(|ids| ids.iter().any(|id| empty(id)))
-        {
-            return false;
-        }
-        // So must one port alternative: named-port sets alone, none with a member of this
-        // family, match nothing.
-        let no_port_matches = |ports: &[PortRange], named: &[String]| {
-            port_ranges(ports).is_empty() && !named.is_empty() && named.iter().all(|id| empty(id))
-        };
-        if no_port_matches(&rule.src_ports, &rule.src_named_port_ip_set_ids)
-            || no_port_matches(&rule.dst_ports, &rule.dst_named_port_ip_set_ids)
-        {
-            return false;
-        }
         let proto = match &rule.protocol {
             Some(p) => match protocol_number(p, family) {
                 Some(n) => Some(n),
@@ -506,42 +516,43 @@ impl Renderer {
         if let Some(p) = not_proto {
             clauses.push(Clause::Proto(p, true));
         }
-        if let Some(c) = self.nets_clause(family, Dir::Src, &nets.not_src, true, sets) {
-            clauses.push(c);
-        }
-        // Not in a set with no member of this family: always true.
-        for id in sorted(&rule.not_src_ip_set_ids)
-            .into_iter()
-            .filter(|id| !empty(id))
-        {
-            clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), true));
-        }
-        if let Some(c) = self.ports_clause(family, Dir::Src, &rule.not_src_ports, true, sets) {
-            clauses.push(c);
-        }
-        for id in sorted(&rule.not_src_named_port_ip_set_ids)
-            .into_iter()
-            .filter(|id| !empty(id))
-        {
-            clauses.push(Clause::NamedPort(Dir::Src, ipset_name(family, id), true));
-        }
-        if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.not_dst, true, sets) {
-            clauses.push(c);
-        }
-        for id in sorted(&rule.not_dst_ip_set_ids)
-            .into_iter()
-            .filter(|id| !empty(id))
-        {
-            clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), true));
-        }
-        if let Some(c) = self.ports_clause(family, Dir::Dst, &rule.not_dst_ports, true, sets) {
-            clauses.push(c);
-        }
-        for id in sorted(&rule.not_dst_named_port_ip_set_ids)
-            .into_iter()
-            .filter(|id| !empty(id))
-        {
-            clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), true));
+        // A negated match on a set with no member of this family always holds: left out.
+        let negated = [
+            (
+                Dir::Src,
+                &nets.not_src,
+                &rule.not_src_ip_set_ids,
+                &rule.not_src_ports,
+                &rule.not_src_named_port_ip_set_ids,
+            ),
+            (
+                Dir::Dst,
+                &nets.not_dst,
+                &rule.not_dst_ip_set_ids,
+                &rule.not_dst_ports,
+                &rule.not_dst_named_port_ip_set_ids,
+            ),
+        ];
+        for (dir, not_nets, not_sets, not_ports, not_named) in negated {
+            let present = |ids: &Vec<String>| {
+                sorted(ids)
+                    .into_iter()
+                    .filter(|id| !empty(id))
+                    .map(|id| ipset_name(family, id))
+                    .collect::<Vec<_>>()
+            };
+            clauses.extend(self.nets_clause(family, dir, not_nets, true, sets));
+            clauses.extend(
+                present(not_sets)
+                    .into_iter()
+                    .map(|s| Clause::InSet(dir, s, true)),
+            );
+            clauses.extend(self.ports_clause(family, dir, not_ports, true, sets));
+            clauses.extend(
+                present(not_named)
+                    .into_iter()
+                    .map(|s| Clause::NamedPort(dir, s, true)),
+            );
         }
         if let Some(icmp) = &rule.not_icmp {
             let (t, c) = match icmp {
@@ -716,7 +727,8 @@ impl Renderer {
     }
 
     /// The chains of a policy in one layer (`<layer>-cali-pi-…` / `-po-…`) for the given
-    /// directions, plus the shared sets they use. Staged policies render nothing.
+    /// directions, plus the shared sets they use. Staged policies render nothing, nor does a
+    /// direction none of whose rules is rendered in the family ([`renders_nothing`]).
     pub fn policy_chains(
         &self,
         family: Family,
@@ -742,6 +754,9 @@ impl Renderer {
                 Direction::Inbound => &policy.inbound_rules,
                 Direction::Outbound => &policy.outbound_rules,
             };
+            if renders_nothing(rules, family, empty) {
+                continue;
+            }
             let ns_name = if id.namespace.is_empty() {
                 id.name.clone()
             } else {
