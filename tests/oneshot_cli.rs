@@ -68,12 +68,23 @@ impl Ns {
 
     /// Everything `apply` could touch, as the kernel's own tools print it. Rule counters are
     /// left out (`nft -s`): the kernel counts the veths' IPv6 autoconfiguration packets.
+    /// What the agent may write: the ruleset, routes and permanent neighbours. Left out is what
+    /// the kernel adds and drops on its own while the links settle (`proto kernel` routes such
+    /// as IPv6 link-local and multicast ones, neighbours it resolves), which would otherwise
+    /// make two reads of an unchanged node differ.
     fn kernel_state(&self) -> String {
+        let keep = |text: String, want: fn(&str) -> bool| {
+            text.lines()
+                .filter(|l| want(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let ours = |l: &str| !l.contains("proto kernel");
         [
             self.exec(&["nft", "-s", "list", "ruleset"]),
-            self.ip(&["route", "show", "table", "all"]),
-            self.ip(&["-6", "route", "show", "table", "all"]),
-            self.ip(&["neigh", "show"]),
+            keep(self.ip(&["route", "show", "table", "all"]), ours),
+            keep(self.ip(&["-6", "route", "show", "table", "all"]), ours),
+            keep(self.ip(&["neigh", "show"]), |l| l.contains("PERMANENT")),
         ]
         .join("\n--\n")
     }
