@@ -10,16 +10,10 @@ use felix_nft::nft::codec;
 use felix_nft::nft::diff;
 use felix_nft::nft::model::*;
 
-fn elements(n: u32, salt: u32) -> Vec<Element> {
-    (0..n)
-        .map(|i| Element {
-            key: (0x0a00_0000 + i + salt).to_be_bytes()[..].into(),
-            key_end: None,
-            flags: 0,
-            data: None,
-        })
-        .collect()
-}
+// The tests build the same sets and maps.
+#[path = "../tests/nft_fixtures/mod.rs"]
+mod nft_fixtures;
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
 
 fn rule(chain: usize, i: usize) -> Rule {
     Rule {
@@ -68,38 +62,14 @@ fn big_table() -> Table {
     }
     t.sets.insert(
         "big".into(),
-        Set {
-            counter: false,
-            counters: Default::default(),
-            name: "big".into(),
-            key: vec![DataType::Ipv4Addr],
-            flags: 0,
-            data: None,
-            size: Some(131_072),
-            elements: elements(100_000, 0),
-        },
+        ipv4_set("big", Some(131_072), ipv4_elements(0x0a00_0000, 100_000)),
     );
-    let mut vmap = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "filter-cali-to-wl-dispatch".into(),
-        key: vec![DataType::IfName],
-        flags: 0,
-        data: Some(DataType::Verdict),
-        size: None,
-        elements: vec![],
-    };
+    let mut vmap = ifname_vmap("filter-cali-to-wl-dispatch");
     for c in 0..1000 {
-        let mut key = format!("cali{c:08}").into_bytes();
-        key.resize(16, 0);
-        vmap.elements.push(Element {
-            key: key.into(),
-            key_end: None,
-            flags: 0,
-            data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(
-                "filter-cali-tw-cali{c:08}"
-            ))))),
-        });
+        vmap.elements.push(ifname_element(
+            &format!("cali{c:08}"),
+            Verdict::Goto(format!("filter-cali-tw-cali{c:08}")),
+        ));
     }
     t.sets.insert(vmap.name.clone(), vmap);
     t
@@ -118,17 +88,8 @@ fn encode_rules(n_chains: usize) -> Vec<u8> {
 }
 
 fn benches(c: &mut Criterion) {
-    let els = elements(100_000, 0);
-    let set = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "big".into(),
-        key: vec![DataType::Ipv4Addr],
-        flags: 0,
-        data: None,
-        size: Some(131_072),
-        elements: vec![],
-    };
+    let els = ipv4_elements(0x0a00_0000, 100_000);
+    let set = ipv4_set("big", Some(131_072), vec![]);
     c.bench_function("encode 100k set elements", |b| {
         b.iter(|| {
             let mut batch = Batch::new(1, Some(1));
@@ -174,7 +135,8 @@ fn benches(c: &mut Criterion) {
     }
     let big = actual.sets.get_mut("big").unwrap();
     big.elements.truncate(99_000);
-    big.elements.extend(elements(1000, 200_000));
+    big.elements
+        .extend(ipv4_elements(0x0a00_0000 + 200_000, 1000));
     c.bench_function("diff 10k rules + 100k elements, 1% churn", |b| {
         b.iter(|| {
             let p = diff::diff(black_box(&desired), Some(black_box(&actual)), false);

@@ -2,6 +2,8 @@
 //! kernel's referential checks, so "applying diff(desired, actual) to actual gives desired" is
 //! checked for random pairs of states.
 
+mod nft_fixtures;
+
 use std::collections::BTreeMap;
 
 use felix_nft::nft::batch::Batch;
@@ -10,6 +12,7 @@ use felix_nft::nft::consts::*;
 use felix_nft::nft::diff::{self, canonical_table, Op};
 use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{self, FakeNft, NftKernel, SyncOptions, TableOwnership};
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_set};
 use proptest::prelude::*;
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> Vec<u8> {
@@ -352,16 +355,7 @@ fn element_lists_are_split_under_64k_and_set_ids_link_new_sets() {
     let elements: Vec<Element> = (0..100_000u32)
         .map(|i| start(i.to_be_bytes().to_vec()))
         .collect();
-    let set = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "big".into(),
-        key: vec![DataType::Ipv4Addr],
-        flags: 0,
-        data: None,
-        size: None,
-        elements: vec![],
-    };
+    let set = ipv4_set("big", None, vec![]);
     let mut b = Batch::new(1, None);
     b.add_set(Family::Ip, "calico", &set);
     b.add_elements(Family::Ip, "calico", "big", &elements)
@@ -394,16 +388,7 @@ fn shared_rule_bodies_encode_as_their_copies_do() {
         for set in ["a", "b"] {
             t.sets.insert(
                 set.into(),
-                Set {
-                    counter: false,
-                    counters: Default::default(),
-                    name: set.into(),
-                    key: vec![DataType::Ipv4Addr],
-                    flags: 0,
-                    data: None,
-                    size: None,
-                    elements: vec![start(v4(10, 0, 0, 1))],
-                },
+                ipv4_set(set, None, vec![start(v4(10, 0, 0, 1))]),
             );
         }
         let body: Exprs = vec![
@@ -535,16 +520,11 @@ fn arb_table() -> impl Strategy<Value = Table> {
         if with_sets {
             t.sets.insert(
                 "ips".into(),
-                Set {
-                    counter: false,
-                    counters: Default::default(),
-                    name: "ips".into(),
-                    key: vec![DataType::Ipv4Addr],
-                    flags: 0,
-                    data: None,
-                    size: None,
-                    elements: ips.iter().map(|(c, d)| start(v4(10, 0, *c, *d))).collect(),
-                },
+                ipv4_set(
+                    "ips",
+                    None,
+                    ips.iter().map(|(c, d)| start(v4(10, 0, *c, *d))).collect(),
+                ),
             );
             t.sets.insert(
                 "nets".into(),
@@ -560,33 +540,19 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 ),
             );
         }
-        let mut disp = Set {
-            counter: false,
-            counters: Default::default(),
-            name: "dispatch".into(),
-            key: vec![DataType::IfName],
-            flags: 0,
-            data: Some(DataType::Verdict),
-            size: None,
-            elements: vec![],
-        };
+        let mut disp = ifname_vmap("dispatch");
         for (i, goto) in vmap {
             let target = format!("c{i}");
             if !t.chains.contains_key(&target) {
                 continue;
             }
-            let mut key = format!("cali{i}").into_bytes();
-            key.resize(16, 0);
-            disp.elements.push(Element {
-                key: key.into(),
-                key_end: None,
-                flags: 0,
-                data: Some(Box::new(ElemData::Verdict(if goto {
-                    Verdict::Goto(target)
-                } else {
-                    Verdict::Jump(target)
-                }))),
-            });
+            let verdict = if goto {
+                Verdict::Goto(target)
+            } else {
+                Verdict::Jump(target)
+            };
+            disp.elements
+                .push(ifname_element(&format!("cali{i}"), verdict));
         }
         t.sets.insert("dispatch".into(), disp);
         t
@@ -681,22 +647,7 @@ fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrust
         c.rules.push(rule(Verdict::Accept, n, 0));
         first.chains.insert(n.into(), Some(c));
     }
-    let mut s = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "s".into(),
-        key: vec![DataType::Ipv4Addr],
-        flags: 0,
-        data: None,
-        size: None,
-        elements: vec![],
-    };
-    s.elements.push(Element {
-        key: [10, 0, 0, 1][..].into(),
-        key_end: None,
-        flags: 0,
-        data: None,
-    });
+    let mut s = ipv4_set("s", None, vec![start(v4(10, 0, 0, 1))]);
     first.sets.insert("s".into(), Some(s.clone()));
     // Untrusted start: the kernel is read and everything diffed.
     r.apply_patches(vec![first]).unwrap();

@@ -5,6 +5,7 @@
 //! network namespace; `nft` is the independent oracle of the object counts.
 
 mod common;
+mod nft_fixtures;
 
 use std::process::Command;
 
@@ -16,6 +17,7 @@ use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{Nft, NftKernel};
 use felix_nft::nft::socket::DumpEnd;
 use felix_nft::nft::NftError;
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
 
 fn rule(i: u32, comment: bool) -> Rule {
     Rule {
@@ -43,26 +45,6 @@ fn rule(i: u32, comment: bool) -> Rule {
     }
 }
 
-fn ipv4_set(name: &str, n: u32, size: Option<u32>) -> Set {
-    Set {
-        counter: false,
-        counters: Default::default(),
-        name: name.into(),
-        key: vec![DataType::Ipv4Addr],
-        flags: 0,
-        data: None,
-        size,
-        elements: (0..n)
-            .map(|i| Element {
-                key: (0x0b00_0000 + i).to_be_bytes()[..].into(),
-                key_end: None,
-                flags: 0,
-                data: None,
-            })
-            .collect(),
-    }
-}
-
 /// 401 chains (a base chain; one of 600 rules: several reply buffers on its own; one empty),
 /// 147 sets (one of 20k members: many reply buffers; one empty) and a 400-entry verdict map.
 /// Interval sets and every expression kind are covered by `nft_kernel`'s fixtures.
@@ -87,30 +69,19 @@ fn many_objects() -> Table {
             4 => 0,
             s => s % 50,
         };
-        let set = ipv4_set(&format!("cali40s-{s:05}"), n, Some(n.max(1)));
+        let set = ipv4_set(
+            &format!("cali40s-{s:05}"),
+            Some(n.max(1)),
+            ipv4_elements(0x0b00_0000, n),
+        );
         t.sets.insert(set.name.clone(), set);
     }
-    let mut vmap = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "filter-cali-from-wl-dispatch".into(),
-        key: vec![DataType::IfName],
-        flags: 0,
-        data: Some(DataType::Verdict),
-        size: None,
-        elements: Vec::new(),
-    };
+    let mut vmap = ifname_vmap("filter-cali-from-wl-dispatch");
     for c in 0..400u32 {
-        let mut key = format!("cali{c:011}").into_bytes();
-        key.resize(16, 0);
-        vmap.elements.push(Element {
-            key: key.into(),
-            key_end: None,
-            flags: 0,
-            data: Some(Box::new(ElemData::Verdict(Verdict::Goto(format!(
-                "filter-cali-pi-{c:05}"
-            ))))),
-        });
+        vmap.elements.push(ifname_element(
+            &format!("cali{c:011}"),
+            Verdict::Goto(format!("filter-cali-pi-{c:05}")),
+        ));
     }
     t.sets.insert(vmap.name.clone(), vmap);
     let mut base = Chain::regular("filter-FORWARD");

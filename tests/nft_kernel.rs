@@ -3,6 +3,7 @@
 //! `nft` is used only as an independent oracle of what the kernel holds.
 
 mod common;
+mod nft_fixtures;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -14,6 +15,7 @@ use felix_nft::nft::dump::TableState;
 use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{self, Nft, NftKernel, SyncOptions, TableOwnership};
 use felix_nft::nft::NftError;
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nft");
 
@@ -294,19 +296,8 @@ fn random_table(rng: &mut Rng) -> Table {
         })
         .collect();
     ips.dedup();
-    t.sets.insert(
-        "ips".into(),
-        Set {
-            counter: false,
-            counters: Default::default(),
-            name: "ips".into(),
-            key: vec![DataType::Ipv4Addr],
-            flags: 0,
-            data: None,
-            size: Some(1024),
-            elements: ips,
-        },
-    );
+    t.sets
+        .insert("ips".into(), ipv4_set("ips", Some(1024), ips));
     let n_eps = rng.below(6);
     let mut dispatch = Vec::new();
     for i in 0..6 {
@@ -347,30 +338,20 @@ fn random_table(rng: &mut Rng) -> Table {
             });
         }
         if rng.chance(50) {
-            dispatch.push(Element {
-                key: ifname(&format!("cali{i}")).into(),
-                key_end: None,
-                flags: 0,
-                data: Some(Box::new(ElemData::Verdict(if rng.chance(50) {
-                    Verdict::Goto(name.clone())
-                } else {
-                    Verdict::Jump(name.clone())
-                }))),
-            });
+            let verdict = if rng.chance(50) {
+                Verdict::Goto(name.clone())
+            } else {
+                Verdict::Jump(name.clone())
+            };
+            dispatch.push(ifname_element(&format!("cali{i}"), verdict));
         }
         t.chains.insert(name, c);
     }
     t.sets.insert(
         "filter-cali-to-wl-dispatch".into(),
         Set {
-            counter: false,
-            counters: Default::default(),
-            name: "filter-cali-to-wl-dispatch".into(),
-            key: vec![DataType::IfName],
-            flags: 0,
-            data: Some(DataType::Verdict),
-            size: None,
             elements: dispatch,
+            ..ifname_vmap("filter-cali-to-wl-dispatch")
         },
     );
     let mut fwd = Chain {
@@ -487,22 +468,7 @@ fn small_table() -> Table {
 
 fn bad_plan() -> Plan {
     // A valid chain and set, then a rule jumping to a chain that does not exist.
-    let mut set = Set {
-        counter: false,
-        counters: Default::default(),
-        name: "s:new".into(),
-        key: vec![DataType::Ipv4Addr],
-        flags: 0,
-        data: None,
-        size: None,
-        elements: vec![],
-    };
-    set.elements.push(Element {
-        key: [1, 2, 3, 4][..].into(),
-        key_end: None,
-        flags: 0,
-        data: None,
-    });
+    let set = ipv4_set("s:new", None, ipv4_elements(0x0102_0304, 1));
     Plan {
         family: Family::Ip,
         table: "calico".into(),
@@ -678,26 +644,9 @@ fn hundred_thousand_elements_go_in_one_transaction() {
     in_private_netns(|| {
         let mut k = Nft::open().unwrap();
         let mut t = Table::new(Family::Ip, "calico");
-        let elements: Vec<Element> = (0..100_000u32)
-            .map(|i| Element {
-                key: (0x0a00_0000 + i).to_be_bytes()[..].into(),
-                key_end: None,
-                flags: 0,
-                data: None,
-            })
-            .collect();
         t.sets.insert(
             "big".into(),
-            Set {
-                counter: false,
-                counters: Default::default(),
-                name: "big".into(),
-                key: vec![DataType::Ipv4Addr],
-                flags: 0,
-                data: None,
-                size: Some(131_072),
-                elements,
-            },
+            ipv4_set("big", Some(131_072), ipv4_elements(0x0a00_0000, 100_000)),
         );
         let gen = k.generation().unwrap();
         let start = std::time::Instant::now();
@@ -880,26 +829,9 @@ fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
     in_private_netns(|| {
         let mut k = Nft::open().unwrap();
         let mut t = Table::new(Family::Ip, "calico");
-        let elements: Vec<Element> = (0..100_000u32)
-            .map(|i| Element {
-                key: (0x0a00_0000 + i).to_be_bytes()[..].into(),
-                key_end: None,
-                flags: 0,
-                data: None,
-            })
-            .collect();
         t.sets.insert(
             "big".into(),
-            Set {
-                counter: false,
-                counters: Default::default(),
-                name: "big".into(),
-                key: vec![DataType::Ipv4Addr],
-                flags: 0,
-                data: None,
-                size: None,
-                elements,
-            },
+            ipv4_set("big", None, ipv4_elements(0x0a00_0000, 100_000)),
         );
         k.commit(&[diff::diff(&t, None, false)], None, false)
             .unwrap();
@@ -922,16 +854,7 @@ fn ten_thousand_rules_go_in_one_transaction() {
     in_private_netns(|| {
         let mut k = Nft::open().unwrap();
         let mut t = Table::new(Family::Ip, "calico");
-        let mut vmap = Set {
-            counter: false,
-            counters: Default::default(),
-            name: "filter-cali-to-wl-dispatch".into(),
-            key: vec![DataType::IfName],
-            flags: 0,
-            data: Some(DataType::Verdict),
-            size: None,
-            elements: vec![],
-        };
+        let mut vmap = ifname_vmap("filter-cali-to-wl-dispatch");
         for c in 0..1000 {
             let name = format!("filter-cali-tw-cali{c:08}");
             let mut ch = Chain::regular(name.clone());
@@ -959,12 +882,8 @@ fn ten_thousand_rules_go_in_one_transaction() {
                 });
             }
             t.chains.insert(name.clone(), ch);
-            vmap.elements.push(Element {
-                key: ifname(&format!("cali{c:08}")).into(),
-                key_end: None,
-                flags: 0,
-                data: Some(Box::new(ElemData::Verdict(Verdict::Goto(name)))),
-            });
+            vmap.elements
+                .push(ifname_element(&format!("cali{c:08}"), Verdict::Goto(name)));
         }
         t.sets.insert(vmap.name.clone(), vmap);
         let start = std::time::Instant::now();
@@ -1033,21 +952,11 @@ fn map_elements_count_their_own_packets_and_bytes() {
                 let c = Chain::regular(name);
                 t.chains.insert(c.name.clone(), c);
             }
-            let elem = |ifn: &str, chain: &str| Element {
-                key: ifname(ifn).as_slice().into(),
-                key_end: None,
-                flags: 0,
-                data: Some(Box::new(ElemData::Verdict(Verdict::Jump(chain.into())))),
-            };
+            let elem = |ifn: &str, chain: &str| ifname_element(ifn, Verdict::Jump(chain.into()));
             let map = Set {
-                name: "to-wl".into(),
-                key: vec![DataType::IfName],
-                flags: 0,
-                data: Some(DataType::Verdict),
-                size: None,
                 elements: vec![elem("lo", "wl-a"), elem("cali0", "wl-b")],
                 counter,
-                counters: Default::default(),
+                ..ifname_vmap("to-wl")
             };
             t.sets.insert(map.name.clone(), map);
             let mut out = Chain {
