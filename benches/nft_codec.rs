@@ -13,7 +13,7 @@ use felix_nft::nft::model::*;
 // The tests build the same sets and maps.
 #[path = "../tests/nft_fixtures/mod.rs"]
 mod nft_fixtures;
-use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set, load_ip_saddr};
 
 fn rule(chain: usize, i: usize) -> Rule {
     Rule {
@@ -27,12 +27,7 @@ fn rule(chain: usize, i: usize) -> Rule {
                 op: CmpOp::Eq,
                 data: format!("cali{chain:08}\0").into_bytes(),
             },
-            Expr::Payload {
-                base: PayloadBase::Network,
-                offset: 12,
-                len: 4,
-                dreg: Reg::R1,
-            },
+            load_ip_saddr(),
             Expr::Lookup {
                 set: format!("s:{}", i % 50),
                 set_id: None,

@@ -12,7 +12,7 @@ use felix_nft::nft::consts::*;
 use felix_nft::nft::diff::{self, canonical_table, Op};
 use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{self, FakeNft, NftKernel, SyncOptions, TableOwnership};
-use nft_fixtures::{ifname_element, ifname_vmap, ipv4_set};
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_set, load_ip_saddr};
 use proptest::prelude::*;
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> Vec<u8> {
@@ -392,12 +392,7 @@ fn shared_rule_bodies_encode_as_their_copies_do() {
             );
         }
         let body: Exprs = vec![
-            Expr::Payload {
-                base: PayloadBase::Network,
-                offset: 12,
-                len: 4,
-                dreg: Reg::R1,
-            },
+            load_ip_saddr(),
             Expr::Lookup {
                 set: "b".into(),
                 set_id: None,
@@ -490,12 +485,7 @@ fn arb_table() -> impl Strategy<Value = Table> {
                 };
                 let mut exprs = vec![];
                 if with_sets && *r % 2 == 0 {
-                    exprs.push(Expr::Payload {
-                        base: PayloadBase::Network,
-                        offset: 12,
-                        len: 4,
-                        dreg: Reg::R1,
-                    });
+                    exprs.push(load_ip_saddr());
                     exprs.push(Expr::Lookup {
                         set: if *r == 0 { "ips" } else { "nets" }.into(),
                         set_id: None,

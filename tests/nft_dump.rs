@@ -17,17 +17,12 @@ use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{Nft, NftKernel};
 use felix_nft::nft::socket::DumpEnd;
 use felix_nft::nft::NftError;
-use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set, load_ip_saddr};
 
 fn rule(i: u32, comment: bool) -> Rule {
     Rule {
         exprs: vec![
-            Expr::Payload {
-                base: PayloadBase::Network,
-                offset: 12,
-                len: 4,
-                dreg: Reg::R1,
-            },
+            load_ip_saddr(),
             Expr::Cmp {
                 sreg: Reg::R1,
                 op: CmpOp::Eq,

@@ -15,7 +15,7 @@ use felix_nft::nft::dump::TableState;
 use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{self, Nft, NftKernel, SyncOptions, TableOwnership};
 use felix_nft::nft::NftError;
-use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set};
+use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set, load_ip_saddr};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nft");
 
@@ -309,12 +309,7 @@ fn random_table(rng: &mut Rng) -> Table {
         for r in 0..rng.below(4) {
             c.rules.push(Rule {
                 exprs: vec![
-                    Expr::Payload {
-                        base: PayloadBase::Network,
-                        offset: 12,
-                        len: 4,
-                        dreg: Reg::R1,
-                    },
+                    load_ip_saddr(),
                     Expr::Lookup {
                         set: if rng.chance(50) { "ips" } else { "nets" }.into(),
                         set_id: None,

@@ -57,3 +57,13 @@ pub fn ifname_element(ifname: &str, verdict: Verdict) -> Element {
         data: Some(Box::new(ElemData::Verdict(verdict))),
     }
 }
+
+/// Loads the IPv4 source address (network header, offset 12, 4 bytes) into R1.
+pub fn load_ip_saddr() -> Expr {
+    Expr::Payload {
+        base: PayloadBase::Network,
+        offset: 12,
+        len: 4,
+        dreg: Reg::R1,
+    }
+}
