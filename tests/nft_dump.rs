@@ -15,7 +15,7 @@ use felix_nft::nft::consts::*;
 use felix_nft::nft::diff::{self, canonical_table};
 use felix_nft::nft::model::*;
 use felix_nft::nft::reconcile::{Nft, NftKernel};
-use felix_nft::nft::socket::DumpEnd;
+use felix_nft::nft::socket::{DumpEnd, NfSocket};
 use felix_nft::nft::NftError;
 use nft_fixtures::{ifname_element, ifname_vmap, ipv4_elements, ipv4_set, load_ip_saddr};
 
@@ -91,6 +91,23 @@ fn many_objects() -> Table {
     t
 }
 
+/// A rule dump request in the `ip` family, its selector (table or chain) written by `select`;
+/// returns the request and its sequence number.
+fn rule_dump_request(sock: &mut NfSocket, select: impl FnOnce(&mut MsgWriter)) -> (Vec<u8>, u32) {
+    let seq = sock.take_seq(1);
+    let mut w = MsgWriter::new();
+    let m = w.begin_msg(
+        (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        Family::Ip.nfproto(),
+        0,
+    );
+    select(&mut w);
+    w.end_msg(m).unwrap();
+    (w.buf, seq)
+}
+
 fn nft_count(args: &[&str], needle: &str) -> usize {
     let out = Command::new("nft")
         .args(args)
@@ -142,18 +159,8 @@ fn a_read_on_a_socket_with_an_unfinished_dump_still_succeeds() {
         // Start a table-wide rule dump (hundreds of KiB) and read none of it: the kernel keeps
         // it open on this socket and refuses every other dump with EBUSY until it is read.
         let sock = k.socket();
-        let seq = sock.take_seq(1);
-        let mut w = MsgWriter::new();
-        let m = w.begin_msg(
-            (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
-            NLM_F_REQUEST | NLM_F_DUMP,
-            seq,
-            Family::Ip.nfproto(),
-            0,
-        );
-        w.put_str(NFTA_RULE_TABLE, "calico");
-        w.end_msg(m).unwrap();
-        sock.send_all(&w.buf).unwrap();
+        let (req, _) = rule_dump_request(sock, |w| w.put_str(NFTA_RULE_TABLE, "calico"));
+        sock.send_all(&req).unwrap();
         let got = k
             .read_table(Family::Ip, "calico")
             .unwrap()
@@ -170,19 +177,10 @@ fn a_failing_consumer_leaves_the_socket_usable() {
         k.commit(&[diff::diff(&t, None, false)], None, false)
             .unwrap();
         let sock = k.socket();
-        let big_chain = |sock: &mut felix_nft::nft::socket::NfSocket| {
-            let seq = sock.take_seq(1);
-            let mut w = MsgWriter::new();
-            let m = w.begin_msg(
-                (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
-                NLM_F_REQUEST | NLM_F_DUMP,
-                seq,
-                Family::Ip.nfproto(),
-                0,
-            );
-            codec::put_rule_chain_ref(&mut w, "calico", "filter-cali-pi-00007");
-            w.end_msg(m).unwrap();
-            (w.buf, seq)
+        let big_chain = |sock: &mut NfSocket| {
+            rule_dump_request(sock, |w| {
+                codec::put_rule_chain_ref(w, "calico", "filter-cali-pi-00007")
+            })
         };
         // The consumer fails on the first of 600 rules: the error comes back, after the dump
         // was read to its end.
@@ -220,20 +218,12 @@ fn a_rule_dump_of_a_missing_chain_is_empty_not_enoent() {
         k.commit(&[diff::diff(&t, None, false)], None, false)
             .unwrap();
         let sock = k.socket();
-        let seq = sock.take_seq(1);
-        let mut w = MsgWriter::new();
-        let m = w.begin_msg(
-            (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE,
-            NLM_F_REQUEST | NLM_F_DUMP,
-            seq,
-            Family::Ip.nfproto(),
-            0,
-        );
-        codec::put_rule_chain_ref(&mut w, "calico", "no-such-chain");
-        w.end_msg(m).unwrap();
+        let (req, seq) = rule_dump_request(sock, |w| {
+            codec::put_rule_chain_ref(w, "calico", "no-such-chain")
+        });
         let mut n = 0;
         let end = sock
-            .dump(&w.buf, seq, |_| {
+            .dump(&req, seq, |_| {
                 n += 1;
                 Ok(())
             })
