@@ -108,6 +108,15 @@ fn rule_dump_request(sock: &mut NfSocket, select: impl FnOnce(&mut MsgWriter)) -
     (w.buf, seq)
 }
 
+/// A socket on which `many_objects` has been committed, and that table.
+fn many_objects_committed() -> (Nft, Table) {
+    let mut k = Nft::open().unwrap();
+    let t = many_objects();
+    k.commit(&[diff::diff(&t, None, false)], None, false)
+        .unwrap();
+    (k, t)
+}
+
 fn nft_count(args: &[&str], needle: &str) -> usize {
     let out = Command::new("nft")
         .args(args)
@@ -120,10 +129,7 @@ fn nft_count(args: &[&str], needle: &str) -> usize {
 #[test]
 fn a_table_of_many_chains_and_sets_reads_back_as_committed() {
     in_private_netns(|| {
-        let mut k = Nft::open().unwrap();
-        let t = many_objects();
-        k.commit(&[diff::diff(&t, None, false)], None, false)
-            .unwrap();
+        let (mut k, t) = many_objects_committed();
         let got = k
             .read_table(Family::Ip, "calico")
             .unwrap()
@@ -152,10 +158,7 @@ fn a_table_of_many_chains_and_sets_reads_back_as_committed() {
 #[test]
 fn a_read_on_a_socket_with_an_unfinished_dump_still_succeeds() {
     in_private_netns(|| {
-        let mut k = Nft::open().unwrap();
-        let t = many_objects();
-        k.commit(&[diff::diff(&t, None, false)], None, false)
-            .unwrap();
+        let (mut k, t) = many_objects_committed();
         // Start a table-wide rule dump (hundreds of KiB) and read none of it: the kernel keeps
         // it open on this socket and refuses every other dump with EBUSY until it is read.
         let sock = k.socket();
@@ -172,10 +175,7 @@ fn a_read_on_a_socket_with_an_unfinished_dump_still_succeeds() {
 #[test]
 fn a_failing_consumer_leaves_the_socket_usable() {
     in_private_netns(|| {
-        let mut k = Nft::open().unwrap();
-        let t = many_objects();
-        k.commit(&[diff::diff(&t, None, false)], None, false)
-            .unwrap();
+        let (mut k, _) = many_objects_committed();
         let sock = k.socket();
         let big_chain = |sock: &mut NfSocket| {
             rule_dump_request(sock, |w| {
@@ -213,10 +213,7 @@ fn a_failing_consumer_leaves_the_socket_usable() {
 #[test]
 fn a_rule_dump_of_a_missing_chain_is_empty_not_enoent() {
     in_private_netns(|| {
-        let mut k = Nft::open().unwrap();
-        let t = many_objects();
-        k.commit(&[diff::diff(&t, None, false)], None, false)
-            .unwrap();
+        let (mut k, _) = many_objects_committed();
         let sock = k.socket();
         let (req, seq) = rule_dump_request(sock, |w| {
             codec::put_rule_chain_ref(w, "calico", "no-such-chain")
