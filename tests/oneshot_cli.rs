@@ -220,6 +220,21 @@ const GOOD: &str = r#"[
 {"workload_endpoint_update":{"id":{"orchestrator_id":"k8s","workload_id":"prod/b","endpoint_id":"eth0"},"endpoint":{"state":"active","name":"cali2b","mac":"ee:ee:ee:ee:ee:02","profile_ids":["kns.prod"],"ipv4_nets":["10.65.0.3/32"]}}}
 ]"#;
 
+/// A namespace with both workload interfaces of `GOOD`, and `GOOD` applied to it; returns the
+/// namespace and the document's path.
+fn ns_with_good_applied(name: &str) -> (Ns, PathBuf) {
+    let ns = Ns::new(name);
+    ns.veth("cali1a", "w1");
+    ns.veth("cali2b", "w2");
+    let good = state_file(&format!("{name}-good"), GOOD);
+    felix_nft(
+        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
+        &[],
+    )
+    .ok();
+    (ns, good)
+}
+
 /// Every class of input error the brief names, one per message.
 const BAD: &str = r#"[
 {"active_profile_update":{"id":{"name":"kns.prod"},"profile":{"inbound_rules":[{"action":"allow","src_ip_set_ids":["s:nope"]}]}}},
@@ -412,15 +427,7 @@ fn route_sync_disabled_skips_route_work() {
 
 #[test]
 fn cleanup_removes_ours_only_and_is_idempotent() {
-    let ns = Ns::new("clean");
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
-    let good = state_file("clean", GOOD);
-    felix_nft(
-        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
-        &[],
-    )
-    .ok();
+    let (ns, _) = ns_with_good_applied("clean");
     // Foreign objects that must survive.
     ns.exec(&["nft", "add", "table", "inet", "foreign"]);
     ns.exec(&["nft", "add", "table", "ip6", "other"]);
@@ -558,15 +565,7 @@ fn an_invalid_document_changes_nothing() {
 
 #[test]
 fn an_empty_or_cut_short_document_is_refused_unless_allowed() {
-    let ns = Ns::new("empty");
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
-    let good = state_file("empty-good", GOOD);
-    felix_nft(
-        &["apply", good.to_str().unwrap(), "--netns", ns.name()],
-        &[],
-    )
-    .ok();
+    let (ns, _) = ns_with_good_applied("empty");
     let programmed = ns.kernel_state();
     assert!(
         programmed.contains("\"cali1a\" counter : goto filter-cali-tw-"),
@@ -757,12 +756,8 @@ fn apply_converges_over_dispatch_maps_without_counters() {
     use felix_nft::nft::model::Family;
     use felix_nft::nft::reconcile::{sync, Nft, NftKernel, SyncOptions, TableOwnership};
 
-    let ns = Ns::new("uncounted");
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
-    let good = state_file("uncounted", GOOD);
+    let (ns, good) = ns_with_good_applied("uncounted");
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
-    felix_nft(&args, &[]).ok();
     assert!(ns.ruleset().contains("\"cali1a\" counter packets "));
 
     // The same tables with every set's counter template dropped, as the earlier version had them.
