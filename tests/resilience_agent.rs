@@ -227,6 +227,16 @@ fn wait_matrix(topo: &Topology, limit: Duration) -> MatrixReport {
     }
 }
 
+/// Starts the agent (kept running) on `state(topo)`, and waits for its first sync and for
+/// traffic to match the policy.
+fn start_in_sync(topo: &Topology, env: &[(&str, &str)]) -> Agent {
+    let mut agent = Agent::start(topo, env, true);
+    agent.send(&state(topo));
+    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
+    wait_matrix(topo, Duration::from_secs(10));
+    agent
+}
+
 fn b_closed_port(topo: &Topology) -> Verdict {
     let a = topo.workload("a").unwrap();
     tcp_connect(a.ns(), SocketAddr::new(B.into(), CLOSED), DEFAULT_TIMEOUT).unwrap()
@@ -336,17 +346,13 @@ fn outside_writes_are_repaired_and_traffic_returns() {
     require_root();
     let topo = build("drift");
     let _srv = listen(&topo);
-    let mut agent = Agent::start(
+    let agent = start_in_sync(
         &topo,
         &[
             ("FELIX_NFTABLESTABLEOWNER", "false"),
             ("FELIX_NFTABLESREFRESHINTERVAL", "1"),
         ],
-        true,
     );
-    agent.send(&state(&topo));
-    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-    wait_matrix(&topo, Duration::from_secs(10));
     let good = ruleset(&topo);
     for (what, args) in outside_writes(&topo) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -384,10 +390,7 @@ fn outside_write_while_the_agent_is_down_is_repaired_at_restart() {
     let topo = build("down");
     let _srv = listen(&topo);
     let env = [("FELIX_NFTABLESTABLEOWNER", "false")];
-    let mut agent = Agent::start(&topo, &env, true);
-    agent.send(&state(&topo));
-    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-    wait_matrix(&topo, Duration::from_secs(10));
+    let agent = start_in_sync(&topo, &env);
     let good = ruleset(&topo);
     agent.stop();
     let now = ruleset(&topo);
@@ -427,10 +430,7 @@ fn with_the_owner_flag_outside_writes_are_refused_and_traffic_is_unchanged() {
     require_root();
     let topo = build("owner");
     let _srv = listen(&topo);
-    let mut agent = Agent::start(&topo, &[], true);
-    agent.send(&state(&topo));
-    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-    wait_matrix(&topo, Duration::from_secs(10));
+    let agent = start_in_sync(&topo, &[]);
     let good = ruleset(&topo);
     let mut writes = outside_writes(&topo);
     writes.push((
@@ -471,10 +471,7 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
     require_root();
     let topo = build("kill");
     let _srv = listen(&topo);
-    let mut agent = Agent::start(&topo, &[], true);
-    agent.send(&state(&topo));
-    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-    wait_matrix(&topo, Duration::from_secs(10));
+    let mut agent = start_in_sync(&topo, &[]);
     let good = ruleset(&topo);
 
     let a = topo.workload("a").unwrap();
@@ -580,10 +577,7 @@ fn invalid_updates_leave_the_kernel_and_traffic_exactly_as_they_were() {
     require_root();
     let topo = build("invalid");
     let _srv = listen(&topo);
-    let mut agent = Agent::start(&topo, &[], true);
-    agent.send(&state(&topo));
-    agent.wait_log("dataplane in sync", 1, Duration::from_secs(20));
-    wait_matrix(&topo, Duration::from_secs(10));
+    let mut agent = start_in_sync(&topo, &[]);
     let before = (
         ruleset(&topo),
         ip_json(topo.host_netns_name(), &["route", "show"]),
