@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -336,21 +336,30 @@ fn a_frame_over_the_configured_limit_fails_at_once_naming_the_limit() {
     assert_eq!(status.code(), Some(1), "stderr:\n{}", d.seen.join("\n"));
 }
 
-#[test]
-fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
+/// Starts `felix-nft run --source stdin` in a network namespace of its own, with no config
+/// file, default logging and `env` added; returns the child and its stdin.
+fn spawn_stdin_agent(env: &[(&str, &str)]) -> (Child, ChildStdin) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     cmd.args(["run", "--source", "stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-        .env("FELIX_INPUTMAXMESSAGEBYTES", "4096")
-        .env("FELIX_NFT_TRACE_INPUT", "1")
+        .envs(env.iter().copied())
         .env_remove("FELIX_NFT_LOG")
         .env_remove("FELIX_NFT_LOG_FORMAT");
     common::isolate_netns(&mut cmd);
     let mut child = cmd.spawn().expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let stdin = child.stdin.take().expect("stdin");
+    (child, stdin)
+}
+
+#[test]
+fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
+    let (child, mut stdin) = spawn_stdin_agent(&[
+        ("FELIX_INPUTMAXMESSAGEBYTES", "4096"),
+        ("FELIX_NFT_TRACE_INPUT", "1"),
+    ]);
     let members: Vec<String> = (0..100_000)
         .map(|i| format!("\"10.{}.{}.{}\"", i >> 16, (i >> 8) & 255, i & 255))
         .collect();
@@ -393,17 +402,7 @@ fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
 
 #[test]
 fn a_huge_bad_value_is_logged_cut_with_its_size() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    cmd.args(["run", "--source", "stdin"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-        .env_remove("FELIX_NFT_LOG")
-        .env_remove("FELIX_NFT_LOG_FORMAT");
-    common::isolate_netns(&mut cmd);
-    let mut child = cmd.spawn().expect("spawning felix-nft");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (child, mut stdin) = spawn_stdin_agent(&[]);
     let huge = "x".repeat(10 << 20);
     let writer = std::thread::spawn(move || {
         // A validation error (a member that is no address) and a decode error (a string where
