@@ -634,15 +634,21 @@ fn read_of_an_absent_table_is_none_and_other_tables_are_not_read() {
 // ---------------------------------------------------------------------------------------------
 // Scale and ownership.
 
+/// The `ip calico` table holding only one set of 100k IPv4 addresses, of the given size hint.
+fn table_of_a_big_set(size: Option<u32>) -> Table {
+    let mut t = Table::new(Family::Ip, "calico");
+    t.sets.insert(
+        "big".into(),
+        ipv4_set("big", size, ipv4_elements(0x0a00_0000, 100_000)),
+    );
+    t
+}
+
 #[test]
 fn hundred_thousand_elements_go_in_one_transaction() {
     in_private_netns(|| {
         let mut k = Nft::open().unwrap();
-        let mut t = Table::new(Family::Ip, "calico");
-        t.sets.insert(
-            "big".into(),
-            ipv4_set("big", Some(131_072), ipv4_elements(0x0a00_0000, 100_000)),
-        );
+        let t = table_of_a_big_set(Some(131_072));
         let gen = k.generation().unwrap();
         let start = std::time::Instant::now();
         let plan = diff::diff(&t, None, false);
@@ -823,11 +829,7 @@ fn kernel_filled_defaults_are_not_differences() {
 fn large_unhinted_set_reads_back_exactly_or_reports_inconsistency() {
     in_private_netns(|| {
         let mut k = Nft::open().unwrap();
-        let mut t = Table::new(Family::Ip, "calico");
-        t.sets.insert(
-            "big".into(),
-            ipv4_set("big", None, ipv4_elements(0x0a00_0000, 100_000)),
-        );
+        let t = table_of_a_big_set(None);
         k.commit(&[diff::diff(&t, None, false)], None, false)
             .unwrap();
         match k.read_table(Family::Ip, "calico") {
