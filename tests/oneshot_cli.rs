@@ -662,18 +662,15 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
     let ns = Ns::new("dry");
     ns.veth("cali1a", "w1");
     let good = state_file("dry-good", GOOD);
+    let dry_run = [
+        "apply",
+        "--dry-run",
+        good.to_str().unwrap(),
+        "--netns",
+        ns.name(),
+    ];
     let before = ns.kernel_state();
-    let run = felix_nft(
-        &[
-            "apply",
-            "--dry-run",
-            good.to_str().unwrap(),
-            "--netns",
-            ns.name(),
-        ],
-        &[],
-    )
-    .ok();
+    let run = felix_nft(&dry_run, &[]).ok();
     assert!(run.stdout.starts_with("dry run:"));
     assert!(run.table_ops() > 100);
     assert!(run.stdout.contains("route add 10.65.0.2/32"));
@@ -696,16 +693,7 @@ fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
     )
     .unwrap();
     let before = ns.kernel_state();
-    let run = felix_nft(
-        &[
-            "apply",
-            "--dry-run",
-            good.to_str().unwrap(),
-            "--netns",
-            ns.name(),
-        ],
-        &[],
-    );
+    let run = felix_nft(&dry_run, &[]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stderr.contains("the kernel refused") && run.stderr.contains("table ip calico"),
