@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 
 use e2e_common::*;
 use felix_nft::testbed::probe::{Proto::*, TcpServer, Verdict::*};
-use felix_nft::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
+use felix_nft::testbed::topology::Topology;
 use serde_json::json;
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 1);
@@ -17,21 +17,6 @@ const B: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 2);
 const C: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 3);
 const WEB: u16 = 8080;
 const OTHER: u16 = 9090;
-
-fn three(prefix: &str) -> Topology {
-    build(TopologySpec {
-        prefix: prefix.into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", A),
-            WorkloadSpec::v4("b", B),
-            WorkloadSpec::v4("c", C),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
-    })
-}
 
 fn listen(topo: &Topology) -> Vec<(TcpServer, TcpServer)> {
     topo.workloads()
@@ -59,7 +44,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
     // Felix cuts set names to 31 characters; two ids with a common prefix then named one set,
     // and a policy allowing one matched the other's members.
     require_root();
-    let topo = three("fnt-hx-sets");
+    let topo = three_v4_workloads("fnt-hx-sets", [A, B, C]);
     let _srv = listen(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -134,7 +119,7 @@ fn names_the_kernel_could_not_hold_are_programmed_and_enforced() {
     // over the kernel's limit; a NUL inside an id made the kernel store another name. Each
     // wedged every later apply. Now each is named within the limits and enforced.
     require_root();
-    let topo = three("fnt-hx-names");
+    let topo = three_v4_workloads("fnt-hx-names", [A, B, C]);
     let _srv = listen(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -215,7 +200,7 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     // A deny with protocol 300 or an unknown name used to be skipped with a warning: the policy
     // then let through exactly what it denied. It is refused whole, and the policy in force stays.
     require_root();
-    let topo = three("fnt-hx-deny");
+    let topo = three_v4_workloads("fnt-hx-deny", [A, B, C]);
     let _srv = listen(&topo);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
     let mut agent = Agent::start(&topo, AgentOptions::default());

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use e2e_common::{build, require_root, PROBE_TIMEOUT, STEP_DEADLINE};
+use e2e_common::{require_root, three_v4_workloads, PROBE_TIMEOUT, STEP_DEADLINE};
 use felix_nft::dataplane::driver::{Driver, LoopOptions};
 use felix_nft::dataplane::kernel::{
     Kernel, KernelError, RealKernel, RoutesOutcome, TableMode, TablesInput, TablesOutcome,
@@ -28,7 +28,7 @@ use felix_nft::rtnl::neigh::Mac;
 use felix_nft::rtnl::routes::RouteSpec;
 use felix_nft::source::{Origin, Update};
 use felix_nft::testbed::probe::{run_matrix, Flow, Proto, TcpServer, Verdict};
-use felix_nft::testbed::topology::{ExternalSpec, TopologySpec, Workload, WorkloadSpec};
+use felix_nft::testbed::topology::Workload;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -191,18 +191,7 @@ fn flow<'a>(from: &'a Workload, to: &Workload, expect: Verdict) -> Flow<'a> {
 #[test]
 fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
     require_root();
-    let topo = build(TopologySpec {
-        prefix: "fnt-quar".into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", A),
-            WorkloadSpec::v4("b", B),
-            WorkloadSpec::v4("c", C),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
-    });
+    let topo = three_v4_workloads("fnt-quar", [A, B, C]);
     let _srv: Vec<TcpServer> = topo
         .workloads()
         .iter()

@@ -8,13 +8,13 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
 use felix_nft::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, Verdict};
-use felix_nft::testbed::topology::{Topology, TopologySpec, Workload};
+use felix_nft::testbed::topology::{ExternalSpec, Topology, TopologySpec, Workload, WorkloadSpec};
 use serde_json::{json, Value};
 
 /// Per-probe timeout for an expected drop: short, well above a real answer on veths.
@@ -47,6 +47,23 @@ pub fn build(spec: TopologySpec) -> Topology {
         Ok(t) => t,
         Err(e) => panic!("building the test bed: {}", chain(&e)),
     }
+}
+
+/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs`, and an external host with no
+/// routes to them.
+pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
+    build(TopologySpec {
+        prefix: prefix.into(),
+        workloads: vec![
+            WorkloadSpec::v4("a", a),
+            WorkloadSpec::v4("b", b),
+            WorkloadSpec::v4("c", c),
+        ],
+        external: Some(ExternalSpec {
+            routes_to_workloads: false,
+            ipv6: false,
+        }),
+    })
 }
 
 /// `e: cause: cause…`.
