@@ -97,6 +97,12 @@ impl Drop for Daemon {
     }
 }
 
+/// Builds the underlay of `spec`, or fails saying why.
+fn build_cluster(spec: ClusterSpec) -> Cluster {
+    block_on(Cluster::build(&spec))
+        .expect("building the underlay (this privileged test needs root)")
+}
+
 fn pod_ip(k: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 65, k, 2)
 }
@@ -259,11 +265,10 @@ fn eventually(what: &str, daemons: &BTreeMap<String, Daemon>, mut check: impl Fn
 #[test]
 fn controller_messages_carry_a_cluster_through_felix_nft_processes() {
     require_root();
-    let mut cluster = block_on(Cluster::build(&ClusterSpec {
+    let mut cluster = build_cluster(ClusterSpec {
         prefix: "fnt-t-clctl".into(),
         ..ClusterSpec::default()
-    }))
-    .expect("building the underlay (this privileged test needs root)");
+    });
     let mut ctl = model();
     let mut daemons = BTreeMap::new();
     let mut pods = BTreeMap::new();
@@ -344,12 +349,11 @@ fn vxlan_tx_packets(netns: &str) -> u64 {
 #[test]
 fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_router() {
     require_root();
-    let mut cluster = block_on(Cluster::build(&ClusterSpec {
+    let mut cluster = build_cluster(ClusterSpec {
         prefix: "fnt-t-clxs".into(),
         routed: vec!["172.31.1.0/24".parse().expect("a subnet")],
         ..ClusterSpec::default()
-    }))
-    .expect("building the underlay (this privileged test needs root)");
+    });
     let mut ctl = model();
     ctl.set_pool(
         "10.65.0.0-16",
@@ -420,11 +424,10 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
 #[test]
 fn noencap_pools_are_routed_via_the_nodes_when_felix_programs_cluster_routes() {
     require_root();
-    let mut cluster = block_on(Cluster::build(&ClusterSpec {
+    let mut cluster = build_cluster(ClusterSpec {
         prefix: "fnt-t-clne".into(),
         ..ClusterSpec::default()
-    }))
-    .expect("building the underlay (this privileged test needs root)");
+    });
     let mut ctl = model();
     ctl.set_pool(
         "10.65.0.0-16",
