@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 
 use felix_nft::proto::{self, json, FromDataplane, ToDataplane};
 use prost::Message;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -160,38 +161,35 @@ fn check_both_directions<M: Message + Default + PartialEq + std::fmt::Debug>(
     );
 }
 
-#[test]
-fn every_to_dataplane_payload_against_protoc() {
+/// Checks every line of `file` (JSON of `message`) against protoc in both directions, and that
+/// the lines cover every payload of the message's oneof; `kind` names a line's payload.
+fn check_every_payload<M>(file: &str, message: &str, kind: impl Fn(&M) -> &'static str)
+where
+    M: Message + Default + PartialEq + std::fmt::Debug + DeserializeOwned,
+{
     let mut seen = Vec::new();
-    for line in lines("to_dataplane.jsonl") {
-        let ours: ToDataplane = json::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
-        seen.push(ours.kind().to_string());
-        check_both_directions(&line, "felix.ToDataplane", ours);
+    for line in lines(file) {
+        let ours: M = json::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        seen.push(kind(&ours).to_string());
+        check_both_directions(&line, &format!("felix.{message}"), ours);
     }
-    let mut want = oneof_members("ToDataplane");
+    let mut want = oneof_members(message);
     want.sort();
     seen.sort();
     assert_eq!(
         seen, want,
-        "the fixtures must cover every ToDataplane payload"
+        "the fixtures must cover every {message} payload"
     );
 }
 
 #[test]
+fn every_to_dataplane_payload_against_protoc() {
+    check_every_payload("to_dataplane.jsonl", "ToDataplane", ToDataplane::kind);
+}
+
+#[test]
 fn every_from_dataplane_payload_against_protoc() {
-    let mut seen = Vec::new();
-    for line in lines("from_dataplane.jsonl") {
-        let ours: FromDataplane = json::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
-        seen.push(ours.kind().to_string());
-        check_both_directions(&line, "felix.FromDataplane", ours);
-    }
-    let mut want = oneof_members("FromDataplane");
-    want.sort();
-    seen.sort();
-    assert_eq!(
-        seen, want,
-        "the fixtures must cover every FromDataplane payload"
-    );
+    check_every_payload("from_dataplane.jsonl", "FromDataplane", FromDataplane::kind);
 }
 
 #[test]
