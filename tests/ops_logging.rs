@@ -34,6 +34,13 @@ impl Buf {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect()
     }
+    /// The `message` field of every JSON line.
+    fn messages(&self) -> Vec<Value> {
+        self.json_lines()
+            .iter()
+            .map(|r| r["message"].clone())
+            .collect()
+    }
 }
 
 fn settings(format: LogFormat, screen: LevelFilter) -> LogSettings {
@@ -120,11 +127,7 @@ fn screen_severity_filters() {
         tracing::warn!("shown");
         tracing::error!("shown too");
     });
-    let msgs: Vec<Value> = buf
-        .json_lines()
-        .iter()
-        .map(|r| r["message"].clone())
-        .collect();
+    let msgs = buf.messages();
     assert_eq!(msgs, ["shown", "shown too"]);
 }
 
@@ -135,11 +138,7 @@ fn dependencies_stay_at_info_when_we_debug() {
         tracing::info!(target: "netlink_proto::connection", "dependency info");
         tracing::debug!(target: "felix_nft::dataplane", "our detail");
     });
-    let msgs: Vec<Value> = buf
-        .json_lines()
-        .iter()
-        .map(|r| r["message"].clone())
-        .collect();
+    let msgs = buf.messages();
     assert_eq!(msgs, ["dependency info", "our detail"]);
 }
 
@@ -159,11 +158,7 @@ fn file_gets_its_own_severity() {
         tracing::debug!(target: "felix_nft::ops", "debug detail");
         tracing::info!(target: "felix_nft::ops", "summary");
     });
-    let on_screen: Vec<Value> = screen
-        .json_lines()
-        .iter()
-        .map(|r| r["message"].clone())
-        .collect();
+    let on_screen = screen.messages();
     assert_eq!(on_screen, ["summary"]);
     let file = std::fs::read_to_string(&path).unwrap();
     let in_file: Vec<Value> = file
