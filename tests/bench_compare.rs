@@ -54,6 +54,11 @@ fn bench_compare(scale: &str, out: &Path) -> (String, u32) {
     (stdout, pid)
 }
 
+/// The JSON report `name` that a run wrote into `out`.
+fn report(out: &Path, name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap()
+}
+
 fn installed(bin: &str) -> bool {
     ["/usr/sbin", "/usr/bin"]
         .iter()
@@ -70,10 +75,7 @@ fn small_scale_runs_every_backend_and_they_agree() {
         "{stdout}"
     );
 
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("bench-small.json")).unwrap(),
-    )
-    .unwrap();
+    let json = report(out.path(), "bench-small.json");
     assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
     let mut want = vec!["felix-nft", "felix-nft-proc"];
     if installed("iptables-nft-restore") && installed("ipset") {
@@ -143,10 +145,7 @@ fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
         "{stdout}"
     );
 
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("bench-cluster-20.json")).unwrap(),
-    )
-    .unwrap();
+    let json = report(out.path(), "bench-cluster-20.json");
     assert_eq!(json["nodes"], 20);
     assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
     let mut want = vec!["felix-nft"];
