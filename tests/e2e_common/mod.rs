@@ -402,50 +402,47 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
     }
 }
 
-/// `nft -s list ruleset` in `ns` (test oracle).
-pub fn nft_ruleset(netns_name: &str) -> String {
+/// Runs `ip ARGS` (a test oracle; `ip netns exec …` for `nft`) and returns its stdout; panics
+/// naming `what` with its stderr when it fails.
+fn ip_oracle(args: &[&str], what: &str) -> String {
     let out = Command::new("ip")
-        .args(["netns", "exec", netns_name, "nft", "-s", "list", "ruleset"])
+        .args(args)
         .output()
-        .expect("running nft (test oracle)");
+        .expect("running ip (test oracle)");
     assert!(
         out.status.success(),
-        "nft list ruleset failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `nft -s list ruleset` in `ns` (test oracle).
+pub fn nft_ruleset(netns_name: &str) -> String {
+    ip_oracle(
+        &["netns", "exec", netns_name, "nft", "-s", "list", "ruleset"],
+        "nft list ruleset",
+    )
 }
 
 /// Every object line of `nft -a -s list ruleset` that carries a kernel handle (tables, chains,
 /// sets, rules; set elements have none). Equal before and after an update = no rule, chain or
 /// set was added, replaced or deleted (a rewritten rule gets a new handle).
 pub fn nft_handles(netns_name: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args([
+    ip_oracle(
+        &[
             "netns", "exec", netns_name, "nft", "-a", "-s", "list", "ruleset",
-        ])
-        .output()
-        .expect("running nft (test oracle)");
-    assert!(out.status.success(), "nft -a list ruleset failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("# handle"))
-        .map(|l| l.trim().to_string())
-        .collect()
+        ],
+        "nft -a list ruleset",
+    )
+    .lines()
+    .filter(|l| l.contains("# handle"))
+    .map(|l| l.trim().to_string())
+    .collect()
 }
 
 /// `ip -n NS ARGS` (test oracle), stdout.
 pub fn ip_in(netns_name: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(netns_name)
-        .args(args)
-        .output()
-        .expect("running ip (test oracle)");
-    assert!(
-        out.status.success(),
-        "ip {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let argv: Vec<&str> = ["-n", netns_name].iter().chain(args).copied().collect();
+    ip_oracle(&argv, &format!("ip {args:?}"))
 }
