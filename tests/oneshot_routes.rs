@@ -8,9 +8,9 @@ mod rtnl_common;
 use std::time::Duration;
 
 use felix_nft::rtnl::link::{create_veth, set_up};
-use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RT_TABLE_MAIN};
+use felix_nft::rtnl::routes::{RouteOwnership, RouteSyncer, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{in_netns_async, run_in};
+use rtnl_common::{device_route, in_netns_async, run_in};
 
 fn syncer(grace: Duration) -> RouteSyncer {
     // Ours: protocol 80 anywhere; any protocol on `cali*` (RemoveExternalRoutes).
@@ -44,24 +44,8 @@ fn plan_predicts_apply_and_writes_nothing() {
         run_in(None, &["ip", "route", "add", "192.0.2.0/24", "dev", "eth1"]);
 
         let mut s = syncer(Duration::from_secs(10));
-        s.set_routes(
-            "cali1",
-            vec![RouteSpec::device(
-                "10.65.0.2/32".parse().unwrap(),
-                "cali1",
-                3,
-                1024,
-            )],
-        );
-        s.set_routes(
-            "cali9",
-            vec![RouteSpec::device(
-                "10.65.0.9/32".parse().unwrap(),
-                "cali9",
-                3,
-                1024,
-            )],
-        );
+        s.set_routes("cali1", vec![device_route("10.65.0.2/32", "cali1", 3)]);
+        s.set_routes("cali9", vec![device_route("10.65.0.9/32", "cali9", 3)]);
         let before = run_in(None, &["ip", "route", "show"]);
         let plan = s.plan(&h).await.unwrap();
         assert_eq!(run_in(None, &["ip", "route", "show"]), before, "plan wrote");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use felix_nft::rtnl::link;
 use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{in_netns_async, ip_json};
+use rtnl_common::{device_route, in_netns_async, ip_json};
 
 const PROTO: u8 = 80;
 
@@ -68,15 +68,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
             .with_grace(Duration::from_millis(800));
 
         // Add.
-        s.set_routes(
-            "cali1",
-            vec![RouteSpec::device(
-                "10.65.0.1/32".parse().unwrap(),
-                "cali1",
-                PROTO,
-                1024,
-            )],
-        );
+        s.set_routes("cali1", vec![device_route("10.65.0.1/32", "cali1", PROTO)]);
         s.set_routes(
             "blocks",
             vec![RouteSpec::blackhole(
@@ -109,15 +101,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
 
         // Change: the address moves to another interface (IP reuse) → replaced, reported for
         // conntrack cleanup.
-        s.set_routes(
-            "cali1",
-            vec![RouteSpec::device(
-                "10.65.0.1/32".parse().unwrap(),
-                "cali2",
-                PROTO,
-                1024,
-            )],
-        );
+        s.set_routes("cali1", vec![device_route("10.65.0.1/32", "cali2", PROTO)]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.replaced.len(), 1, "{r:?}");
         assert_eq!(r.moved_or_gone, vec!["10.65.0.1/32".parse().unwrap()]);
@@ -130,15 +114,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         assert!(!routes(false).iter().any(|(d, ..)| d == "10.65.0.1"));
 
         // Absent interface: parked; down: parked; up: programmed.
-        s.set_routes(
-            "cali3",
-            vec![RouteSpec::device(
-                "10.65.0.3/32".parse().unwrap(),
-                "cali3",
-                PROTO,
-                1024,
-            )],
-        );
+        s.set_routes("cali3", vec![device_route("10.65.0.3/32", "cali3", PROTO)]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.parked.len(), 1, "{r:?}");
         // The monitor's events become iface_changed: a parked route waits for one.
@@ -194,15 +170,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         // A workload route we programmed ourselves with the device protocol (boot, 3 — not one
         // of the "always ours" protocols) goes at once when no longer desired: the grace period
         // is for routes someone else wrote (§15; an admin-down or removed endpoint's route).
-        s.set_routes(
-            "cali2",
-            vec![RouteSpec::device(
-                "10.65.0.2/32".parse().unwrap(),
-                "cali2",
-                3,
-                1024,
-            )],
-        );
+        s.set_routes("cali2", vec![device_route("10.65.0.2/32", "cali2", 3)]);
         let r = s.apply(&h).await.unwrap();
         assert_eq!(r.added.len(), 1, "{r:?}");
         s.set_routes("cali2", vec![]);
@@ -248,12 +216,7 @@ fn routes_converge_through_add_change_remove_and_recreate() {
         let mut s6 = RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, own);
         s6.set_routes(
             "cali1",
-            vec![RouteSpec::device(
-                "fd00:65::1/128".parse().unwrap(),
-                "cali1",
-                PROTO,
-                1024,
-            )],
+            vec![device_route("fd00:65::1/128", "cali1", PROTO)],
         );
         let r = s6.apply(&h).await.unwrap();
         assert!(r.errors.is_empty() && r.added.len() == 1, "{r:?}");

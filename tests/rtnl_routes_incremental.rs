@@ -18,7 +18,7 @@ use felix_nft::rtnl::routes::{
     RouteOwnership, RouteSpec, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN,
 };
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{in_netns_async, ip_json, run_in};
+use rtnl_common::{device_route, in_netns_async, ip_json, run_in};
 
 const PROTO: u8 = 80;
 
@@ -43,7 +43,7 @@ fn syncer() -> RouteSyncer {
 }
 
 fn route(dst: &str, dev: &str) -> RouteSpec {
-    RouteSpec::device(dst.parse().unwrap(), dev, PROTO, 1024)
+    device_route(dst, dev, PROTO)
 }
 
 /// What happened between two counter readings.

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::process::Command;
 
 use felix_nft::netns::NetNs;
+use felix_nft::rtnl::routes::RouteSpec;
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -79,4 +80,10 @@ pub fn read_sysctl(ns: Option<&NetNs>, path: &str) -> String {
     .unwrap_or_else(|e| panic!("reading {path}: {e}"))
     .trim()
     .to_string()
+}
+
+/// A route to `dst` on the interface `dev` with protocol `proto` and metric 1024, the form of a
+/// workload's route.
+pub fn device_route(dst: &str, dev: &str, proto: u8) -> RouteSpec {
+    RouteSpec::device(dst.parse().unwrap(), dev, proto, 1024)
 }
