@@ -44,6 +44,15 @@ fn nft_status(args: &[&str]) -> (bool, String) {
     )
 }
 
+/// The table a decoded message belongs to; the fixture batches create it first.
+fn table_mut(
+    tables: &mut BTreeMap<(Family, String), Table>,
+    family: Family,
+    name: String,
+) -> &mut Table {
+    tables.get_mut(&(family, name)).unwrap()
+}
+
 /// The tables a captured fixture batch creates, decoded into our model.
 fn fixture_tables(name: &str) -> Vec<Table> {
     let text = std::fs::read_to_string(format!("{DIR}/{name}.mnl")).unwrap();
@@ -65,22 +74,16 @@ fn fixture_tables(name: &str) -> Vec<Table> {
                 tables.insert((t.family, tb.name.clone()), tb);
             }
             Object::Chain(c) => {
-                tables
-                    .get_mut(&(c.family, c.table))
-                    .unwrap()
+                table_mut(&mut tables, c.family, c.table)
                     .chains
                     .insert(c.chain.name.clone(), c.chain);
             }
             Object::Set(s) => {
-                tables
-                    .get_mut(&(s.family, s.table))
-                    .unwrap()
+                table_mut(&mut tables, s.family, s.table)
                     .sets
                     .insert(s.set.name.clone(), s.set);
             }
-            Object::Elems(e) => tables
-                .get_mut(&(e.family, e.table))
-                .unwrap()
+            Object::Elems(e) => table_mut(&mut tables, e.family, e.table)
                 .sets
                 .get_mut(&e.set)
                 .unwrap()
@@ -89,9 +92,7 @@ fn fixture_tables(name: &str) -> Vec<Table> {
             Object::Rule(r) => {
                 let mut rule = diff::canonical_rule(&r.rule);
                 rule.comment = r.rule.comment;
-                tables
-                    .get_mut(&(r.family, r.table))
-                    .unwrap()
+                table_mut(&mut tables, r.family, r.table)
                     .chains
                     .get_mut(&r.chain)
                     .unwrap()
