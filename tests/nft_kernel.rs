@@ -686,14 +686,15 @@ fn owned_tables_refuse_other_writers_and_are_readopted_after_restart() {
         assert_eq!(st.table.flags, table_flags::OWNER | table_flags::PERSIST);
         assert_eq!(st.owner, k.owner_id());
         // Another process may read but not write.
-        let (ok, stderr) = nft_status(&[
+        let outside_write = [
             "add",
             "rule",
             "ip",
             "calico",
             "filter-cali-tw-cali12",
             "counter",
-        ]);
+        ];
+        let (ok, stderr) = nft_status(&outside_write);
         assert!(!ok, "nft wrote into our owned table");
         assert!(stderr.contains("Operation not permitted"), "{stderr}");
         assert!(nft(&["list", "table", "ip", "calico"]).contains("filter-cali-tw-cali12"));
@@ -715,26 +716,12 @@ fn owned_tables_refuse_other_writers_and_are_readopted_after_restart() {
         let rep = reconcile::sync(&mut k, &[small_table()], &opts).unwrap();
         assert_eq!(rep.plans[0].ops, vec![Op::AddTable { flags: 6 }]);
         assert_eq!(read(&mut k, &small_table()).owner, k.owner_id());
-        let (ok, _) = nft_status(&[
-            "add",
-            "rule",
-            "ip",
-            "calico",
-            "filter-cali-tw-cali12",
-            "counter",
-        ]);
+        let (ok, _) = nft_status(&outside_write);
         assert!(!ok, "re-adopted table is owned again");
         // Ownership off: plain tables; changing it is an atomic rebuild.
         let rep = reconcile::sync(&mut k, &[small_table()], &plain()).unwrap();
         assert_eq!(rep.plans[0].ops[0], Op::DelTable);
-        nft(&[
-            "add",
-            "rule",
-            "ip",
-            "calico",
-            "filter-cali-tw-cali12",
-            "counter",
-        ]);
+        nft(&outside_write);
     });
 }
 
