@@ -38,3 +38,23 @@ pub fn isolate_netns(cmd: &mut std::process::Command) {
         });
     }
 }
+
+/// Fails with a clear message unless the test runs as root (it makes namespaces).
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this privileged test creates network namespaces under /run/netns; run the tests as root"
+    );
+}
+
+/// Runs a future to completion on a fresh current-thread runtime. The calling thread stays in
+/// its own network namespace; the test bed enters its namespaces per socket.
+pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}

@@ -6,7 +6,6 @@
 //! `ip`/`nft` are used here as test oracles only, and only in namespaces the bed made.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -22,24 +21,9 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
 /// How long a step may take to show up in traffic (apply throttle + transaction + routes).
 pub const STEP_DEADLINE: Duration = Duration::from_secs(20);
 
-/// Runs a future to completion on a fresh current-thread runtime (the bed's builders are async).
-pub fn block_on<T>(f: impl Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(f)
-}
-
-/// Fails with a clear message unless the test runs as root (it makes namespaces).
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this privileged test creates network namespaces under /run/netns; run the tests as root"
-    );
-}
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::{block_on, require_root};
 
 /// Builds a topology or panics with the error chain.
 pub fn build(spec: TopologySpec) -> Topology {

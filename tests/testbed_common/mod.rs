@@ -3,32 +3,15 @@
 //! in named namespaces the test made itself.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::process::{Command, Stdio};
 
 use felix_nft::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
 use felix_nft::rtnl::{link, RtnlHandle};
 use felix_nft::testbed::topology::Topology;
 
-/// Runs a future to completion on a fresh current-thread runtime. The calling thread never leaves
-/// its own network namespace; the test bed enters its namespaces per socket.
-pub fn block_on<T>(f: impl Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// Fails with a clear message unless the test runs as root (it makes namespaces).
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this privileged test creates network namespaces under /run/netns; run the tests as root"
-    );
-}
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::{block_on, require_root};
 
 /// Runs a command, panics unless it succeeds, returns stdout.
 pub fn run(argv: &[&str], stdin: Option<&str>) -> String {
