@@ -58,3 +58,15 @@ pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("a tokio runtime")
         .block_on(f)
 }
+
+/// The output of `ip -j …` as its JSON array; empty output (nothing listed) is an empty array.
+pub fn ip_json_array(out: &str) -> Vec<serde_json::Value> {
+    if out.trim().is_empty() {
+        return Vec::new();
+    }
+    serde_json::from_str::<serde_json::Value>(out)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}

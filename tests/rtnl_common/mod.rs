@@ -59,15 +59,7 @@ pub fn run_in(ns: Option<&NetNs>, argv: &[&str]) -> String {
 pub fn ip_json(ns: Option<&NetNs>, args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["ip", "-j"];
     argv.extend_from_slice(args);
-    let out = run_in(ns, &argv);
-    if out.trim().is_empty() {
-        return Vec::new();
-    }
-    serde_json::from_str::<serde_json::Value>(&out)
-        .unwrap()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    common::ip_json_array(&run_in(ns, &argv))
 }
 
 /// Reads a /proc/sys file as seen from `ns` (or the current namespace).

@@ -47,15 +47,7 @@ pub fn run(argv: &[&str], stdin: Option<&str>) -> String {
 pub fn ip_json(netns: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["ip", "-n", netns, "-j"];
     argv.extend_from_slice(args);
-    let out = run(&argv, None);
-    if out.trim().is_empty() {
-        return Vec::new();
-    }
-    serde_json::from_str::<serde_json::Value>(&out)
-        .unwrap()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    common::ip_json_array(&run(&argv, None))
 }
 
 /// Loads an nft script in the named namespace (test-only oracle use of `nft`).
