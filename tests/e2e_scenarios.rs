@@ -30,23 +30,6 @@ const WEB: u16 = 8080;
 const OTHER: u16 = 9090;
 const DNS: u16 = 5353;
 
-/// Three IPv4 workloads and an external namespace as the host's default route (a real node has
-/// one, and proxy ARP answers for 169.254.1.1 only when the host routes that address elsewhere).
-fn three(prefix: &str) -> Topology {
-    build(TopologySpec {
-        prefix: prefix.into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", A4),
-            WorkloadSpec::v4("b", B4),
-            WorkloadSpec::v4("c", C4),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
-    })
-}
-
 /// Listeners on every workload: TCP `WEB` and `OTHER`, UDP `DNS`.
 fn servers(topo: &Topology) -> Vec<(TcpServer, TcpServer, UdpEchoServer)> {
     topo.workloads()
@@ -70,7 +53,7 @@ fn ip4(name: &str, ip: Ipv4Addr) -> (&str, IpAddr) {
 #[test]
 fn policy_rules_decide_traffic() {
     require_root();
-    let topo = three("fnt-e2e-pol");
+    let topo = three_v4_workloads("fnt-e2e-pol", [A4, B4, C4]);
     let _srv = servers(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -300,7 +283,7 @@ fn policy_rules_decide_traffic() {
 #[test]
 fn tiers_log_rules_and_named_ports() {
     require_root();
-    let topo = three("fnt-e2e-tier");
+    let topo = three_v4_workloads("fnt-e2e-tier", [A4, B4, C4]);
     let _srv = servers(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -697,7 +680,7 @@ fn nat_outgoing_and_floating_ip() {
 #[test]
 fn admin_down_and_removed_endpoints_fail_closed() {
     require_root();
-    let topo = three("fnt-e2e-life");
+    let topo = three_v4_workloads("fnt-e2e-life", [A4, B4, C4]);
     let _srv = servers(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -809,7 +792,7 @@ fn admin_down_and_removed_endpoints_fail_closed() {
 #[test]
 fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
     require_root();
-    let topo = three("fnt-e2e-share");
+    let topo = three_v4_workloads("fnt-e2e-share", [A4, B4, C4]);
     let _srv = servers(&topo);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
@@ -964,7 +947,7 @@ fn endpoint_traffic(dump: &serde_json::Value, iface: &str) -> Option<(String, [(
 #[test]
 fn endpoints_sharing_a_chain_count_their_own_traffic() {
     require_root();
-    let topo = three("fnt-e2e-count");
+    let topo = three_v4_workloads("fnt-e2e-count", [A4, B4, C4]);
     let (a, b, c) = (
         topo.workload("a").unwrap(),
         topo.workload("b").unwrap(),

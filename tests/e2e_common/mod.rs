@@ -33,8 +33,9 @@ pub fn build(spec: TopologySpec) -> Topology {
     }
 }
 
-/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs`, and an external host with no
-/// routes to them.
+/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs`, and an external namespace as the
+/// host's default route with no routes to the workloads (a real node has one, and proxy ARP
+/// answers for 169.254.1.1 only when the host routes that address elsewhere).
 pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
     build(TopologySpec {
         prefix: prefix.into(),
