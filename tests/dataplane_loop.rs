@@ -26,6 +26,19 @@ fn table_calls(k: &FakeKernel) -> Vec<TableMode> {
         .collect()
 }
 
+/// A driver whose fake kernel fails the first `n` table transactions.
+fn driver_failing_tables(n: usize) -> Driver<FakeKernel> {
+    driver(FakeKernel {
+        fail_tables: n,
+        ..FakeKernel::default()
+    })
+}
+
+/// Runs the loop over an empty datastore: both in-syncs, no endpoints.
+async fn run_empty_sync(d: &mut Driver<FakeKernel>) -> Result<(), DriverError> {
+    run(d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync]).await
+}
+
 #[tokio::test(start_paused = true)]
 async fn nothing_touches_the_kernel_before_both_in_syncs() {
     // §22.2: no datastore InSync → no kernel call at all, whatever else arrived.
@@ -107,14 +120,9 @@ async fn a_burst_of_updates_is_one_transaction() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_are_retried_with_backoff_until_they_succeed() {
-    let mut d = driver(FakeKernel {
-        fail_tables: 3,
-        ..FakeKernel::default()
-    });
+    let mut d = driver_failing_tables(3);
     let t0 = tokio::time::Instant::now();
-    run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
-        .await
-        .unwrap();
+    run_empty_sync(&mut d).await.unwrap();
     // Three failures, then success; every retry re-reads the kernel first.
     assert_eq!(
         table_calls(&d.kernel),
@@ -135,13 +143,8 @@ async fn failures_are_retried_with_backoff_until_they_succeed() {
 #[tokio::test(start_paused = true)]
 async fn repeated_failures_lead_to_an_atomic_rebuild() {
     // §11: from the sixth consecutive failure on, the table is recreated in one transaction.
-    let mut d = driver(FakeKernel {
-        fail_tables: 5,
-        ..FakeKernel::default()
-    });
-    run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
-        .await
-        .unwrap();
+    let mut d = driver_failing_tables(5);
+    run_empty_sync(&mut d).await.unwrap();
     let modes = table_calls(&d.kernel);
     assert_eq!(modes.len(), 6, "{modes:?}");
     assert_eq!(modes[5], TableMode::Rebuild);
@@ -151,13 +154,8 @@ async fn repeated_failures_lead_to_an_atomic_rebuild() {
 #[tokio::test(start_paused = true)]
 async fn the_loop_fails_closed_when_even_the_rebuild_fails() {
     // §10.3 / §22.13: better exit than run half-programmed; the kernel keeps the last good rules.
-    let mut d = driver(FakeKernel {
-        fail_tables: 1000,
-        ..FakeKernel::default()
-    });
-    let err = run(&mut d, vec![msg(IN_SYNC)], vec![IfaceEvent::InSync])
-        .await
-        .unwrap_err();
+    let mut d = driver_failing_tables(1000);
+    let err = run_empty_sync(&mut d).await.unwrap_err();
     assert!(
         matches!(err, DriverError::GaveUp { failures: 10, .. }),
         "{err}"
