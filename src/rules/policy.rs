@@ -34,7 +34,8 @@ const MAX_LOG_PREFIX: usize = 127;
 
 /// Whether a Felix IP set (by id) has no member of the family being rendered (an unknown set
 /// has none). A rule that must match such a set can never match a packet of that family and is
-/// left out of its chain; a negated match on it always holds and is left out of its rule. The
+/// left out of its chain; a negated match on it always holds and a named-port alternative on it
+/// never does: both are left out of the rule. The set itself is not in that family's tables. The
 /// verdicts are the ones of the rule as written; the caller renders the rule again when the set
 /// gains a member of the family.
 pub type EmptyIpSet<'a> = &'a dyn Fn(&str) -> bool;
