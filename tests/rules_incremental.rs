@@ -1004,3 +1004,40 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     assert_eq!(sets_of(&store, "ip"), ["cali40s-0"]);
     assert!(sets_of(&store, "ip6").is_empty());
 }
+
+/// An endpoint's chain in a family leaves out the jumps to policies with no rule there (here
+/// pol-0's egress: IPv4 nets only), and follows a policy arriving, changing and going; a down
+/// endpoint's chain (one deny) references no policy and keeps its name whatever they hold.
+#[test]
+fn endpoint_chains_follow_which_policies_have_rules_in_a_family() {
+    for active in [true, false] {
+        let mut dp = dataplane(0);
+        let mut store = Vec::new();
+        let wep = Op::Wep {
+            id: 0,
+            iface: 0,
+            active,
+            ing: 0,
+            eg: 0b101,
+            prof: 0,
+            spoof: false,
+        };
+        // A policy not received yet is jumped to in both families: its stand-in denies.
+        let steps = [
+            (wep, active, active),
+            (Op::IpSet(2, 0b1), active, active),
+            (Op::Policy(0, 0), active, false),
+            (Op::Policy(2, 0), active, false),
+            // Egress rules of both families now (variant 3's outbound is variant 4's rules).
+            (Op::Policy(0, 3), active, active),
+            (Op::Policy(0, 0), active, false),
+            (Op::PolicyRemove(0), active, active),
+        ];
+        for (op, v4, v6) in steps {
+            apply(&mut dp, &op);
+            check(&mut dp, &mut store).unwrap_or_else(|e| panic!("after {op:?}: {e}"));
+            let jumps = (jumps_to_pol0(&store, "ip"), jumps_to_pol0(&store, "ip6"));
+            assert_eq!(jumps, (v4, v6), "active {active}, after {op:?}");
+        }
+    }
+}

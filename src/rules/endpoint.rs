@@ -142,13 +142,17 @@ pub struct ChainBodies<'a>(HashMap<(Family, Body<'a>), TextChain, foldhash::fast
 
 /// All of an [`EndpointChainSpec`] but the chain's name: what makes two endpoint chains differ
 /// only in their name and rule ids. Of each tier, what the body reads in the spec's direction
-/// (the other direction's policies do not make two bodies differ).
-#[derive(PartialEq, Eq, Hash)]
+/// (the other direction's policies do not make two bodies differ), without the policies that
+/// have no rule in the family ([`NoopPolicy`]): bodies that differ only in those are one.
+#[derive(PartialEq, Eq)]
 pub struct Body<'a> {
     layer: Layer,
     kind: EndpointKind,
     dir: Direction,
     tiers: Vec<(&'a str, &'a str, Vec<&'a PolicyId>)>,
+    /// The tiers whose every policy in the direction has no rule in the family: rendered (their
+    /// end-of-tier deny stands), unlike a tier without policies in the direction.
+    emptied: Vec<usize>,
     profiles: &'a [String],
     failsafe: Option<String>,
     admin_up: bool,
@@ -159,8 +163,45 @@ pub struct Body<'a> {
     side_exit: u32,
 }
 
+/// As `derive(Hash)` would, but `emptied` only when a tier was emptied: the digest, and so the
+/// shared chain's name, of a body without such tiers does not depend on that field existing.
+impl std::hash::Hash for Body<'_> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let Body {
+            layer,
+            kind,
+            dir,
+            tiers,
+            emptied,
+            profiles,
+            failsafe,
+            admin_up,
+            allow,
+            workload_egress,
+            packet_rate,
+            max_connections,
+            side_exit,
+        } = self;
+        layer.hash(h);
+        kind.hash(h);
+        dir.hash(h);
+        tiers.hash(h);
+        profiles.hash(h);
+        failsafe.hash(h);
+        admin_up.hash(h);
+        allow.hash(h);
+        workload_egress.hash(h);
+        packet_rate.hash(h);
+        max_connections.hash(h);
+        side_exit.hash(h);
+        if !emptied.is_empty() {
+            emptied.hash(h);
+        }
+    }
+}
+
 impl<'a> Body<'a> {
-    fn of(spec: &EndpointChainSpec<'a>) -> Body<'a> {
+    fn of(spec: &EndpointChainSpec<'a>, noop: NoopPolicy) -> Body<'a> {
         // Every field named: a field added to the spec must be placed here or ignored here.
         let EndpointChainSpec {
             name: _,
@@ -177,17 +218,30 @@ impl<'a> Body<'a> {
             max_connections,
             side_exit,
         } = spec;
+        let mut emptied = Vec::new();
+        let tiers = tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut policies: Vec<&PolicyId> = tier_policies(t, *dir).collect();
+                let had = !policies.is_empty();
+                // A down endpoint's chain is one deny: its body (and name) does not follow its
+                // policies' rules, nor does it reference them.
+                if *admin_up {
+                    policies.retain(|id| !noop(id, *dir));
+                }
+                if had && policies.is_empty() {
+                    emptied.push(i);
+                }
+                (t.name.as_str(), t.default_action.as_str(), policies)
+            })
+            .collect();
         Body {
             layer: *layer,
             kind: *kind,
             dir: *dir,
-            tiers: tiers
-                .iter()
-                .map(|t| {
-                    let policies = tier_policies(t, *dir).collect();
-                    (t.name.as_str(), t.default_action.as_str(), policies)
-                })
-                .collect(),
+            tiers,
+            emptied,
             profiles,
             failsafe: failsafe.clone(),
             admin_up: *admin_up,
@@ -471,7 +525,7 @@ impl Renderer {
         side: bool,
         noop: NoopPolicy,
     ) -> Vec<TextChain> {
-        self.workload_specs(wep, side)
+        self.workload_specs(wep, side, noop)
             .iter()
             .map(|s| self.endpoint_chain(family, s, noop))
             .collect()
@@ -489,10 +543,10 @@ impl Renderer {
         bodies: &mut ChainBodies<'a>,
         share: &mut dyn FnMut(&mut Chain),
     ) -> Vec<Chain> {
-        self.workload_specs(wep, side)
+        self.workload_specs(wep, side, noop)
             .into_iter()
             .map(|spec| {
-                let key = (family, Body::of(&spec));
+                let key = (family, Body::of(&spec, noop));
                 match bodies.0.get(&key) {
                     Some(t) => rename_chain(t, &spec.name),
                     None => {
@@ -507,11 +561,12 @@ impl Renderer {
             .collect()
     }
 
-    /// The specs of a workload's `tw` and `fw` chains.
+    /// The specs of a workload's `tw` and `fw` chains in the family `noop` is of.
     fn workload_specs<'a>(
         &self,
         wep: &'a WorkloadEndpoint,
         side: bool,
+        noop: NoopPolicy,
     ) -> [EndpointChainSpec<'a>; 2] {
         let admin_up = wep.state == "active";
         let qos = wep.qos_controls.clone().unwrap_or_default();
@@ -562,7 +617,8 @@ impl Renderer {
                 } else {
                     EndpointChain::ToWorkload
                 };
-                spec.name = shared_endpoint_chain(spec.layer, kind, &Body::of(&spec).digest());
+                let digest = Body::of(&spec, noop).digest();
+                spec.name = shared_endpoint_chain(spec.layer, kind, &digest);
             }
             spec
         })
@@ -570,14 +626,15 @@ impl Renderer {
 
     /// The dispatch-map elements of a workload interface: (`filter-cali-from-wl-dispatch`
     /// element, `filter-cali-to-wl-dispatch` element), each a goto to the endpoint's chain in the
-    /// main table (`side` false) or the side table.
+    /// main table (`side` false) or the side table of the family `noop` is of (a shared chain's
+    /// name depends on the family when a policy has no rule in it).
     pub fn workload_dispatch_elements(
         &self,
         iface: &str,
         wep: &WorkloadEndpoint,
-        side: bool,
+        (side, noop): (bool, NoopPolicy),
     ) -> (Element, Element) {
-        let [to, from] = self.workload_specs(wep, side);
+        let [to, from] = self.workload_specs(wep, side, noop);
         (
             ifname_verdict_element(iface, Verdict::Goto(from.name)),
             ifname_verdict_element(iface, Verdict::Goto(to.name)),

@@ -209,7 +209,7 @@ pub struct Incremental {
     /// Host endpoint interfaces rendered last time.
     hep_ifaces: BTreeSet<String>,
     /// The dispatch-map elements (from, to) of each workload interface, per table.
-    wl_dispatch: BTreeMap<(Tbl, String), (Element, Element)>,
+    wl_dispatch: BTreeMap<(Tbl, Family, String), (Element, Element)>,
     /// Interfaces whose endpoint lives in the side table (main hands them off).
     side: BTreeSet<String>,
     /// Interfaces in both tables, main active: the first half of a merge.
@@ -267,8 +267,8 @@ enum RuleOwner {
 struct Pending {
     chains: BTreeMap<Obj, Option<Chain>>,
     sets: BTreeMap<Obj, Option<Set>>,
-    /// Element deltas of the dispatch maps and the side set (every family).
-    elements: BTreeMap<(Tbl, String), ElementDelta>,
+    /// Element deltas of the dispatch maps (one family's) and the side set (every family's).
+    elements: BTreeMap<(Tbl, Option<Family>, String), ElementDelta>,
     /// Element deltas of Felix IP sets (one family's set each).
     set_elements: BTreeMap<Obj, ElementDelta>,
 }
@@ -614,14 +614,21 @@ impl Incremental {
                         );
                     }
                 }
-                // Dispatch elements: deltas, unless the base re-renders the maps whole below.
-                let now = here.map(|w| self.r.workload_dispatch_elements(iface, w, t == Tbl::Side));
-                let key = (t, iface.clone());
-                let before = match &now {
-                    Some(n) => self.wl_dispatch.insert(key, n.clone()),
-                    None => self.wl_dispatch.remove(&key),
-                };
-                if before != now {
+                // Dispatch elements, per family (a shared chain's name may differ between
+                // them): deltas, unless the base re-renders the maps whole below.
+                for (f, noop) in &noops {
+                    let now = here.map(|w| {
+                        self.r
+                            .workload_dispatch_elements(iface, w, (t == Tbl::Side, noop))
+                    });
+                    let key = (t, *f, iface.clone());
+                    let before = match &now {
+                        Some(n) => self.wl_dispatch.insert(key, n.clone()),
+                        None => self.wl_dispatch.remove(&key),
+                    };
+                    if before == now {
+                        continue;
+                    }
                     let maps = [
                         Layer::Filter.chain(names::logical::FROM_WL_DISPATCH),
                         Layer::Filter.chain(names::logical::TO_WL_DISPATCH),
@@ -634,7 +641,7 @@ impl Incremental {
                                 p.1.clone()
                             }
                         };
-                        let d = pending.elements.entry((t, map)).or_default();
+                        let d = pending.elements.entry((t, Some(*f), map)).or_default();
                         d.del.extend(before.as_ref().map(pick));
                         d.add.extend(now.as_ref().map(pick));
                     }
@@ -646,7 +653,7 @@ impl Incremental {
             if listed != self.listed.contains(iface) {
                 let d = pending
                     .elements
-                    .entry((Tbl::Main, side::SIDE_IFACES.to_string()))
+                    .entry((Tbl::Main, None, side::SIDE_IFACES.to_string()))
                     .or_default();
                 if listed {
                     self.listed.insert(iface.clone());
@@ -850,16 +857,16 @@ impl Incremental {
         pending: &mut Pending,
     ) {
         let (mut chains, mut sets) = (Vec::new(), Vec::new());
-        let of = |t: Tbl| {
+        let of = |t: Tbl, f: Family| {
             self.wl_dispatch
                 .iter()
-                .filter(move |((tt, _), _)| *tt == t)
+                .filter(move |((tt, ff, _), _)| *tt == t && *ff == f)
                 .map(|(_, e)| e.clone())
         };
         for &f in &self.families {
             let mut t = TextTable::new(f, crate::OWNER);
             render_base_head(&self.r, f, m, &mut t);
-            for s in render_dispatch_maps(&self.r, of(Tbl::Main), heps) {
+            for s in render_dispatch_maps(&self.r, of(Tbl::Main, f), heps) {
                 t.add_set(s);
             }
             render_hep_statics(&self.r, f, m, heps, &mut t);
@@ -873,7 +880,7 @@ impl Incremental {
                     .map(|i| side::side_iface_element(i))
                     .collect();
                 sets.push((Tbl::Main, f, list));
-                let (c, s) = self.r.side_base(f, of(Tbl::Side));
+                let (c, s) = self.r.side_base(f, of(Tbl::Side, f));
                 chains.extend(c.into_iter().map(|c| (Tbl::Side, f, c.chain)));
                 sets.extend(s.into_iter().map(|s| (Tbl::Side, f, s)));
             }
@@ -1234,13 +1241,17 @@ impl Incremental {
                 patch(&mut out, t, f).elements.insert(name, d);
             }
         }
-        for ((t, map), mut d) in pending.elements {
+        for ((t, family, map), mut d) in pending.elements {
             d.del.sort();
             d.add.sort();
             if d.del.is_empty() && d.add.is_empty() {
                 continue;
             }
-            for &f in &self.families {
+            for &f in self
+                .families
+                .iter()
+                .filter(|&&f| family.is_none_or(|g| g == f))
+            {
                 patch(&mut out, t, f)
                     .elements
                     .insert(map.clone(), d.clone());

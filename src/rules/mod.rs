@@ -956,7 +956,7 @@ pub fn render_text_placed(
         }
         let wl_elements = main_weps
             .iter()
-            .map(|(i, w)| r.workload_dispatch_elements(i, w, false));
+            .map(|(i, w)| r.workload_dispatch_elements(i, w, (false, &noop)));
         for m in render_dispatch_maps(&r, wl_elements, &heps) {
             t.add_set(m);
         }
@@ -978,7 +978,7 @@ pub fn render_text_placed(
             let mut t = TextTable::new(family, crate::SIDE_TABLE);
             let wl_elements = side_weps
                 .iter()
-                .map(|(i, w)| r.workload_dispatch_elements(i, w, true));
+                .map(|(i, w)| r.workload_dispatch_elements(i, w, (true, &noop)));
             let (chains, maps) = r.side_base(family, wl_elements);
             chains.into_iter().for_each(|c| t.add_chain(c));
             maps.into_iter().for_each(|m| t.add_set(m));

@@ -34,7 +34,8 @@ const MAX_LOG_PREFIX: usize = 127;
 
 /// Whether a Felix IP set (by id) has no member of the family being rendered (an unknown set
 /// has none). A rule that must match such a set can never match a packet of that family and is
-/// left out of its chain; a negated match on it always holds and is left out of its rule. The
+/// left out of its chain; a negated match on it always holds and a named-port alternative on it
+/// never does: both are left out of the rule. The set itself is not in that family's tables. The
 /// verdicts are the ones of the rule as written; the caller renders the rule again when the set
 /// gains a member of the family.
 pub type EmptyIpSet<'a> = &'a dyn Fn(&str) -> bool;
@@ -171,20 +172,25 @@ fn port_ranges(list: &[PortRange]) -> Vec<(u16, u16)> {
         .collect()
 }
 
-/// Adds the Felix IP sets `rules` reference (every `*_ip_set_ids` field) to `out`.
+/// Every field of a rule that names Felix IP sets (`*_ip_set_ids`).
+fn ipset_fields(rule: &Rule) -> [&Vec<String>; 9] {
+    [
+        &rule.src_ip_set_ids,
+        &rule.src_named_port_ip_set_ids,
+        &rule.dst_ip_set_ids,
+        &rule.dst_ip_port_set_ids,
+        &rule.dst_named_port_ip_set_ids,
+        &rule.not_src_ip_set_ids,
+        &rule.not_src_named_port_ip_set_ids,
+        &rule.not_dst_ip_set_ids,
+        &rule.not_dst_named_port_ip_set_ids,
+    ]
+}
+
+/// Adds the Felix IP sets `rules` reference to `out`.
 pub fn rules_ipsets<'a>(rules: impl IntoIterator<Item = &'a Rule>, out: &mut BTreeSet<String>) {
     for rule in rules {
-        for list in [
-            &rule.src_ip_set_ids,
-            &rule.src_named_port_ip_set_ids,
-            &rule.dst_ip_set_ids,
-            &rule.dst_ip_port_set_ids,
-            &rule.dst_named_port_ip_set_ids,
-            &rule.not_src_ip_set_ids,
-            &rule.not_src_named_port_ip_set_ids,
-            &rule.not_dst_ip_set_ids,
-            &rule.not_dst_named_port_ip_set_ids,
-        ] {
+        for list in ipset_fields(rule) {
             out.extend(list.iter().cloned());
         }
     }
@@ -228,9 +234,9 @@ pub fn renders_nothing(rules: &[Rule], family: Family, empty: EmptyIpSet) -> boo
 /// Whether `rule` matches on Felix IP set `id`: every match on a set is rendered differently
 /// when the set has no member of the family (see [`EmptyIpSet`]).
 pub fn rule_matches_ipset(rule: &Rule, id: &str) -> bool {
-    let mut ids = BTreeSet::new();
-    rules_ipsets([rule], &mut ids);
-    ids.contains(id)
+    ipset_fields(rule)
+        .iter()
+        .any(|ids| ids.iter().any(|i| i == id))
 }
 
 /// IDs of a multi-ID field in a canonical order: the field is an AND (IP sets) or an OR
