@@ -467,42 +467,39 @@ impl Renderer {
         if let Some(p) = proto {
             clauses.push(Clause::Proto(p, false));
         }
-        if let Some(c) = self.nets_clause(family, Dir::Src, &nets.src, false, sets) {
-            clauses.push(c);
-        }
-        for id in sorted(&rule.src_ip_set_ids) {
-            clauses.push(Clause::InSet(Dir::Src, ipset_name(family, id), false));
-        }
-        let src_alts = self.port_alternatives(
-            family,
-            Dir::Src,
-            (&rule.src_ports, &rule.src_named_port_ip_set_ids),
-            (sets, empty),
-        );
-        if src_alts.len() == 1 {
-            clauses.extend(src_alts);
-        } else if src_alts.len() > 1 {
-            blocks.push(src_alts);
-        }
-        if let Some(c) = self.nets_clause(family, Dir::Dst, &nets.dst, false, sets) {
-            clauses.push(c);
-        }
-        for id in sorted(&rule.dst_ip_set_ids) {
-            clauses.push(Clause::InSet(Dir::Dst, ipset_name(family, id), false));
-        }
-        for id in sorted(&rule.dst_ip_port_set_ids) {
-            clauses.push(Clause::NamedPort(Dir::Dst, ipset_name(family, id), false));
-        }
-        let dst_alts = self.port_alternatives(
-            family,
-            Dir::Dst,
-            (&rule.dst_ports, &rule.dst_named_port_ip_set_ids),
-            (sets, empty),
-        );
-        if dst_alts.len() == 1 {
-            clauses.extend(dst_alts);
-        } else if dst_alts.len() > 1 {
-            blocks.push(dst_alts);
+        // Per direction: nets, IP sets, IP-and-port sets (destination only), then the port
+        // alternatives (one is a clause, several an OR block).
+        let no_sets = Vec::new();
+        let positive = [
+            (
+                Dir::Src,
+                &nets.src,
+                &rule.src_ip_set_ids,
+                &no_sets,
+                (&rule.src_ports, &rule.src_named_port_ip_set_ids),
+            ),
+            (
+                Dir::Dst,
+                &nets.dst,
+                &rule.dst_ip_set_ids,
+                &rule.dst_ip_port_set_ids,
+                (&rule.dst_ports, &rule.dst_named_port_ip_set_ids),
+            ),
+        ];
+        for (dir, in_nets, in_sets, ip_port_sets, (ports, named)) in positive {
+            clauses.extend(self.nets_clause(family, dir, in_nets, false, sets));
+            for id in sorted(in_sets) {
+                clauses.push(Clause::InSet(dir, ipset_name(family, id), false));
+            }
+            for id in sorted(ip_port_sets) {
+                clauses.push(Clause::NamedPort(dir, ipset_name(family, id), false));
+            }
+            let alts = self.port_alternatives(family, dir, (ports, named), (&mut *sets, empty));
+            if alts.len() == 1 {
+                clauses.extend(alts);
+            } else if alts.len() > 1 {
+                blocks.push(alts);
+            }
         }
         if let Some(icmp) = &rule.icmp {
             let (t, c) = match icmp {
