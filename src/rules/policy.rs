@@ -741,8 +741,6 @@ impl Renderer {
         dirs: &[Direction],
         empty: EmptyIpSet,
     ) -> PolicyChains {
-        let mut sets = SetBag::new();
-        let mut chains = Vec::new();
         if is_staged(id) {
             return PolicyChains::default();
         }
@@ -752,33 +750,22 @@ impl Renderer {
             namespace: id.namespace.clone(),
             tier: policy.tier.clone(),
         };
-        for &dir in dirs {
+        let ns_name = if id.namespace.is_empty() {
+            id.name.clone()
+        } else {
+            format!("{}/{}", id.namespace, id.name)
+        };
+        let chain = |dir: Direction| {
             let rules = match dir {
                 Direction::Inbound => &policy.inbound_rules,
                 Direction::Outbound => &policy.outbound_rules,
             };
-            if renders_nothing(rules, family, empty) {
-                continue;
-            }
-            let ns_name = if id.namespace.is_empty() {
-                id.name.clone()
-            } else {
-                format!("{}/{}", id.namespace, id.name)
-            };
             let comment = format!("{} {} {}", kind_short(id), ns_name, dir.word());
-            chains.push(self.rules_chain(
-                family,
-                layer,
-                (&policy_chain(layer, dir, id), &comment),
-                rules,
-                &log,
-                (&mut sets, empty),
-            ));
-        }
-        PolicyChains {
-            chains,
-            sets: sets.into_values().collect(),
-        }
+            // No rule in the family: no chain (and no jump to it).
+            let skip = renders_nothing(rules, family, empty);
+            (!skip).then(|| (rules, policy_chain(layer, dir, id), comment))
+        };
+        self.owner_chains(family, layer, dirs, &log, empty, chain)
     }
 
     /// The chains of a profile in one layer (`<layer>-cali-pri-…` / `-pro-…`).
@@ -791,29 +778,49 @@ impl Renderer {
         dirs: &[Direction],
         empty: EmptyIpSet,
     ) -> PolicyChains {
-        let mut sets = SetBag::new();
-        let mut chains = Vec::new();
         let log = LogCtx {
             kind: "profile".into(),
             name: name.to_string(),
             namespace: String::new(),
             tier: String::new(),
         };
-        for &dir in dirs {
+        let chain = |dir: Direction| {
             let rules = match dir {
                 Direction::Inbound => &profile.inbound_rules,
                 Direction::Outbound => &profile.outbound_rules,
             };
             let comment = format!("Profile {name} {}", dir.word());
-            chains.push(self.rules_chain(
-                family,
-                layer,
-                (&profile_chain(layer, dir, name), &comment),
-                rules,
-                &log,
-                (&mut sets, empty),
-            ));
-        }
+            Some((rules, profile_chain(layer, dir, name), comment))
+        };
+        self.owner_chains(family, layer, dirs, &log, empty, chain)
+    }
+
+    /// The chains of a policy or profile in the given directions: `chain` gives a direction's
+    /// rules, chain name and chain comment, or `None` for no chain.
+    fn owner_chains<'r>(
+        &self,
+        family: Family,
+        layer: Layer,
+        dirs: &[Direction],
+        log: &LogCtx,
+        empty: EmptyIpSet,
+        chain: impl Fn(Direction) -> Option<(&'r Vec<Rule>, String, String)>,
+    ) -> PolicyChains {
+        let mut sets = SetBag::new();
+        let chains = dirs
+            .iter()
+            .filter_map(|&dir| chain(dir))
+            .map(|(rules, name, comment)| {
+                self.rules_chain(
+                    family,
+                    layer,
+                    (&name, &comment),
+                    rules,
+                    log,
+                    (&mut sets, empty),
+                )
+            })
+            .collect();
         PolicyChains {
             chains,
             sets: sets.into_values().collect(),
