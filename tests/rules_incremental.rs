@@ -930,7 +930,7 @@ fn jumps_to_pol0(tables: &[Table], family: &str) -> bool {
 fn main_table<'t>(tables: &'t [Table], family: &str) -> &'t Table {
     tables
         .iter()
-        .find(|t| t.family.name() == family && t.name == "calico")
+        .find(|t| t.family.name() == family && t.name == felix_nft::OWNER)
         .expect("main table")
 }
 
@@ -969,7 +969,7 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     let sets_of = |store: &[Table], family: &str| -> Vec<String> {
         store
             .iter()
-            .filter(|t| t.family.name() == family && t.name == "calico")
+            .filter(|t| t.family.name() == family && t.name == felix_nft::OWNER)
             .flat_map(|t| t.sets.keys().filter(|n| n.contains("0s-")).cloned())
             .collect()
     };

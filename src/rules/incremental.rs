@@ -811,28 +811,30 @@ impl Incremental {
                     continue;
                 }
                 let key = Key::IpSet(t, id.clone());
-                let had = self
-                    .produced
-                    .get(&key)
-                    .map(|p| p.sets.clone())
-                    .unwrap_or_default();
                 let families = self.r.ipset_families(members);
-                let kept: Vec<Obj> = had
-                    .iter()
-                    .filter(|o| families.contains(&o.1))
-                    .cloned()
-                    .collect();
-                if kept.len() != had.len() || kept.len() != families.len() {
+                let had = self.produced.get(&key).map_or(&[][..], |p| &p.sets[..]);
+                if had.len() != families.len() || had.iter().any(|o| !families.contains(&o.1)) {
+                    // Into or out of a family's table: the set there is written whole (its
+                    // deltas below are dropped for it, see `patches`); where it stays, only
+                    // its members change.
+                    let kept: Vec<Obj> = had
+                        .iter()
+                        .filter(|o| families.contains(&o.1))
+                        .cloned()
+                        .collect();
                     let sets = families
                         .iter()
                         .map(|&f| (t, f, self.r.ipset(f, id, members)))
                         .collect();
-                    self.replace(key, Vec::new(), sets, pending);
+                    self.replace(key.clone(), Vec::new(), sets, pending);
                     for obj in &kept {
                         pending.sets.remove(obj);
                     }
                 }
-                for obj in &kept {
+                let Some(made) = self.produced.get(&key) else {
+                    continue;
+                };
+                for obj in &made.sets {
                     let d = pending.set_elements.entry(obj.clone()).or_default();
                     for s in touched {
                         if let Some(e) = self.r.ipset_member_element(obj.1, members.kind(), s) {
