@@ -508,7 +508,11 @@ impl Batch {
                     )
                 },
                 |w| {
-                    codec::put_elems(w, table, set, set_id, chunk);
+                    let of = match set_id {
+                        Some(id) => codec::ElemsOf::Id(id),
+                        None => codec::ElemsOf::Name(set, None),
+                    };
+                    codec::put_elems(w, table, of, chunk);
                     Ok(())
                 },
             )?;

@@ -19,7 +19,7 @@
 //! Anonymous sets are encoded and decoded but the diff treats them as named sets; renderers
 //! should use named sets (docs/design.md, cost model).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -532,9 +532,9 @@ fn create_all(t: &Table, ops: &mut Vec<Op>) {
 }
 
 /// The operations that create `t`, in the order the kernel binds cheapest: table, sets (plain
-/// sets with their elements), chains, rules, then map elements (their verdicts point at the
-/// chains). `rules` and `elements` give what goes into the plan for a chain and a set (an empty
-/// list sends nothing).
+/// sets with their elements; the most looked-up first, see [`by_lookups`]), chains, rules, then
+/// map elements (their verdicts point at the chains). `rules` and `elements` give what goes into
+/// the plan for a chain and a set (an empty list sends nothing).
 fn create_ops(
     t: &Table,
     ops: &mut Vec<Op>,
@@ -550,8 +550,13 @@ fn create_ops(
             });
         }
     };
+    let rules: Vec<(Arc<str>, Vec<Rule>)> = t
+        .chains
+        .values()
+        .map(|c| (c.name.as_str().into(), rules(c)))
+        .collect();
     ops.push(Op::AddTable { flags: t.flags });
-    for s in t.sets.values() {
+    for s in by_lookups(t, rules.iter().flat_map(|(_, r)| r)) {
         ops.push(Op::AddSet(Box::new(def(s))));
         if s.data.is_none() {
             add_elements(ops, s);
@@ -560,9 +565,8 @@ fn create_ops(
     for c in t.chains.values() {
         ops.push(Op::AddChain(Box::new(chain_def(c))));
     }
-    for c in t.chains.values() {
-        let name: Arc<str> = c.name.as_str().into();
-        for (i, r) in rules(c).into_iter().enumerate() {
+    for (name, rules) in rules {
+        for (i, r) in rules.into_iter().enumerate() {
             ops.push(Op::AddRule {
                 chain: name.clone(),
                 index: i,
@@ -575,6 +579,26 @@ fn create_ops(
             add_elements(ops, s);
         }
     }
+}
+
+/// `t`'s sets in the order to create them: the ones most `rules` look up first, then by name.
+/// The kernel finds the set a new rule looks up by walking the table's set list from the first
+/// set created, so a set that thousands of rules name would otherwise cost each of them a walk
+/// past every set created before it (a port set shared by every policy, behind thousands of
+/// IP sets).
+fn by_lookups<'t, 'r>(t: &'t Table, rules: impl Iterator<Item = &'r Rule>) -> Vec<&'t Set> {
+    let mut lookups: HashMap<&str, usize> = HashMap::new();
+    for r in rules {
+        for e in r.exprs.iter() {
+            if let Expr::Lookup { set, .. } = e {
+                *lookups.entry(set.as_str()).or_default() += 1;
+            }
+        }
+    }
+    let mut sets: Vec<&Set> = t.sets.values().collect();
+    // Stable: sets looked up equally often stay in name order.
+    sets.sort_by_key(|s| std::cmp::Reverse(lookups.get(s.name.as_str()).copied().unwrap_or(0)));
+    sets
 }
 
 /// The plan that creates `t` from nothing, with its rules *moved* into the plan instead of
@@ -1032,6 +1056,44 @@ mod tests {
             flags,
             data: None,
         }
+    }
+
+    #[test]
+    fn a_new_table_creates_its_most_looked_up_sets_first() {
+        let mut t = Table::new(Family::Ip, "t");
+        for name in ["a", "b", "c", "d"] {
+            let s = crate::nft::build::new_set(name, vec![DataType::Ipv4Addr], 0, None);
+            t.sets.insert(name.into(), s);
+        }
+        let looks_up = |set: &str| Rule {
+            exprs: vec![Expr::Lookup {
+                set: set.into(),
+                set_id: None,
+                sreg: Reg::R1,
+                dreg: None,
+                invert: false,
+            }]
+            .into(),
+            comment: None,
+            handle: None,
+        };
+        let mut c = Chain::regular("c1");
+        c.rules = ["c", "b", "c", "d", "c", "b"].map(looks_up).to_vec();
+        t.chains.insert(c.name.clone(), c);
+        let order = |plan: &Plan| -> Vec<String> {
+            plan.ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::AddSet(s) => Some(s.name.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Most lookups first; equally many (none, for "a") in name order.
+        assert_eq!(order(&diff(&t, None, false)), ["c", "b", "d", "a"]);
+        let mut lent = t.clone();
+        let plan = create_lending(&mut lent);
+        assert_eq!(order(&plan), ["c", "b", "d", "a"]);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use object::{
     decode_elems_into, decode_message, decode_rule_ref, elem_size_hint, encode_object, key_type_of,
     put_chain, put_chain_ref, put_elems, put_rule, put_rule_chain_ref, put_rule_ref,
     put_rule_reusing, put_set, put_set_ref, put_table, put_table_ref, set_udata, ChainMsg,
-    ElemsMsg, ElemsRef, Object, RuleMsg, RuleRef, SetMsg, TableMsg,
+    ElemsMsg, ElemsOf, ElemsRef, Object, RuleMsg, RuleRef, SetMsg, TableMsg,
 };
 
 /// Errors of encoding or decoding nf_tables messages.

@@ -249,18 +249,28 @@ pub fn elem_size_hint(e: &Element) -> usize {
         }
 }
 
+/// How an element list names its set.
+#[derive(Clone, Copy, Debug)]
+pub enum ElemsOf<'a> {
+    /// By name, and by ID too when the set is created in the same batch (as nft does).
+    Name(&'a str, Option<u32>),
+    /// By the ID of a set the same batch creates, alone. The kernel looks a name up by walking
+    /// the table's set list from its oldest set (a new set is at its end), an ID among the
+    /// batch's new sets from the newest.
+    Id(u32),
+}
+
 /// A list of elements (NEWSETELEM / DELSETELEM). The caller keeps it under 64 KiB.
-pub fn put_elems(
-    w: &mut MsgWriter,
-    table: &str,
-    set: &str,
-    set_id: Option<u32>,
-    elems: &[Element],
-) {
+pub fn put_elems(w: &mut MsgWriter, table: &str, set: ElemsOf<'_>, elems: &[Element]) {
     w.put_str(NFTA_SET_ELEM_LIST_TABLE, table);
-    w.put_str(NFTA_SET_ELEM_LIST_SET, set);
-    if let Some(id) = set_id {
-        w.put_be32(NFTA_SET_ELEM_LIST_SET_ID, id);
+    match set {
+        ElemsOf::Name(name, id) => {
+            w.put_str(NFTA_SET_ELEM_LIST_SET, name);
+            if let Some(id) = id {
+                w.put_be32(NFTA_SET_ELEM_LIST_SET_ID, id);
+            }
+        }
+        ElemsOf::Id(id) => w.put_be32(NFTA_SET_ELEM_LIST_SET_ID, id),
     }
     let list = w.begin_nest(NFTA_SET_ELEM_LIST_ELEMENTS);
     for (i, e) in elems.iter().enumerate() {
@@ -366,6 +376,7 @@ pub struct SetMsg {
 pub struct ElemsMsg {
     pub family: Family,
     pub table: String,
+    /// Empty when the message names its set by `set_id` alone (a set the same batch creates).
     pub set: String,
     pub set_id: Option<u32>,
     pub elements: Vec<Element>,
@@ -784,6 +795,7 @@ fn decode_elems(family: Family, attrs: &[u8]) -> Result<ElemsMsg, CodecError> {
 pub struct ElemsRef<'a> {
     pub family: Family,
     pub table: &'a str,
+    /// Empty when the message names its set by `set_id` alone (a set the same batch creates).
     pub set: &'a str,
     pub set_id: Option<u32>,
 }
@@ -838,10 +850,17 @@ fn decode_elems_attrs<'a>(
             what,
             attr: NFTA_SET_ELEM_LIST_TABLE,
         })?,
-        set: set.ok_or(CodecError::Missing {
-            what,
-            attr: NFTA_SET_ELEM_LIST_SET,
-        })?,
+        // A set created in the same batch may be named by its ID alone.
+        set: match (set, set_id) {
+            (Some(name), _) => name,
+            (None, Some(_)) => "",
+            (None, None) => {
+                return Err(CodecError::Missing {
+                    what,
+                    attr: NFTA_SET_ELEM_LIST_SET,
+                })
+            }
+        },
         set_id,
     })
 }
@@ -905,7 +924,12 @@ pub fn encode_object(obj: &Object) -> Result<Vec<u8>, CodecError> {
         Object::Chain(c) => put_chain(&mut w, &c.table, &c.chain),
         Object::Rule(r) => put_rule(&mut w, &r.table, &r.chain, &r.rule)?,
         Object::Set(s) => put_set(&mut w, &s.table, &s.set, s.id),
-        Object::Elems(e) => put_elems(&mut w, &e.table, &e.set, e.set_id, &e.elements),
+        Object::Elems(e) => put_elems(
+            &mut w,
+            &e.table,
+            ElemsOf::Name(&e.set, e.set_id),
+            &e.elements,
+        ),
     }
     w.end_msg(m)?;
     Ok(w.buf.split_off(16))
