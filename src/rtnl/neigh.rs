@@ -410,7 +410,11 @@ pub async fn list_permanent(h: &RtnlHandle) -> Result<Vec<PermanentNeighbour>> {
 /// A permanent entry, reduced (`None` for any other state). Dumps reduce each message as it
 /// arrives instead of collecting them parsed first.
 fn permanent(m: &NeighbourMessage) -> Option<PermanentNeighbour> {
-    if m.header.state != NeighbourState::Permanent {
+    // A dump of every family also lists bridge FDB entries (a VXLAN device's are permanent and
+    // carry the remote node's address): those are not neighbours.
+    if m.header.state != NeighbourState::Permanent
+        || !matches!(m.header.family, AddressFamily::Inet | AddressFamily::Inet6)
+    {
         return None;
     }
     let mut ip = None;
