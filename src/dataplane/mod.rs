@@ -615,8 +615,9 @@ impl Dataplane {
             }
         }
         if node == self.overlay.cfg.hostname {
-            // This node's device.
+            // This node's device, and its tunnel address among the host's.
             self.dirty.overlay_changed();
+            self.refresh_this_host();
         } else {
             let was = overlay::vtep_entries(old);
             let now = overlay::vtep_entries(new);
@@ -658,8 +659,9 @@ impl Dataplane {
         self.model.config = cfg.clone();
         self.inc.set_config(cfg);
         self.changes.base = true;
-        // A device comes or goes.
+        // A device comes or goes, with its tunnel address.
         self.dirty.overlay_changed();
+        self.refresh_this_host();
     }
 
     /// A route from Felix changed (`old` → `new`). A remote VXLAN block (before and after)
@@ -752,6 +754,10 @@ impl Dataplane {
                 let e = self.ifaces.entry(name.clone()).or_default();
                 if &e.addrs != addrs {
                     e.addrs = addrs.clone();
+                    if name == overlay::VXLAN_IFACE_V4 || name == overlay::VXLAN_IFACE_V6 {
+                        // Our device's address is ours to keep: look at the device again.
+                        self.dirty.overlay_changed();
+                    }
                     if !self.cfg.is_workload_iface(name) {
                         // `this-host` and host-endpoint resolution depend on host addresses.
                         self.host_addrs_changed();
@@ -764,27 +770,49 @@ impl Dataplane {
     /// Recomputes `this-host` from the host's interfaces; host endpoints without a name may
     /// resolve differently now.
     fn host_addrs_changed(&mut self) {
-        let this_host: BTreeSet<IpAddr> = self
-            .ifaces
+        // The VXLAN parent is the interface that holds this node's address.
+        if self.refresh_this_host() && self.vxlan_on() {
+            self.dirty.overlay_changed();
+        }
+        if !self.model.host_endpoints.is_empty() {
+            self.changes.host_endpoints = true;
+        }
+        self.tables_follow_changes();
+    }
+
+    /// This host's addresses (`this-host`): those of its interfaces that are not workloads',
+    /// and the tunnel addresses its VXLAN devices are given. The overlay phase, after the
+    /// tables, puts those on the devices; counting them from the VTEP spares the tables a
+    /// second commit when the address appears.
+    fn this_host(&self) -> BTreeSet<IpAddr> {
+        let (v4, v6) = self.vxlan_families();
+        let tunnel = self
+            .model
+            .vteps
+            .get(&self.overlay.cfg.hostname)
+            .into_iter()
+            .flat_map(|v| [(v4, &v.ipv4_addr), (v6, &v.ipv6_addr)])
+            .filter_map(|(on, a)| on.then(|| rules::host_ip(a)).flatten());
+        self.ifaces
             .iter()
             .filter(|(name, _)| !self.cfg.is_workload_iface(name))
             .flat_map(|(_, i)| i.addrs.iter().map(|a| a.addr()))
             // IPv6 link-local addresses exist on every interface and are not the host's
             // addresses for policy; they would make every new veth rewrite the set.
             .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
-            .collect();
-        if this_host != self.model.this_host {
-            self.model.this_host = this_host;
-            self.changes.base = true;
-            // The VXLAN parent is the interface that holds this node's address.
-            if self.vxlan_on() {
-                self.dirty.overlay_changed();
-            }
+            .chain(tunnel)
+            .collect()
+    }
+
+    /// Recomputes `this-host`; true when it changed (the base tables are rendered again).
+    fn refresh_this_host(&mut self) -> bool {
+        let this_host = self.this_host();
+        if this_host == self.model.this_host {
+            return false;
         }
-        if !self.model.host_endpoints.is_empty() {
-            self.changes.host_endpoints = true;
-        }
-        self.tables_follow_changes();
+        self.model.this_host = this_host;
+        self.changes.base = true;
+        true
     }
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {

@@ -267,6 +267,39 @@ fn vteps_turn_the_vxlan_rules_on_and_change_the_vtep_set_by_element() {
 }
 
 #[test]
+fn this_host_holds_the_tunnel_address_of_its_own_vxlan_device() {
+    let this_host = |dp: &Dataplane| v4_set_elements(dp, "cali40this-host");
+    let mut cfg = DataplaneConfig::default();
+    cfg.rules.hostname = "n0".into();
+    cfg.overlay.hostname = "n0".into();
+    let mut dp = Dataplane::new(cfg.clone(), 1).unwrap();
+    dp.on_update(&msg(vtep("n1", 1))).unwrap();
+    assert_eq!(this_host(&dp), "", "a remote VTEP is not this host");
+    // This node's VTEP: its device will hold the tunnel address.
+    dp.on_update(&msg(vtep("n0", 0))).unwrap();
+    assert_eq!(this_host(&dp), "10.65.0.0");
+    // The address appearing on the device changes nothing in the tables.
+    let _ = dp.tables_patch();
+    dp.on_iface(&IfaceEvent::Addrs {
+        index: 9,
+        name: "vxlan.calico".into(),
+        addrs: ["10.65.0.0/32".parse().unwrap()].into(),
+    });
+    assert!(dp.tables_patch().iter().all(|p| p.is_empty()));
+    dp.on_update(&msg(Payload::VtepRemove(
+        crate::proto::VxlanTunnelEndpointRemove { node: "n0".into() },
+    )))
+    .unwrap();
+    assert_eq!(this_host(&dp), "10.65.0.0", "the device still holds it");
+
+    // VXLAN off: the VTEP's address is not the host's.
+    cfg.overlay.vxlan_enabled = Some(false);
+    let mut dp = Dataplane::new(cfg, 1).unwrap();
+    dp.on_update(&msg(vtep("n0", 0))).unwrap();
+    assert_eq!(this_host(&dp), "");
+}
+
+#[test]
 fn external_nodes_are_allowed_hosts_and_vteps() {
     let mut cfg = DataplaneConfig::default();
     cfg.rules.vxlan_enabled = true;
