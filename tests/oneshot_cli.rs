@@ -794,3 +794,114 @@ fn apply_converges_over_dispatch_maps_without_counters() {
     let again = felix_nft(&args, &[]).ok();
     assert_eq!(again.table_ops(), 0, "{}", again.stdout);
 }
+
+/// This node (`n0`, 10.0.0.1 on `eth0`) and a remote one (`n1`, 10.0.0.2) with their VTEPs as
+/// Felix sends them, a VXLAN pool and `n1`'s block.
+const VXLAN: &str = r#"[
+{"ipam_pool_update":{"id":"10.65.0.0-16","pool":{"cidr":"10.65.0.0/16","masquerade":false,"vxlan_mode":"Always"}}},
+{"vtep_update":{"node":"n0","mac":"66:00:00:00:00:00","ipv4_addr":"10.65.0.0","parent_device_ip":"10.0.0.1"}},
+{"vtep_update":{"node":"n1","mac":"66:00:00:00:00:01","ipv4_addr":"10.65.1.0","parent_device_ip":"10.0.0.2"}},
+{"host_metadata_update":{"hostname":"n0","ipv4_addr":"10.0.0.1/24"}},
+{"host_metadata_update":{"hostname":"n1","ipv4_addr":"10.0.0.2/24"}},
+{"route_update":{"types":"REMOTE_WORKLOAD","ip_pool_type":"VXLAN","dst":"10.65.1.0/26","dst_node_name":"n1","dst_node_ip":"10.0.0.2"}},
+{"encapsulation":{"vxlan_enabled":true}}
+]"#;
+
+#[test]
+fn apply_programs_the_vxlan_device_its_fdb_neighbours_and_routes() {
+    let ns = Ns::new("vxlan");
+    ns.host_iface("eth0");
+    ns.ip(&["addr", "add", "10.0.0.1/24", "dev", "eth0"]);
+    let doc = state_file("vxlan", VXLAN);
+    let env = [("FELIX_FELIXHOSTNAME", "n0")];
+    let device = "vxlan.calico id 4096 dstport 4789 dev eth0 local 10.0.0.1";
+
+    let plan = felix_nft(&["plan", doc.to_str().unwrap(), "--netns", ns.name()], &env).ok();
+    assert_eq!(
+        plan.line("vxlan: "),
+        "vxlan: 1 to create, 0 corrected, 0 parked"
+    );
+    assert!(
+        plan.stdout.contains(&format!("vxlan create {device}\n")),
+        "{}",
+        plan.stdout
+    );
+    // The device is created before the neighbours phase: its entries are planned, not parked.
+    assert!(
+        plan.stdout
+            .contains("neigh set 10.65.1.0 lladdr 66:00:00:00:00:01 dev vxlan.calico"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        !ns.ip(&["link", "show"]).contains("vxlan.calico"),
+        "plan wrote"
+    );
+
+    let args = ["apply", doc.to_str().unwrap(), "--netns", ns.name()];
+    let first = felix_nft(&args, &env).ok();
+    assert!(
+        first.stdout.contains(&format!("vxlan created {device}\n")),
+        "{}",
+        first.stdout
+    );
+    let link = ns.ip(&["-d", "link", "show", "vxlan.calico"]);
+    for want in [
+        "vxlan id 4096 local 10.0.0.1 dev eth0",
+        "dstport 4789",
+        "nolearning",
+    ] {
+        assert!(link.contains(want), "{want} not in {link}");
+    }
+    let fdb = sh(&[
+        "bridge",
+        "-n",
+        ns.name(),
+        "fdb",
+        "show",
+        "dev",
+        "vxlan.calico",
+    ]);
+    assert!(
+        fdb.contains("66:00:00:00:00:01 dst 10.0.0.2 self permanent"),
+        "{fdb}"
+    );
+    let neigh = ns.ip(&["neigh", "show", "dev", "vxlan.calico"]);
+    assert!(
+        neigh.contains("10.65.1.0 lladdr 66:00:00:00:00:01 PERMANENT"),
+        "{neigh}"
+    );
+    let routes = ns.ip(&["route", "show"]);
+    assert!(
+        routes.lines().any(|l| l.starts_with("10.65.1.0/26 ")
+            && l.contains("via 10.65.1.0 dev vxlan.calico")
+            && l.contains("onlink")),
+        "{routes}"
+    );
+    assert!(
+        first.stdout.contains("route add 10.65.1.0/26"),
+        "{}",
+        first.stdout
+    );
+    let programmed = ns.kernel_state();
+
+    // Everything in place: the second apply finds nothing to do (the device, its FDB and its
+    // neighbours are read back, not written again).
+    let second = felix_nft(&args, &env).ok();
+    assert!(
+        second.stdout.starts_with("converged: nothing changed\n"),
+        "{}",
+        second.stdout
+    );
+    assert_eq!(ns.kernel_state(), programmed);
+
+    // Someone deletes the device: apply creates it again, with what lives on it.
+    ns.ip(&["link", "del", "vxlan.calico"]);
+    let third = felix_nft(&args, &env).ok();
+    assert!(
+        third.stdout.contains(&format!("vxlan created {device}\n")),
+        "{}",
+        third.stdout
+    );
+    assert_eq!(ns.kernel_state(), programmed);
+}

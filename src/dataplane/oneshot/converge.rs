@@ -15,7 +15,7 @@ use crate::rtnl::neigh::{list_permanent, Mac, NeighSyncer};
 use crate::rtnl::routes::{RoutePlan, RouteSpec};
 use crate::rtnl::RtnlHandle;
 
-use super::report::{ConvergeReport, SysctlChange};
+use super::report::{ConvergeReport, SysctlChange, VxlanChange};
 use super::{kern, rtnl, validated, Mode, OneShotError};
 
 /// Feeds a link + address dump to the dataplane, as the interface monitor's first sync would.
@@ -124,6 +124,7 @@ pub(super) async fn converge_retaining(
             tracing::info!(ops = ch.table_ops, "nf_tables transaction committed");
         }
         if !cfg.route_sync_disabled {
+            apply_overlay(&mut kernel, &desired, &mut ch).await;
             apply_host(&mut kernel, &desired, &mut ch).await?;
         }
         apply_ifaces(&mut kernel, &up_ifaces, &mut ch).await;
@@ -180,6 +181,7 @@ async fn plan_host(
     if cfg.route_sync_disabled {
         return Ok(());
     }
+    ch.vxlan = vxlan_plan(desired, links);
     let (routes, neigh, h) = kernel.host_syncers();
     for s in routes {
         for (group, specs) in &desired.routes {
@@ -189,6 +191,49 @@ async fn plan_host(
         merge_route_plan(&mut ch.routes, p);
     }
     neigh_plan(h, cfg, desired, links, ch, neigh).await
+}
+
+/// The VXLAN devices the document wants, from the link dump: a missing one is to be created,
+/// one whose parent interface is missing waits for it. A present device is compared with what
+/// is wanted (and corrected in place, its FDB too) only by `apply`, which says what it did.
+fn vxlan_plan(desired: &Desired, links: &[LinkState]) -> Vec<VxlanChange> {
+    let present = |name: &str| links.iter().any(|l| l.name == name);
+    desired
+        .vxlan
+        .iter()
+        .filter_map(|w| {
+            let spec = w.spec.as_ref()?;
+            let parked = !present(&spec.parent);
+            let create = !parked && !present(&w.name);
+            (parked || create).then(|| VxlanChange::of(spec, create, 0, parked))
+        })
+        .collect()
+}
+
+/// The VXLAN devices and their FDB entries, before the routes and neighbours that live on
+/// them (the driver's order); `ch.vxlan` becomes what was done to each.
+async fn apply_overlay(kernel: &mut RealKernel, desired: &Desired, ch: &mut ConvergeReport) {
+    ch.vxlan.clear();
+    for want in &desired.vxlan {
+        let Some(spec) = &want.spec else { continue };
+        match kernel
+            .overlay(std::slice::from_ref(want), &BTreeSet::new(), true)
+            .await
+        {
+            Ok(out) => {
+                let changes = out.changes - usize::from(out.created);
+                if out.created || changes > 0 || out.parked {
+                    ch.vxlan
+                        .push(VxlanChange::of(spec, out.created, changes, out.parked));
+                }
+            }
+            Err(e) => ch.errors.push(format!(
+                "programming the VXLAN device {}: {}",
+                want.name,
+                crate::ops::logging::chain(&e)
+            )),
+        }
+    }
 }
 
 /// Writes the planned routes and neighbours; `ch` keeps what was written, and the failures.
@@ -278,13 +323,26 @@ async fn neigh_plan(
 ) -> Result<(), OneShotError> {
     let by_index: BTreeMap<u32, &LinkState> = links.iter().map(|l| (l.index, l)).collect();
     let by_name: BTreeMap<&str, &LinkState> = links.iter().map(|l| (l.name.as_str(), l)).collect();
+    // The VXLAN devices' neighbours (tunnel address → remote VTEP MAC, either family) are ours
+    // like a workload interface's IPv4 ones; a device the overlay phase creates before the
+    // neighbours phase counts as up.
+    let vxlan: BTreeSet<&str> = desired.vxlan.iter().map(|w| w.name.as_str()).collect();
+    let made: BTreeSet<&str> = desired
+        .vxlan
+        .iter()
+        .filter(|w| w.spec.is_some())
+        .map(|w| w.name.as_str())
+        .collect();
     let mut kernel: BTreeMap<String, BTreeMap<IpAddr, Option<Mac>>> = BTreeMap::new();
     for n in list_permanent(h)
         .await
         .map_err(rtnl("listing neighbours"))?
     {
         match by_index.get(&n.ifindex) {
-            Some(l) if cfg.is_workload_iface(&l.name) && n.ip.is_ipv4() => {
+            Some(l)
+                if (cfg.is_workload_iface(&l.name) && n.ip.is_ipv4())
+                    || vxlan.contains(l.name.as_str()) =>
+            {
                 kernel
                     .entry(l.name.clone())
                     .or_default()
@@ -294,16 +352,17 @@ async fn neigh_plan(
         }
     }
     for (iface, entries) in &desired.neighbours {
-        match by_name.get(iface.as_str()) {
-            Some(l) if l.admin_up => {
-                let have = kernel.get(iface);
-                for (ip, mac) in entries {
-                    if have.and_then(|h| h.get(ip)) != Some(&Some(*mac)) {
-                        ch.neigh_set.push((iface.clone(), *ip, *mac));
-                    }
-                }
+        let up = by_name.get(iface.as_str()).is_some_and(|l| l.admin_up)
+            || made.contains(iface.as_str());
+        if !up {
+            ch.neigh_parked.push(iface.clone());
+            continue;
+        }
+        let have = kernel.get(iface);
+        for (ip, mac) in entries {
+            if have.and_then(|h| h.get(ip)) != Some(&Some(*mac)) {
+                ch.neigh_set.push((iface.clone(), *ip, *mac));
             }
-            _ => ch.neigh_parked.push(iface.clone()),
         }
     }
     for (iface, have) in &kernel {

@@ -30,7 +30,7 @@ mod report;
 pub use cleanup::{cleanup, CleanupReport};
 pub use converge::{converge, Retained};
 pub use dump::{snapshot, Snapshot};
-pub use report::{ConvergeReport, SysctlChange};
+pub use report::{ConvergeReport, SysctlChange, VxlanChange};
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use crate::nft::diff::{Op, Plan};
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::RoutePlan;
+use crate::rtnl::vxlan::VxlanSpec;
 
 use super::Mode;
 
@@ -36,8 +37,38 @@ pub struct ConvergeReport {
     /// Interfaces whose neighbours wait for the interface.
     pub neigh_parked: Vec<String>,
     pub sysctls: Vec<SysctlChange>,
+    /// VXLAN devices: for `plan`, those to create and those waiting for their parent; for
+    /// `apply`, those created, corrected or given FDB writes, and those waiting.
+    pub vxlan: Vec<VxlanChange>,
     /// Failures (apply only); any makes the exit code non-zero.
     pub errors: Vec<String>,
+}
+
+/// What `plan` or `apply` does to one VXLAN device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanChange {
+    /// The device as wanted, in `ip link add` words.
+    pub device: String,
+    /// `plan`: missing, to be created; `apply`: created (or re-created: it was incompatible).
+    pub create: bool,
+    /// `apply`: corrections of the device and FDB writes, besides the creation.
+    pub changes: usize,
+    /// The parent interface is missing: nothing is done until it appears.
+    pub parked: bool,
+}
+
+impl VxlanChange {
+    pub(super) fn of(spec: &VxlanSpec, create: bool, changes: usize, parked: bool) -> VxlanChange {
+        VxlanChange {
+            device: format!(
+                "{} id {} dstport {} dev {} local {}",
+                spec.name, spec.vni, spec.port, spec.parent, spec.local
+            ),
+            create,
+            changes,
+            parked,
+        }
+    }
 }
 
 impl ConvergeReport {
@@ -47,6 +78,7 @@ impl ConvergeReport {
             && self.neigh_set.is_empty()
             && self.neigh_delete.is_empty()
             && self.sysctls.is_empty()
+            && self.vxlan.iter().all(|v| !v.create && v.changes == 0)
     }
 
     /// The report: counts first, then one line per route/neighbour/sysctl change (the same lines
@@ -94,6 +126,20 @@ impl ConvergeReport {
                 self.neigh_delete.len(),
                 self.neigh_parked.len()
             );
+            if !self.vxlan.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "vxlan: {} {}, {} corrected, {} parked",
+                    self.vxlan.iter().filter(|v| v.create).count(),
+                    if mode == Mode::Apply {
+                        "created"
+                    } else {
+                        "to create"
+                    },
+                    self.vxlan.iter().filter(|v| v.changes > 0).count(),
+                    self.vxlan.iter().filter(|v| v.parked).count(),
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -125,6 +171,29 @@ impl ConvergeReport {
                 s,
                 "route in-grace {k} (unknown route on a workload interface, kept for now)"
             );
+        }
+        for v in &self.vxlan {
+            if v.parked {
+                let _ = writeln!(s, "vxlan parked {} (parent interface absent)", v.device);
+            } else if v.create {
+                let _ = writeln!(
+                    s,
+                    "vxlan {} {}",
+                    if mode == Mode::Apply {
+                        "created"
+                    } else {
+                        "create"
+                    },
+                    v.device
+                );
+            }
+            if v.changes > 0 {
+                let _ = writeln!(
+                    s,
+                    "vxlan corrected {}: {} write(s) (device or FDB)",
+                    v.device, v.changes
+                );
+            }
         }
         for (dev, ip, mac) in &self.neigh_set {
             let _ = writeln!(s, "neigh set {ip} lladdr {} dev {dev}", fmt_mac(mac));
