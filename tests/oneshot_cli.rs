@@ -904,4 +904,24 @@ fn apply_programs_the_vxlan_device_its_fdb_neighbours_and_routes() {
         third.stdout
     );
     assert_eq!(ns.kernel_state(), programmed);
+
+    // The device is ours: cleanup deletes it (its FDB and neighbours go with it), once.
+    let clean = felix_nft(&["cleanup", "--netns", ns.name()], &env).ok();
+    assert!(
+        clean.stdout.contains("link delete vxlan.calico\n"),
+        "{}",
+        clean.stdout
+    );
+    assert!(
+        clean.stdout.contains("route delete 10.65.1.0/26"),
+        "{}",
+        clean.stdout
+    );
+    assert!(!ns.ip(&["link", "show"]).contains("vxlan.calico"));
+    let again = felix_nft(&["cleanup", "--netns", ns.name()], &env).ok();
+    assert!(
+        again.stdout.starts_with("nothing to do\n"),
+        "{}",
+        again.stdout
+    );
 }

@@ -1,13 +1,15 @@
-//! `cleanup`: removes our tables, routes and permanent neighbours.
+//! `cleanup`: removes our tables, routes, permanent neighbours and VXLAN devices.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::dataplane::overlay::{VXLAN_IFACE_V4, VXLAN_IFACE_V6};
 use crate::dataplane::DataplaneConfig;
 use crate::netns::NetNs;
 use crate::nft::reconcile;
+use crate::rtnl::link;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::RtnlHandle;
 
@@ -23,6 +25,8 @@ pub struct CleanupReport {
     pub routes: Vec<String>,
     /// Permanent neighbours deleted: (interface, address).
     pub neighbours: Vec<(String, IpAddr)>,
+    /// VXLAN devices deleted (with their FDB, neighbours and routes).
+    pub devices: Vec<String>,
     /// Route and neighbour work was skipped (`RouteSyncDisabled`).
     pub route_sync_disabled: bool,
     /// Failures of single routes or neighbours; any makes the exit code non-zero.
@@ -36,6 +40,7 @@ impl CleanupReport {
         if self.tables == 0
             && self.routes.is_empty()
             && self.neighbours.is_empty()
+            && self.devices.is_empty()
             && self.errors.is_empty()
         {
             s.push_str("nothing to do\n");
@@ -56,6 +61,9 @@ impl CleanupReport {
         for (dev, ip) in &self.neighbours {
             let _ = writeln!(s, "neigh delete {ip} dev {dev}");
         }
+        for d in &self.devices {
+            let _ = writeln!(s, "link delete {d}");
+        }
         for e in &self.errors {
             let _ = writeln!(s, "error: {e}");
         }
@@ -63,8 +71,8 @@ impl CleanupReport {
     }
 }
 
-/// Removes our tables (one transaction), our routes (no grace period) and our permanent
-/// neighbours on workload interfaces. Idempotent.
+/// Removes our tables (one transaction), our routes (no grace period), our permanent
+/// neighbours on workload interfaces and our VXLAN devices. Idempotent.
 pub async fn cleanup(
     ns: Option<&NetNs>,
     cfg: &DataplaneConfig,
@@ -111,5 +119,17 @@ pub async fn cleanup(
     rep.neighbours = r.deleted;
     rep.errors
         .extend(r.errors.iter().map(|e| crate::ops::logging::chain(e)));
+    // The devices go last: what lives on them (FDB, neighbours) goes with them.
+    for name in [VXLAN_IFACE_V4, VXLAN_IFACE_V6] {
+        let gone = match link::get_link(&h, name).await {
+            Ok(None) => continue,
+            Ok(Some(_)) => link::delete(&h, name).await,
+            Err(e) => Err(e),
+        };
+        match gone {
+            Ok(()) => rep.devices.push(name.to_string()),
+            Err(e) => rep.errors.push(crate::ops::logging::chain(&e)),
+        }
+    }
     Ok(rep)
 }
