@@ -46,11 +46,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
     require_root();
     let topo = three_v4_workloads("fnt-hx-sets", [A, B, C]);
     let _srv = listen(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let common = format!("s:{}", "x".repeat(40));
     let (s1, s2) = (format!("{common}a1"), format!("{common}a2"));
     let mut agent = Agent::start(&topo, AgentOptions::default());
@@ -121,11 +117,7 @@ fn names_the_kernel_could_not_hold_are_programmed_and_enforced() {
     require_root();
     let topo = three_v4_workloads("fnt-hx-names", [A, B, C]);
     let _srv = listen(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let long_profile = "p".repeat(240);
     let nul_profile = "web\u{0}evil";
     let long_policy = json!({"name": "q".repeat(237), "kind": "GlobalNetworkPolicy"});

@@ -55,11 +55,7 @@ fn policy_rules_decide_traffic() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-pol", [A4, B4, C4]);
     let _srv = servers(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let mut agent = Agent::start(&topo, AgentOptions::default());
     let no_tiers = json!([]);
 
@@ -274,8 +270,7 @@ fn policy_rules_decide_traffic() {
         ],
     );
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// Tiers with a Pass rule, a tier whose default action is Pass, a log rule that continues, and
@@ -285,11 +280,7 @@ fn tiers_log_rules_and_named_ports() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-tier", [A4, B4, C4]);
     let _srv = servers(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let mut agent = Agent::start(&topo, AgentOptions::default());
 
     // 1. Two tiers: "security" passes tcp/WEB to the next tier and denies the rest; "app" allows
@@ -453,8 +444,7 @@ fn tiers_log_rules_and_named_ports() {
         ],
     );
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// `DefaultEndpointToHostAction` DROP vs ACCEPT (one daemon life per value) and a host endpoint
@@ -535,8 +525,7 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
             flow(from_host, ip4("ext", EXTERNAL_V4), Tcp, 179, Pass),
         ],
     );
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 
     // 3. A second daemon life with DefaultEndpointToHostAction=ACCEPT: the workload reaches its
     //    host (§7.3 item 4); the restarted agent converges the tables the first one left.
@@ -559,8 +548,7 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
             flow(external, host, Tcp, WEB, Drop),
         ],
     );
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// NAT outgoing for a masquerading pool, and a floating IP.
@@ -672,8 +660,7 @@ fn nat_outgoing_and_floating_ip() {
         ],
     );
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// Admin-down and removed endpoints pass nothing (fail closed), and come back.
@@ -682,11 +669,7 @@ fn admin_down_and_removed_endpoints_fail_closed() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-life", [A4, B4, C4]);
     let _srv = servers(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let mut agent = Agent::start(&topo, AgentOptions::default());
     agent.send_all(&[
         allow_all_profile(),
@@ -781,8 +764,7 @@ fn admin_down_and_removed_endpoints_fail_closed() {
         ],
     );
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// Endpoint chains shared by content: endpoints whose chains would have the same body use one
@@ -794,11 +776,7 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-share", [A4, B4, C4]);
     let _srv = servers(&topo);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let host_ns = topo.host_netns_name();
     let tw = |w: &felix_nft::testbed::topology::Workload| {
         felix_nft::testbed::dispatched_ingress_chains(&nft_ruleset(host_ns))
@@ -909,8 +887,7 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
             ))
     });
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// `felix-nft dump --json` of the topology's host namespace, as an operator runs it.
@@ -948,11 +925,7 @@ fn endpoint_traffic(dump: &serde_json::Value, iface: &str) -> Option<(String, [(
 fn endpoints_sharing_a_chain_count_their_own_traffic() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-count", [A4, B4, C4]);
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let host_ns = topo.host_netns_name();
     let mut agent = Agent::start(&topo, AgentOptions::default());
     let web_only = || json!([tier("default", &["web"], &[], "Deny")]);
@@ -1026,8 +999,7 @@ fn endpoints_sharing_a_chain_count_their_own_traffic() {
     let want = format!("({} packets, {} bytes)", c0[0].0 + nc, c0[0].1 + nc * len);
     assert!(line.contains(&want), "{line} lacks {want}");
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }
 
 /// Dual-stack workloads: IPv6 flows allowed and denied by the same policies (ip6 table).
@@ -1260,6 +1232,5 @@ fn ipv6_dual_stack_workloads() {
         ],
     );
 
-    let (status, log) = agent.stop();
-    assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    agent.stop_cleanly();
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use e2e_common::{require_root, three_v4_workloads, PROBE_TIMEOUT, STEP_DEADLINE};
+use e2e_common::{abc, require_root, three_v4_workloads, PROBE_TIMEOUT, STEP_DEADLINE};
 use felix_nft::dataplane::driver::{Driver, LoopOptions};
 use felix_nft::dataplane::kernel::{
     Kernel, KernelError, RealKernel, RoutesOutcome, TableMode, TablesInput, TablesOutcome,
@@ -197,11 +197,7 @@ fn one_refused_policy_among_many_is_quarantined_and_the_rest_is_programmed() {
         .iter()
         .map(|w| TcpServer::start(w.ns(), WEB).expect("listening"))
         .collect();
-    let (a, b, c) = (
-        topo.workload("a").unwrap(),
-        topo.workload("b").unwrap(),
-        topo.workload("c").unwrap(),
-    );
+    let (a, b, c) = abc(&topo);
     let ns = topo.host().try_clone().expect("the host namespace");
     let (tx, rx) = mpsc::channel(1024);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

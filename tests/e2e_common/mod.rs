@@ -51,6 +51,15 @@ pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
     })
 }
 
+/// The workloads `a`, `b` and `c` of [`three_v4_workloads`].
+pub fn abc(topo: &Topology) -> (&Workload, &Workload, &Workload) {
+    let w = |name| {
+        topo.workload(name)
+            .unwrap_or_else(|| panic!("no workload {name}"))
+    };
+    (w("a"), w("b"), w("c"))
+}
+
 /// `e: cause: cause…`.
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -194,6 +203,12 @@ impl Agent {
 
     /// Stops the daemon the way an operator does: SIGTERM (or end of stdin under strace); waits
     /// and returns its exit status and log.
+    /// Stops the agent and checks that it exited cleanly.
+    pub fn stop_cleanly(self) {
+        let (status, log) = self.stop();
+        assert!(status.success(), "felix-nft exited with {status}:\n{log}");
+    }
+
     pub fn stop(mut self) -> (ExitStatus, String) {
         self.stdin = None;
         let mut child = self.child.take().expect("agent child");
