@@ -4,14 +4,17 @@
 //! `apply` and `plan` share one input path: configuration → state document (every decode error
 //! listed) → [`validate::validate_all`] (every error listed) — all before any kernel socket is
 //! opened, so a bad document leaves the kernel untouched — then a [`Dataplane`] fed with a link
-//! and address dump, both InSyncs marked, and the desired state rendered. `apply` then runs the
-//! phases once in the loop's fixed order (§10.3): globals → tables (one transaction, `Resync`:
-//! read, diff, commit) → routes → neighbours → per-interface sysctls of workload interfaces that
-//! are up. `plan` computes the same changes with the same decision code and writes nothing.
+//! and address dump and the document, both InSyncs marked. Then the loop's own apply runs once
+//! ([`crate::dataplane::driver::Driver::apply`], the phases in its fixed order, §10.3: globals →
+//! tables (one transaction) → VXLAN devices → routes → neighbours → sysctls of workload
+//! interfaces that are up) over a kernel that records what each phase changes: `apply` writes
+//! through the real kernel, `plan` writes nothing, `--dry-run` sends the nf_tables batch without
+//! its END. Each phase is planned by the same code before it is applied.
 //!
 //! What is ours (and what `dump` shows and `cleanup` removes): the `calico` tables of both
 //! families; routes the §15 ownership rule claims ([`RouteSyncer::list_owned`]); permanent IPv4
-//! neighbours on workload interfaces (the only ones the neighbour syncer manages).
+//! neighbours on workload interfaces; the VXLAN devices (`vxlan.calico`, `vxlan-v6.calico`) and
+//! what lives on them.
 //!
 //! Table flags: one-shot commands create plain tables (no `OWNER|PERSIST`). The owner flag
 //! protects the tables of a *running* agent and is released the moment the process that set it
@@ -19,12 +22,13 @@
 //! operation) instead of finding nothing to do. The daemon adds the flags when it starts.
 //!
 //! This file holds the entry points the CLI calls, their errors and the input path;
-//! `converge` runs `apply` and `plan`, `report` prints what they change, `dump` reads our
-//! objects and `cleanup` removes them.
+//! `converge` runs `apply` and `plan` over `kernel` (the recording kernel), `report` prints what
+//! they change, `dump` reads our objects and `cleanup` removes them.
 
 mod cleanup;
 mod converge;
 mod dump;
+mod kernel;
 mod report;
 
 pub use cleanup::{cleanup, CleanupReport};
