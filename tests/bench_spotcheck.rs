@@ -28,12 +28,15 @@ fn installed(bin: &str) -> bool {
 }
 
 /// Namespaces the spot-check makes (its test-bed prefix).
+/// The spot check's namespaces that this test process made (their names carry its pid), so a
+/// suite running beside this one cannot make it fail.
 fn spot_namespaces() -> Vec<String> {
+    let ours = format!("-{}-", std::process::id());
     std::fs::read_dir("/run/netns")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("fnft-spot"))
+                .filter(|n| n.starts_with("fnft-spot") && n.contains(&ours))
                 .collect()
         })
         .unwrap_or_default()
