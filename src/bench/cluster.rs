@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -20,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::report::{finish_all, fmt_ms, wall_cell, wall_median, Results};
 use super::run::{self, Sample, Tool};
-use super::{create_dir, fresh_ns, which, write, BenchError, BenchNs};
+use super::{create_dir, fresh_ns, output, which, write, BenchError, BenchNs};
 use crate::dataplane::driver::{Driver, LoopOptions};
 use crate::dataplane::kernel::RealKernel;
 use crate::dataplane::Dataplane;
@@ -358,13 +357,7 @@ async fn underlay(ns: &NetNs) -> Result<(), BenchError> {
 /// Reads what `vxlan.calico` holds with `ip -j` and `bridge -j` (the oracles).
 fn read_entries(ns: &str) -> Result<Entries, BenchError> {
     let json = |argv: &[&str]| -> Result<Value, BenchError> {
-        let out = Command::new(argv[0])
-            .args(&argv[1..])
-            .output()
-            .map_err(|source| BenchError::Io {
-                op: format!("running {}", argv.join(" ")),
-                source,
-            })?;
+        let out = output(argv)?;
         if !out.status.success() {
             // No device: nothing on it.
             return Ok(Value::Array(Vec::new()));

@@ -704,14 +704,19 @@ fn capture_in(ns: &NetNs, argv: &[&str]) -> Result<String, BenchError> {
             "read-back in the host namespace".into(),
         ));
     }
-    let out = std::process::Command::new(argv[0])
+    let out = output(argv)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `argv` (a read-back oracle) to the end and collects what it printed.
+fn output(argv: &[&str]) -> Result<std::process::Output, BenchError> {
+    std::process::Command::new(argv[0])
         .args(&argv[1..])
         .output()
         .map_err(|source| BenchError::Io {
             op: format!("running {}", argv.join(" ")),
             source,
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        })
 }
 
 /// Rules, chains and elements in `nft -j list ruleset` output.
