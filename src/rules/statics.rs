@@ -134,6 +134,23 @@ impl Renderer {
             .build()
     }
 
+    /// Jumps to the host endpoint chain `chain` (after `b`'s matches), then lets a packet the
+    /// host endpoint's policy accepted leave with `then`.
+    fn host_endpoint_policy(
+        &self,
+        s: &Statics,
+        c: &mut ChainBuilder,
+        b: RuleBuilder,
+        chain: &str,
+        then: Verdict,
+    ) {
+        c.push(b.counter().jump(chain).build(), &[]);
+        c.push(
+            self.accept_mark(s, then),
+            &["Host endpoint policy accepted packet."],
+        );
+    }
+
     /// Allows `b`'s tunnel packets (IPIP, VXLAN, WireGuard) between this host and a peer: `peer`
     /// is the peer's side of the packet (`Src` coming in, `Dst` going out), in `set` when given;
     /// the other side must be one of this host's addresses.
@@ -493,16 +510,12 @@ impl Renderer {
         }
         c.push(self.accept_mark(s, self.filter_allow()), &[]);
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .counter()
-                .jump(&Layer::Filter.chain(logical::FROM_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            self.accept_mark(s, self.filter_allow()),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule(),
+            &Layer::Filter.chain(logical::FROM_HOST_ENDPOINT),
+            self.filter_allow(),
         );
         c.finish()
     }
@@ -567,17 +580,12 @@ impl Renderer {
             );
         }
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .ct_status_dnat(false)
-                .counter()
-                .jump(&Layer::Filter.chain(logical::TO_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            self.accept_mark(s, self.filter_allow()),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule().ct_status_dnat(false),
+            &Layer::Filter.chain(logical::TO_HOST_ENDPOINT),
+            self.filter_allow(),
         );
         c.finish()
     }
@@ -624,16 +632,12 @@ impl Renderer {
             &[],
         );
         c.push(self.accept_mark(s, self.mangle_allow()), &[]);
-        c.push(
-            s.rule()
-                .counter()
-                .jump(&Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            self.accept_mark(s, self.mangle_allow()),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule(),
+            &Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT),
+            self.mangle_allow(),
         );
         c.finish()
     }
@@ -643,17 +647,12 @@ impl Renderer {
         let mut c = ChainBuilder::new(&Layer::Mangle.chain(logical::POSTROUTING));
         c.push(self.accept_mark(s, Verdict::Return), &[]);
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .ct_status_dnat(true)
-                .counter()
-                .jump(&Layer::Mangle.chain(logical::TO_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            self.accept_mark(s, Verdict::Return),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule().ct_status_dnat(true),
+            &Layer::Mangle.chain(logical::TO_HOST_ENDPOINT),
+            Verdict::Return,
         );
         c.finish()
     }
