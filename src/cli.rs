@@ -344,13 +344,7 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
-            Err(e) => {
-                eprintln!(
-                    "felix-nft: bench compare: {}",
-                    crate::ops::logging::chain(&e)
-                );
-                ExitCode::FAILURE
-            }
+            Err(e) => bench_failed(&e),
         };
     }
     let scale = match scale.parse::<bench::workload::Scale>() {
@@ -381,14 +375,18 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Err(e) => {
-            eprintln!(
-                "felix-nft: bench compare: {}",
-                crate::ops::logging::chain(&e)
-            );
-            ExitCode::FAILURE
-        }
+        Err(e) => bench_failed(&e),
     }
+}
+
+/// `bench compare` could not run: the error with its causes.
+#[cfg(feature = "lab")]
+fn bench_failed(e: &crate::bench::BenchError) -> ExitCode {
+    eprintln!(
+        "felix-nft: bench compare: {}",
+        crate::ops::logging::chain(e)
+    );
+    ExitCode::FAILURE
 }
 
 /// Exit code for a command line that cannot be acted on (bad `--source`, no fds 3/4).

@@ -76,27 +76,22 @@ impl NetNs {
         } else {
             Path::new(NETNS_RUN_DIR).join(spec)
         };
-        let file = File::open(&path).map_err(|source| NetNsError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(NetNs {
-            file,
-            label: path.display().to_string(),
-        })
+        let label = path.display().to_string();
+        NetNs::open_path(path, label)
     }
 
     /// The namespace the current thread is in.
     pub fn current() -> Result<NetNs, NetNsError> {
-        let path = PathBuf::from("/proc/thread-self/ns/net");
-        let file = File::open(&path).map_err(|source| NetNsError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(NetNs {
-            file,
-            label: "current".to_string(),
-        })
+        NetNs::open_path(
+            PathBuf::from("/proc/thread-self/ns/net"),
+            "current".to_string(),
+        )
+    }
+
+    /// Opens the nsfs file at `path`, named `label` in messages.
+    fn open_path(path: PathBuf, label: String) -> Result<NetNs, NetNsError> {
+        let file = File::open(&path).map_err(|source| NetNsError::Open { path, source })?;
+        Ok(NetNs { file, label })
     }
 
     /// Moves the current thread into a new, empty network namespace and returns a guard that

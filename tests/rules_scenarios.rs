@@ -756,247 +756,18 @@ fn kernel_accepts_every_scenario() {
 // Lockstep of text and expressions: what nft compiles our text into == our expressions.
 // ---------------------------------------------------------------------------------------------
 
-use felix_nft::nft::model::{
-    CmpOp, CtKey, Expr, FibResult, MetaKey, NatType, PayloadBase, RejectType, Verdict,
-};
-
-/// Register data as libnftnl prints it: 32-bit little-endian words, zero-padded.
-fn words(b: &[u8]) -> String {
-    b.chunks(4)
-        .map(|c| {
-            let mut w = [0u8; 4];
-            w[..c.len()].copy_from_slice(c);
-            format!("0x{:08x}", u32::from_le_bytes(w))
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn op(o: CmpOp) -> &'static str {
-    match o {
-        CmpOp::Eq => "eq",
-        CmpOp::Neq => "neq",
-        CmpOp::Lt => "lt",
-        CmpOp::Lte => "lte",
-        CmpOp::Gt => "gt",
-        CmpOp::Gte => "gte",
-    }
-}
-
-fn verdict(v: &Verdict) -> String {
-    match v {
-        Verdict::Accept => "accept".into(),
-        Verdict::Drop => "drop".into(),
-        Verdict::Continue => "continue".into(),
-        Verdict::Return => "return".into(),
-        Verdict::Jump(c) => format!("jump -> {c}"),
-        Verdict::Goto(c) => format!("goto -> {c}"),
-        other => format!("{other:?}"),
-    }
-}
-
-/// One expression in `nft --debug=netlink` (libnftnl) notation.
-fn debug_expr(e: &Expr) -> String {
-    let meta = |k: &MetaKey| match k {
-        MetaKey::Mark => "mark",
-        MetaKey::IifName => "iifname",
-        MetaKey::OifName => "oifname",
-        MetaKey::L4Proto => "l4proto",
-        _ => "?",
-    };
-    let body = match e {
-        Expr::Meta { key, dreg } => format!("meta load {} => reg {}", meta(key), dreg.0),
-        Expr::MetaSet { key, sreg } => format!("meta set {} with reg {}", meta(key), sreg.0),
-        Expr::Payload {
-            base,
-            offset,
-            len,
-            dreg,
-        } => format!(
-            "payload load {len}b @ {} header + {offset} => reg {}",
-            match base {
-                PayloadBase::LinkLayer => "link",
-                PayloadBase::Network => "network",
-                PayloadBase::Transport => "transport",
-                PayloadBase::Inner => "inner",
-            },
-            dreg.0
-        ),
-        Expr::Cmp { sreg, op: o, data } => format!("cmp {} reg {} {}", op(*o), sreg.0, words(data)),
-        Expr::Bitwise {
-            sreg,
-            dreg,
-            mask,
-            xor,
-            ..
-        } => format!(
-            "bitwise reg {} = ( reg {} & {} ) ^ {}",
-            dreg.0,
-            sreg.0,
-            words(mask),
-            words(xor)
-        ),
-        Expr::Range {
-            sreg,
-            op: o,
-            from,
-            to,
-        } => {
-            format!(
-                "range {} reg {} {} {}",
-                op(*o),
-                sreg.0,
-                words(from),
-                words(to)
-            )
-        }
-        Expr::Lookup {
-            set,
-            sreg,
-            dreg,
-            invert,
-            ..
-        } => {
-            let mut s = format!("lookup reg {} set {set}", sreg.0);
-            if let Some(d) = dreg {
-                s.push_str(&format!(" dreg {}", d.0));
-            }
-            if *invert {
-                s.push_str(" 0x1");
-            }
-            s
-        }
-        Expr::ImmediateData { dreg, data } => format!("immediate reg {} {}", dreg.0, words(data)),
-        Expr::Verdict(v) => format!("immediate reg 0 {}", verdict(v)),
-        Expr::Counter { packets, bytes } => format!("counter pkts {packets} bytes {bytes}"),
-        Expr::Ct { key, dreg, .. } => format!(
-            "ct load {} => reg {}",
-            match key {
-                CtKey::State => "state",
-                CtKey::Status => "status",
-                _ => "?",
-            },
-            dreg.0
-        ),
-        Expr::Log { prefix, level, .. } => format!(
-            "log prefix {} level {}",
-            prefix.clone().unwrap_or_default(),
-            level.unwrap_or_default()
-        ),
-        Expr::Limit {
-            rate,
-            unit,
-            burst,
-            over,
-            ..
-        } => format!(
-            "limit rate {rate}/{} burst {burst} type packets flags 0x{}",
-            match unit {
-                1 => "second",
-                60 => "minute",
-                3600 => "hour",
-                _ => "day",
-            },
-            u8::from(*over)
-        ),
-        Expr::Reject { kind, code } => format!(
-            "reject type {} code {code}",
-            match kind {
-                RejectType::IcmpUnreach => 0,
-                RejectType::TcpRst => 1,
-                RejectType::IcmpxUnreach => 2,
-            }
-        ),
-        Expr::Fib {
-            flags,
-            result,
-            dreg,
-        } => {
-            let mut parts = Vec::new();
-            for (bit, name) in [
-                (1, "saddr"),
-                (2, "daddr"),
-                (4, "mark"),
-                (8, "iif"),
-                (16, "oif"),
-            ] {
-                if flags & bit != 0 {
-                    parts.push(name);
-                }
-            }
-            let res = match result {
-                FibResult::Oif => "oif",
-                FibResult::OifName => "oifname",
-                FibResult::AddrType => "type",
-            };
-            let present = if flags & 0x20 != 0 { " present" } else { "" };
-            format!("fib {} {res}{present} => reg {}", parts.join(" . "), dreg.0)
-        }
-        Expr::Notrack => "notrack".into(),
-        Expr::Connlimit { count, flags } => format!("connlimit count {count} flags {flags}"),
-        Expr::Masq {
-            flags,
-            proto_min,
-            proto_max,
-        } => {
-            let mut s = "masq".to_string();
-            if let Some(r) = proto_min {
-                s.push_str(&format!(" proto_min reg {}", r.0));
-            }
-            if let Some(r) = proto_max {
-                s.push_str(&format!(" proto_max reg {}", r.0));
-            }
-            if *flags != 0 {
-                s.push_str(&format!(" flags 0x{flags:x}"));
-            }
-            s
-        }
-        Expr::Nat {
-            kind,
-            family,
-            addr_min,
-            proto_min,
-            proto_max,
-            flags,
-            ..
-        } => {
-            let mut s = format!(
-                "nat {} {}",
-                match kind {
-                    NatType::Snat => "snat",
-                    NatType::Dnat => "dnat",
-                },
-                family.name()
-            );
-            if let Some(r) = addr_min {
-                s.push_str(&format!(" addr_min reg {}", r.0));
-            }
-            if let Some(r) = proto_min {
-                s.push_str(&format!(" proto_min reg {}", r.0));
-            }
-            if let Some(r) = proto_max {
-                s.push_str(&format!(" proto_max reg {}", r.0));
-            }
-            if *flags != 0 {
-                s.push_str(&format!(" flags 0x{flags:x}"));
-            }
-            s
-        }
-        other => format!("{other:?}"),
-    };
-    format!("[ {body} ]")
-}
+use felix_nft::nft::print;
 
 /// One set element in `nft --debug=netlink` notation.
 fn debug_element(e: &felix_nft::nft::model::Element) -> String {
     let data = match e.data.as_deref() {
-        Some(felix_nft::nft::model::ElemData::Verdict(v)) => format!("{} ", verdict(v)),
-        Some(felix_nft::nft::model::ElemData::Value(b)) => format!("{} ", words(b)),
+        Some(felix_nft::nft::model::ElemData::Verdict(v)) => format!("{} ", print::verdict(v)),
+        Some(felix_nft::nft::model::ElemData::Value(b)) => format!("{} ", print::data(b)),
         None => String::new(),
     };
     format!(
         "element {}  : {data}{} [end]",
-        words(&e.key).replace("0x", ""),
+        print::data(&e.key).replace("0x", ""),
         e.flags
     )
 }
@@ -1059,8 +830,8 @@ fn parse_debug(out: &str) -> BTreeMap<(String, String), Vec<Vec<String>>> {
 }
 
 /// For every rule of every scenario, the expressions `nft` 1.0.6 compiles our text into are
-/// exactly the expressions we built (printed in libnftnl's notation): text and object model
-/// are in lockstep, so committing either gives the same kernel state.
+/// exactly the expressions we built (printed in libnftnl's notation by `nft::print`): text and
+/// object model are in lockstep, so committing either gives the same kernel state.
 #[test]
 fn text_and_expressions_are_in_lockstep() {
     for (name, model) in scenarios() {
@@ -1104,7 +875,7 @@ fn text_and_expressions_are_in_lockstep() {
                 let ours: Vec<Vec<String>> = c
                     .rules
                     .iter()
-                    .map(|r| r.exprs.iter().map(debug_expr).collect())
+                    .map(|r| r.exprs.iter().map(print::expr).collect())
                     .collect();
                 let key = (
                     t.family.name().to_string(),

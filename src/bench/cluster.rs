@@ -12,15 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use serde_json::{json, Value};
 
-use super::report::{fmt_ms, wall_cell, Stats};
+use super::report::{finish_all, fmt_ms, wall_cell, wall_median, Results};
 use super::run::{self, Sample, Tool};
-use super::{fresh_ns, which, write, BenchError, BenchNs};
+use super::{create_dir, fresh_ns, output, which, write, BenchError, BenchNs};
 use crate::dataplane::driver::{Driver, LoopOptions};
 use crate::dataplane::kernel::RealKernel;
 use crate::dataplane::Dataplane;
@@ -213,10 +212,7 @@ fn fdb_line(i: usize, m: &str) -> String {
 
 fn build_inputs(opts: &ClusterOptions) -> Result<Inputs, BenchError> {
     let dir = opts.out_dir.join("inputs");
-    std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
-        op: format!("creating {}", dir.display()),
-        source,
-    })?;
+    create_dir(&dir)?;
     let n = opts.nodes;
     let mut held = Held::default();
     // What Felix sends a node at start: the pool, every VTEP (its own included), then the
@@ -361,13 +357,7 @@ async fn underlay(ns: &NetNs) -> Result<(), BenchError> {
 /// Reads what `vxlan.calico` holds with `ip -j` and `bridge -j` (the oracles).
 fn read_entries(ns: &str) -> Result<Entries, BenchError> {
     let json = |argv: &[&str]| -> Result<Value, BenchError> {
-        let out = Command::new(argv[0])
-            .args(&argv[1..])
-            .output()
-            .map_err(|source| BenchError::Io {
-                op: format!("running {}", argv.join(" ")),
-                source,
-            })?;
+        let out = output(argv)?;
         if !out.status.success() {
             // No device: nothing on it.
             return Ok(Value::Array(Vec::new()));
@@ -679,7 +669,7 @@ pub struct ClusterReport {
     /// Lines of the baseline's batch files for the first sync (its netlink requests).
     pub baseline_full_lines: usize,
     /// backend → operation → stats.
-    pub results: BTreeMap<String, BTreeMap<String, Stats>>,
+    pub results: Results,
     /// felix-nft's netlink requests per operation (the largest over its samples).
     pub requests: BTreeMap<String, Requests>,
     /// The baseline's requests per operation (lines of its batch files).
@@ -697,11 +687,7 @@ pub struct ClusterReport {
 
 impl ClusterReport {
     fn median(&self, backend: &str, op: &str) -> Option<f64> {
-        self.results
-            .get(backend)?
-            .get(op)
-            .map(|s| s.wall_median_ms)
-            .filter(|m| m.is_finite())
+        wall_median(&self.results, backend, op)
     }
 
     fn check(&mut self, lines: Vec<(String, bool)>) {
@@ -713,11 +699,7 @@ impl ClusterReport {
     }
 
     fn finish(&mut self) {
-        for ops in self.results.values_mut() {
-            for s in ops.values_mut() {
-                s.finish();
-            }
-        }
+        finish_all(&mut self.results);
         for op in ROWS {
             if let (Some(ours), Some(theirs)) =
                 (self.median("felix-nft", op), self.median("ip-batch", op))

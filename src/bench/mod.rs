@@ -163,6 +163,27 @@ struct Inputs {
     members: usize,
 }
 
+impl Inputs {
+    /// The steps a run replays, each with whether it is timed: the `inc` timed rounds, then the
+    /// rounds after them (untimed, run for peak RSS) only when `rss_round`.
+    fn replayed(&self, inc: usize, rss_round: bool) -> impl Iterator<Item = (&Step, bool)> {
+        self.steps
+            .iter()
+            .enumerate()
+            .map(move |(i, round)| (round, i < inc))
+            .take_while(move |(_, timed)| *timed || rss_round)
+            .flat_map(|(round, timed)| round.iter().map(move |st| (st, timed)))
+    }
+}
+
+/// `mkdir -p dir`.
+fn create_dir(dir: &Path) -> Result<(), BenchError> {
+    std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
+        op: format!("creating {}", dir.display()),
+        source,
+    })
+}
+
 fn write(path: &Path, text: &str) -> Result<(), BenchError> {
     std::fs::write(path, text).map_err(|source| BenchError::Io {
         op: format!("writing {}", path.display()),
@@ -172,10 +193,7 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 
 fn build_inputs(opts: &Options, sizes: &mut report::Sizes) -> Result<Inputs, BenchError> {
     let dir = opts.out_dir.join("inputs");
-    std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
-        op: format!("creating {}", dir.display()),
-        source,
-    })?;
+    create_dir(&dir)?;
     let dual = opts.dual_stack;
     let mut w = Workload::generate(opts.scale);
     let mut ipt = IptState::render(&w);
@@ -614,20 +632,14 @@ fn run_fresh(
         scratch,
     )?;
     c.push("full", s, true);
-    for (i, round) in inp.steps.iter().enumerate() {
-        let timed = i < inc;
-        if !timed && !rss_round {
-            break;
-        }
-        for st in round {
-            let s = run::spawn_in(
-                ns.ns(),
-                &felix_tool(exe, mode, &ns, &st.state, inp.dual_stack),
-                !timed,
-                scratch,
-            )?;
-            c.push(st.op, s, timed);
-        }
+    for (st, timed) in inp.replayed(inc, rss_round) {
+        let s = run::spawn_in(
+            ns.ns(),
+            &felix_tool(exe, mode, &ns, &st.state, inp.dual_stack),
+            !timed,
+            scratch,
+        )?;
+        c.push(st.op, s, timed);
     }
     if let FreshMode::Apply { dump: true } = mode {
         let exe_s = exe.display().to_string();
@@ -661,18 +673,12 @@ fn run_nft(
         run::spawn_in(ns.ns(), &load(&inp.full_nft), rss, scratch)?,
         true,
     );
-    for (i, round) in inp.steps.iter().enumerate() {
-        let timed = i < inc;
-        if !timed && !rss_round {
-            break;
-        }
-        for st in round {
-            c.push(
-                st.op,
-                run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?,
-                timed,
-            );
-        }
+    for (st, timed) in inp.replayed(inc, rss_round) {
+        c.push(
+            st.op,
+            run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?,
+            timed,
+        );
     }
     let rb = Tool::new(&[&nft, "list", "ruleset"]);
     c.push(
@@ -698,14 +704,19 @@ fn capture_in(ns: &NetNs, argv: &[&str]) -> Result<String, BenchError> {
             "read-back in the host namespace".into(),
         ));
     }
-    let out = std::process::Command::new(argv[0])
+    let out = output(argv)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `argv` (a read-back oracle) to the end and collects what it printed.
+fn output(argv: &[&str]) -> Result<std::process::Output, BenchError> {
+    std::process::Command::new(argv[0])
         .args(&argv[1..])
         .output()
         .map_err(|source| BenchError::Io {
             op: format!("running {}", argv.join(" ")),
             source,
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        })
 }
 
 /// Rules, chains and elements in `nft -j list ruleset` output.
@@ -769,24 +780,18 @@ fn run_ipt(
     let b = both(&inp.full_ipt, inp.full_ip6t.as_ref(), rss)?;
     c.push("full_ipset", a, true);
     c.push("full", a.plus(b), true);
-    for (i, round) in inp.steps.iter().enumerate() {
-        let timed = i < inc;
-        if !timed && !rss_round {
-            break;
-        }
-        for st in round {
-            let s = if st.ipset_adds.is_empty() {
-                both(&st.ipt, st.ip6t.as_ref(), !timed)?
-            } else {
-                let mut acc = Sample::default();
-                for (set, m) in &st.ipset_adds {
-                    let t = Tool::new(&[&ipset, "add", set, m]);
-                    acc = acc.plus(run::spawn_in(ns.ns(), &t, !timed, scratch)?);
-                }
-                acc
-            };
-            c.push(st.op, s, timed);
-        }
+    for (st, timed) in inp.replayed(inc, rss_round) {
+        let s = if st.ipset_adds.is_empty() {
+            both(&st.ipt, st.ip6t.as_ref(), !timed)?
+        } else {
+            let mut acc = Sample::default();
+            for (set, m) in &st.ipset_adds {
+                let t = Tool::new(&[&ipset, "add", set, m]);
+                acc = acc.plus(run::spawn_in(ns.ns(), &t, !timed, scratch)?);
+            }
+            acc
+        };
+        c.push(st.op, s, timed);
     }
     let mut rb = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, scratch)?;
     if let Some(s6) = &save6 {

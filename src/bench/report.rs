@@ -7,24 +7,17 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::run::{Counts, Sample};
-use super::workload::Scale;
+use super::workload::{Scale, OPS};
 use super::{BenchError, Options, BACKENDS};
 
-/// Rows of the table, in order.
-pub const ROWS: [&str; 12] = [
-    "full",
-    "full_ipset",
-    "add_ep",
-    "add_mem_ip",
-    "add_mem_net",
-    "repl_pol",
-    "del_ep",
-    "add_50_ep",
-    "del_50_ep",
-    "noop",
-    "merge_side",
-    "read_back",
-];
+/// Rows of the table, in order: the full sync, the operations timed on it, the side table's
+/// merge and the read-back.
+fn rows() -> impl Iterator<Item = &'static str> {
+    ["full", "full_ipset"]
+        .into_iter()
+        .chain(OPS)
+        .chain(["merge_side", "read_back"])
+}
 
 fn row_label(op: &str) -> &'static str {
     match op {
@@ -70,6 +63,27 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// backend → operation → stats.
+pub type Results = BTreeMap<String, BTreeMap<String, Stats>>;
+
+/// The median wall time of `op` through `backend`, if it ran and the median is finite.
+pub(super) fn wall_median(results: &Results, backend: &str, op: &str) -> Option<f64> {
+    results
+        .get(backend)?
+        .get(op)
+        .map(|s| s.wall_median_ms)
+        .filter(|m| m.is_finite())
+}
+
+/// Computes every operation's statistics from its samples.
+pub(super) fn finish_all(results: &mut Results) {
+    for ops in results.values_mut() {
+        for s in ops.values_mut() {
+            s.finish();
+        }
     }
 }
 
@@ -122,7 +136,7 @@ pub struct Report {
     pub inc: usize,
     pub sizes: Sizes,
     /// backend → operation → stats.
-    pub results: BTreeMap<String, BTreeMap<String, Stats>>,
+    pub results: Results,
     /// What each backend held at the end (last repetition).
     pub counts: BTreeMap<String, Counts>,
     pub expected: Expected,
@@ -150,11 +164,7 @@ impl Report {
     }
 
     fn median(&self, backend: &str, op: &str) -> Option<f64> {
-        self.results
-            .get(backend)?
-            .get(op)
-            .map(|s| s.wall_median_ms)
-            .filter(|m| m.is_finite())
+        wall_median(&self.results, backend, op)
     }
 
     /// Compares what each backend holds with the generator's expectation.
@@ -211,12 +221,8 @@ impl Report {
 
     /// Computes the statistics and ratios.
     pub fn finish(&mut self) {
-        for ops in self.results.values_mut() {
-            for s in ops.values_mut() {
-                s.finish();
-            }
-        }
-        for op in ROWS {
+        finish_all(&mut self.results);
+        for op in rows() {
             let Some(ours) = self.median("felix-nft", op) else {
                 continue;
             };
@@ -255,7 +261,7 @@ impl Report {
         let _ = writeln!(s, "Wall ms, median (min–max):\n");
         let _ = writeln!(s, "| operation | {} |", bs.join(" | "));
         let _ = writeln!(s, "|---|{}", "---:|".repeat(bs.len()));
-        for op in ROWS {
+        for op in rows() {
             if !bs.iter().any(|b| self.median(b, op).is_some()) {
                 continue;
             }
@@ -286,10 +292,9 @@ impl Report {
             rss.join(" | ")
         );
         if let Some(ops) = self.results.get("felix-nft") {
-            let parts: Vec<String> = ROWS
-                .iter()
+            let parts: Vec<String> = rows()
                 .filter_map(|o| {
-                    let st = ops.get(*o)?;
+                    let st = ops.get(o)?;
                     Some(format!("{o} {}", fmt_ms(st.render_median_ms?)))
                 })
                 .collect();
@@ -309,7 +314,7 @@ impl Report {
                 s,
                 "| operation | ipt-nft | ipt-legacy | nft -f |\n|---|---:|---:|---:|"
             );
-            for op in ROWS {
+            for op in rows() {
                 let Some(r) = self.ratios.get(op) else {
                     continue;
                 };
@@ -362,11 +367,7 @@ impl Report {
     pub fn chart(&self, path: &Path) -> Result<(), BenchError> {
         use plotters::prelude::*;
         let bs = self.backends();
-        let ops: Vec<&str> = ROWS
-            .iter()
-            .copied()
-            .filter(|o| *o != "full_ipset")
-            .collect();
+        let ops: Vec<&str> = rows().filter(|o| *o != "full_ipset").collect();
         let vals: Vec<f64> = bs
             .iter()
             .flat_map(|b| ops.iter().filter_map(move |o| self.median(b, o)))

@@ -402,10 +402,7 @@ fn load(
 /// loads the same ruleset as the in-process one and is not probed separately). `dir` holds the
 /// inputs and the tools' stderr.
 pub fn spot_check(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> Result<SpotReport, BenchError> {
-    std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
-        op: format!("creating {}", dir.display()),
-        source,
-    })?;
+    super::create_dir(dir)?;
     let (mut w, spec, flows) = plan("fnft-spot");
     let mut report = SpotReport {
         flows,

@@ -18,14 +18,15 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
 use ipnet::{IpNet, Ipv4Net};
 use netlink_packet_route::link::{InfoData, InfoVxlan, LinkAttribute, LinkInfo};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
-use rtnetlink::RouteMessageBuilder;
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteType};
 
 use super::agent::Agent;
-use super::{print_matrix, DemoError, DemoOptions, APPLY_TIMEOUT, NETNS_PREFIX, PROBE_TIMEOUT};
+use super::{
+    ipv4_routes, print_matrix, settled_matrix, DemoError, DemoOptions, APPLY_TIMEOUT, NETNS_PREFIX,
+    PROBE_TIMEOUT,
+};
 use crate::config::Config;
 use crate::dataplane::overlay::VXLAN_IFACE_V4;
 use crate::dataplane::DataplaneConfig;
@@ -36,7 +37,7 @@ use crate::proto::{
 };
 use crate::rtnl::neigh::{list_permanent, Mac};
 use crate::rtnl::vxlan::{dump_fdb, fmt_mac};
-use crate::rtnl::{link, RtnlError, RtnlHandle};
+use crate::rtnl::{link, RtnlHandle};
 use crate::testbed::cluster::{Cluster, ClusterSpec, NodeSpec};
 use crate::testbed::controller::{Controller, IpSetSource, NodeInfo, PodInfo};
 use crate::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, TcpServer, Verdict};
@@ -181,10 +182,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
         return Err(DemoError::NotRoot);
     }
     let t0 = Instant::now();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DemoError::Runtime)?;
+    let rt = super::runtime()?;
     say!(
         out,
         "felix-nft demo --cluster: nodes and pods in network namespaces, one felix-nft agent per \
@@ -266,9 +264,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
     say!(out);
 
     let (flows, why) = flows_three(&cluster);
-    // The first packets of a fresh pod wait for proxy ARP: an untimed round settles it.
-    let _ = run_matrix(&flows, PROBE_TIMEOUT);
-    let m1 = run_matrix(&flows, PROBE_TIMEOUT);
+    let m1 = settled_matrix(&flows);
     say!(
         out,
         "3. traffic across nodes, real TCP/ICMP pod to pod over vxlan.calico ({} ms timeout):",
@@ -310,8 +306,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
     );
     print_overlay(out, &rt, &cluster, &ctl)?;
     let (flows, why) = flows_joined(&cluster, true);
-    let _ = run_matrix(&flows, PROBE_TIMEOUT);
-    let m2 = run_matrix(&flows, PROBE_TIMEOUT);
+    let m2 = settled_matrix(&flows);
     print_matrix(out, &flows, &why, &m2, None)?;
     say!(out);
 
@@ -764,14 +759,7 @@ async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
         .filter(|n| n.ifindex == index)
         .map(|n| (n.ip, n.mac))
         .collect();
-    let routes: Vec<RouteMessage> = h
-        .handle()
-        .route()
-        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "routes", e)))?;
+    let routes = ipv4_routes(&h).await?;
     for m in &routes {
         let (mut dst, mut oif, mut gw) = (None, None, None);
         for a in &m.attributes {

@@ -156,10 +156,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
     let t0 = Instant::now();
     let state = crate::source::state::parse(EXAMPLE_STATE.as_bytes(), "example-state.json")
         .map_err(DemoError::State)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DemoError::Runtime)?;
+    let rt = runtime()?;
 
     say!(
         out,
@@ -267,9 +264,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
     say!(out);
 
     let (flows, why) = demo_flows(&topo, false);
-    // The first packets of a fresh node wait for ARP: one untimed warm-up round settles it.
-    let _ = run_matrix(&flows, PROBE_TIMEOUT);
-    let before = run_matrix(&flows, PROBE_TIMEOUT);
+    let before = settled_matrix(&flows);
     say!(
         out,
         "3. traffic, real TCP/ICMP from inside the namespaces ({} ms timeout):",
@@ -639,6 +634,32 @@ fn read_tables(host: &NetNs) -> Result<Vec<TableSummary>, DemoError> {
     Ok(out)
 }
 
+/// The single-threaded runtime the demo drives its async parts on (test bed, agents, read-backs).
+fn runtime() -> Result<tokio::runtime::Runtime, DemoError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DemoError::Runtime)
+}
+
+/// The traffic matrix of `flows` once the network has settled: the first packets to a fresh
+/// workload wait for (proxy) ARP, so an untimed round runs first.
+fn settled_matrix(flows: &[Flow<'_>]) -> MatrixReport {
+    let _ = run_matrix(flows, PROBE_TIMEOUT);
+    run_matrix(flows, PROBE_TIMEOUT)
+}
+
+/// Every IPv4 route in the namespace of `h`.
+async fn ipv4_routes(h: &RtnlHandle) -> Result<Vec<RouteMessage>, DemoError> {
+    h.handle()
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "routes", e)))
+}
+
 /// The IPv4 routes on workload (`cali…`) interfaces, as `dst → ifname`, and the number of
 /// permanent (static ARP) neighbours on them.
 async fn read_routes(host: &NetNs) -> Result<(Vec<String>, usize), DemoError> {
@@ -650,14 +671,7 @@ async fn read_routes(host: &NetNs) -> Result<(Vec<String>, usize), DemoError> {
             .find(|l| l.index == idx)
             .map(|l| l.name.clone())
     };
-    let msgs: Vec<RouteMessage> = h
-        .handle()
-        .route()
-        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| DemoError::Rtnl(RtnlError::kernel("dumping", "routes", e)))?;
+    let msgs = ipv4_routes(&h).await?;
     let mut routes = Vec::new();
     for m in &msgs {
         let mut dst = None;

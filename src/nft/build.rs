@@ -382,6 +382,11 @@ impl RuleBuilder {
     }
 
     fn port_load(dir: Dir) -> Expr {
+        Self::port_load_into(dir, Reg::R1)
+    }
+
+    /// The transport header's source or destination port into `dreg`.
+    fn port_load_into(dir: Dir, dreg: Reg) -> Expr {
         Expr::Payload {
             base: PayloadBase::Transport,
             offset: match dir {
@@ -389,7 +394,7 @@ impl RuleBuilder {
                 Dir::Dst => 2,
             },
             len: 2,
-            dreg: Reg::R1,
+            dreg,
         }
     }
 
@@ -465,15 +470,7 @@ impl RuleBuilder {
                 key: MetaKey::L4Proto,
                 dreg: concat_reg(words),
             },
-            Expr::Payload {
-                base: PayloadBase::Transport,
-                offset: match dir {
-                    Dir::Src => 0,
-                    Dir::Dst => 2,
-                },
-                len: 2,
-                dreg: concat_reg(words + 1),
-            },
+            Self::port_load_into(dir, concat_reg(words + 1)),
             lookup(set, neg),
         ];
         self.push(exprs, text)

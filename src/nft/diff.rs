@@ -350,24 +350,7 @@ fn merge_ranges(mut rs: Vec<KeyRange>) -> Vec<Element> {
         }
         merged.push((s, e, d));
     }
-    let mut out = Vec::with_capacity(merged.len() * 2);
-    for (s, e, d) in merged {
-        out.push(Element {
-            key: s,
-            key_end: None,
-            flags: 0,
-            data: d,
-        });
-        if let Some(end) = e {
-            out.push(Element {
-                key: end,
-                key_end: None,
-                flags: elem_flags::INTERVAL_END,
-                data: None,
-            });
-        }
-    }
-    out
+    range_elems(merged)
 }
 
 /// A set's elements in canonical form: interval ranges merged (overlapping and adjacent), and
@@ -470,8 +453,9 @@ fn element_delta(desired: &Set, actual: &Set) -> (Vec<Element>, Vec<Element>) {
     (range_elems(del), range_elems(add))
 }
 
+/// Ranges to kernel-form elements: a start, and an interval end unless the range is open.
 fn range_elems(rs: Vec<KeyRange>) -> Vec<Element> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(rs.len() * 2);
     for (s, e, d) in rs {
         out.push(Element {
             key: s,

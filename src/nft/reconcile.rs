@@ -285,6 +285,13 @@ pub fn with_ownership(
         .collect())
 }
 
+/// The plan from what the kernel holds of `t` to `t`. A table that should be ours (OWNER) but
+/// is not owned by our socket `me` (orphaned, or another socket's) is re-adopted.
+fn diff_against(t: &Table, actual: Option<&TableState>, me: Option<u32>) -> Plan {
+    let readopt = t.flags & table_flags::OWNER != 0 && actual.is_some_and(|a| a.owner != me);
+    diff::diff(t, actual.map(|a| &a.table), readopt)
+}
+
 /// Reads the tables and computes the plans (what `plan` prints). Returns the generation the
 /// plans were computed against.
 pub fn plan(
@@ -299,11 +306,7 @@ pub fn plan(
         let actual = kernel.read_table(t.family, &t.name)?;
         let p = match (&actual, rebuild) {
             (Some(_), true) => diff::rebuild(t),
-            _ => {
-                let readopt = t.flags & table_flags::OWNER != 0
-                    && actual.as_ref().is_some_and(|a| a.owner != me);
-                diff::diff(t, actual.as_ref().map(|a| &a.table), readopt)
-            }
+            _ => diff_against(t, actual.as_ref(), me),
         };
         if !p.is_empty() {
             plans.push(p);
@@ -745,11 +748,7 @@ impl<K: NftKernel> Reconciler<K> {
                         lent.push((plans.len(), i));
                         diff::create_lending(t)
                     }
-                    _ => {
-                        let readopt = t.flags & table_flags::OWNER != 0
-                            && actual.as_ref().is_some_and(|a| a.owner != me);
-                        diff::diff(t, actual.as_ref().map(|a| &a.table), readopt)
-                    }
+                    _ => diff_against(t, actual.as_ref(), me),
                 };
                 if !p.is_empty() {
                     plans.push(p);

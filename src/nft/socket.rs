@@ -172,7 +172,8 @@ fn done_errno(payload: &[u8]) -> Option<i32> {
 }
 const RECV_CHUNK: usize = 256 << 10;
 
-fn sockopt(fd: i32, opt: libc::c_int, val: usize) -> io::Result<()> {
+/// `setsockopt(fd, SOL_SOCKET, opt, val)` with an `int` value (`val` capped at `INT_MAX`).
+pub(super) fn sockopt(fd: i32, opt: libc::c_int, val: usize) -> io::Result<()> {
     let v: libc::c_int = val.min(libc::c_int::MAX as usize) as libc::c_int;
     // SAFETY: setsockopt reads exactly size_of::<c_int>() bytes from a valid pointer.
     let rc = unsafe {

@@ -27,7 +27,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use super::codec::Attrs;
 use super::consts::*;
 use super::model::Family;
-use super::socket::for_each_msg;
+use super::socket::{for_each_msg, sockopt};
 
 /// `NFNLGRP_NFTABLES` in `linux/netfilter/nfnetlink.h`.
 const NFNLGRP_NFTABLES: u32 = 7;
@@ -94,21 +94,10 @@ impl Watch {
         let mut sock = Socket::new(NETLINK_NETFILTER)?;
         sock.bind_auto()?;
         let fd = sock.as_raw_fd();
-        let v = RCVBUF as libc::c_int;
-        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-            // SAFETY: setsockopt reads exactly size_of::<c_int>() bytes from a valid pointer.
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&v as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
+        // SO_RCVBUFFORCE needs CAP_NET_ADMIN; without it SO_RCVBUF, which the kernel caps at
+        // rmem_max. Either failing leaves the default buffer.
+        if sockopt(fd, libc::SO_RCVBUFFORCE, RCVBUF).is_err() {
+            let _ = sockopt(fd, libc::SO_RCVBUF, RCVBUF);
         }
         sock.set_non_blocking(true)?;
         Ok(Watch {

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::nft::build::{self, Dir, Iface, RuleBuilder, TextChain};
+use crate::nft::build::{self, BuiltRule, Dir, Iface, RuleBuilder, TextChain};
 use crate::nft::model::{
     ct_state, set_flags, BaseChain, ChainType, DataType, Family, Hook, Set, Verdict,
 };
@@ -99,6 +99,11 @@ impl Statics {
     fn rule(&self) -> RuleBuilder {
         RuleBuilder::new(self.family)
     }
+
+    /// `meta l4proto udp th dport <port>`: the tunnels' UDP (VXLAN, WireGuard).
+    fn udp_dport(&self, port: u16) -> RuleBuilder {
+        self.rule().l4proto(17).th_port(Dir::Dst, port, port, false)
+    }
 }
 
 impl Renderer {
@@ -117,6 +122,51 @@ impl Renderer {
 
     fn mangle_allow(&self) -> Verdict {
         allow_verdict(self.cfg.mangle_allow_action)
+    }
+
+    /// `meta mark & ACCEPT == ACCEPT counter <then>`: a packet that policy (or an earlier chain)
+    /// marked as accepted leaves with `then`.
+    fn accept_mark(&self, s: &Statics, then: Verdict) -> BuiltRule {
+        s.rule()
+            .mark_has(self.marks.accept)
+            .counter()
+            .verdict(then)
+            .build()
+    }
+
+    /// Jumps to the host endpoint chain `chain` (after `b`'s matches), then lets a packet the
+    /// host endpoint's policy accepted leave with `then`.
+    fn host_endpoint_policy(
+        &self,
+        s: &Statics,
+        c: &mut ChainBuilder,
+        b: RuleBuilder,
+        chain: &str,
+        then: Verdict,
+    ) {
+        c.push(b.counter().jump(chain).build(), &[]);
+        c.push(
+            self.accept_mark(s, then),
+            &["Host endpoint policy accepted packet."],
+        );
+    }
+
+    /// Allows `b`'s tunnel packets (IPIP, VXLAN, WireGuard) between this host and a peer: `peer`
+    /// is the peer's side of the packet (`Src` coming in, `Dst` going out), in `set` when given;
+    /// the other side must be one of this host's addresses.
+    fn tunnel_allow(&self, b: RuleBuilder, peer: Dir, set: Option<&str>) -> BuiltRule {
+        let local = match peer {
+            Dir::Src => Dir::Dst,
+            Dir::Dst => Dir::Src,
+        };
+        let b = match set {
+            Some(set) => b.addr_in_set(peer, set, false),
+            None => b,
+        };
+        b.fib_addr_type_local(local, false)
+            .counter()
+            .verdict(self.filter_allow())
+            .build()
     }
 
     /// The 14 base chains with their hook rules (§6.2–6.3). Every base chain exists, even
@@ -413,13 +463,7 @@ impl Renderer {
         let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::INPUT));
         if s.ipip {
             c.push(
-                s.rule()
-                    .l4proto(4)
-                    .saddr_in_set(&s.hosts_set)
-                    .fib_addr_type_local(Dir::Dst, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(s.rule().l4proto(4), Dir::Src, Some(&s.hosts_set)),
                 &["Allow IPIP packets from Calico hosts"],
             );
             c.push(
@@ -430,20 +474,15 @@ impl Renderer {
         }
         if s.vxlan {
             c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
-                    .saddr_in_set(&s.vxlan_set)
-                    .fib_addr_type_local(Dir::Dst, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(
+                    s.udp_dport(self.cfg.vxlan_port),
+                    Dir::Src,
+                    Some(&s.vxlan_set),
+                ),
                 &["Allow VXLAN packets from allowed hosts"],
             );
             let b = s
-                .rule()
-                .l4proto(17)
-                .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
+                .udp_dport(self.cfg.vxlan_port)
                 .fib_addr_type_local(Dir::Dst, false)
                 .counter();
             let b = if s.v6 {
@@ -455,13 +494,7 @@ impl Renderer {
         }
         if let Some(port) = s.wg_port {
             c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, port, port, false)
-                    .fib_addr_type_local(Dir::Dst, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(s.udp_dport(port), Dir::Src, None),
                 &["Allow incoming Wireguard packets"],
             );
         }
@@ -475,29 +508,14 @@ impl Renderer {
                 &[],
             );
         }
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.filter_allow())
-                .build(),
-            &[],
-        );
+        c.push(self.accept_mark(s, self.filter_allow()), &[]);
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .counter()
-                .jump(&Layer::Filter.chain(logical::FROM_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.filter_allow())
-                .build(),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule(),
+            &Layer::Filter.chain(logical::FROM_HOST_ENDPOINT),
+            self.filter_allow(),
         );
         c.finish()
     }
@@ -535,70 +553,39 @@ impl Renderer {
     /// filter cali-OUTPUT (§7.4)
     fn filter_output(&self, s: &Statics) -> TextChain {
         let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::OUTPUT));
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.filter_allow())
-                .build(),
-            &[],
-        );
+        c.push(self.accept_mark(s, self.filter_allow()), &[]);
         for p in &s.prefixes {
             c.push(s.rule().oifname(p).counter().ret().build(), &[]);
         }
         if s.ipip {
             c.push(
-                s.rule()
-                    .l4proto(4)
-                    .daddr_in_set(&s.hosts_set)
-                    .fib_addr_type_local(Dir::Src, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(s.rule().l4proto(4), Dir::Dst, Some(&s.hosts_set)),
                 &["Allow IPIP packets to other Calico hosts"],
             );
         }
         if s.vxlan {
             c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
-                    .daddr_in_set(&s.vxlan_set)
-                    .fib_addr_type_local(Dir::Src, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(
+                    s.udp_dport(self.cfg.vxlan_port),
+                    Dir::Dst,
+                    Some(&s.vxlan_set),
+                ),
                 &["Allow VXLAN packets to other Calico hosts"],
             );
         }
         if let Some(port) = s.wg_port {
             c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, port, port, false)
-                    .fib_addr_type_local(Dir::Src, false)
-                    .counter()
-                    .verdict(self.filter_allow())
-                    .build(),
+                self.tunnel_allow(s.udp_dport(port), Dir::Dst, None),
                 &["Allow outgoing Wireguard packets"],
             );
         }
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .ct_status_dnat(false)
-                .counter()
-                .jump(&Layer::Filter.chain(logical::TO_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.filter_allow())
-                .build(),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule().ct_status_dnat(false),
+            &Layer::Filter.chain(logical::TO_HOST_ENDPOINT),
+            self.filter_allow(),
         );
         c.finish()
     }
@@ -644,28 +631,13 @@ impl Renderer {
                 .build(),
             &[],
         );
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.mangle_allow())
-                .build(),
-            &[],
-        );
-        c.push(
-            s.rule()
-                .counter()
-                .jump(&Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .verdict(self.mangle_allow())
-                .build(),
-            &["Host endpoint policy accepted packet."],
+        c.push(self.accept_mark(s, self.mangle_allow()), &[]);
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule(),
+            &Layer::Mangle.chain(logical::FROM_HOST_ENDPOINT),
+            self.mangle_allow(),
         );
         c.finish()
     }
@@ -673,22 +645,14 @@ impl Renderer {
     /// mangle cali-POSTROUTING (§7.7)
     fn mangle_postrouting(&self, s: &Statics) -> TextChain {
         let mut c = ChainBuilder::new(&Layer::Mangle.chain(logical::POSTROUTING));
-        c.push(
-            s.rule().mark_has(self.marks.accept).counter().ret().build(),
-            &[],
-        );
+        c.push(self.accept_mark(s, Verdict::Return), &[]);
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
-        c.push(
-            s.rule()
-                .ct_status_dnat(true)
-                .counter()
-                .jump(&Layer::Mangle.chain(logical::TO_HOST_ENDPOINT))
-                .build(),
-            &[],
-        );
-        c.push(
-            s.rule().mark_has(self.marks.accept).counter().ret().build(),
-            &["Host endpoint policy accepted packet."],
+        self.host_endpoint_policy(
+            s,
+            &mut c,
+            s.rule().ct_status_dnat(true),
+            &Layer::Mangle.chain(logical::TO_HOST_ENDPOINT),
+            Verdict::Return,
         );
         c.finish()
     }
@@ -735,14 +699,7 @@ impl Renderer {
                 .build(),
             &[],
         );
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .accept()
-                .build(),
-            &[],
-        );
+        c.push(self.accept_mark(s, Verdict::Accept), &[]);
         c.finish()
     }
 
@@ -751,12 +708,7 @@ impl Renderer {
     fn untrack_vxlan(&self, s: &Statics, c: &mut ChainBuilder) {
         if s.vxlan {
             c.push(
-                s.rule()
-                    .l4proto(17)
-                    .th_port(Dir::Dst, self.cfg.vxlan_port, self.cfg.vxlan_port, false)
-                    .counter()
-                    .notrack()
-                    .build(),
+                s.udp_dport(self.cfg.vxlan_port).counter().notrack().build(),
                 &[],
             );
         }
@@ -774,14 +726,7 @@ impl Renderer {
             &[],
         );
         self.untrack_vxlan(s, &mut c);
-        c.push(
-            s.rule()
-                .mark_has(self.marks.accept)
-                .counter()
-                .accept()
-                .build(),
-            &[],
-        );
+        c.push(self.accept_mark(s, Verdict::Accept), &[]);
         c.finish()
     }
 

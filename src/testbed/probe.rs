@@ -20,6 +20,7 @@
 
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket,
@@ -315,38 +316,51 @@ fn wait_readable(fd: &impl std::os::fd::AsRawFd) {
     unsafe { libc::poll(&mut pfd, 1, POLL.as_millis() as libc::c_int) };
 }
 
-/// A TCP listener in a namespace that accepts every connection and echoes what it reads, until
-/// dropped. Records each peer's address (what a NAT test checks).
+/// A server thread in a namespace that records each peer's address (what a NAT test checks),
+/// until dropped. `K` says what it serves: see [`TcpServer`] and [`UdpEchoServer`].
 #[derive(Debug)]
-pub struct TcpServer {
+pub struct Server<K> {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     port: u16,
+    kind: PhantomData<K>,
 }
 
-impl TcpServer {
-    /// Starts listening on port `port` (all addresses, both families) inside `ns`.
-    pub fn start(ns: &NetNs, port: u16) -> Result<TcpServer, TestbedError> {
-        let listener = bind_dual(ns, port, TcpListener::bind)?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| TestbedError::Io {
-                op: "configuring listener",
-                source,
-            })?;
+/// What a [`TcpServer`] serves: TCP, echoing what each connection sends.
+#[derive(Debug)]
+pub enum TcpEcho {}
+
+/// What a [`UdpEchoServer`] serves: UDP, echoing each datagram.
+#[derive(Debug)]
+pub enum UdpEcho {}
+
+/// A TCP listener in a namespace that accepts every connection and echoes what it reads, until
+/// dropped.
+pub type TcpServer = Server<TcpEcho>;
+
+/// A UDP echo server in a namespace, until dropped.
+pub type UdpEchoServer = Server<UdpEcho>;
+
+impl<K> Server<K> {
+    /// Runs `serve` on a thread named `name`, handing it the state the server shares with it;
+    /// `op` names the spawn in an error.
+    fn spawn(
+        port: u16,
+        name: String,
+        op: &'static str,
+        serve: impl FnOnce(Arc<Shared>) + Send + 'static,
+    ) -> Result<Server<K>, TestbedError> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("tcp-server-{port}"))
-            .spawn(move || accept_loop(listener, s))
-            .map_err(|source| TestbedError::Io {
-                op: "spawning TCP server thread",
-                source,
-            })?;
-        Ok(TcpServer {
+            .name(name)
+            .spawn(move || serve(s))
+            .map_err(|source| TestbedError::Io { op, source })?;
+        Ok(Server {
             shared,
             thread: Some(thread),
             port,
+            kind: PhantomData,
         })
     }
 
@@ -355,7 +369,8 @@ impl TcpServer {
         self.port
     }
 
-    /// Source addresses of every connection accepted so far (IPv4-mapped shown as IPv4).
+    /// Source addresses of every connection accepted or datagram received so far (IPv4-mapped
+    /// shown as IPv4).
     pub fn peers(&self) -> Vec<SocketAddr> {
         self.shared.peers()
     }
@@ -368,6 +383,34 @@ impl TcpServer {
     /// [`Self::peers`], once every address in `ips` is among them or `timeout` has passed.
     pub fn wait_peers_from(&self, ips: &[IpAddr], timeout: Duration) -> Vec<SocketAddr> {
         self.shared.wait_peers_from(ips, timeout)
+    }
+}
+
+impl<K> Drop for Server<K> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl TcpServer {
+    /// Starts listening on port `port` (all addresses, both families) inside `ns`.
+    pub fn start(ns: &NetNs, port: u16) -> Result<TcpServer, TestbedError> {
+        let listener = bind_dual(ns, port, TcpListener::bind)?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| TestbedError::Io {
+                op: "configuring listener",
+                source,
+            })?;
+        Server::spawn(
+            port,
+            format!("tcp-server-{port}"),
+            "spawning TCP server thread",
+            move |s| accept_loop(listener, s),
+        )
     }
 }
 
@@ -412,23 +455,6 @@ fn echo_conn(mut stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-impl Drop for TcpServer {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A UDP echo server in a namespace, until dropped. Records each peer's address.
-#[derive(Debug)]
-pub struct UdpEchoServer {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    port: u16,
-}
-
 impl UdpEchoServer {
     /// Starts echoing datagrams on port `port` (all addresses, both families) inside `ns`.
     pub fn start(ns: &NetNs, port: u16) -> Result<UdpEchoServer, TestbedError> {
@@ -438,11 +464,11 @@ impl UdpEchoServer {
                 op: "configuring UDP server",
                 source,
             })?;
-        let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("udp-echo-{port}"))
-            .spawn(move || {
+        Server::spawn(
+            port,
+            format!("udp-echo-{port}"),
+            "spawning UDP server thread",
+            move |s| {
                 let mut buf = [0u8; 2048];
                 while !s.stop.load(Ordering::Relaxed) {
                     if let Ok((n, peer)) = sock.recv_from(&mut buf) {
@@ -450,45 +476,8 @@ impl UdpEchoServer {
                         let _ = sock.send_to(&buf[..n], peer);
                     }
                 }
-            })
-            .map_err(|source| TestbedError::Io {
-                op: "spawning UDP server thread",
-                source,
-            })?;
-        Ok(UdpEchoServer {
-            shared,
-            thread: Some(thread),
-            port,
-        })
-    }
-
-    /// The port it listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Source addresses of every datagram received so far.
-    pub fn peers(&self) -> Vec<SocketAddr> {
-        self.shared.peers()
-    }
-
-    /// [`Self::peers`], once at least `n` are known or `timeout` has passed.
-    pub fn wait_peers(&self, n: usize, timeout: Duration) -> Vec<SocketAddr> {
-        self.shared.wait_peers(n, timeout)
-    }
-
-    /// [`Self::peers`], once every address in `ips` is among them or `timeout` has passed.
-    pub fn wait_peers_from(&self, ips: &[IpAddr], timeout: Duration) -> Vec<SocketAddr> {
-        self.shared.wait_peers_from(ips, timeout)
-    }
-}
-
-impl Drop for UdpEchoServer {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+            },
+        )
     }
 }
 
