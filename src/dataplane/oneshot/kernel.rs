@@ -180,9 +180,11 @@ impl Kernel for OneShotKernel {
             }
         };
         match out {
-            Ok(out) => {
+            Ok(mut out) => {
+                // The plans move to the report (a full load's hold every rule); the loop reads
+                // them only for metrics, which a one-shot command has none of.
                 self.report.table_ops += out.ops;
-                self.report.tables.extend(out.plans.iter().cloned());
+                self.report.tables.append(&mut out.plans);
                 Ok(out)
             }
             Err(e) => {
