@@ -883,6 +883,9 @@ fn apply_programs_the_vxlan_device_its_fdb_neighbours_and_routes() {
         "{}",
         first.stdout
     );
+    // The plan said exactly that: the route through the device it creates is added, not
+    // parked.
+    assert_eq!(first.changes(), plan.changes());
     let programmed = ns.kernel_state();
 
     // Everything in place: the second apply finds nothing to do (the device, its FDB and its

@@ -223,6 +223,20 @@ impl Kernel for OneShotKernel {
                 .await
                 .map_err(recorded(&mut self.report, "planning routes"))?;
             if !writes {
+                let mut plan = plan;
+                // A route through a VXLAN device the overlay phase creates first is added, not
+                // parked.
+                let created =
+                    |dev: &str| self.report.vxlan.iter().any(|v| v.create && v.name == dev);
+                let (now, parked): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.parked)
+                    .into_iter()
+                    .partition(|(_, dev)| created(dev));
+                plan.parked = parked;
+                plan.add.extend(
+                    now.iter()
+                        .filter_map(|(k, _)| specs.get(&(k.dst, k.metric)).copied())
+                        .cloned(),
+                );
                 out.parked += plan.parked.len();
                 merge_route_plan(&mut self.report.routes, plan);
                 continue;

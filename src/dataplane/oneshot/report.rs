@@ -47,6 +47,8 @@ pub struct ConvergeReport {
 /// What `plan` or `apply` does to one VXLAN device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VxlanChange {
+    /// The device's name.
+    pub name: String,
     /// The device as wanted, in `ip link add` words.
     pub device: String,
     /// `plan`: missing, to be created; `apply`: created (or re-created: it was incompatible).
@@ -60,6 +62,7 @@ pub struct VxlanChange {
 impl VxlanChange {
     pub(super) fn of(spec: &VxlanSpec, create: bool, changes: usize, parked: bool) -> VxlanChange {
         VxlanChange {
+            name: spec.name.clone(),
             device: format!(
                 "{} id {} dstport {} dev {} local {}",
                 spec.name, spec.vni, spec.port, spec.parent, spec.local
