@@ -471,13 +471,6 @@ impl RealKernel {
             &self.rtnl,
         )
     }
-
-    /// Computes the nf_tables plans without sending anything.
-    pub async fn plan_tables(&mut self, desired: &[Table]) -> Result<TablesOutcome, KernelError> {
-        self.nft
-            .apply(TablesInput::Full(desired.to_vec()), TableMode::Plan)
-            .map_err(KernelError::Nft)
-    }
 }
 
 fn rtnl_err(op: &str) -> impl FnOnce(RtnlError) -> KernelError + '_ {

@@ -176,7 +176,9 @@ impl Kernel for OneShotKernel {
                         store
                     }
                 };
-                self.real.plan_tables(&full).await
+                self.real
+                    .tables(TablesInput::Full(full), TableMode::Plan)
+                    .await
             }
         };
         match out {
