@@ -523,6 +523,20 @@ async fn settle(
     Ok(Some(s))
 }
 
+/// Feeds `msgs` to the dataplane, then applies what they made dirty (one batch of the loop).
+async fn update_and_apply(
+    d: &mut Driver<RealKernel>,
+    msgs: &[ToDataplane],
+) -> Result<(), BenchError> {
+    for m in msgs {
+        d.dp.on_update(m)
+            .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
+    }
+    d.apply()
+        .await
+        .map_err(|e| BenchError::Refused(format!("apply: {}", crate::ops::logging::chain(&e))))
+}
+
 async fn felix_rep(
     ns: NetNs,
     ns_name: String,
@@ -562,19 +576,9 @@ async fn felix_rep(
         }
     }
     let mut out = FelixRep::default();
-    let apply_err = |e: crate::dataplane::driver::DriverError| {
-        BenchError::Refused(format!("apply: {}", crate::ops::logging::chain(&e)))
-    };
     // The first sync: every message decoded into the dataplane, then one apply (all phases).
     let before = requests(&d.kernel);
-    let (r, s) = timed(async {
-        for m in &inputs.full_msgs {
-            d.dp.on_update(m)
-                .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-        }
-        d.apply().await.map_err(apply_err)
-    })
-    .await;
+    let (r, s) = timed(update_and_apply(&mut d, &inputs.full_msgs)).await;
     r?;
     out.samples
         .push(("full", s, requests(&d.kernel).since(before)));
@@ -583,14 +587,7 @@ async fn felix_rep(
     for round in inputs.rounds.iter().take(inc) {
         for st in round {
             let before = requests(&d.kernel);
-            let (r, s) = timed(async {
-                for m in &st.msgs {
-                    d.dp.on_update(m)
-                        .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-                }
-                d.apply().await.map_err(apply_err)
-            })
-            .await;
+            let (r, s) = timed(update_and_apply(&mut d, &st.msgs)).await;
             r?;
             let req = requests(&d.kernel).since(before);
             out.samples.push((st.op, s, req));
@@ -599,11 +596,7 @@ async fn felix_rep(
     }
     // The untimed last round, so both backends end in the same state.
     for st in inputs.rounds.get(inc).into_iter().flatten() {
-        for m in &st.msgs {
-            d.dp.on_update(m)
-                .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-        }
-        d.apply().await.map_err(apply_err)?;
+        update_and_apply(&mut d, &st.msgs).await?;
     }
     out.after_rounds = read_entries(&ns_name)?;
     Ok(out)
