@@ -620,20 +620,12 @@ fn batch_rep(
 ) -> Result<BatchRep, BenchError> {
     rt.block_on(underlay(ns.ns()))?;
     let [ip, bridge] = tools.each_ref().map(|t| t.display().to_string());
+    let batch = |tool: &str, file: &Path| {
+        let tool = Tool::new(&[tool, "-batch", &file.display().to_string()]);
+        run::spawn_in(ns.ns(), &tool, false, scratch)
+    };
     let run_pair = |ipf: &Path, brf: &Path| -> Result<Sample, BenchError> {
-        let a = run::spawn_in(
-            ns.ns(),
-            &Tool::new(&[&ip, "-batch", &ipf.display().to_string()]),
-            false,
-            scratch,
-        )?;
-        let b = run::spawn_in(
-            ns.ns(),
-            &Tool::new(&[&bridge, "-batch", &brf.display().to_string()]),
-            false,
-            scratch,
-        )?;
-        Ok(a.plus(b))
+        Ok(batch(&ip, ipf)?.plus(batch(&bridge, brf)?))
     };
     let mut out = BatchRep::default();
     out.samples
