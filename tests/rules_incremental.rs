@@ -772,6 +772,56 @@ fn main_only_loses_objects_until_a_merge_brings_them_back() {
     assert!(dp.tables_patch().is_empty());
 }
 
+/// An endpoint whose policies name more IP set members than the main table has workload
+/// interfaces goes straight to main: copying the members into the side table would cost the
+/// kernel more than validating main once. The same endpoint with a small set goes to the side
+/// table.
+#[test]
+fn an_endpoint_whose_sets_outweigh_main_goes_to_main() {
+    for (size, to_side) in [(2usize, true), (300, false)] {
+        let mut dp = dataplane(256);
+        let mut store = Vec::new();
+        // Policy 0 (variant 2) uses IP sets s:0 and s:1.
+        let big = IpSetUpdate {
+            id: "s:0".into(),
+            members: (0..size)
+                .map(|i| format!("10.77.{}.{}", i / 250, i % 250 + 1))
+                .collect(),
+            r#type: IpSetType::Ip as i32,
+        };
+        dp.on_update(&msg(Payload::IpsetUpdate(big))).unwrap();
+        for op in [
+            Op::IpSet(1, 0b100),
+            Op::Policy(0, 2),
+            wep(0, 0b01, 0),
+            wep(1, 0b01, 0),
+        ] {
+            apply(&mut dp, &op);
+        }
+        check(&mut dp, &mut store).unwrap();
+
+        apply(&mut dp, &wep(2, 0b01, 0));
+        let p = dp.tables_patch();
+        let main_dispatch = p
+            .iter()
+            .filter(|t| t.name == felix_nft::OWNER)
+            .any(|t| t.elements.keys().any(|k| k.contains("wl-dispatch")));
+        let side_sets = p
+            .iter()
+            .filter(|t| t.name == felix_nft::SIDE_TABLE)
+            .any(|t| !t.sets.is_empty());
+        assert_eq!(
+            dp.side_placement().0 == names(&[2]),
+            to_side,
+            "{size} members"
+        );
+        assert_eq!(main_dispatch, !to_side, "{size} members: {p:#?}");
+        assert_eq!(side_sets, to_side, "{size} members");
+        TablePatch::fold_all(p, &mut store);
+        assert!(differences(&store, &oracle(&dp)).is_empty());
+    }
+}
+
 /// An endpoint whose policies would copy more IP set members into the side table than one
 /// validation of the main table costs goes to the main table instead.
 #[test]

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::netns::NetNs;
-use crate::nft::model::{Table, TablePatch};
+use crate::nft::model::{Family, Set, Table, TablePatch};
 use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, TableSyncReport};
 use crate::nft::NftError;
 use crate::rtnl::conntrack::Conntrack;
@@ -133,6 +133,79 @@ impl TableObjects {
             maps,
         }
     }
+}
+
+/// A table's chains, rules, sets and maps, or the change a patch makes to them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counted {
+    chains: i64,
+    rules: i64,
+    sets: i64,
+    maps: i64,
+}
+
+impl Counted {
+    /// What folding `p` into `desired` changes in its table's counts: each chain or set the
+    /// patch names, less the one it replaces or deletes.
+    fn delta(desired: &[Table], p: &TablePatch) -> Counted {
+        let table = desired
+            .iter()
+            .find(|t| t.family == p.family && t.name == p.name);
+        let mut d = Counted::default();
+        for (name, new) in &p.chains {
+            let old = table.and_then(|t| t.chains.get(name));
+            d.chains += i64::from(new.is_some()) - i64::from(old.is_some());
+            d.rules += new.as_ref().map_or(0, |c| c.rules.len() as i64)
+                - old.map_or(0, |c| c.rules.len() as i64);
+        }
+        for (name, new) in &p.sets {
+            let old = table.and_then(|t| t.sets.get(name));
+            let kind = |s: Option<&Set>| match s {
+                Some(s) if s.data.is_some() => (0, 1),
+                Some(_) => (1, 0),
+                None => (0, 0),
+            };
+            let (ns, nm) = kind(new.as_ref());
+            let (os, om) = kind(old);
+            d.sets += ns - os;
+            d.maps += nm - om;
+        }
+        d
+    }
+}
+
+/// `counts` after the patches whose `deltas` were taken: a table not counted before (new, or
+/// its counts unknown) is counted whole from `desired`; an empty result means "count all".
+fn follow(
+    mut counts: Vec<(Family, TableObjects)>,
+    deltas: Vec<(Family, String, Counted)>,
+    desired: &[Table],
+) -> Vec<(Family, TableObjects)> {
+    if counts.is_empty() {
+        return counts;
+    }
+    for (family, name, d) in deltas {
+        let add = |n: u64, by: i64| n.saturating_add_signed(by);
+        match counts
+            .iter_mut()
+            .find(|(f, c)| *f == family && c.table == name)
+        {
+            Some((_, c)) => {
+                c.chains = add(c.chains, d.chains);
+                c.rules = add(c.rules, d.rules);
+                c.sets = add(c.sets, d.sets);
+                c.maps = add(c.maps, d.maps);
+            }
+            None => match desired
+                .iter()
+                .find(|t| t.family == family && t.name == name)
+            {
+                Some(t) => counts.push((family, TableObjects::of(t))),
+                None => return Vec::new(),
+            },
+        }
+    }
+    counts
 }
 
 impl From<TableSyncReport> for TablesOutcome {
@@ -270,6 +343,10 @@ type NftReply = Result<TablesOutcome, NftError>;
 /// are done anyway.
 struct NftSide {
     rec: Reconciler<Nft>,
+    /// What each desired table holds, kept up to date from the patches (each changed chain or
+    /// set against the one it replaces), so that an update does not walk every chain of a large
+    /// table to count them again.
+    counts: Vec<(Family, TableObjects)>,
 }
 
 impl NftSide {
@@ -285,6 +362,7 @@ impl NftSide {
         .map_err(KernelError::Nft)?;
         Ok(NftSide {
             rec: Reconciler::new(nft, opts),
+            counts: Vec::new(),
         })
     }
 
@@ -324,6 +402,16 @@ impl NftSide {
         // IP set member does not pay a walk over every chain of the table to count them again.
         let counts_unchanged = matches!(&tables, TablesInput::Patch(ps)
             if ps.iter().all(|p| p.chains.is_empty() && p.sets.is_empty()));
+        // The patches are folded into the desired tables whatever the commit's outcome:
+        // the counts follow them by difference, read before the fold.
+        let deltas: Option<Vec<(Family, String, Counted)>> = match (&tables, mode) {
+            (TablesInput::Patch(ps), TableMode::Incremental) => Some(
+                ps.iter()
+                    .map(|p| (p.family, p.name.clone(), Counted::delta(rec.desired(), p)))
+                    .collect(),
+            ),
+            _ => None,
+        };
         let out = match (mode, tables) {
             (TableMode::Plan, TablesInput::Full(t)) => plan_only(rec, &t),
             (TableMode::Plan, TablesInput::Patch(_)) => Err(NftError::Protocol(
@@ -336,6 +424,19 @@ impl NftSide {
             rec.mark_stale();
         }
         rec.opts = base;
+        if mode != TableMode::Plan {
+            self.counts = match deltas {
+                Some(d) => follow(std::mem::take(&mut self.counts), d, rec.desired()),
+                None => Vec::new(),
+            };
+            if self.counts.is_empty() {
+                self.counts = rec
+                    .desired()
+                    .iter()
+                    .map(|t| (t.family, TableObjects::of(t)))
+                    .collect();
+            }
+        }
         let commit_time = rec.take_commit_time();
         let stats = rec.take_stats();
         let objects = match &out {
@@ -344,7 +445,7 @@ impl NftSide {
                     && !counts_unchanged
                     && !matches!(mode, TableMode::DryRun | TableMode::Plan) =>
             {
-                rec.desired().iter().map(TableObjects::of).collect()
+                self.counts.iter().map(|(_, c)| c.clone()).collect()
             }
             _ => Vec::new(),
         };
@@ -1018,5 +1119,58 @@ mod tests {
         p.chains.insert("gone".into(), None);
         p.sets.insert("gone".into(), None);
         assert_eq!(TablesInput::Patch(vec![p]).objects(), 3 + 1 + 1);
+    }
+
+    /// The object counts kept from the patches equal a count of the folded tables: chains and
+    /// sets added, replaced (with more or fewer rules) and deleted, a map, and a new table.
+    #[test]
+    fn counts_follow_the_patches() {
+        use crate::nft::model::{Expr, Rule, Verdict};
+        let chain = |name: &str, rules: usize| {
+            let mut c = Chain::regular(name);
+            c.rules = (0..rules)
+                .map(|_| Rule {
+                    exprs: vec![Expr::Verdict(Verdict::Accept)].into(),
+                    comment: None,
+                    handle: None,
+                })
+                .collect();
+            c
+        };
+        let mut t = Table::new(Family::Ip, "calico");
+        for (n, r) in [("a", 3), ("b", 2), ("c", 1)] {
+            t.chains.insert(n.into(), chain(n, r));
+        }
+        t.sets
+            .insert("s".into(), new_set("s", vec![DataType::Ipv4Addr], 0, None));
+        let mut desired = vec![t];
+        let counts: Vec<(Family, TableObjects)> = desired
+            .iter()
+            .map(|t| (t.family, TableObjects::of(t)))
+            .collect();
+
+        let mut p = TablePatch::new(Family::Ip, "calico");
+        p.chains.insert("a".into(), Some(chain("a", 5)));
+        p.chains.insert("b".into(), None);
+        p.chains.insert("d".into(), Some(chain("d", 4)));
+        p.sets.insert("s".into(), None);
+        let map = new_set("m", vec![DataType::IfName], 0, Some(DataType::Verdict));
+        p.sets.insert("m".into(), Some(map));
+        let mut side = TablePatch::new(Family::Ip, "calico-side");
+        side.chains.insert("x".into(), Some(chain("x", 2)));
+        let deltas = [&p, &side]
+            .iter()
+            .map(|p| (p.family, p.name.clone(), Counted::delta(&desired, p)))
+            .collect();
+        TablePatch::fold_all(vec![p, side], &mut desired);
+
+        let kept = follow(counts, deltas, &desired);
+        let counted: Vec<(Family, TableObjects)> = desired
+            .iter()
+            .map(|t| (t.family, TableObjects::of(t)))
+            .collect();
+        assert_eq!(kept, counted);
+        assert_eq!((kept[0].1.chains, kept[0].1.rules), (3, 10));
+        assert_eq!((kept[0].1.sets, kept[0].1.maps), (0, 1));
     }
 }

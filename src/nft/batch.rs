@@ -241,6 +241,21 @@ impl Batch {
         self.msg_desc(ty, flags, family, |_| Desc::Text(desc(), target), body)
     }
 
+    /// [`Batch::msg`] for a message whose body cannot fail (names and flags only).
+    fn plain(
+        &mut self,
+        (ty, flags): (u16, u16),
+        family: Family,
+        target: (&str, ObjectRef),
+        desc: impl FnOnce() -> String,
+        body: impl FnOnce(&mut MsgWriter),
+    ) {
+        let _ = self.msg(ty, flags, family, target, desc, |w| {
+            body(w);
+            Ok(())
+        });
+    }
+
     /// [`Batch::msg`] with the description made from the message's offset in the batch.
     fn msg_desc(
         &mut self,
@@ -271,39 +286,30 @@ impl Batch {
 
     /// NEWTABLE (create, or update flags / re-adopt an orphaned persistent table).
     pub fn add_table(&mut self, family: Family, name: &str, flags: u32) {
-        let _ = self.msg(
-            NFT_MSG_NEWTABLE,
-            NLM_F_CREATE,
+        self.plain(
+            (NFT_MSG_NEWTABLE, NLM_F_CREATE),
             family,
             (name, ObjectRef::Table),
             || format!("adding table {} {name} (flags 0x{flags:x})", family.name()),
-            |w| {
-                codec::put_table(w, name, flags);
-                Ok(())
-            },
+            |w| codec::put_table(w, name, flags),
         );
     }
 
     /// DELTABLE: the table and everything in it.
     pub fn del_table(&mut self, family: Family, name: &str) {
-        let _ = self.msg(
-            NFT_MSG_DELTABLE,
-            0,
+        self.plain(
+            (NFT_MSG_DELTABLE, 0),
             family,
             (name, ObjectRef::Table),
             || format!("deleting table {} {name}", family.name()),
-            |w| {
-                codec::put_table_ref(w, name);
-                Ok(())
-            },
+            |w| codec::put_table_ref(w, name),
         );
     }
 
     /// NEWCHAIN (without its rules).
     pub fn add_chain(&mut self, family: Family, table: &str, chain: &Chain) {
-        let _ = self.msg(
-            NFT_MSG_NEWCHAIN,
-            NLM_F_CREATE,
+        self.plain(
+            (NFT_MSG_NEWCHAIN, NLM_F_CREATE),
             family,
             (table, ObjectRef::Chain(chain.name.clone())),
             || {
@@ -314,40 +320,29 @@ impl Batch {
                     family.name()
                 )
             },
-            |w| {
-                codec::put_chain(w, table, chain);
-                Ok(())
-            },
+            |w| codec::put_chain(w, table, chain),
         );
     }
 
     /// DELRULE with only table and chain: removes every rule of the chain.
     pub fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
-        let _ = self.msg(
-            NFT_MSG_DELRULE,
-            0,
+        self.plain(
+            (NFT_MSG_DELRULE, 0),
             family,
             (table, ObjectRef::Chain(chain.to_string())),
             || format!("flushing chain {chain} in table {} {table}", family.name()),
-            |w| {
-                codec::put_rule_chain_ref(w, table, chain);
-                Ok(())
-            },
+            |w| codec::put_rule_chain_ref(w, table, chain),
         );
     }
 
     /// DELCHAIN.
     pub fn del_chain(&mut self, family: Family, table: &str, chain: &str) {
-        let _ = self.msg(
-            NFT_MSG_DELCHAIN,
-            0,
+        self.plain(
+            (NFT_MSG_DELCHAIN, 0),
             family,
             (table, ObjectRef::Chain(chain.to_string())),
             || format!("deleting chain {chain} in table {} {table}", family.name()),
-            |w| {
-                codec::put_chain_ref(w, table, chain);
-                Ok(())
-            },
+            |w| codec::put_chain_ref(w, table, chain),
         );
     }
 
@@ -400,9 +395,8 @@ impl Batch {
 
     /// DELRULE of one rule by handle.
     pub fn del_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
-        let _ = self.msg(
-            NFT_MSG_DELRULE,
-            0,
+        self.plain(
+            (NFT_MSG_DELRULE, 0),
             family,
             (table, ObjectRef::Chain(chain.to_string())),
             || {
@@ -411,10 +405,7 @@ impl Batch {
                     family.name()
                 )
             },
-            |w| {
-                codec::put_rule_ref(w, table, chain, handle);
-                Ok(())
-            },
+            |w| codec::put_rule_ref(w, table, chain, handle),
         );
     }
 
@@ -426,9 +417,8 @@ impl Batch {
             .entry((family, table.to_owned()))
             .or_default()
             .insert(set.name.clone(), id);
-        let _ = self.msg(
-            NFT_MSG_NEWSET,
-            NLM_F_CREATE,
+        self.plain(
+            (NFT_MSG_NEWSET, NLM_F_CREATE),
             family,
             (table, ObjectRef::Set(set.name.clone())),
             || {
@@ -439,25 +429,18 @@ impl Batch {
                     family.name()
                 )
             },
-            |w| {
-                codec::put_set(w, table, set, Some(id));
-                Ok(())
-            },
+            |w| codec::put_set(w, table, set, Some(id)),
         );
     }
 
     /// DELSET.
     pub fn del_set(&mut self, family: Family, table: &str, set: &str) {
-        let _ = self.msg(
-            NFT_MSG_DELSET,
-            0,
+        self.plain(
+            (NFT_MSG_DELSET, 0),
             family,
             (table, ObjectRef::Set(set.to_string())),
             || format!("deleting set {set} in table {} {table}", family.name()),
-            |w| {
-                codec::put_set_ref(w, table, set);
-                Ok(())
-            },
+            |w| codec::put_set_ref(w, table, set),
         );
     }
 

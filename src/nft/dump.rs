@@ -186,46 +186,37 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
     table.flags = tmsg.flags;
 
     // Chains and sets: one table-wide dump each (a few hundred bytes per object).
-    let mut chains: Vec<Chain> = Vec::new();
-    let mut sets: Vec<Set> = Vec::new();
     let mut interrupted = false;
     let mut w = MsgWriter::new();
-    let end = run_dump(
+    let here = (family, name);
+    let mut chains = match dump_all(
         sock,
         &mut w,
-        NFT_MSG_GETCHAIN,
-        family,
-        |w| w.put_str(NFTA_CHAIN_TABLE, name),
-        |m| {
-            if let Some(Object::Chain(c)) = decode("chains", m)? {
-                if c.table == name && c.family == family {
-                    chains.push(c.chain);
-                }
-            }
-            Ok(())
+        (NFT_MSG_GETCHAIN, NFTA_CHAIN_TABLE, "chains"),
+        here,
+        &mut interrupted,
+        |o| match o {
+            Object::Chain(c) if c.table == name && c.family == family => Some(c.chain),
+            _ => None,
         },
-    )?;
-    if let Some(why) = check_end(end, "chains", &mut interrupted)? {
-        return Ok(Attempt::Retry(why));
-    }
-    let end = run_dump(
+    )? {
+        Ok(chains) => chains,
+        Err(why) => return Ok(Attempt::Retry(why)),
+    };
+    let mut sets = match dump_all(
         sock,
         &mut w,
-        NFT_MSG_GETSET,
-        family,
-        |w| w.put_str(NFTA_SET_TABLE, name),
-        |m| {
-            if let Some(Object::Set(s)) = decode("sets", m)? {
-                if s.table == name && s.family == family {
-                    sets.push(s.set);
-                }
-            }
-            Ok(())
+        (NFT_MSG_GETSET, NFTA_SET_TABLE, "sets"),
+        here,
+        &mut interrupted,
+        |o| match o {
+            Object::Set(s) if s.table == name && s.family == family => Some(s.set),
+            _ => None,
         },
-    )?;
-    if let Some(why) = check_end(end, "sets", &mut interrupted)? {
-        return Ok(Attempt::Retry(why));
-    }
+    )? {
+        Ok(sets) => sets,
+        Err(why) => return Ok(Attempt::Retry(why)),
+    };
 
     // Rules: one dump per chain. A table-wide GETRULE dump restarts its walk at the table's
     // first rule for every 32 KiB reply buffer (`__nf_tables_dump_rules` skips up to its saved
@@ -337,6 +328,36 @@ fn run_dump(
 }
 
 /// `Ok(Some(why))`: read the table again (an object vanished under the dump).
+/// One table-wide dump of `msg` (chains or sets) of table `name`: what `pick` takes from each
+/// decoded object, or why the read must start again.
+fn dump_all<T>(
+    sock: &mut NfSocket,
+    w: &mut MsgWriter,
+    (msg, table_attr, what): (u16, u16, &'static str),
+    (family, name): (Family, &str),
+    interrupted: &mut bool,
+    mut pick: impl FnMut(Object) -> Option<T>,
+) -> Result<Result<Vec<T>, &'static str>, NftError> {
+    let mut out = Vec::new();
+    let end = run_dump(
+        sock,
+        w,
+        msg,
+        family,
+        |w| w.put_str(table_attr, name),
+        |m| {
+            if let Some(o) = decode(what, m)? {
+                out.extend(pick(o));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(match check_end(end, what, interrupted)? {
+        Some(why) => Err(why),
+        None => Ok(out),
+    })
+}
+
 fn check_end(
     end: DumpEnd,
     what: &str,

@@ -101,19 +101,6 @@ impl Msg<'_> {
     }
 }
 
-/// Splits a receive buffer into netlink messages.
-pub fn parse_replies(buf: &[u8], out: &mut Vec<Reply>) -> Result<(), NftError> {
-    for_each_msg(buf, |m| {
-        out.push(Reply {
-            ty: m.ty,
-            flags: m.flags,
-            seq: m.seq,
-            payload: m.payload.to_vec(),
-        });
-        Ok(())
-    })
-}
-
 /// Calls `f` with every netlink message of a receive buffer, borrowed.
 pub fn for_each_msg(
     buf: &[u8],
@@ -264,19 +251,15 @@ impl NfSocket {
 
     /// One receive; `Ok(false)` when nothing is queued and `wait` is false.
     pub fn recv_into(&mut self, out: &mut Vec<Reply>, wait: bool) -> Result<bool, NftError> {
-        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
-        self.buf.clear();
-        match self.sock.recv(&mut self.buf, flags) {
-            Ok(_) => {
-                parse_replies(&self.buf, out)?;
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(source) => Err(NftError::Socket {
-                op: "recvmsg",
-                source,
-            }),
-        }
+        self.recv_with(wait, |m| {
+            out.push(Reply {
+                ty: m.ty,
+                flags: m.flags,
+                seq: m.seq,
+                payload: m.payload.to_vec(),
+            });
+            Ok(())
+        })
     }
 
     /// One receive, each message handed to `f` borrowed from the receive buffer; `Ok(false)`

@@ -231,11 +231,14 @@ pub struct Incremental {
     noop_policies: BTreeSet<(Family, PolicyId, Direction)>,
 }
 
-/// The most IP set members one update may copy into the side table. Copying costs the kernel
-/// about 1–2 µs per member; past this many (~10–15 ms) one validation of a large main table
-/// (~50 ms at 5,000 endpoints) is the better price, and 50 endpoints arriving together go to
-/// the main table in one commit.
-const MAX_SIDE_COPY: usize = 8192;
+/// An update goes to the side table only while it copies there no more IP set members than the
+/// main table has workload interfaces (and never fewer than this many). Copying one member
+/// costs the kernel about what validating one main-table interface costs in a commit that adds
+/// to main (its two dispatch-map elements, each walked into its endpoint chain): 1.5–2.5 µs
+/// either way. So a small node, or an endpoint whose policies name large IP sets on a node of
+/// average size, goes straight to main, and 50 endpoints arriving together go there in one
+/// commit; below this floor the copy is cheap whatever main holds.
+const MIN_SIDE_COPY: usize = 256;
 
 /// The endpoint that owns an interface (the smallest id wins, §14.1).
 fn winner<'a>(inp: &Inputs<'a>, iface: &str) -> Option<&'a crate::proto::types::WorkloadEndpoint> {
@@ -1002,7 +1005,12 @@ impl Incremental {
                 moving.insert(iface.clone());
             }
         }
-        if self.side.len() + moving.len() <= cap && self.copy_cost(inp, &moving) <= MAX_SIDE_COPY {
+        let budget = inp
+            .workload_ids
+            .len()
+            .saturating_sub(self.side.len())
+            .max(MIN_SIDE_COPY);
+        if self.side.len() + moving.len() <= cap && self.copy_cost(inp, &moving) <= budget {
             for i in moving {
                 self.lingering.remove(&i);
                 self.side.insert(i);
@@ -1031,7 +1039,7 @@ impl Incremental {
         users.retain(|i| !self.side.contains(i));
         if !users.is_empty()
             && self.side.len() + users.len() <= cap
-            && self.copy_cost(inp, &users) <= MAX_SIDE_COPY
+            && self.copy_cost(inp, &users) <= budget
         {
             for i in users {
                 self.lingering.remove(&i);

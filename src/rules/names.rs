@@ -454,14 +454,18 @@ pub fn rename_chain(template: &TextChain, name: &str) -> Chain {
 #[derive(Clone, Debug)]
 pub struct ChainBuilder {
     hash: [u8; 28],
+    /// The hash before the last rule's: its id is computed again when that rule changes.
+    prev: [u8; 28],
     out: TextChain,
 }
 
 impl ChainBuilder {
     /// A regular chain.
     pub fn new(name: &str) -> ChainBuilder {
+        let hash = Sha224::digest(name.as_bytes()).into();
         ChainBuilder {
-            hash: Sha224::digest(name.as_bytes()).into(),
+            hash,
+            prev: hash,
             out: TextChain::new(name),
         }
     }
@@ -497,6 +501,7 @@ impl ChainBuilder {
 
     /// Appends a rule with its human comments.
     pub fn push(&mut self, rule: BuiltRule, comments: &[&str]) {
+        self.prev = self.hash;
         next_rule_hash(&mut self.hash, &rule.text);
         // Every rule of a full load comes through here: the comment is written in place.
         // Sized up front (escaping never lengthens a comment), so no spare capacity stays with
@@ -511,23 +516,29 @@ impl ChainBuilder {
         self.out.push(rule, Some(comment));
     }
 
-    /// Drops the last rule when its final statement is a plain `return` (a trailing return is
-    /// redundant at the end of a chain, §9.4). Returns whether a rule was dropped.
+    /// Drops the final `return` of the last rule (redundant at the end of a chain, §9.4); the
+    /// rule keeps its matches and the mark it sets. Returns whether a `return` was dropped.
     pub fn elide_trailing_return(&mut self) -> bool {
-        let is_return = self
-            .out
-            .chain
-            .rules
-            .last()
-            .and_then(|r| r.exprs.last())
-            .is_some_and(|e| {
-                *e == crate::nft::model::Expr::Verdict(crate::nft::model::Verdict::Return)
-            });
-        if is_return {
-            self.out.chain.rules.pop();
-            self.out.texts.pop();
+        use crate::nft::model::{Expr, Verdict};
+        let Some(rule) = self.out.chain.rules.last_mut() else {
+            return false;
+        };
+        let Some((Expr::Verdict(Verdict::Return), rest)) = rule.exprs.split_last() else {
+            return false;
+        };
+        rule.exprs = rest.to_vec().into();
+        if let Some(text) = self.out.texts.last_mut() {
+            let kept = text.strip_suffix("return").unwrap_or(text).trim_end().len();
+            text.truncate(kept);
+            // The id is that of the rule as it now reads.
+            self.hash = self.prev;
+            next_rule_hash(&mut self.hash, text);
+            if let Some(comment) = rule.comment.as_mut() {
+                let id = id_comment(&self.hash, ID_COMMENT_LEN);
+                comment.replace_range(..ID_COMMENT_LEN.min(comment.len()), &id);
+            }
         }
-        is_return
+        true
     }
 
     /// The finished chain.

@@ -445,7 +445,7 @@ impl Renderer {
         if !blocks.is_empty() {
             b = b.mark_has(self.marks.scratch0);
         }
-        self.push_verdict(family, layer, &action, b, log, &comment_refs, chain);
+        self.push_verdict(layer, &action, b, log, &comment_refs, chain);
         true
     }
 
@@ -616,12 +616,10 @@ impl Renderer {
         }
     }
 
-    /// The rule's verdict on what matched `b`: a mark and a return for allow and pass, a drop
-    /// (or reject) for deny, a rate-limited log with the configured prefix for log.
-    #[allow(clippy::too_many_arguments)]
+    /// The rule's verdict on what matched `b`: a mark and a return for allow and pass, a mark and
+    /// a drop (or reject) for deny, a rate-limited log with the configured prefix for log.
     fn push_verdict(
         &self,
-        family: Family,
         layer: Layer,
         action: &str,
         mut b: RuleBuilder,
@@ -630,33 +628,24 @@ impl Renderer {
         chain: &mut ChainBuilder,
     ) {
         let m = self.marks;
+        // Felix's iptables rules set a bit and then test it in a second rule ("Return if policy
+        // accepted", "Drop if policy denied"), because an iptables rule has one target. An
+        // nftables rule sets the bit and returns (or drops) in one: the second rule could only
+        // match what the first just marked, since the bit is clear on entry to the chain and
+        // every earlier setter returned or dropped. One rule in three of a policy chain goes.
         match action {
             "" | "allow" => {
-                chain.push(b.counter().mark_set_or(m.accept).build(), comment_refs);
                 chain.push(
-                    RuleBuilder::new(family)
-                        .mark_has(m.accept)
-                        .counter()
-                        .ret()
-                        .build(),
-                    &["Return if policy accepted"],
+                    b.counter().mark_set_or(m.accept).ret().build(),
+                    comment_refs,
                 );
             }
             "pass" | "next-tier" => {
-                chain.push(b.counter().mark_set_or(m.pass).build(), comment_refs);
-                chain.push(
-                    RuleBuilder::new(family)
-                        .mark_has(m.pass)
-                        .counter()
-                        .ret()
-                        .build(),
-                    &["Return if policy passed"],
-                );
+                chain.push(b.counter().mark_set_or(m.pass).ret().build(), comment_refs);
             }
             "deny" => {
-                chain.push(b.counter().mark_set_or(m.drop).build(), comment_refs);
-                let d = RuleBuilder::new(family).mark_has(m.drop).counter();
-                chain.push(self.deny(d, layer).build(), &["Drop if policy denied"]);
+                let b = b.counter().mark_set_or(m.drop);
+                chain.push(self.deny(b, layer).build(), comment_refs);
             }
             _ => {
                 if let Some(l) = self.cfg.log_rate_limit {
