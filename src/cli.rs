@@ -34,6 +34,25 @@ pub struct NetnsArg {
     pub netns: Option<String>,
 }
 
+/// Where a one-shot command acts: the configuration it reads and the network namespace.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub netns: NetnsArg,
+}
+
+impl From<TargetArgs> for oneshot::Target {
+    fn from(args: TargetArgs) -> oneshot::Target {
+        oneshot::Target {
+            netns: args.netns.netns,
+            config: args.config,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent (the daemon).
@@ -49,11 +68,8 @@ pub enum Command {
         /// message per line without a closing in_sync; refused otherwise.
         #[arg(long)]
         allow_empty: bool,
-        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        netns: NetnsArg,
+        target: TargetArgs,
     },
     /// Print what `apply` would change; touches nothing.
     Plan {
@@ -61,29 +77,20 @@ pub enum Command {
         /// As for `apply`.
         #[arg(long)]
         allow_empty: bool,
-        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        netns: NetnsArg,
+        target: TargetArgs,
     },
     /// Show what is programmed, read back from the kernel.
     Dump {
         #[arg(long)]
         json: bool,
-        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        netns: NetnsArg,
+        target: TargetArgs,
     },
     /// Remove everything felix-nft owns (tables of both families, our routes and neighbours).
     Cleanup {
-        /// Configuration file (default: $FELIX_CONFIGFILE, else /etc/calico/felix.cfg).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        netns: NetnsArg,
+        target: TargetArgs,
     },
     /// Build a scratch topology, apply an example state and show which flows pass.
     #[cfg(feature = "lab")]
@@ -232,32 +239,20 @@ pub fn main() -> ExitCode {
             state,
             dry_run,
             allow_empty,
-            config,
-            netns,
+            target,
         }) => finish(oneshot::apply_command(
             &state,
             dry_run,
             allow_empty,
-            &target(netns, config),
+            &target.into(),
         )),
         Some(Command::Plan {
             state,
             allow_empty,
-            config,
-            netns,
-        }) => finish(oneshot::plan_command(
-            &state,
-            allow_empty,
-            &target(netns, config),
-        )),
-        Some(Command::Dump {
-            json,
-            config,
-            netns,
-        }) => finish(oneshot::dump_command(json, &target(netns, config))),
-        Some(Command::Cleanup { config, netns }) => {
-            finish(oneshot::cleanup_command(&target(netns, config)))
-        }
+            target,
+        }) => finish(oneshot::plan_command(&state, allow_empty, &target.into())),
+        Some(Command::Dump { json, target }) => finish(oneshot::dump_command(json, &target.into())),
+        Some(Command::Cleanup { target }) => finish(oneshot::cleanup_command(&target.into())),
         #[cfg(feature = "lab")]
         Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
         #[cfg(feature = "lab")]
@@ -271,13 +266,6 @@ pub fn main() -> ExitCode {
             ),
             ConfigCommand::Schema => crate::config::show::schema_command(&mut std::io::stdout()),
         }),
-    }
-}
-
-fn target(netns: NetnsArg, config: Option<PathBuf>) -> oneshot::Target {
-    oneshot::Target {
-        netns: netns.netns,
-        config,
     }
 }
 

@@ -523,6 +523,20 @@ async fn settle(
     Ok(Some(s))
 }
 
+/// Feeds `msgs` to the dataplane, then applies what they made dirty (one batch of the loop).
+async fn update_and_apply(
+    d: &mut Driver<RealKernel>,
+    msgs: &[ToDataplane],
+) -> Result<(), BenchError> {
+    for m in msgs {
+        d.dp.on_update(m)
+            .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
+    }
+    d.apply()
+        .await
+        .map_err(|e| BenchError::Refused(format!("apply: {}", crate::ops::logging::chain(&e))))
+}
+
 async fn felix_rep(
     ns: NetNs,
     ns_name: String,
@@ -562,19 +576,9 @@ async fn felix_rep(
         }
     }
     let mut out = FelixRep::default();
-    let apply_err = |e: crate::dataplane::driver::DriverError| {
-        BenchError::Refused(format!("apply: {}", crate::ops::logging::chain(&e)))
-    };
     // The first sync: every message decoded into the dataplane, then one apply (all phases).
     let before = requests(&d.kernel);
-    let (r, s) = timed(async {
-        for m in &inputs.full_msgs {
-            d.dp.on_update(m)
-                .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-        }
-        d.apply().await.map_err(apply_err)
-    })
-    .await;
+    let (r, s) = timed(update_and_apply(&mut d, &inputs.full_msgs)).await;
     r?;
     out.samples
         .push(("full", s, requests(&d.kernel).since(before)));
@@ -583,14 +587,7 @@ async fn felix_rep(
     for round in inputs.rounds.iter().take(inc) {
         for st in round {
             let before = requests(&d.kernel);
-            let (r, s) = timed(async {
-                for m in &st.msgs {
-                    d.dp.on_update(m)
-                        .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-                }
-                d.apply().await.map_err(apply_err)
-            })
-            .await;
+            let (r, s) = timed(update_and_apply(&mut d, &st.msgs)).await;
             r?;
             let req = requests(&d.kernel).since(before);
             out.samples.push((st.op, s, req));
@@ -599,11 +596,7 @@ async fn felix_rep(
     }
     // The untimed last round, so both backends end in the same state.
     for st in inputs.rounds.get(inc).into_iter().flatten() {
-        for m in &st.msgs {
-            d.dp.on_update(m)
-                .map_err(|e| BenchError::Refused(format!("update rejected: {e}")))?;
-        }
-        d.apply().await.map_err(apply_err)?;
+        update_and_apply(&mut d, &st.msgs).await?;
     }
     out.after_rounds = read_entries(&ns_name)?;
     Ok(out)
@@ -627,20 +620,12 @@ fn batch_rep(
 ) -> Result<BatchRep, BenchError> {
     rt.block_on(underlay(ns.ns()))?;
     let [ip, bridge] = tools.each_ref().map(|t| t.display().to_string());
+    let batch = |tool: &str, file: &Path| {
+        let tool = Tool::new(&[tool, "-batch", &file.display().to_string()]);
+        run::spawn_in(ns.ns(), &tool, false, scratch)
+    };
     let run_pair = |ipf: &Path, brf: &Path| -> Result<Sample, BenchError> {
-        let a = run::spawn_in(
-            ns.ns(),
-            &Tool::new(&[&ip, "-batch", &ipf.display().to_string()]),
-            false,
-            scratch,
-        )?;
-        let b = run::spawn_in(
-            ns.ns(),
-            &Tool::new(&[&bridge, "-batch", &brf.display().to_string()]),
-            false,
-            scratch,
-        )?;
-        Ok(a.plus(b))
+        Ok(batch(&ip, ipf)?.plus(batch(&bridge, brf)?))
     };
     let mut out = BatchRep::default();
     out.samples

@@ -415,35 +415,18 @@ pub fn compare(opts: &Options) -> Result<Report, BenchError> {
         };
         for rep in 0..opts.reps {
             let last = rep + 1 == opts.reps;
+            let fresh = Rep {
+                inp: &inputs,
+                inc: opts.inc,
+                rss_round: last && rss,
+                rss,
+                scratch: &scratch,
+            };
             let counts = match backend {
                 "felix-nft" => run_in_process(&inputs, &mut c, opts.inc, last)?,
-                "felix-nft-proc" => run_fresh(
-                    &inputs,
-                    &tools[0],
-                    mode,
-                    &mut c,
-                    opts.inc,
-                    last && rss,
-                    &scratch,
-                )?,
-                "nft-f" => run_nft(
-                    &inputs,
-                    &tools[0],
-                    &mut c,
-                    opts.inc,
-                    last && rss,
-                    rss,
-                    &scratch,
-                )?,
-                _ => run_ipt(
-                    &inputs,
-                    &tools,
-                    &mut c,
-                    opts.inc,
-                    last && rss,
-                    rss,
-                    &scratch,
-                )?,
+                "felix-nft-proc" => run_fresh(fresh, &tools[0], mode, &mut c)?,
+                "nft-f" => run_nft(fresh, &tools[0], &mut c)?,
+                _ => run_ipt(fresh, &tools, &mut c)?,
             };
             if last {
                 c.report.counts.insert(backend.to_string(), counts);
@@ -614,30 +597,40 @@ fn probe_fresh_mode(exe: &Path, scratch: &Path, notes: &mut Vec<String>) -> Fres
     FreshMode::Apply { dump: dump.is_ok() }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One repetition of a backend that runs as its own processes in a fresh namespace.
+#[derive(Clone, Copy)]
+struct Rep<'a> {
+    inp: &'a Inputs,
+    /// Timed incremental rounds.
+    inc: usize,
+    /// The last repetition with RSS on: it also runs the untimed rounds (for peak RSS) and reads
+    /// back the counts.
+    rss_round: bool,
+    /// Measure the full load's peak RSS.
+    rss: bool,
+    scratch: &'a Path,
+}
+
 fn run_fresh(
-    inp: &Inputs,
+    rep: Rep,
     exe: &Path,
     mode: FreshMode,
     c: &mut Collector,
-    inc: usize,
-    rss_round: bool,
-    scratch: &Path,
 ) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
     let s = run::spawn_in(
         ns.ns(),
-        &felix_tool(exe, mode, &ns, &inp.full_state, inp.dual_stack),
-        rss_round,
-        scratch,
+        &felix_tool(exe, mode, &ns, &rep.inp.full_state, rep.inp.dual_stack),
+        rep.rss_round,
+        rep.scratch,
     )?;
     c.push("full", s, true);
-    for (st, timed) in inp.replayed(inc, rss_round) {
+    for (st, timed) in rep.inp.replayed(rep.inc, rep.rss_round) {
         let s = run::spawn_in(
             ns.ns(),
-            &felix_tool(exe, mode, &ns, &st.state, inp.dual_stack),
+            &felix_tool(exe, mode, &ns, &st.state, rep.inp.dual_stack),
             !timed,
-            scratch,
+            rep.scratch,
         )?;
         c.push(st.op, s, timed);
     }
@@ -645,48 +638,40 @@ fn run_fresh(
         let exe_s = exe.display().to_string();
         let t = felix_env(
             Tool::new(&[&exe_s, "dump", "--netns", &ns.name()]),
-            inp.dual_stack,
+            rep.inp.dual_stack,
         );
         c.push(
             "read_back",
-            run::spawn_in(ns.ns(), &t, false, scratch)?,
+            run::spawn_in(ns.ns(), &t, false, rep.scratch)?,
             true,
         );
     }
     Ok(Counts::default())
 }
 
-fn run_nft(
-    inp: &Inputs,
-    nft: &Path,
-    c: &mut Collector,
-    inc: usize,
-    rss_round: bool,
-    rss: bool,
-    scratch: &Path,
-) -> Result<Counts, BenchError> {
+fn run_nft(rep: Rep, nft: &Path, c: &mut Collector) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
     let nft = nft.display().to_string();
     let load = |p: &Path| Tool::new(&[&nft, "-f", &p.display().to_string()]);
     c.push(
         "full",
-        run::spawn_in(ns.ns(), &load(&inp.full_nft), rss, scratch)?,
+        run::spawn_in(ns.ns(), &load(&rep.inp.full_nft), rep.rss, rep.scratch)?,
         true,
     );
-    for (st, timed) in inp.replayed(inc, rss_round) {
+    for (st, timed) in rep.inp.replayed(rep.inc, rep.rss_round) {
         c.push(
             st.op,
-            run::spawn_in(ns.ns(), &load(&st.nft), !timed, scratch)?,
+            run::spawn_in(ns.ns(), &load(&st.nft), !timed, rep.scratch)?,
             timed,
         );
     }
     let rb = Tool::new(&[&nft, "list", "ruleset"]);
     c.push(
         "read_back",
-        run::spawn_in(ns.ns(), &rb, false, scratch)?,
+        run::spawn_in(ns.ns(), &rb, false, rep.scratch)?,
         true,
     );
-    if !rss_round {
+    if !rep.rss_round {
         return Ok(Counts::default());
     }
     // Counts through nft's JSON output (not timed).
@@ -744,15 +729,7 @@ pub fn nft_counts(json: &str) -> Counts {
     c
 }
 
-fn run_ipt(
-    inp: &Inputs,
-    tools: &[PathBuf],
-    c: &mut Collector,
-    inc: usize,
-    rss_round: bool,
-    rss: bool,
-    scratch: &Path,
-) -> Result<Counts, BenchError> {
+fn run_ipt(rep: Rep, tools: &[PathBuf], c: &mut Collector) -> Result<Counts, BenchError> {
     let ns = fresh_ns()?;
     let [ipset, restore, save] = [0, 1, 2].map(|i| tools[i].display().to_string());
     // Dual stack: `ip6tables-*-restore` and `-save` follow.
@@ -762,44 +739,49 @@ fn run_ipt(
     );
     let a = run::spawn_in(
         ns.ns(),
-        &Tool::new(&[&ipset, "restore"]).stdin(&inp.full_ipset),
-        rss,
-        scratch,
+        &Tool::new(&[&ipset, "restore"]).stdin(&rep.inp.full_ipset),
+        rep.rss,
+        rep.scratch,
     )?;
     let rst = |p: &Path| Tool::new(&[&restore, "--noflush"]).stdin(p);
     // Both families' restores, one after the other (Felix runs them side by side, so on idle
     // cores its wall time is nearer the larger than the sum).
     let both = |v4: &Path, v6: Option<&PathBuf>, rss: bool| -> Result<Sample, BenchError> {
-        let mut s = run::spawn_in(ns.ns(), &rst(v4), rss, scratch)?;
+        let mut s = run::spawn_in(ns.ns(), &rst(v4), rss, rep.scratch)?;
         if let (Some(r6), Some(p)) = (&restore6, v6) {
             let t = Tool::new(&[r6, "--noflush"]).stdin(p);
-            s = s.plus(run::spawn_in(ns.ns(), &t, rss, scratch)?);
+            s = s.plus(run::spawn_in(ns.ns(), &t, rss, rep.scratch)?);
         }
         Ok(s)
     };
-    let b = both(&inp.full_ipt, inp.full_ip6t.as_ref(), rss)?;
+    let b = both(&rep.inp.full_ipt, rep.inp.full_ip6t.as_ref(), rep.rss)?;
     c.push("full_ipset", a, true);
     c.push("full", a.plus(b), true);
-    for (st, timed) in inp.replayed(inc, rss_round) {
+    for (st, timed) in rep.inp.replayed(rep.inc, rep.rss_round) {
         let s = if st.ipset_adds.is_empty() {
             both(&st.ipt, st.ip6t.as_ref(), !timed)?
         } else {
             let mut acc = Sample::default();
             for (set, m) in &st.ipset_adds {
                 let t = Tool::new(&[&ipset, "add", set, m]);
-                acc = acc.plus(run::spawn_in(ns.ns(), &t, !timed, scratch)?);
+                acc = acc.plus(run::spawn_in(ns.ns(), &t, !timed, rep.scratch)?);
             }
             acc
         };
         c.push(st.op, s, timed);
     }
-    let mut rb = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, scratch)?;
+    let mut rb = run::spawn_in(ns.ns(), &Tool::new(&[&save]), false, rep.scratch)?;
     if let Some(s6) = &save6 {
-        rb = rb.plus(run::spawn_in(ns.ns(), &Tool::new(&[s6]), false, scratch)?);
+        rb = rb.plus(run::spawn_in(
+            ns.ns(),
+            &Tool::new(&[s6]),
+            false,
+            rep.scratch,
+        )?);
     }
-    let b = run::spawn_in(ns.ns(), &Tool::new(&[&ipset, "save"]), false, scratch)?;
+    let b = run::spawn_in(ns.ns(), &Tool::new(&[&ipset, "save"]), false, rep.scratch)?;
     c.push("read_back", rb.plus(b), true);
-    if !rss_round {
+    if !rep.rss_round {
         return Ok(Counts::default());
     }
     let mut saved = capture_in(ns.ns(), &[&save, "-t", "filter"])?;

@@ -169,51 +169,33 @@ impl Report {
 
     /// Compares what each backend holds with the generator's expectation.
     pub fn check(&mut self) {
-        let e = self.expected.clone();
+        let e = &self.expected;
         let mut ok = true;
-        let mut line = |what: String, good: bool| {
-            ok &= good;
-            self.checks
-                .push(format!("{} {what}", if good { "ok  " } else { "FAIL" }));
-        };
-        for (b, c) in &self.counts.clone() {
-            match b.as_str() {
-                "ipt-nft" | "ipt-legacy" => {
-                    line(
-                        format!("{b}: {} filter rules, expected {}", c.rules, e.ipt_rules),
-                        c.rules == e.ipt_rules,
-                    );
-                    line(
-                        format!(
-                            "{b}: {} ipset members, expected {}",
-                            c.workload_members, e.ipt_members
-                        ),
-                        c.workload_members == e.ipt_members,
-                    );
-                }
-                "nft-f" => {
-                    line(
-                        format!("{b}: {} rules, expected {}", c.rules, e.nft_rules),
-                        c.rules == e.nft_rules,
-                    );
-                    line(
-                        format!(
-                            "{b}: {} set+map elements, expected {}",
-                            c.elements, e.nft_elements
-                        ),
-                        c.elements == e.nft_elements,
-                    );
-                }
-                "felix-nft" => {
-                    line(
-                        format!(
-                            "{b}: {} members in the workload's sets, expected {}",
-                            c.workload_members, e.workload_members
-                        ),
-                        c.workload_members == e.workload_members,
-                    );
-                }
-                _ => {}
+        for (b, c) in &self.counts {
+            // (count, what it counts, expected) for each backend's objects.
+            let expect: &[(usize, &str, usize)] = match b.as_str() {
+                "ipt-nft" | "ipt-legacy" => &[
+                    (c.rules, "filter rules", e.ipt_rules),
+                    (c.workload_members, "ipset members", e.ipt_members),
+                ],
+                "nft-f" => &[
+                    (c.rules, "rules", e.nft_rules),
+                    (c.elements, "set+map elements", e.nft_elements),
+                ],
+                "felix-nft" => &[(
+                    c.workload_members,
+                    "members in the workload's sets",
+                    e.workload_members,
+                )],
+                _ => &[],
+            };
+            for &(got, what, want) in expect {
+                let good = got == want;
+                ok &= good;
+                self.checks.push(format!(
+                    "{} {b}: {got} {what}, expected {want}",
+                    if good { "ok  " } else { "FAIL" }
+                ));
             }
         }
         self.checks_ok = ok;

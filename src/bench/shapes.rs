@@ -363,17 +363,7 @@ impl IptState {
     /// Felix's incremental restore from `self` to `new`: only dirty chains, deleted ones last.
     pub fn delta_restore(&self, new: &IptState) -> String {
         let mut s = String::from("*filter\n");
-        let dirty: Vec<&String> = new
-            .chains
-            .iter()
-            .filter(|(n, r)| self.chains.get(*n) != Some(r))
-            .map(|(n, _)| n)
-            .collect();
-        let gone: Vec<&String> = self
-            .chains
-            .keys()
-            .filter(|n| !new.chains.contains_key(*n))
-            .collect();
+        let (dirty, gone) = chain_diff(&self.chains, &new.chains);
         for n in dirty.iter().chain(&gone) {
             let _ = writeln!(s, ":{n} - [0:0]");
         }
@@ -398,6 +388,20 @@ impl IptState {
 type Sets = BTreeMap<String, (bool, BTreeSet<String>)>;
 /// `(set, member)` pairs.
 type Members = Vec<(String, String)>;
+
+/// Chains whose rules differ from `old` (new or changed) and chains `new` no longer has.
+fn chain_diff<'a>(
+    old: &'a BTreeMap<String, Vec<String>>,
+    new: &'a BTreeMap<String, Vec<String>>,
+) -> (Vec<&'a String>, Vec<&'a String>) {
+    let dirty = new
+        .iter()
+        .filter(|(n, r)| old.get(*n) != Some(r))
+        .map(|(n, _)| n)
+        .collect();
+    let gone = old.keys().filter(|n| !new.contains_key(*n)).collect();
+    (dirty, gone)
+}
 
 /// (added, removed) members between two set maps.
 fn set_diff(old: &Sets, new: &Sets) -> (Members, Members) {
@@ -609,17 +613,7 @@ impl NftState {
     pub fn delta(&self, new: &NftState) -> String {
         let t = NFT_TABLE;
         let mut s = String::new();
-        let dirty: Vec<&String> = new
-            .chains
-            .iter()
-            .filter(|(n, r)| self.chains.get(*n) != Some(r))
-            .map(|(n, _)| n)
-            .collect();
-        let gone: Vec<&String> = self
-            .chains
-            .keys()
-            .filter(|n| !new.chains.contains_key(*n))
-            .collect();
+        let (dirty, gone) = chain_diff(&self.chains, &new.chains);
         let (add, del) = set_diff(&self.sets, &new.sets);
         for (set, m) in add {
             let _ = writeln!(s, "add element {t} {set} {{ {m} }}");

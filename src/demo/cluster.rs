@@ -848,37 +848,40 @@ fn flows_joined(cluster: &Cluster, joined: bool) -> Flows<'_> {
     use Proto::*;
     use Verdict::*;
     let [n1, n2, n3, n4] = &PLAN;
-    let mut v = if joined {
-        vec![
-            (
-                flow(cluster, n4, n2, Tcp, Pass),
-                "node-2's s:clients gained client-4 (an IP set delta)",
-            ),
-            (
-                flow(cluster, n3, n4, Icmp, Pass),
-                "node-3 learned node-4's VTEP and block",
-            ),
-            (
-                flow(cluster, n4, n1, Icmp, Pass),
-                "node-4 learned the others' from its snapshot",
-            ),
-        ]
-    } else {
-        vec![
-            (
-                flow(cluster, n4, n2, Tcp, Drop),
-                "node-2 drops VXLAN from node-4, no longer a known VTEP",
-            ),
-            (
-                flow(cluster, n3, n4, Icmp, Drop),
-                "node-3 has no route to 10.65.4.0/26 any more",
-            ),
-            (
-                flow(cluster, n4, n1, Icmp, Drop),
-                "node-1 drops VXLAN from node-4, no longer a known VTEP",
-            ),
-        ]
-    };
+    // (from, to, protocol, why it passes while node-4 is a member, why it drops once it left)
+    let rows = [
+        (
+            n4,
+            n2,
+            Tcp,
+            "node-2's s:clients gained client-4 (an IP set delta)",
+            "node-2 drops VXLAN from node-4, no longer a known VTEP",
+        ),
+        (
+            n3,
+            n4,
+            Icmp,
+            "node-3 learned node-4's VTEP and block",
+            "node-3 has no route to 10.65.4.0/26 any more",
+        ),
+        (
+            n4,
+            n1,
+            Icmp,
+            "node-4 learned the others' from its snapshot",
+            "node-1 drops VXLAN from node-4, no longer a known VTEP",
+        ),
+    ];
+    let mut v: Vec<_> = rows
+        .into_iter()
+        .map(|(from, to, proto, member, left)| {
+            if joined {
+                (flow(cluster, from, to, proto, Pass), member)
+            } else {
+                (flow(cluster, from, to, proto, Drop), left)
+            }
+        })
+        .collect();
     if !joined {
         v.push((
             flow(cluster, n1, n2, Tcp, Pass),

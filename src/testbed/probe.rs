@@ -149,21 +149,38 @@ pub fn udp_request(
         sock.connect(dst)?;
         sock.set_read_timeout(Some(timeout))?;
         sock.send(PAYLOAD)?;
-        let deadline = Instant::now() + timeout;
         let mut buf = [0u8; 512];
-        loop {
-            let n = sock.recv(&mut buf)?;
-            if &buf[..n] == PAYLOAD {
-                return Ok(Verdict::Pass);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(Verdict::Drop);
-            }
-            sock.set_read_timeout(Some(left))?;
-        }
+        until_reply(
+            timeout,
+            |left| sock.set_read_timeout(Some(left)),
+            || {
+                let n = sock.recv(&mut buf)?;
+                Ok(&buf[..n] == PAYLOAD)
+            },
+        )
     };
     classify("UDP probe", exchange())
+}
+
+/// Receives (`recv_ours` says whether what came is our reply) until our reply comes, Pass, or
+/// `timeout` has passed, Drop; `set_timeout` shortens the socket's read timeout to what is left
+/// so that others' packets cannot stretch the wait.
+fn until_reply(
+    timeout: Duration,
+    set_timeout: impl Fn(Duration) -> io::Result<()>,
+    mut recv_ours: impl FnMut() -> io::Result<bool>,
+) -> io::Result<Verdict> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if recv_ours()? {
+            return Ok(Verdict::Pass);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Verdict::Drop);
+        }
+        set_timeout(left)?;
+    }
 }
 
 /// ICMP echo from `ns` to `dst` over a datagram ICMP socket (the kernel fills in the identifier
@@ -189,24 +206,20 @@ pub fn icmp_echo(ns: &NetNs, dst: IpAddr, timeout: Duration) -> Result<Verdict, 
         pkt.extend_from_slice(&seq.to_be_bytes());
         pkt.extend_from_slice(PAYLOAD);
         sock.send(&pkt)?;
-        let deadline = Instant::now() + timeout;
         let mut buf = [MaybeUninit::<u8>::uninit(); 1500];
-        loop {
-            let n = sock.recv(&mut buf)?;
-            // SAFETY: recv initialised the first n bytes.
-            let got: Vec<u8> = buf[..n]
-                .iter()
-                .map(|b| unsafe { b.assume_init() })
-                .collect();
-            if got.len() >= 8 && got[0] == reply && got[6..8] == seq.to_be_bytes() {
-                return Ok(Verdict::Pass);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(Verdict::Drop);
-            }
-            sock.set_read_timeout(Some(left))?;
-        }
+        until_reply(
+            timeout,
+            |left| sock.set_read_timeout(Some(left)),
+            || {
+                let n = sock.recv(&mut buf)?;
+                // SAFETY: recv initialised the first n bytes.
+                let got: Vec<u8> = buf[..n]
+                    .iter()
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect();
+                Ok(got.len() >= 8 && got[0] == reply && got[6..8] == seq.to_be_bytes())
+            },
+        )
     };
     classify("ICMP probe", exchange())
 }

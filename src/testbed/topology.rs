@@ -489,42 +489,21 @@ async fn build_external(
             .await
             .map_err(rtnl("setting up", ifname))?;
     }
-    let v4 = |a: Ipv4Addr, len| IpNet::new(IpAddr::V4(a), len).map_err(spec_err);
-    link::add_address(hh, HOST_EXT_IFNAME, v4(HOST_EXT_V4, EXT_PREFIX_V4)?)
-        .await
-        .map_err(rtnl("adding", "host external address"))?;
-    link::add_address(&eh, "eth0", v4(EXTERNAL_V4, EXT_PREFIX_V4)?)
-        .await
-        .map_err(rtnl("adding", "external address"))?;
-    // A real node's default route points at its uplink; proxy ARP for 169.254.1.1 relies on it
-    // (the kernel only proxies for destinations routed out of another interface).
-    link::add_route(
+    external_family(
         hh,
-        v4(Ipv4Addr::UNSPECIFIED, 0)?,
-        Some(HOST_EXT_IFNAME),
-        Some(IpAddr::V4(EXTERNAL_V4)),
+        &eh,
+        HOST_EXT_V4.into(),
+        EXTERNAL_V4.into(),
+        EXT_PREFIX_V4,
+        "",
     )
-    .await
-    .map_err(rtnl("adding", "host default route"))?;
+    .await?;
     let (mut ipv6, mut host_ipv6) = (None, None);
     if spec.ipv6 {
-        let v6 = |a: Ipv6Addr, len| IpNet::new(IpAddr::V6(a), len).map_err(spec_err);
-        link::add_address(hh, HOST_EXT_IFNAME, v6(HOST_EXT_V6, EXT_PREFIX_V6)?)
-            .await
-            .map_err(rtnl("adding", "host external IPv6 address"))?;
-        link::add_address(&eh, "eth0", v6(EXTERNAL_V6, EXT_PREFIX_V6)?)
-            .await
-            .map_err(rtnl("adding", "external IPv6 address"))?;
-        link::add_route(
-            hh,
-            v6(Ipv6Addr::UNSPECIFIED, 0)?,
-            Some(HOST_EXT_IFNAME),
-            Some(IpAddr::V6(EXTERNAL_V6)),
-        )
-        .await
-        .map_err(rtnl("adding", "host IPv6 default route"))?;
-        ipv6 = Some(EXTERNAL_V6);
-        host_ipv6 = Some(HOST_EXT_V6);
+        let (host, ext) = (HOST_EXT_V6, EXTERNAL_V6);
+        external_family(hh, &eh, host.into(), ext.into(), EXT_PREFIX_V6, "IPv6 ").await?;
+        ipv6 = Some(ext);
+        host_ipv6 = Some(host);
     }
     Ok(External {
         netns,
@@ -535,6 +514,35 @@ async fn build_external(
         ipv6,
         host_ipv6,
     })
+}
+
+/// One family of the external link: `host` on the host's end, `external` on the external
+/// namespace's `eth0`, and the host's default route through `external` (`fam` names the family
+/// in errors: "" or "IPv6 ").
+async fn external_family(
+    hh: &RtnlHandle,
+    eh: &RtnlHandle,
+    host: IpAddr,
+    external: IpAddr,
+    prefix: u8,
+    fam: &str,
+) -> Result<(), TestbedError> {
+    let net = |a: IpAddr, len| IpNet::new(a, len).map_err(spec_err);
+    link::add_address(hh, HOST_EXT_IFNAME, net(host, prefix)?)
+        .await
+        .map_err(rtnl("adding", &format!("host external {fam}address")))?;
+    link::add_address(eh, "eth0", net(external, prefix)?)
+        .await
+        .map_err(rtnl("adding", &format!("external {fam}address")))?;
+    // A real node's default route points at its uplink; proxy ARP for 169.254.1.1 relies on it
+    // (the kernel only proxies for destinations routed out of another interface).
+    let any = match host {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    link::add_route(hh, net(any, 0)?, Some(HOST_EXT_IFNAME), Some(external))
+        .await
+        .map_err(rtnl("adding", &format!("host {fam}default route")))
 }
 
 /// `ip link set IFNAME address MAC`.
