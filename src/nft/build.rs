@@ -295,35 +295,20 @@ impl RuleBuilder {
         } else {
             this.write_text(format_args!("{fam} {word} {op}{net}"));
         }
+        let load = |len: u32| Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len,
+            dreg: Reg::R1,
+        };
         let exprs = if prefix == full * 8 {
-            vec![
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    len: full,
-                    dreg: Reg::R1,
-                },
-                cmp(eq_or_neq(neg), bytes),
-            ]
+            vec![load(full), cmp(eq_or_neq(neg), bytes)]
         } else if prefix % 8 == 0 && prefix > 0 {
-            let n = (prefix / 8) as usize;
-            vec![
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    len: n as u32,
-                    dreg: Reg::R1,
-                },
-                cmp(eq_or_neq(neg), bytes[..n].to_vec()),
-            ]
+            let n = prefix / 8;
+            vec![load(n), cmp(eq_or_neq(neg), bytes[..n as usize].to_vec())]
         } else {
             vec![
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    len: full,
-                    dreg: Reg::R1,
-                },
+                load(full),
                 Expr::Bitwise {
                     sreg: Reg::R1,
                     dreg: Reg::R1,

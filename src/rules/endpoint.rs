@@ -699,132 +699,93 @@ impl Renderer {
         hep: &HostEndpoint,
         noop: NoopPolicy,
     ) -> Vec<TextChain> {
-        let none: &[String] = &[];
-        let mut out = Vec::new();
-        let spec = |layer: Layer,
-                    kind: EndpointKind,
-                    which: EndpointChain,
-                    dir: Direction,
-                    tiers,
-                    profiles,
-                    failsafe: Option<&str>,
-                    allow| EndpointChainSpec {
-            name: endpoint_chain(layer, which, iface),
-            layer,
-            kind,
-            dir,
-            tiers,
-            profiles,
-            failsafe: failsafe.map(|f| layer.chain(f)),
-            admin_up: true,
-            allow,
-            workload_egress: false,
-            packet_rate: None,
-            max_connections: None,
-            side_exit: 0,
+        // Each chain's direction and failsafe follow from which chain it is, and its policies
+        // from its kind.
+        let spec = |layer: Layer, kind: EndpointKind, which: EndpointChain, allow| {
+            let (dir, failsafe) = match which {
+                EndpointChain::ToHost | EndpointChain::ToHostForward => {
+                    (Direction::Outbound, logical::FAILSAFE_OUT)
+                }
+                _ => (Direction::Inbound, logical::FAILSAFE_IN),
+            };
+            let none: &[String] = &[];
+            let (tiers, profiles) = match kind {
+                EndpointKind::Normal => (&hep.tiers[..], &hep.profile_ids[..]),
+                EndpointKind::Forward => (&hep.forward_tiers[..], none),
+                EndpointKind::PreDnat => (&hep.pre_dnat_tiers[..], none),
+                EndpointKind::Untracked => (&hep.untracked_tiers[..], none),
+            };
+            EndpointChainSpec {
+                name: endpoint_chain(layer, which, iface),
+                layer,
+                kind,
+                dir,
+                tiers,
+                profiles,
+                failsafe: (kind != EndpointKind::Forward).then(|| layer.chain(failsafe)),
+                admin_up: true,
+                allow,
+                workload_egress: false,
+                packet_rate: None,
+                max_connections: None,
+                side_exit: 0,
+            }
         };
         let fa = self.cfg.filter_allow_action;
-        let specs = [
+        let mut specs = vec![
             spec(
                 Layer::Filter,
                 EndpointKind::Normal,
                 EndpointChain::ToHost,
-                Direction::Outbound,
-                &hep.tiers[..],
-                &hep.profile_ids[..],
-                Some(logical::FAILSAFE_OUT),
                 fa,
             ),
             spec(
                 Layer::Filter,
                 EndpointKind::Normal,
                 EndpointChain::FromHost,
-                Direction::Inbound,
-                &hep.tiers[..],
-                &hep.profile_ids[..],
-                Some(logical::FAILSAFE_IN),
                 fa,
             ),
             spec(
                 Layer::Filter,
                 EndpointKind::Forward,
                 EndpointChain::ToHostForward,
-                Direction::Outbound,
-                &hep.forward_tiers[..],
-                none,
-                None,
                 fa,
             ),
             spec(
                 Layer::Filter,
                 EndpointKind::Forward,
                 EndpointChain::FromHostForward,
-                Direction::Inbound,
-                &hep.forward_tiers[..],
-                none,
-                None,
                 fa,
             ),
             spec(
                 Layer::Mangle,
                 EndpointKind::Normal,
                 EndpointChain::ToHost,
-                Direction::Outbound,
-                &hep.tiers[..],
-                &hep.profile_ids[..],
-                Some(logical::FAILSAFE_OUT),
                 AllowAction::Return,
             ),
         ];
-        for s in &specs {
-            out.push(self.endpoint_chain(family, s, noop));
-        }
         if !hep.pre_dnat_tiers.is_empty() {
-            out.push(self.endpoint_chain(
-                family,
-                &spec(
-                    Layer::Mangle,
-                    EndpointKind::PreDnat,
-                    EndpointChain::FromHost,
-                    Direction::Inbound,
-                    &hep.pre_dnat_tiers[..],
-                    none,
-                    Some(logical::FAILSAFE_IN),
-                    self.cfg.mangle_allow_action,
-                ),
-                noop,
+            specs.push(spec(
+                Layer::Mangle,
+                EndpointKind::PreDnat,
+                EndpointChain::FromHost,
+                self.cfg.mangle_allow_action,
             ));
         }
         if !hep.untracked_tiers.is_empty() && iface != "*" {
-            for (which, dir, fs) in [
-                (
-                    EndpointChain::ToHost,
-                    Direction::Outbound,
-                    logical::FAILSAFE_OUT,
-                ),
-                (
-                    EndpointChain::FromHost,
-                    Direction::Inbound,
-                    logical::FAILSAFE_IN,
-                ),
-            ] {
-                out.push(self.endpoint_chain(
-                    family,
-                    &spec(
-                        Layer::Raw,
-                        EndpointKind::Untracked,
-                        which,
-                        dir,
-                        &hep.untracked_tiers[..],
-                        none,
-                        Some(fs),
-                        AllowAction::Accept,
-                    ),
-                    noop,
+            for which in [EndpointChain::ToHost, EndpointChain::FromHost] {
+                specs.push(spec(
+                    Layer::Raw,
+                    EndpointKind::Untracked,
+                    which,
+                    AllowAction::Accept,
                 ));
             }
         }
-        out
+        specs
+            .iter()
+            .map(|s| self.endpoint_chain(family, s, noop))
+            .collect()
     }
 
     /// The dispatch-map elements of a host endpoint on a real interface: `(map name, element)`

@@ -59,6 +59,15 @@ fn fam_v6(family: Family) -> bool {
     family == Family::Ip6
 }
 
+/// The tunnels whose packets between Calico hosts the filter chains allow.
+#[derive(Clone, Copy)]
+enum Tunnel {
+    Ipip,
+    Vxlan,
+    /// WireGuard on its UDP port.
+    Wireguard(u16),
+}
+
 /// What every static chain of one family is built from.
 struct Statics {
     family: Family,
@@ -151,10 +160,15 @@ impl Renderer {
         );
     }
 
-    /// Allows `b`'s tunnel packets (IPIP, VXLAN, WireGuard) between this host and a peer: `peer`
-    /// is the peer's side of the packet (`Src` coming in, `Dst` going out), in `set` when given;
+    /// Allows `tunnel`'s packets between this host and a peer: `peer` is the peer's side of the
+    /// packet (`Src` coming in, `Dst` going out), in the tunnel's set of peers when it has one;
     /// the other side must be one of this host's addresses.
-    fn tunnel_allow(&self, b: RuleBuilder, peer: Dir, set: Option<&str>) -> BuiltRule {
+    fn tunnel_allow(&self, s: &Statics, tunnel: Tunnel, peer: Dir) -> BuiltRule {
+        let (b, set) = match tunnel {
+            Tunnel::Ipip => (s.rule().l4proto(4), Some(&s.hosts_set)),
+            Tunnel::Vxlan => (s.udp_dport(self.cfg.vxlan_port), Some(&s.vxlan_set)),
+            Tunnel::Wireguard(port) => (s.udp_dport(port), None),
+        };
         let local = match peer {
             Dir::Src => Dir::Dst,
             Dir::Dst => Dir::Src,
@@ -463,7 +477,7 @@ impl Renderer {
         let mut c = ChainBuilder::new(&Layer::Filter.chain(logical::INPUT));
         if s.ipip {
             c.push(
-                self.tunnel_allow(s.rule().l4proto(4), Dir::Src, Some(&s.hosts_set)),
+                self.tunnel_allow(s, Tunnel::Ipip, Dir::Src),
                 &["Allow IPIP packets from Calico hosts"],
             );
             c.push(
@@ -474,11 +488,7 @@ impl Renderer {
         }
         if s.vxlan {
             c.push(
-                self.tunnel_allow(
-                    s.udp_dport(self.cfg.vxlan_port),
-                    Dir::Src,
-                    Some(&s.vxlan_set),
-                ),
+                self.tunnel_allow(s, Tunnel::Vxlan, Dir::Src),
                 &["Allow VXLAN packets from allowed hosts"],
             );
             let b = s
@@ -494,7 +504,7 @@ impl Renderer {
         }
         if let Some(port) = s.wg_port {
             c.push(
-                self.tunnel_allow(s.udp_dport(port), Dir::Src, None),
+                self.tunnel_allow(s, Tunnel::Wireguard(port), Dir::Src),
                 &["Allow incoming Wireguard packets"],
             );
         }
@@ -557,27 +567,24 @@ impl Renderer {
         for p in &s.prefixes {
             c.push(s.rule().oifname(p).counter().ret().build(), &[]);
         }
-        if s.ipip {
-            c.push(
-                self.tunnel_allow(s.rule().l4proto(4), Dir::Dst, Some(&s.hosts_set)),
-                &["Allow IPIP packets to other Calico hosts"],
-            );
-        }
-        if s.vxlan {
-            c.push(
-                self.tunnel_allow(
-                    s.udp_dport(self.cfg.vxlan_port),
-                    Dir::Dst,
-                    Some(&s.vxlan_set),
-                ),
-                &["Allow VXLAN packets to other Calico hosts"],
-            );
-        }
-        if let Some(port) = s.wg_port {
-            c.push(
-                self.tunnel_allow(s.udp_dport(port), Dir::Dst, None),
-                &["Allow outgoing Wireguard packets"],
-            );
+        let tunnels = [
+            (
+                s.ipip.then_some(Tunnel::Ipip),
+                "Allow IPIP packets to other Calico hosts",
+            ),
+            (
+                s.vxlan.then_some(Tunnel::Vxlan),
+                "Allow VXLAN packets to other Calico hosts",
+            ),
+            (
+                s.wg_port.map(Tunnel::Wireguard),
+                "Allow outgoing Wireguard packets",
+            ),
+        ];
+        for (tunnel, comment) in tunnels {
+            if let Some(tunnel) = tunnel {
+                c.push(self.tunnel_allow(s, tunnel, Dir::Dst), &[comment]);
+            }
         }
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
         self.host_endpoint_policy(

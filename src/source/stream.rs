@@ -105,7 +105,11 @@ pub fn read_lines_blocking<R: std::io::Read>(
         }
         let skipped = if over_long(&buf, max_len) {
             buf.clear();
-            discard_line_blocking(&mut reader).map_err(|source| read_error(&stream, source))?
+            // The rest of the line, through its newline or EOF, read and dropped unheld.
+            let dropped = reader
+                .skip_until(b'\n')
+                .map_err(|source| read_error(&stream, source))?;
+            dropped as u64
         } else {
             0
         };
@@ -146,26 +150,6 @@ async fn discard_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> std::i
     let mut dropped = 0u64;
     loop {
         let chunk = reader.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(dropped);
-        }
-        let (n, done) = through_newline(chunk);
-        reader.consume(n);
-        dropped += n as u64;
-        if done {
-            return Ok(dropped);
-        }
-    }
-}
-
-/// [`discard_line`] with blocking reads.
-fn discard_line_blocking<R: std::io::Read>(
-    reader: &mut std::io::BufReader<R>,
-) -> std::io::Result<u64> {
-    use std::io::BufRead;
-    let mut dropped = 0u64;
-    loop {
-        let chunk = reader.fill_buf()?;
         if chunk.is_empty() {
             return Ok(dropped);
         }
