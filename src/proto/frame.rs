@@ -16,10 +16,12 @@
 //! misaligned stream must fail clearly, not ask for an exabyte. A stream that ends inside a frame
 //! is an error; one that ends exactly between frames is the clean end.
 
-use std::io::{self, BufReader, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// The default largest frame (64 MiB). Felix's biggest messages are IP set snapshots; a
 /// million IPv6 members is well under this.
@@ -102,13 +104,11 @@ impl Position {
 /// Read buffer: many small frames arriving in one pipe read cost one syscall.
 const BUFFER: usize = 64 * 1024;
 
-/// Reads frames from a byte stream (fd 3) with blocking reads. Buffered.
-pub struct FrameReader<R> {
-    inner: BufReader<R>,
-    at: Position,
-}
+/// Reads frames from a byte stream with blocking reads: the async reader over [`BlockingRead`],
+/// driven on the calling thread, so that one parser serves both kinds of stream.
+pub struct FrameReader<R>(AsyncFrameReader<BlockingRead<R>>);
 
-impl<R: Read> FrameReader<R> {
+impl<R: Read + Unpin> FrameReader<R> {
     /// A reader enforcing [`MAX_FRAME_LEN`].
     pub fn new(inner: R) -> Self {
         Self::with_max_len(inner, MAX_FRAME_LEN)
@@ -116,46 +116,46 @@ impl<R: Read> FrameReader<R> {
 
     /// A reader with another size limit.
     pub fn with_max_len(inner: R, max_len: u64) -> Self {
-        FrameReader {
-            inner: BufReader::with_capacity(BUFFER, inner),
-            at: Position { index: 0, max_len },
-        }
+        FrameReader(AsyncFrameReader::with_max_len(BlockingRead(inner), max_len))
     }
 
     /// How many whole frames have been read.
     pub fn frames_read(&self) -> u64 {
-        self.at.index
+        self.0.frames_read()
     }
 
     /// The next frame's body; `Ok(None)` at a clean end of stream (EOF between frames).
     pub fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        let mut header = [0u8; HEADER_LEN];
-        let got = read_full(&mut self.inner, &mut header).map_err(|e| self.at.io(e))?;
-        let Some(len) = self.at.header(header, got)? else {
-            return Ok(None);
-        };
-        let mut body = vec![0u8; len];
-        let got = read_full(&mut self.inner, &mut body).map_err(|e| self.at.io(e))?;
-        self.at.body(body, got).map(Some)
+        futures::executor::block_on(self.0.read_frame())
     }
 }
 
-/// Fills `buf` unless the stream ends first; returns how many bytes were read. Unlike
-/// `read_exact`, says how far it got, so a truncation can be reported precisely.
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match r.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+/// A blocking reader as an [`AsyncRead`] that is always ready: each poll reads, blocking the
+/// thread. It lets a thread with blocking reads run the same async read loop as a task on the
+/// runtime (under `futures::executor::block_on`), so each loop is written once.
+pub struct BlockingRead<R>(pub R);
+
+impl<R: Read + Unpin> AsyncRead for BlockingRead<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let inner = &mut self.get_mut().0;
+        loop {
+            match inner.read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
         }
     }
-    Ok(filled)
 }
 
-/// [`FrameReader`] over an async stream (fd 3 as a pipe the runtime polls).
+/// Reads frames from an async stream (fd 3 as a pipe the runtime polls). Buffered.
 pub struct AsyncFrameReader<R> {
     inner: tokio::io::BufReader<R>,
     at: Position,
@@ -180,25 +180,26 @@ impl<R: AsyncRead + Unpin> AsyncFrameReader<R> {
         self.at.index
     }
 
-    /// As [`FrameReader::read_frame`].
+    /// The next frame's body; `Ok(None)` at a clean end of stream (EOF between frames).
     pub async fn read_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         let mut header = [0u8; HEADER_LEN];
-        let got = read_full_async(&mut self.inner, &mut header)
+        let got = read_full(&mut self.inner, &mut header)
             .await
             .map_err(|e| self.at.io(e))?;
         let Some(len) = self.at.header(header, got)? else {
             return Ok(None);
         };
         let mut body = vec![0u8; len];
-        let got = read_full_async(&mut self.inner, &mut body)
+        let got = read_full(&mut self.inner, &mut body)
             .await
             .map_err(|e| self.at.io(e))?;
         self.at.body(body, got).map(Some)
     }
 }
 
-/// [`read_full`] for an async stream.
-async fn read_full_async<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+/// Fills `buf` unless the stream ends first; returns how many bytes were read. Unlike
+/// `read_exact`, says how far it got, so a truncation can be reported precisely.
+async fn read_full<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match r.read(&mut buf[filled..]).await {

@@ -29,8 +29,8 @@ use crate::nft::model::{Chain, Element, ElementDelta, Exprs, Family, Set, Table,
 use crate::proto::types::{HostEndpoint, HostEndpointId, PolicyId, WorkloadEndpointId};
 
 use super::{
-    names, policy, render_base_head, render_dispatch_maps, render_hep_statics, render_policy,
-    render_profile, render_workload_derived, side, Direction, Dirs, Layer, Members, Model, Refs,
+    names, policy, render_base_head, render_dispatch_maps, render_hep_statics, render_owner,
+    render_workload_derived, side, Direction, Dirs, Layer, Members, Model, OwnerRef, Refs,
     Renderer, RulesError,
 };
 
@@ -264,6 +264,15 @@ struct Todo {
 enum RuleOwner {
     Policy(PolicyId),
     Profile(String),
+}
+
+impl RuleOwner {
+    fn borrowed(&self) -> OwnerRef<'_> {
+        match self {
+            RuleOwner::Policy(id) => OwnerRef::Policy(id),
+            RuleOwner::Profile(n) => OwnerRef::Profile(n),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -736,10 +745,7 @@ impl Incremental {
             let mut uses = BTreeSet::new();
             if !dirs.is_empty() {
                 for &f in &self.families {
-                    let (c, s) = match &owner {
-                        RuleOwner::Policy(id) => render_policy(&self.r, f, m, (layer, id), &dirs),
-                        RuleOwner::Profile(n) => render_profile(&self.r, f, m, (layer, n), &dirs),
-                    };
+                    let (c, s) = render_owner(&self.r, f, m, (layer, owner.borrowed()), &dirs);
                     chains.extend(c.into_iter().map(|c| (t, f, c.chain)));
                     sets.extend(s.into_iter().map(|s| (t, f, s)));
                 }

@@ -840,53 +840,42 @@ fn empty_ipsets(model: &Model, family: Family) -> impl Fn(&str) -> bool + '_ {
     move |id: &str| model.ipsets.get(id).is_none_or(|m| !m.has_family(v6))
 }
 
-/// The chains (and their shared sets) of one referenced policy, in the directions used; a
-/// policy Felix has not sent (yet) gets chains that drop (fail closed).
-pub(crate) fn render_policy(
-    r: &Renderer,
-    family: Family,
-    model: &Model,
-    (layer, id): (Layer, &PolicyId),
-    dirs: &[Direction],
-) -> (Vec<TextChain>, Vec<Set>) {
-    match model.policies.get(id) {
-        Some(p) => {
-            let empty = empty_ipsets(model, family);
-            let pc = r.policy_chains(family, layer, id, p, dirs, &empty);
-            (pc.chains, pc.sets)
-        }
-        None => {
-            let chains = dirs
-                .iter()
-                .map(|d| r.missing_chain(family, layer, &names::policy_chain(layer, *d, id)))
-                .collect();
-            (chains, Vec::new())
-        }
-    }
+/// What owns a group of rule chains, borrowed: a policy or a profile.
+#[derive(Clone, Copy)]
+pub(crate) enum OwnerRef<'a> {
+    Policy(&'a PolicyId),
+    Profile(&'a str),
 }
 
-/// The chains (and their shared sets) of one referenced profile.
-pub(crate) fn render_profile(
+/// The chains (and their shared sets) of one referenced policy or profile, in the directions
+/// used; one Felix has not sent (yet) gets chains that drop (fail closed).
+pub(crate) fn render_owner(
     r: &Renderer,
     family: Family,
     model: &Model,
-    (layer, name): (Layer, &str),
+    (layer, owner): (Layer, OwnerRef),
     dirs: &[Direction],
 ) -> (Vec<TextChain>, Vec<Set>) {
-    match model.profiles.get(name) {
-        Some(p) => {
-            let empty = empty_ipsets(model, family);
-            let pc = r.profile_chains(family, layer, name, p, dirs, &empty);
-            (pc.chains, pc.sets)
+    let empty = empty_ipsets(model, family);
+    let rendered = match owner {
+        OwnerRef::Policy(id) => {
+            (model.policies.get(id)).map(|p| r.policy_chains(family, layer, id, p, dirs, &empty))
         }
-        None => {
-            let chains = dirs
-                .iter()
-                .map(|d| r.missing_chain(family, layer, &names::profile_chain(layer, *d, name)))
-                .collect();
-            (chains, Vec::new())
-        }
+        OwnerRef::Profile(name) => (model.profiles.get(name))
+            .map(|p| r.profile_chains(family, layer, name, p, dirs, &empty)),
+    };
+    if let Some(pc) = rendered {
+        return (pc.chains, pc.sets);
     }
+    let chain_name = |d: Direction| match owner {
+        OwnerRef::Policy(id) => names::policy_chain(layer, d, id),
+        OwnerRef::Profile(name) => names::profile_chain(layer, d, name),
+    };
+    let chains = dirs
+        .iter()
+        .map(|d| r.missing_chain(family, layer, &chain_name(*d)))
+        .collect();
+    (chains, Vec::new())
 }
 
 /// Renders the whole model as tables with the `nft` text of every rule, every workload in the
@@ -1006,15 +995,15 @@ pub fn render_text_placed(
 
 /// The referenced policies and profiles, in the layers and directions they are used.
 fn render_refs(r: &Renderer, family: Family, model: &Model, refs: &Refs, t: &mut TextTable) {
-    for ((layer, id), dirs) in &refs.policies {
+    let owners = (refs.policies.iter())
+        .map(|((layer, id), dirs)| (*layer, OwnerRef::Policy(id), dirs))
+        .chain(
+            (refs.profiles.iter())
+                .map(|((layer, name), dirs)| (*layer, OwnerRef::Profile(name), dirs)),
+        );
+    for (layer, owner, dirs) in owners {
         let dirs: Vec<Direction> = dirs.iter().collect();
-        let (chains, sets) = render_policy(r, family, model, (*layer, id), &dirs);
-        chains.into_iter().for_each(|c| t.add_chain(c));
-        sets.into_iter().for_each(|s| t.add_set(s));
-    }
-    for ((layer, name), dirs) in &refs.profiles {
-        let dirs: Vec<Direction> = dirs.iter().collect();
-        let (chains, sets) = render_profile(r, family, model, (*layer, name), &dirs);
+        let (chains, sets) = render_owner(r, family, model, (layer, owner), &dirs);
         chains.into_iter().for_each(|c| t.add_chain(c));
         sets.into_iter().for_each(|s| t.add_set(s));
     }

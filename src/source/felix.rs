@@ -23,7 +23,7 @@ use super::{
     Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update, CHANNEL_CAPACITY,
 };
 use crate::proto::decode_to_dataplane;
-use crate::proto::frame::{write_frame, AsyncFrameReader, FrameReader};
+use crate::proto::frame::{write_frame, AsyncFrameReader, BlockingRead};
 
 /// Felix → driver (§1.1).
 pub const FD_IN: RawFd = 3;
@@ -91,9 +91,7 @@ pub fn spawn_fd3(
             Ok((
                 rx,
                 Reader::Task(tokio::spawn(async move {
-                    read_frames_async(pipe, tx, max_len)
-                        .await
-                        .inspect_err(log_end)
+                    read_frames(pipe, tx, max_len).await.inspect_err(log_end)
                 })),
             ))
         }
@@ -108,14 +106,17 @@ pub type ThreadReader = (
 );
 
 /// Starts a thread reading frames from `input` with blocking reads; see [`spawn_fd3`].
-pub fn spawn_reader<R: Read + Send + 'static>(
+pub fn spawn_reader<R: Read + Unpin + Send + 'static>(
     input: R,
     max_len: u64,
 ) -> Result<ThreadReader, SourceError> {
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let handle = std::thread::Builder::new()
         .name("felix-fd3".into())
-        .spawn(move || read_frames(input, tx, max_len).inspect_err(log_end))
+        .spawn(move || {
+            futures::executor::block_on(read_frames(BlockingRead(input), tx, max_len))
+                .inspect_err(log_end)
+        })
         .map_err(|source| SourceError::Spawn {
             what: "fd 3 reader",
             source,
@@ -129,29 +130,7 @@ fn log_end(e: &SourceError) {
     tracing::error!(error = %crate::ops::logging::chain(e), "fd 3 input failed; no more updates can be read");
 }
 
-fn read_frames<R: Read>(
-    input: R,
-    tx: mpsc::Sender<Received>,
-    max_len: u64,
-) -> Result<ReadSummary, SourceError> {
-    let mut frames = FrameReader::with_max_len(input, max_len);
-    let mut summary = ReadSummary::default();
-    loop {
-        let index = frames.frames_read();
-        let Some(body) = frames.read_frame().map_err(SourceError::Frame)? else {
-            return Ok(summary);
-        };
-        if tx
-            .blocking_send(frame_item(index, &body, &mut summary))
-            .is_err()
-        {
-            summary.consumer_gone = true;
-            return Ok(summary);
-        }
-    }
-}
-
-async fn read_frames_async<R: AsyncRead + Unpin>(
+async fn read_frames<R: AsyncRead + Unpin>(
     input: R,
     tx: mpsc::Sender<Received>,
     max_len: u64,
@@ -235,7 +214,7 @@ pub fn spawn_writer<W: Write + Send + 'static>(output: W) -> Result<Writer, Sour
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::frame::{encode_frame, MAX_FRAME_LEN};
+    use crate::proto::frame::{encode_frame, FrameReader, MAX_FRAME_LEN};
     use crate::proto::{
         from_dataplane, to_dataplane, DataplaneInSync, FromDataplane, InSync, ToDataplane,
     };

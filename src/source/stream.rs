@@ -27,6 +27,7 @@ use super::{
     input, Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
     CHANNEL_CAPACITY,
 };
+use crate::proto::frame::BlockingRead;
 use crate::proto::{json, ToDataplane};
 
 /// The default longest line (64 MiB, the same bound as an fd 3 frame): an IP set update of
@@ -84,43 +85,13 @@ pub async fn read_lines<R: AsyncRead + Unpin>(
 }
 
 /// [`read_lines`] with blocking reads, for a thread of its own.
-pub fn read_lines_blocking<R: std::io::Read>(
+pub fn read_lines_blocking<R: std::io::Read + Unpin>(
     reader: R,
     stream: Arc<str>,
     tx: &mpsc::Sender<Received>,
     max_len: usize,
 ) -> Result<LineSummary, SourceError> {
-    use std::io::{BufRead, Read};
-    let mut reader = std::io::BufReader::new(reader);
-    let mut summary = LineSummary::default();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = (&mut reader)
-            .take(max_len as u64 + 1)
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| read_error(&stream, source))?;
-        if n == 0 {
-            return Ok(summary);
-        }
-        let skipped = if over_long(&buf, max_len) {
-            buf.clear();
-            // The rest of the line, through its newline or EOF, read and dropped unheld.
-            let dropped = reader
-                .skip_until(b'\n')
-                .map_err(|source| read_error(&stream, source))?;
-            dropped as u64
-        } else {
-            0
-        };
-        let Some(item) = line_item(&buf, skipped, &stream, max_len, &mut summary) else {
-            continue;
-        };
-        if tx.blocking_send(item).is_err() {
-            summary.consumer_gone = true;
-            return Ok(summary);
-        }
-    }
+    futures::executor::block_on(read_lines(BlockingRead(reader), stream, tx, max_len))
 }
 
 fn read_error(stream: &Arc<str>, source: std::io::Error) -> SourceError {
