@@ -293,18 +293,8 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
     let agent4 = start_agent(&cluster, p4)?;
     agent4.send(join.get(p4.node).cloned().unwrap_or_default())?;
     agents.insert(p4.node, agent4);
-    for (n, msgs) in &join {
-        if let Some(a) = agents.get(n.as_str()).filter(|_| n != p4.node) {
-            a.send(msgs.clone())?;
-        }
-    }
-    converged &= wait_converged(&rt, &cluster, &ctl)?;
-    say!(
-        out,
-        "   every node converged after {} ms:",
-        t_join.elapsed().as_millis()
-    );
-    print_overlay(out, &rt, &cluster, &ctl)?;
+    let others = join.iter().filter(|(n, _)| *n != p4.node);
+    converged &= deliver(out, &rt, (&cluster, &ctl), &agents, others, t_join)?;
     let (flows, why) = flows_joined(&cluster, true);
     let m2 = settled_matrix(&flows);
     print_matrix(out, &flows, &why, &m2, None)?;
@@ -325,18 +315,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
         say!(out, "   {n}: {}", kinds(msgs));
     }
     let t_leave = Instant::now();
-    for (n, msgs) in &leave {
-        if let Some(a) = agents.get(n.as_str()) {
-            a.send(msgs.clone())?;
-        }
-    }
-    converged &= wait_converged(&rt, &cluster, &ctl)?;
-    say!(
-        out,
-        "   every node converged after {} ms:",
-        t_leave.elapsed().as_millis()
-    );
-    print_overlay(out, &rt, &cluster, &ctl)?;
+    converged &= deliver(out, &rt, (&cluster, &ctl), &agents, leave.iter(), t_leave)?;
     if let Some(gone) = &gone {
         let mut stray = Vec::new();
         for p in &PLAN[..3] {
@@ -611,6 +590,31 @@ fn kinds(msgs: &[ToDataplane]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Hands each running agent its messages, waits until the overlay converges, and shows how long
+/// that took since `since` and what each node then holds. `Ok(false)` when it did not converge.
+fn deliver<'a>(
+    out: &mut dyn Write,
+    rt: &tokio::runtime::Runtime,
+    (cluster, ctl): (&Cluster, &Controller),
+    agents: &BTreeMap<&str, Agent>,
+    msgs: impl Iterator<Item = (&'a String, &'a Vec<ToDataplane>)>,
+    since: Instant,
+) -> Result<bool, DemoError> {
+    for (n, msgs) in msgs {
+        if let Some(a) = agents.get(n.as_str()) {
+            a.send(msgs.clone())?;
+        }
+    }
+    let converged = wait_converged(rt, cluster, ctl)?;
+    say!(
+        out,
+        "   every node converged after {} ms:",
+        since.elapsed().as_millis()
+    );
+    print_overlay(out, rt, cluster, ctl)?;
+    Ok(converged)
 }
 
 /// Waits until every node holds the overlay for every other node the controller knows.
