@@ -61,20 +61,57 @@ pub const RTPROT_FELIX: u8 = 80;
 /// `RTPROT_BOOT`.
 pub const RTPROT_BOOT: u8 = 3;
 
+/// What the routes Felix writes carry (§15).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteParams {
+    /// `DeviceRouteProtocol` (3): workload routes and routes on a tunnel device carry it.
+    pub protocol: u8,
+    /// `IPv4NormalRoutePriority` / `IPv6NormalRoutePriority` (1024).
+    pub metric_v4: u32,
+    pub metric_v6: u32,
+    /// `DeviceRouteSourceAddress(IPv6)`.
+    pub src_v4: Option<IpAddr>,
+    pub src_v6: Option<IpAddr>,
+}
+
+impl RouteParams {
+    /// Felix's protocol for its routes other than those on a workload or tunnel device: 80
+    /// while the device protocol is boot (3), else the device protocol.
+    pub fn felix_protocol(&self) -> u8 {
+        if self.protocol == RTPROT_BOOT {
+            RTPROT_FELIX
+        } else {
+            self.protocol
+        }
+    }
+
+    /// The route priority of the family.
+    pub fn metric(&self, v6: bool) -> u32 {
+        if v6 {
+            self.metric_v6
+        } else {
+            self.metric_v4
+        }
+    }
+
+    /// The preferred source address of the family's device routes.
+    pub fn src(&self, v6: bool) -> Option<IpAddr> {
+        if v6 {
+            self.src_v6
+        } else {
+            self.src_v4
+        }
+    }
+}
+
 /// Everything the dataplane needs from the configuration, in its own terms.
 #[derive(Debug, Clone)]
 pub struct DataplaneConfig {
     pub rules: RulesConfig,
     /// Owner+persist flags on our tables (`NftablesTableOwner`).
     pub ownership: TableOwnership,
-    /// `DeviceRouteProtocol` (3).
-    pub route_protocol: u8,
-    /// `IPv4NormalRoutePriority` / `IPv6NormalRoutePriority` (1024).
-    pub route_metric_v4: u32,
-    pub route_metric_v6: u32,
-    /// `DeviceRouteSourceAddress(IPv6)`.
-    pub route_src_v4: Option<IpAddr>,
-    pub route_src_v6: Option<IpAddr>,
+    /// What the routes Felix writes carry.
+    pub routes: RouteParams,
     /// `RouteSyncDisabled`: no route or neighbour work at all.
     pub route_sync_disabled: bool,
     /// `RemoveExternalRoutes`: any route on a workload interface is ours.
@@ -109,11 +146,13 @@ impl Default for DataplaneConfig {
         DataplaneConfig {
             rules: RulesConfig::default(),
             ownership: TableOwnership::OwnerPersist,
-            route_protocol: RTPROT_BOOT,
-            route_metric_v4: 1024,
-            route_metric_v6: 1024,
-            route_src_v4: None,
-            route_src_v6: None,
+            routes: RouteParams {
+                protocol: RTPROT_BOOT,
+                metric_v4: 1024,
+                metric_v6: 1024,
+                src_v4: None,
+                src_v6: None,
+            },
             route_sync_disabled: false,
             remove_external_routes: true,
             workload_prefixes: vec!["cali".into()],
@@ -223,11 +262,13 @@ impl DataplaneConfig {
             } else {
                 TableOwnership::Off
             },
-            route_protocol: c.device_route_protocol,
-            route_metric_v4: c.ipv4_normal_route_priority,
-            route_metric_v6: c.ipv6_normal_route_priority,
-            route_src_v4: c.device_route_source_address.map(IpAddr::V4),
-            route_src_v6: c.device_route_source_address_ipv6.map(IpAddr::V6),
+            routes: RouteParams {
+                protocol: c.device_route_protocol,
+                metric_v4: c.ipv4_normal_route_priority,
+                metric_v6: c.ipv6_normal_route_priority,
+                src_v4: c.device_route_source_address.map(IpAddr::V4),
+                src_v6: c.device_route_source_address_ipv6.map(IpAddr::V6),
+            },
             route_sync_disabled: c.route_sync_disabled,
             remove_external_routes: c.remove_external_routes,
             workload_prefixes: c.interface_prefix.clone(),
@@ -264,22 +305,12 @@ impl DataplaneConfig {
         }
     }
 
-    /// Felix's protocol for its routes other than those on a tunnel device: 80 while the
-    /// device protocol is boot (3), else the device protocol.
-    pub fn felix_route_protocol(&self) -> u8 {
-        if self.route_protocol == RTPROT_BOOT {
-            RTPROT_FELIX
-        } else {
-            self.route_protocol
-        }
-    }
-
     /// The protocols whose routes are ours wherever they are (§15): 80, and the configured
     /// device protocol unless it is boot (3), which other tools use too.
     pub fn owned_route_protocols(&self) -> BTreeSet<u8> {
         let mut p = BTreeSet::from([RTPROT_FELIX]);
-        if self.route_protocol != RTPROT_BOOT {
-            p.insert(self.route_protocol);
+        if self.routes.protocol != RTPROT_BOOT {
+            p.insert(self.routes.protocol);
         }
         p
     }
@@ -306,7 +337,7 @@ impl DataplaneConfig {
             None
         } else {
             let mut p = BTreeSet::from([RTPROT_BOOT, RTPROT_FELIX]);
-            p.insert(self.route_protocol);
+            p.insert(self.routes.protocol);
             Some(p)
         }
     }
@@ -1119,7 +1150,7 @@ impl Dataplane {
                 &self.routes,
                 &self.ifaces,
                 |n| self.cfg.is_workload_iface(n),
-                self.overlay_route_params(),
+                self.cfg.routes,
                 keys,
             );
             d.overlay_delta = true;
@@ -1176,21 +1207,9 @@ impl Dataplane {
             if v6 && !self.cfg.ipv6 {
                 continue;
             }
-            let mut r = RouteSpec::device(
-                net,
-                iface.to_string(),
-                self.cfg.route_protocol,
-                if v6 {
-                    self.cfg.route_metric_v6
-                } else {
-                    self.cfg.route_metric_v4
-                },
-            );
-            r.src = if v6 {
-                self.cfg.route_src_v6
-            } else {
-                self.cfg.route_src_v4
-            };
+            let p = &self.cfg.routes;
+            let mut r = RouteSpec::device(net, iface.to_string(), p.protocol, p.metric(v6));
+            r.src = p.src(v6);
             routes.push(r);
             if let (false, Some(mac)) = (v6, mac) {
                 if wep.ipv4_nets.iter().any(|n| parse_host_net(n) == Some(net)) {
@@ -1215,19 +1234,8 @@ impl Dataplane {
                 let net = r.dst.parse::<IpNet>().ok()?;
                 let v6 = net.addr().is_ipv6();
                 (net.prefix_len() < net.max_prefix_len() && (!v6 || self.cfg.ipv6)).then(|| {
-                    RouteSpec::blackhole(
-                        net.trunc(),
-                        if self.cfg.route_protocol == RTPROT_BOOT {
-                            RTPROT_FELIX
-                        } else {
-                            self.cfg.route_protocol
-                        },
-                        if v6 {
-                            self.cfg.route_metric_v6
-                        } else {
-                            self.cfg.route_metric_v4
-                        },
-                    )
+                    let p = &self.cfg.routes;
+                    RouteSpec::blackhole(net.trunc(), p.felix_protocol(), p.metric(v6))
                 })
             })
             .collect()
@@ -1242,7 +1250,7 @@ impl Dataplane {
             &self.routes,
             &self.ifaces,
             |n| self.cfg.is_workload_iface(n),
-            self.overlay_route_params(),
+            self.cfg.routes,
         );
         if !o.noencap_routes.is_empty() {
             d.routes
@@ -1264,15 +1272,6 @@ impl Dataplane {
                 fdb: crate::rtnl::vxlan::Entries::All(dev.fdb),
                 neighbour_changes: Vec::new(),
             });
-        }
-    }
-
-    fn overlay_route_params(&self) -> overlay::RouteParams {
-        overlay::RouteParams {
-            device_protocol: self.cfg.route_protocol,
-            felix_protocol: self.cfg.felix_route_protocol(),
-            metric_v4: self.cfg.route_metric_v4,
-            metric_v6: self.cfg.route_metric_v6,
         }
     }
 

@@ -31,7 +31,7 @@ use crate::rtnl::routes::{RouteSpec, RouteTarget};
 use crate::rtnl::vxlan::{Entries, VxlanSpec, VxlanWanted};
 
 use super::validate::parse_mac;
-use super::IfaceInfo;
+use super::{IfaceInfo, RouteParams};
 
 /// Felix's IPv4 VXLAN device.
 pub const VXLAN_IFACE_V4: &str = "vxlan.calico";
@@ -189,17 +189,6 @@ pub struct Overlay {
     claims: Claims,
     /// What was already reported as unsupported (each said once).
     warned: BTreeSet<String>,
-}
-
-/// Route parameters owned by the dataplane configuration.
-#[derive(Debug, Clone, Copy)]
-pub struct RouteParams {
-    /// `DeviceRouteProtocol`: routes on the VXLAN device carry it.
-    pub device_protocol: u8,
-    /// Felix's protocol for its other routes (80 while the device protocol is boot).
-    pub felix_protocol: u8,
-    pub metric_v4: u32,
-    pub metric_v6: u32,
 }
 
 /// One family's view of the VTEPs and the device.
@@ -512,8 +501,8 @@ impl Overlay {
                         dev: Some(parent),
                         onlink: true,
                     },
-                    protocol: p.felix_protocol,
-                    metric: if v6 { p.metric_v6 } else { p.metric_v4 },
+                    protocol: p.felix_protocol(),
+                    metric: p.metric(v6),
                     src: None,
                     mtu: None,
                 })
@@ -611,7 +600,7 @@ impl Overlay {
             return None;
         }
         let dst = r.dst.parse::<IpNet>().ok().filter(|d| f.of(d))?.trunc();
-        let metric = if f.v6 { p.metric_v6 } else { p.metric_v4 };
+        let metric = p.metric(f.v6);
         let remote_workload = RouteType::RemoteWorkload as i32;
         let remote_tunnel = RouteType::RemoteTunnel as i32;
         let tunnel_own_block = r.types & remote_tunnel != 0 && r.types & remote_workload != 0;
@@ -630,7 +619,7 @@ impl Overlay {
                         dev: Some(parent.clone()),
                         onlink: true,
                     },
-                    protocol: p.felix_protocol,
+                    protocol: p.felix_protocol(),
                     metric,
                     src: None,
                     mtu: None,
@@ -653,7 +642,7 @@ impl Overlay {
             RouteSpec {
                 dst,
                 target,
-                protocol: p.device_protocol,
+                protocol: p.protocol,
                 metric,
                 src: None,
                 mtu: ctx.mtu,
@@ -782,10 +771,11 @@ mod tests {
     }
 
     const P: RouteParams = RouteParams {
-        device_protocol: 3,
-        felix_protocol: 80,
+        protocol: 3,
         metric_v4: 1024,
         metric_v6: 1024,
+        src_v4: None,
+        src_v6: None,
     };
 
     fn eth0(ip: &str) -> BTreeMap<String, IfaceInfo> {
