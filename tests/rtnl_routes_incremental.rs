@@ -308,8 +308,8 @@ fn real_kernel_applies_routes_and_neighbours_incrementally() {
             RouteSpec::device(
                 format!("10.65.0.{i}/32").parse().unwrap(),
                 format!("cali{i}"),
-                cfg.route_protocol,
-                cfg.route_metric_v4,
+                cfg.routes.protocol,
+                cfg.routes.metric_v4,
             )
         };
         let mac = |i: u8| [0xee, 0xee, 0, 0, 0, i];
