@@ -15,7 +15,10 @@ use ipnet::IpNet;
 
 use crate::clip::{Clipped, ClippedQuoted};
 use crate::proto::to_dataplane::Payload;
-use crate::proto::{IpSetType, Policy, PolicyId, Rule, TierInfo, ToDataplane};
+use crate::proto::{
+    HostEndpointUpdate, IpSetDeltaUpdate, IpSetType, IpSetUpdate, Policy, PolicyId, RouteUpdate,
+    Rule, TierInfo, ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpointUpdate,
+};
 use crate::rules::{Members, Model};
 
 /// Linux `IFNAMSIZ` − 1.
@@ -531,57 +534,8 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
         model,
     };
     match p {
-        Payload::IpsetUpdate(u) => {
-            c.id = u.id.clone();
-            if u.id.is_empty() {
-                return Err(c.err("id", "", "an IP set id is required"));
-            }
-            let kind = IpSetType::try_from(u.r#type)
-                .map_err(|_| c.err("type", u.r#type.to_string(), "unknown IP set type"))?;
-            if let Some(before) = model.ipsets.get(&u.id).map(Members::kind) {
-                if before != kind {
-                    if let Some(user) = ipset_users(model, &u.id).into_iter().next() {
-                        return Err(c.err(
-                            "type",
-                            format!("{kind:?}"),
-                            &format!(
-                                "the IP set is of type {before:?} and still referenced by {user}; \
-                                 a set changes type only when nothing uses it"
-                            ),
-                        ));
-                    }
-                }
-            }
-            let parsed = Members::try_parse(kind, &u.members)
-                .map_err(|i| not_member(&c, "members", i, kind, &u.members[i]))?;
-            c.size(parsed.len())?;
-            return Ok(Some(parsed));
-        }
-        Payload::IpsetDeltaUpdate(d) => {
-            c.id = d.id.clone();
-            let Some(kind) = model.ipsets.get(&d.id).map(Members::kind) else {
-                return Err(c.err(
-                    "id",
-                    &d.id,
-                    "delta for an IP set that has not been sent (IPSetUpdate must come first)",
-                ));
-            };
-            members(&c, "added_members", kind, &d.added_members)?;
-            members(&c, "removed_members", kind, &d.removed_members)?;
-            if let Some(current) = model.ipsets.get(&d.id) {
-                // Counted exactly only when a bound says it might be over.
-                if current.len() + d.added_members.len() > model.config.max_ipset_size {
-                    let mut after = current.clone();
-                    for m in &d.removed_members {
-                        after.remove(m);
-                    }
-                    for m in &d.added_members {
-                        after.insert(m);
-                    }
-                    c.size(after.len())?;
-                }
-            }
-        }
+        Payload::IpsetUpdate(u) => return ipset_update(&mut c, u),
+        Payload::IpsetDeltaUpdate(d) => ipset_delta_update(&mut c, d)?,
         Payload::IpsetRemove(r) => {
             c.id = r.id.clone();
             if let Some(user) = ipset_users(model, &r.id).into_iter().next() {
@@ -619,67 +573,8 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
                 c.rules("profile.outbound_rules", &profile.outbound_rules)?;
             }
         }
-        Payload::WorkloadEndpointUpdate(u) => {
-            let Some(id) = &u.id else {
-                return Err(c.err("id", "", "a workload endpoint id is required"));
-            };
-            c.id = format!(
-                "{}/{}/{}",
-                id.orchestrator_id, id.workload_id, id.endpoint_id
-            );
-            let Some(e) = &u.endpoint else {
-                return Err(c.err("endpoint", "", "the endpoint is required"));
-            };
-            c.ifname("endpoint.name", &e.name, false)?;
-            if !e.mac.is_empty() && parse_mac(&e.mac).is_none() {
-                return Err(c.err("endpoint.mac", &e.mac, "not a MAC address"));
-            }
-            c.cidrs(&"endpoint.ipv4_nets", &e.ipv4_nets)?;
-            c.cidrs(&"endpoint.ipv6_nets", &e.ipv6_nets)?;
-            for (i, n) in e.ipv4_nets.iter().enumerate() {
-                if n.parse::<IpNet>()
-                    .map(|n| !matches!(n, IpNet::V4(_)))
-                    .unwrap_or(false)
-                {
-                    return Err(c.err(format!("endpoint.ipv4_nets[{i}]"), n, "not an IPv4 CIDR"));
-                }
-            }
-            for (i, n) in e.ipv6_nets.iter().enumerate() {
-                if n.parse::<IpNet>()
-                    .map(|n| !matches!(n, IpNet::V6(_)))
-                    .unwrap_or(false)
-                {
-                    return Err(c.err(format!("endpoint.ipv6_nets[{i}]"), n, "not an IPv6 CIDR"));
-                }
-            }
-            c.cidrs(
-                &"endpoint.allow_spoofed_source_prefixes",
-                &e.allow_spoofed_source_prefixes,
-            )?;
-            for (i, nat) in e.ipv4_nat.iter().chain(&e.ipv6_nat).enumerate() {
-                c.addr(&format!("endpoint.ip_nat[{i}].ext_ip"), &nat.ext_ip)?;
-                c.addr(&format!("endpoint.ip_nat[{i}].int_ip"), &nat.int_ip)?;
-            }
-            c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
-            c.tiers("endpoint.tiers", &e.tiers)?;
-        }
-        Payload::HostEndpointUpdate(u) => {
-            let Some(id) = &u.id else {
-                return Err(c.err("id", "", "a host endpoint id is required"));
-            };
-            c.id = id.endpoint_id.clone();
-            let Some(e) = &u.endpoint else {
-                return Err(c.err("endpoint", "", "the endpoint is required"));
-            };
-            c.ifname("endpoint.name", &e.name, true)?;
-            c.cidrs(&"endpoint.expected_ipv4_addrs", &e.expected_ipv4_addrs)?;
-            c.cidrs(&"endpoint.expected_ipv6_addrs", &e.expected_ipv6_addrs)?;
-            c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
-            c.tiers("endpoint.tiers", &e.tiers)?;
-            c.tiers("endpoint.untracked_tiers", &e.untracked_tiers)?;
-            c.tiers("endpoint.pre_dnat_tiers", &e.pre_dnat_tiers)?;
-            c.tiers("endpoint.forward_tiers", &e.forward_tiers)?;
-        }
+        Payload::WorkloadEndpointUpdate(u) => workload_endpoint_update(&mut c, u)?,
+        Payload::HostEndpointUpdate(u) => host_endpoint_update(&mut c, u)?,
         Payload::HostMetadataUpdate(u) | Payload::HostMetadataV4v6Update(u) => {
             c.id = u.hostname.clone();
             c.addr("ipv4_addr", &u.ipv4_addr)?;
@@ -689,78 +584,14 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
             c.id = u.hostname.clone();
             c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
         }
-        Payload::VtepUpdate(u) => {
-            c.id = u.node.clone();
-            if u.node.is_empty() {
-                return Err(c.err("node", "", "a node name is required"));
-            }
-            c.family_addr("ipv4_addr", &u.ipv4_addr, false)?;
-            c.family_addr("parent_device_ip", &u.parent_device_ip, false)?;
-            c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
-            c.family_addr("parent_device_ipv6", &u.parent_device_ipv6, true)?;
-            for (field, mac, addr, parent) in [
-                ("mac", &u.mac, &u.ipv4_addr, &u.parent_device_ip),
-                ("mac_v6", &u.mac_v6, &u.ipv6_addr, &u.parent_device_ipv6),
-            ] {
-                if mac.is_empty() && addr.is_empty() {
-                    continue;
-                }
-                if !addr.is_empty() && parent.is_empty() {
-                    let pf = if field == "mac" {
-                        "parent_device_ip"
-                    } else {
-                        "parent_device_ipv6"
-                    };
-                    return Err(c.err(
-                        pf,
-                        "",
-                        "a VTEP with a tunnel address needs its node's address",
-                    ));
-                }
-                match parse_mac(mac) {
-                    Some(m) if m[0] & 1 == 0 && m != [0; 6] => {}
-                    Some(_) => {
-                        return Err(c.err(field, mac.as_str(), "not a unicast MAC address"));
-                    }
-                    None => {
-                        return Err(c.err(
-                            field,
-                            mac.as_str(),
-                            "not a MAC address (aa:bb:cc:dd:ee:ff)",
-                        ));
-                    }
-                }
-            }
-        }
+        Payload::VtepUpdate(u) => vtep_update(&mut c, u)?,
         Payload::VtepRemove(r) => {
             c.id = r.node.clone();
             if r.node.is_empty() {
                 return Err(c.err("node", "", "a node name is required"));
             }
         }
-        Payload::RouteUpdate(u) => {
-            c.id = u.dst.clone();
-            if u.dst.parse::<IpNet>().is_err() {
-                return Err(c.err("dst", u.dst.as_str(), "not a CIDR"));
-            }
-            const KNOWN_TYPES: i32 = 1 | 2 | 4 | 8 | 16 | 32;
-            if u.types & !KNOWN_TYPES != 0 {
-                return Err(c.err(
-                    "types",
-                    u.types.to_string(),
-                    "unknown route type bits (known: REMOTE_WORKLOAD 1, REMOTE_HOST 2, LOCAL_WORKLOAD 4, LOCAL_HOST 8, REMOTE_TUNNEL 16, LOCAL_TUNNEL 32)",
-                ));
-            }
-            if crate::proto::IpPoolType::try_from(u.ip_pool_type).is_err() {
-                return Err(c.err(
-                    "ip_pool_type",
-                    u.ip_pool_type.to_string(),
-                    "unknown IP pool type (known: NONE 0, NO_ENCAP 1, VXLAN 2, IPIP 3)",
-                ));
-            }
-            c.addr("dst_node_ip", &u.dst_node_ip)?;
-            c.no_local_workload_hidden(u)?;
-        }
+        Payload::RouteUpdate(u) => route_update(&mut c, u)?,
         Payload::RouteRemove(r) => {
             c.id = r.dst.clone();
             if r.dst.parse::<IpNet>().is_err() {
@@ -783,6 +614,200 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
         _ => {}
     }
     Ok(None)
+}
+
+/// An IP set's whole membership: a known type, members of that type, the size bound; a set still
+/// referenced keeps its type.
+fn ipset_update(c: &mut Ctx<'_>, u: &IpSetUpdate) -> Result<Option<Members>, InputError> {
+    c.id = u.id.clone();
+    if u.id.is_empty() {
+        return Err(c.err("id", "", "an IP set id is required"));
+    }
+    let kind = IpSetType::try_from(u.r#type)
+        .map_err(|_| c.err("type", u.r#type.to_string(), "unknown IP set type"))?;
+    if let Some(before) = c.model.ipsets.get(&u.id).map(Members::kind) {
+        if before != kind {
+            if let Some(user) = ipset_users(c.model, &u.id).into_iter().next() {
+                return Err(c.err(
+                    "type",
+                    format!("{kind:?}"),
+                    &format!(
+                        "the IP set is of type {before:?} and still referenced by {user}; \
+                         a set changes type only when nothing uses it"
+                    ),
+                ));
+            }
+        }
+    }
+    let parsed = Members::try_parse(kind, &u.members)
+        .map_err(|i| not_member(&c, "members", i, kind, &u.members[i]))?;
+    c.size(parsed.len())?;
+    Ok(Some(parsed))
+}
+
+/// Members added to and removed from a set already sent; the size bound on the result.
+fn ipset_delta_update(c: &mut Ctx<'_>, d: &IpSetDeltaUpdate) -> Result<(), InputError> {
+    c.id = d.id.clone();
+    let Some(kind) = c.model.ipsets.get(&d.id).map(Members::kind) else {
+        return Err(c.err(
+            "id",
+            &d.id,
+            "delta for an IP set that has not been sent (IPSetUpdate must come first)",
+        ));
+    };
+    members(&c, "added_members", kind, &d.added_members)?;
+    members(&c, "removed_members", kind, &d.removed_members)?;
+    if let Some(current) = c.model.ipsets.get(&d.id) {
+        // Counted exactly only when a bound says it might be over.
+        if current.len() + d.added_members.len() > c.model.config.max_ipset_size {
+            let mut after = current.clone();
+            for m in &d.removed_members {
+                after.remove(m);
+            }
+            for m in &d.added_members {
+                after.insert(m);
+            }
+            c.size(after.len())?;
+        }
+    }
+    Ok(())
+}
+
+/// A workload endpoint: its interface name, MAC, addresses of the right family, NAT addresses,
+/// profiles and tiers.
+fn workload_endpoint_update(c: &mut Ctx<'_>, u: &WorkloadEndpointUpdate) -> Result<(), InputError> {
+    let Some(id) = &u.id else {
+        return Err(c.err("id", "", "a workload endpoint id is required"));
+    };
+    c.id = format!(
+        "{}/{}/{}",
+        id.orchestrator_id, id.workload_id, id.endpoint_id
+    );
+    let Some(e) = &u.endpoint else {
+        return Err(c.err("endpoint", "", "the endpoint is required"));
+    };
+    c.ifname("endpoint.name", &e.name, false)?;
+    if !e.mac.is_empty() && parse_mac(&e.mac).is_none() {
+        return Err(c.err("endpoint.mac", &e.mac, "not a MAC address"));
+    }
+    c.cidrs(&"endpoint.ipv4_nets", &e.ipv4_nets)?;
+    c.cidrs(&"endpoint.ipv6_nets", &e.ipv6_nets)?;
+    for (i, n) in e.ipv4_nets.iter().enumerate() {
+        if n.parse::<IpNet>()
+            .map(|n| !matches!(n, IpNet::V4(_)))
+            .unwrap_or(false)
+        {
+            return Err(c.err(format!("endpoint.ipv4_nets[{i}]"), n, "not an IPv4 CIDR"));
+        }
+    }
+    for (i, n) in e.ipv6_nets.iter().enumerate() {
+        if n.parse::<IpNet>()
+            .map(|n| !matches!(n, IpNet::V6(_)))
+            .unwrap_or(false)
+        {
+            return Err(c.err(format!("endpoint.ipv6_nets[{i}]"), n, "not an IPv6 CIDR"));
+        }
+    }
+    c.cidrs(
+        &"endpoint.allow_spoofed_source_prefixes",
+        &e.allow_spoofed_source_prefixes,
+    )?;
+    for (i, nat) in e.ipv4_nat.iter().chain(&e.ipv6_nat).enumerate() {
+        c.addr(&format!("endpoint.ip_nat[{i}].ext_ip"), &nat.ext_ip)?;
+        c.addr(&format!("endpoint.ip_nat[{i}].int_ip"), &nat.int_ip)?;
+    }
+    c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
+    c.tiers("endpoint.tiers", &e.tiers)?;
+    Ok(())
+}
+
+/// A host endpoint: its interface name (or `*`), expected addresses, profiles and tiers.
+fn host_endpoint_update(c: &mut Ctx<'_>, u: &HostEndpointUpdate) -> Result<(), InputError> {
+    let Some(id) = &u.id else {
+        return Err(c.err("id", "", "a host endpoint id is required"));
+    };
+    c.id = id.endpoint_id.clone();
+    let Some(e) = &u.endpoint else {
+        return Err(c.err("endpoint", "", "the endpoint is required"));
+    };
+    c.ifname("endpoint.name", &e.name, true)?;
+    c.cidrs(&"endpoint.expected_ipv4_addrs", &e.expected_ipv4_addrs)?;
+    c.cidrs(&"endpoint.expected_ipv6_addrs", &e.expected_ipv6_addrs)?;
+    c.no_duplicates("endpoint.profile_ids", e.profile_ids.iter())?;
+    c.tiers("endpoint.tiers", &e.tiers)?;
+    c.tiers("endpoint.untracked_tiers", &e.untracked_tiers)?;
+    c.tiers("endpoint.pre_dnat_tiers", &e.pre_dnat_tiers)?;
+    c.tiers("endpoint.forward_tiers", &e.forward_tiers)?;
+    Ok(())
+}
+
+/// A VTEP: its node, addresses of the right family, and a unicast MAC for each family it has an
+/// address in.
+fn vtep_update(c: &mut Ctx<'_>, u: &VxlanTunnelEndpointUpdate) -> Result<(), InputError> {
+    c.id = u.node.clone();
+    if u.node.is_empty() {
+        return Err(c.err("node", "", "a node name is required"));
+    }
+    c.family_addr("ipv4_addr", &u.ipv4_addr, false)?;
+    c.family_addr("parent_device_ip", &u.parent_device_ip, false)?;
+    c.family_addr("ipv6_addr", &u.ipv6_addr, true)?;
+    c.family_addr("parent_device_ipv6", &u.parent_device_ipv6, true)?;
+    for (field, mac, addr, parent) in [
+        ("mac", &u.mac, &u.ipv4_addr, &u.parent_device_ip),
+        ("mac_v6", &u.mac_v6, &u.ipv6_addr, &u.parent_device_ipv6),
+    ] {
+        if mac.is_empty() && addr.is_empty() {
+            continue;
+        }
+        if !addr.is_empty() && parent.is_empty() {
+            let pf = if field == "mac" {
+                "parent_device_ip"
+            } else {
+                "parent_device_ipv6"
+            };
+            return Err(c.err(
+                pf,
+                "",
+                "a VTEP with a tunnel address needs its node's address",
+            ));
+        }
+        match parse_mac(mac) {
+            Some(m) if m[0] & 1 == 0 && m != [0; 6] => {}
+            Some(_) => {
+                return Err(c.err(field, mac.as_str(), "not a unicast MAC address"));
+            }
+            None => {
+                return Err(c.err(field, mac.as_str(), "not a MAC address (aa:bb:cc:dd:ee:ff)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A route: its CIDR, known type bits and pool type, the node's address.
+fn route_update(c: &mut Ctx<'_>, u: &RouteUpdate) -> Result<(), InputError> {
+    c.id = u.dst.clone();
+    if u.dst.parse::<IpNet>().is_err() {
+        return Err(c.err("dst", u.dst.as_str(), "not a CIDR"));
+    }
+    const KNOWN_TYPES: i32 = 1 | 2 | 4 | 8 | 16 | 32;
+    if u.types & !KNOWN_TYPES != 0 {
+        return Err(c.err(
+            "types",
+            u.types.to_string(),
+            "unknown route type bits (known: REMOTE_WORKLOAD 1, REMOTE_HOST 2, LOCAL_WORKLOAD 4, LOCAL_HOST 8, REMOTE_TUNNEL 16, LOCAL_TUNNEL 32)",
+        ));
+    }
+    if crate::proto::IpPoolType::try_from(u.ip_pool_type).is_err() {
+        return Err(c.err(
+            "ip_pool_type",
+            u.ip_pool_type.to_string(),
+            "unknown IP pool type (known: NONE 0, NO_ENCAP 1, VXLAN 2, IPIP 3)",
+        ));
+    }
+    c.addr("dst_node_ip", &u.dst_node_ip)?;
+    c.no_local_workload_hidden(u)?;
+    Ok(())
 }
 
 fn members(
