@@ -878,36 +878,7 @@ impl RouteSyncer {
     /// The O(change) apply: desired against believed for the keys that may differ.
     async fn apply_incremental(&mut self, h: &RtnlHandle) -> Result<RouteSyncReport> {
         self.stats.incremental += 1;
-        let changed_ifaces = std::mem::take(&mut self.changed_ifaces);
-        let mut keys = std::mem::take(&mut self.changed_keys);
-        if !changed_ifaces.is_empty() {
-            keys.extend(
-                self.parked
-                    .iter()
-                    .filter(|(_, i)| changed_ifaces.contains(*i))
-                    .map(|(k, _)| *k),
-            );
-            keys.extend(
-                self.believed
-                    .iter()
-                    .filter(|(_, b)| {
-                        b.spec
-                            .target
-                            .ifname()
-                            .is_some_and(|i| changed_ifaces.contains(i))
-                    })
-                    .map(|(k, _)| *k),
-            );
-            for name in &changed_ifaces {
-                keys.extend(
-                    self.groups
-                        .get(name)
-                        .into_iter()
-                        .flatten()
-                        .map(RouteSpec::key),
-                );
-            }
-        }
+        let (keys, changed_ifaces) = self.take_changes();
 
         // The interfaces the affected routes need, looked up by name (a re-created interface has
         // a new index).
@@ -1006,9 +977,69 @@ impl RouteSyncer {
                 return Err(e);
             }
         };
+        self.settle(pending, outcomes, &mut report);
+        if self.nexthops.take_released() {
+            if let Err(e) = self.delete_unused_nexthops(h, &mut report) {
+                self.stale = true;
+                return Err(e);
+            }
+        }
+        report.parked = self.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
+        report.in_grace = self.first_seen.keys().map(|(k, _)| *k).collect();
+        if !report.errors.is_empty() {
+            self.stale = true;
+        }
+        self.log(&report, false);
+        Ok(report)
+    }
+
+    /// The keys an incremental apply looks at, and the interfaces that changed: the keys whose
+    /// desired route changed, and every route parked on, believed on or wanted on a changed
+    /// interface.
+    fn take_changes(&mut self) -> (BTreeSet<RouteKey>, BTreeSet<String>) {
+        let changed_ifaces = std::mem::take(&mut self.changed_ifaces);
+        let mut keys = std::mem::take(&mut self.changed_keys);
+        if !changed_ifaces.is_empty() {
+            keys.extend(
+                self.parked
+                    .iter()
+                    .filter(|(_, i)| changed_ifaces.contains(*i))
+                    .map(|(k, _)| *k),
+            );
+            keys.extend(
+                self.believed
+                    .iter()
+                    .filter(|(_, b)| {
+                        b.spec
+                            .target
+                            .ifname()
+                            .is_some_and(|i| changed_ifaces.contains(i))
+                    })
+                    .map(|(k, _)| *k),
+            );
+            for name in &changed_ifaces {
+                keys.extend(
+                    self.groups
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .map(RouteSpec::key),
+                );
+            }
+        }
+        (keys, changed_ifaces)
+    }
+
+    /// Takes each batched write's outcome into the believed state and the report.
+    fn settle(
+        &mut self,
+        pending: Vec<Pending>,
+        outcomes: Vec<Outcome>,
+        report: &mut RouteSyncReport,
+    ) {
         for (p, outcome) in pending.into_iter().zip(outcomes) {
             match p {
-                Pending::Nexthop(k) => self.nexthop_written(k, outcome, &mut report),
+                Pending::Nexthop(k) => self.nexthop_written(k, outcome, report),
                 Pending::Write {
                     key,
                     spec,
@@ -1016,7 +1047,7 @@ impl RouteSyncer {
                     nh,
                     existing,
                 } => {
-                    if Self::wrote(&spec, oif, existing, outcome, &mut report) {
+                    if Self::wrote(&spec, oif, existing, outcome, report) {
                         self.believe(key, Believed { spec, oif, nh });
                     } else {
                         self.unbelieve(&key);
@@ -1040,19 +1071,6 @@ impl RouteSyncer {
                 },
             }
         }
-        if self.nexthops.take_released() {
-            if let Err(e) = self.delete_unused_nexthops(h, &mut report) {
-                self.stale = true;
-                return Err(e);
-            }
-        }
-        report.parked = self.parked.iter().map(|(k, i)| (*k, i.clone())).collect();
-        report.in_grace = self.first_seen.keys().map(|(k, _)| *k).collect();
-        if !report.errors.is_empty() {
-            self.stale = true;
-        }
-        self.log(&report, false);
-        Ok(report)
     }
 
     /// The desired route of `key`: the first group (in order) that wants it, its first spec.
