@@ -154,103 +154,27 @@ async fn run_async(
     let dp =
         Dataplane::new(dpcfg.clone(), rp_filter).map_err(|e| AgentError::BadConfig(Box::new(e)))?;
 
-    // The interface monitor, forwarded into a small bounded channel the loop selects on.
-    // Without it Felix exits rather than run blind (§16).
-    let (mon_rx, _mon_handle) = monitor::start(
-        ns.as_ref(),
-        MonitorConfig {
-            exclude: dpcfg.iface_exclude.clone(),
-            resync_interval: dpcfg.iface_refresh,
-            ..MonitorConfig::default()
-        },
-    )
-    .map_err(AgentError::setup("starting the interface monitor"))?;
-    let (iface_tx, iface_rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut mon_rx = mon_rx;
-        while let Some(ev) = mon_rx.recv().await {
-            if iface_tx.send(ev).await.is_err() {
-                break;
-            }
-        }
-    });
-
-    // The transport.
-    let max_message = config.input_max_message_bytes;
-    let mut status_out: Option<source::outbox::Outbox> = None;
-    let mut writer = None;
-    let mut fd3_reader = None;
-    let mut stream_reader = None;
+    // The monitor runs as long as its handle lives: to the end of the run.
+    let (iface_rx, _monitor) = start_monitor(ns.as_ref(), &dpcfg)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), source = ?opts.source, netns = ?opts.netns, "felix-nft starting");
-    let (updates, exit_on_eof): (mpsc::Receiver<Received>, bool) = match &opts.source {
-        SourceSpec::Felix => {
-            let (input, output) = felix_fds.ok_or(AgentError::NoFelixFds)?;
-            let (rx, reader) = source::felix::spawn_fd3(input, u64::from(max_message))
-                .map_err(AgentError::setup("reading fd 3"))?;
-            let (tx, handle) =
-                source::felix::spawn_writer(output).map_err(AgentError::setup("writing fd 4"))?;
-            status_out = Some(tx);
-            writer = Some(handle);
-            fd3_reader = Some(reader);
-            // Felix gone = our job is done (§1.1).
-            (rx, true)
-        }
-        SourceSpec::Stdin => {
-            let (rx, reader) = source::stream::spawn_stdin(max_message as usize)
-                .map_err(AgentError::setup("reading standard input"))?;
-            stream_reader = Some(reader);
-            (rx, !opts.keep_running)
-        }
-        SourceSpec::Unix(path) => {
-            let l = source::stream::UnixSource::bind(path)
-                .map_err(AgentError::setup("binding the unix socket"))?;
-            tracing::info!(path = %path.display(), "listening for JSON lines");
-            let (rx, _server) = l.with_max_len(max_message as usize).spawn();
-            (rx, false)
-        }
-    };
+    let t = Transport::start(&opts, felix_fds, config.input_max_message_bytes)?;
 
     // Health and metrics endpoints, until shutdown.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = {
-        let ops = ops.clone();
-        let config = config.clone();
-        let mut stop_rx = stop_rx.clone();
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop_rx.wait_for(|s| *s).await;
-            };
-            if let Err(e) = ops.run(&config, stopped).await {
-                tracing::error!(error = %chain(&e), "health/metrics server");
-            }
-        })
-    };
-
+    let server = serve_ops(ops.clone(), config.clone(), stop_rx);
     let mut driver = Driver::new(
         dp,
         kernel,
         LoopOptions {
-            exit_on_eof,
+            exit_on_eof: t.exit_on_eof,
             trace_input: opts.trace_input,
             ..LoopOptions::default()
         },
-        status_out,
+        t.status_out,
         Some(ops),
     );
-    let termination = crate::ops::Termination::install();
-    let shutdown = async move {
-        match termination {
-            Ok(mut t) => {
-                let sig = t.recv().await;
-                tracing::info!(signal = ?sig, "signal received");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch for signals");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    let result = driver.run(updates, iface_rx, shutdown).await;
+    let shutdown = shutdown_signal();
+    let result = driver.run(t.updates, iface_rx, shutdown).await;
     let s = driver.summary().clone();
     tracing::info!(
         decoded = s.decoded,
@@ -262,23 +186,161 @@ async fn run_async(
     );
     // A transport that ended on an error (a truncated frame, a broken pipe) fails the run.
     // Only when the input really ended: after a signal the reader may still be blocked on fd 3.
-    let ended = driver.input_ended();
-    let input_error = if let Some(r) = fd3_reader.filter(|_| ended) {
-        r.finish().await.err().map(|e| chain(&e))
-    } else if let Some(r) = stream_reader.filter(|_| ended) {
-        r.finish().await.err().map(|e| chain(&e))
+    let input_error = if driver.input_ended() {
+        t.reader.error().await
     } else {
         None
     };
     drop(driver); // closes the status channel, so the fd 4 writer finishes
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
-    if let Some(w) = writer {
+    if let Some(w) = t.writer {
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
     }
     match result {
         Ok(()) => input_error.map_or(Ok(()), |e| Err(AgentError::Input(e))),
         Err(e @ DriverError::GaveUp { .. }) => Err(AgentError::GaveUp(e)),
         Err(e) => Err(AgentError::Driver(e)),
+    }
+}
+
+/// The interface monitor, forwarded into a small bounded channel the loop selects on. Without
+/// it Felix exits rather than run blind (§16).
+fn start_monitor(
+    ns: Option<&NetNs>,
+    dpcfg: &DataplaneConfig,
+) -> Result<(mpsc::Receiver<monitor::IfaceEvent>, monitor::MonitorHandle), AgentError> {
+    let (mut mon_rx, handle) = monitor::start(
+        ns,
+        MonitorConfig {
+            exclude: dpcfg.iface_exclude.clone(),
+            resync_interval: dpcfg.iface_refresh,
+            ..MonitorConfig::default()
+        },
+    )
+    .map_err(AgentError::setup("starting the interface monitor"))?;
+    let (iface_tx, iface_rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        while let Some(ev) = mon_rx.recv().await {
+            if iface_tx.send(ev).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok((iface_rx, handle))
+}
+
+/// The input the loop reads, and what is left of it to wait for when the run ends.
+struct Transport {
+    updates: mpsc::Receiver<Received>,
+    /// The loop ends when the input does.
+    exit_on_eof: bool,
+    /// Felix's fd 4: the outbox the loop reports on, and the thread writing it.
+    status_out: Option<source::outbox::Outbox>,
+    writer: Option<std::thread::JoinHandle<Result<u64, source::SourceError>>>,
+    reader: InputReader,
+}
+
+/// The reader whose end says whether the input ended cleanly.
+enum InputReader {
+    Fd3(source::Reader<source::felix::ReadSummary>),
+    Stream(source::Reader<source::stream::LineSummary>),
+    /// The unix socket's server, which does not end with a client.
+    None,
+}
+
+impl InputReader {
+    /// How the reader ended, when on an error. Call it once the input has ended.
+    async fn error(self) -> Option<String> {
+        match self {
+            InputReader::Fd3(r) => r.finish().await.err().map(|e| chain(&e)),
+            InputReader::Stream(r) => r.finish().await.err().map(|e| chain(&e)),
+            InputReader::None => None,
+        }
+    }
+}
+
+impl Transport {
+    fn start(
+        opts: &DaemonOptions,
+        felix_fds: Option<(File, File)>,
+        max_message: u32,
+    ) -> Result<Transport, AgentError> {
+        let t = match &opts.source {
+            SourceSpec::Felix => {
+                let (input, output) = felix_fds.ok_or(AgentError::NoFelixFds)?;
+                let (updates, reader) = source::felix::spawn_fd3(input, u64::from(max_message))
+                    .map_err(AgentError::setup("reading fd 3"))?;
+                let (tx, handle) = source::felix::spawn_writer(output)
+                    .map_err(AgentError::setup("writing fd 4"))?;
+                Transport {
+                    updates,
+                    // Felix gone = our job is done (§1.1).
+                    exit_on_eof: true,
+                    status_out: Some(tx),
+                    writer: Some(handle),
+                    reader: InputReader::Fd3(reader),
+                }
+            }
+            SourceSpec::Stdin => {
+                let (updates, reader) = source::stream::spawn_stdin(max_message as usize)
+                    .map_err(AgentError::setup("reading standard input"))?;
+                Transport {
+                    updates,
+                    exit_on_eof: !opts.keep_running,
+                    status_out: None,
+                    writer: None,
+                    reader: InputReader::Stream(reader),
+                }
+            }
+            SourceSpec::Unix(path) => {
+                let l = source::stream::UnixSource::bind(path)
+                    .map_err(AgentError::setup("binding the unix socket"))?;
+                tracing::info!(path = %path.display(), "listening for JSON lines");
+                let (updates, _server) = l.with_max_len(max_message as usize).spawn();
+                Transport {
+                    updates,
+                    exit_on_eof: false,
+                    status_out: None,
+                    writer: None,
+                    reader: InputReader::None,
+                }
+            }
+        };
+        Ok(t)
+    }
+}
+
+/// The health and metrics endpoints, served until `stop` turns true.
+fn serve_ops(
+    ops: Ops,
+    config: Config,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = ops.run(&config, stopped).await {
+            tracing::error!(error = %chain(&e), "health/metrics server");
+        }
+    })
+}
+
+/// Watches for SIGTERM and SIGINT from now on; the future resolves at the first (never, when
+/// signals cannot be watched).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let termination = crate::ops::Termination::install();
+    async move {
+        match termination {
+            Ok(mut t) => {
+                let sig = t.recv().await;
+                tracing::info!(signal = ?sig, "signal received");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for signals");
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }

@@ -640,7 +640,7 @@ fn ipset_update(c: &mut Ctx<'_>, u: &IpSetUpdate) -> Result<Option<Members>, Inp
         }
     }
     let parsed = Members::try_parse(kind, &u.members)
-        .map_err(|i| not_member(&c, "members", i, kind, &u.members[i]))?;
+        .map_err(|i| not_member(c, "members", i, kind, &u.members[i]))?;
     c.size(parsed.len())?;
     Ok(Some(parsed))
 }
@@ -655,8 +655,8 @@ fn ipset_delta_update(c: &mut Ctx<'_>, d: &IpSetDeltaUpdate) -> Result<(), Input
             "delta for an IP set that has not been sent (IPSetUpdate must come first)",
         ));
     };
-    members(&c, "added_members", kind, &d.added_members)?;
-    members(&c, "removed_members", kind, &d.removed_members)?;
+    members(c, "added_members", kind, &d.added_members)?;
+    members(c, "removed_members", kind, &d.removed_members)?;
     if let Some(current) = c.model.ipsets.get(&d.id) {
         // Counted exactly only when a bound says it might be over.
         if current.len() + d.added_members.len() > c.model.config.max_ipset_size {
