@@ -84,33 +84,6 @@ fn write_sysctl(ns: &NetNs, path: &str, value: &str) {
         .unwrap_or_else(|e| panic!("writing {path}: {e}"));
 }
 
-fn mac(k: u8) -> String {
-    format!("66:00:00:00:00:{k:02x}")
-}
-fn pod_ip(k: u8) -> IpAddr {
-    format!("10.65.{k}.2").parse().unwrap()
-}
-fn tunnel_ip(k: u8) -> String {
-    format!("10.65.{k}.0")
-}
-fn block_cidr(k: u8) -> String {
-    format!("10.65.{k}.0/26")
-}
-fn mac6(k: u8) -> String {
-    format!("66:00:00:00:01:{k:02x}")
-}
-// IPv6 blocks are numbered from 10 so that no address has a zero group `ip` would compress.
-fn pod_ip6(k: u8) -> IpAddr {
-    format!("fd65::1{k}:2").parse().unwrap()
-}
-fn tunnel_ip6(k: u8) -> String {
-    format!("fd65::1{k}:0")
-}
-/// Calico's IPv6 blocks are /122.
-fn block6_cidr(k: u8) -> String {
-    format!("fd65::1{k}:0/122")
-}
-
 /// Whether an nft set element list (`nft -j` form) holds the address `ip` (either family).
 fn in_set(elems: &[Value], ip: &str) -> bool {
     // Both families as 128-bit numbers, IPv4 mapped, so one comparison serves both.
@@ -178,27 +151,10 @@ impl Fam {
         }
     }
     fn mac(self, k: u8) -> String {
-        if self.v6 {
-            mac6(k)
-        } else {
-            mac(k)
-        }
+        format!("66:00:00:00:0{}:{k:02x}", u8::from(self.v6))
     }
-    fn tunnel_ip(self, k: u8) -> String {
-        if self.v6 {
-            tunnel_ip6(k)
-        } else {
-            tunnel_ip(k)
-        }
-    }
-    fn block(self, k: u8) -> String {
-        if self.v6 {
-            block6_cidr(k)
-        } else {
-            block_cidr(k)
-        }
-    }
-    /// Text every address of node k's block starts with.
+    /// Text every address of node k's block starts with. IPv6 blocks are numbered from 10 so
+    /// that no address has a zero group `ip` would compress.
     fn pool_part(self, k: u8) -> String {
         if self.v6 {
             format!("fd65::1{k}:")
@@ -206,12 +162,15 @@ impl Fam {
             format!("10.65.{k}.")
         }
     }
+    fn tunnel_ip(self, k: u8) -> String {
+        format!("{}0", self.pool_part(k))
+    }
+    /// Calico's IPv4 blocks are /26, its IPv6 blocks /122.
+    fn block(self, k: u8) -> String {
+        format!("{}/{}", self.tunnel_ip(k), if self.v6 { 122 } else { 26 })
+    }
     fn pod_ip(self, k: u8) -> IpAddr {
-        if self.v6 {
-            pod_ip6(k)
-        } else {
-            pod_ip(k)
-        }
+        format!("{}2", self.pool_part(k)).parse().unwrap()
     }
     fn host_ip(self, m: &Member) -> String {
         if self.v6 {
@@ -423,10 +382,10 @@ impl Cluster {
     /// Node k's VTEP as Felix sends it.
     fn vtep(&self, k: u8, mac: &str) -> Value {
         let mut v = json!({"node": format!("n{k}"), "mac": mac,
-            "ipv4_addr": tunnel_ip(k), "parent_device_ip": self.member(k).ip()});
+            "ipv4_addr": V4.tunnel_ip(k), "parent_device_ip": self.member(k).ip()});
         if self.v6 {
-            v["mac_v6"] = json!(mac6(k));
-            v["ipv6_addr"] = json!(tunnel_ip6(k));
+            v["mac_v6"] = json!(V6.mac(k));
+            v["ipv6_addr"] = json!(V6.tunnel_ip(k));
             v["parent_device_ipv6"] = json!(self.member(k).ip6());
         }
         json!({ "vtep_update": v })
@@ -454,18 +413,18 @@ impl Cluster {
                 "ip_pool_type": "VXLAN", "dst": dst, "same_subnet": same_subnet,
                 "dst_node_name": format!("n{k}"), "dst_node_ip": node_ip}})
         };
-        let mut v = vec![route(block_cidr(k), self.member(k).ip())];
+        let mut v = vec![route(V4.block(k), self.member(k).ip())];
         if self.v6 {
-            v.push(route(block6_cidr(k), self.member(k).ip6()));
+            v.push(route(V6.block(k), self.member(k).ip6()));
         }
         v
     }
 
     /// What node k's leaving costs the others: its blocks, VTEP and host (in Felix's order).
     fn removals(&self, k: u8) -> Vec<Value> {
-        let mut v = vec![json!({"route_remove": {"dst": block_cidr(k)}})];
+        let mut v = vec![json!({"route_remove": {"dst": V4.block(k)}})];
         if self.v6 {
-            v.push(json!({"route_remove": {"dst": block6_cidr(k)}}));
+            v.push(json!({"route_remove": {"dst": V6.block(k)}}));
         }
         v.push(json!({"vtep_remove": {"node": format!("n{k}")}}));
         v.push(json!({"host_metadata_remove": {"hostname": format!("n{k}")}}));
@@ -544,7 +503,13 @@ impl Cluster {
         ip(&p, &["link", "set", "eth0", "up"]);
         ip(
             &p,
-            &["addr", "add", &format!("{}/32", pod_ip(k)), "dev", "eth0"],
+            &[
+                "addr",
+                "add",
+                &format!("{}/32", V4.pod_ip(k)),
+                "dev",
+                "eth0",
+            ],
         );
         ip(
             &p,
@@ -571,7 +536,7 @@ impl Cluster {
             ],
         );
         if self.v6 {
-            let addr = format!("{}/128", pod_ip6(k));
+            let addr = format!("{}/128", V6.pod_ip(k));
             ip(&p, &["addr", "add", &addr, "dev", "eth0"]);
             let gw = "fe80::ecee:eeff:feee:eeee";
             ip(
@@ -622,7 +587,7 @@ impl Cluster {
             );
         }
         for m in &self.members {
-            msgs.push(self.vtep(m.k, &mac(m.k)));
+            msgs.push(self.vtep(m.k, &V4.mac(m.k)));
             msgs.extend(self.blocks(k, m.k));
             msgs.push(self.host(m.k));
         }
@@ -630,13 +595,13 @@ impl Cluster {
         msgs.extend(local.msgs);
         let v6_nets: Vec<String> = self
             .v6
-            .then(|| format!("{}/128", pod_ip6(k)))
+            .then(|| format!("{}/128", V6.pod_ip(k)))
             .into_iter()
             .collect();
         msgs.push(json!({"workload_endpoint_update": {
             "id": {"orchestrator_id": "k8s", "workload_id": format!("default/p{k}"), "endpoint_id": "eth0"},
             "endpoint": {"state": "active", "name": cali, "mac": pod_mac,
-                "ipv4_nets": [format!("{}/32", pod_ip(k))], "ipv6_nets": v6_nets,
+                "ipv4_nets": [format!("{}/32", V4.pod_ip(k))], "ipv6_nets": v6_nets,
                 "profile_ids": ["allow-all"], "tiers": local.tiers}}}));
         msgs.push(json!({"in_sync": {}}));
         node.send(&msgs);
@@ -659,7 +624,7 @@ impl Cluster {
             .filter(|&j| j != k)
             .collect();
         for j in others {
-            let mut msgs = vec![self.vtep(k, &mac(k))];
+            let mut msgs = vec![self.vtep(k, &V4.mac(k))];
             msgs.extend(self.blocks(j, k));
             msgs.push(self.host(k));
             self.node_mut(j).send(&msgs);
@@ -829,7 +794,7 @@ impl Cluster {
         let l = self.route_to(k, j, V4);
         let via = format!(
             "{} via {} dev eth0 proto 80 ",
-            block_cidr(j),
+            V4.block(j),
             self.member(j).ip()
         );
         l.as_deref()
@@ -990,12 +955,12 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     );
     let f = c.fdb(0, V4).unwrap();
     assert!(
-        f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
+        f.contains(&format!("{} dst 172.31.0.11 self permanent", V4.mac(1))),
         "{f}"
     );
     let neigh = c.neigh(0, V4).unwrap();
     assert!(
-        neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
+        neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", V4.mac(2))),
         "{neigh}"
     );
 
@@ -1050,7 +1015,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     }
     c.eventually("n1's new MAC in n0's FDB", || {
         let f = c.fdb(0, V4)?;
-        (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&mac(1)))
+        (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&V4.mac(1)))
             .then_some(())
             .ok_or(f)
     });
@@ -1080,14 +1045,14 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         &n0,
         "fdb",
         "del",
-        &mac(2),
+        &V4.mac(2),
         "dev",
         "vxlan.calico",
         "self",
     ]);
     c.eventually("n2's FDB entry repaired", || {
         let f = c.fdb(0, V4)?;
-        f.contains(&format!("{} dst 172.31.0.12", mac(2)))
+        f.contains(&format!("{} dst 172.31.0.12", V4.mac(2)))
             .then_some(())
             .ok_or(f)
     });
@@ -1096,7 +1061,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ip(&n0, &["neigh", "del", "10.65.2.0", "dev", "vxlan.calico"]);
     c.eventually("n2's route and neighbour repaired", || {
         let (r, a) = (c.routes(0, V4), c.neigh(0, V4)?);
-        let neigh = format!("10.65.2.0 lladdr {} PERMANENT", mac(2));
+        let neigh = format!("10.65.2.0 lladdr {} PERMANENT", V4.mac(2));
         (r.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico") && a.contains(&neigh))
             .then_some(())
             .ok_or(format!("{r}\n{a}"))
@@ -1111,7 +1076,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ]);
     c.eventually("n2 gone from n0", || {
         let (f, r, a) = (c.fdb(0, V4)?, c.routes(0, V4), c.neigh(0, V4)?);
-        (!f.contains(&mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
+        (!f.contains(&V4.mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
             .then_some(())
             .ok_or(format!("{f}\n{r}\n{a}"))
     });
@@ -1132,7 +1097,7 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     let mut c = Cluster::build("Always", &[0, 0, 0], |k| match k {
         0 => Local {
             msgs: vec![
-                ipset("s:pods-n2", &[pod_ip(2)]),
+                ipset("s:pods-n2", &[V4.pod_ip(2)]),
                 policy(
                     deny,
                     json!([{"action": "deny", "src_ip_set_ids": ["s:pods-n2"]},
@@ -1144,8 +1109,8 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
         },
         1 => Local {
             msgs: vec![
-                ipset("s:pods-n0", &[pod_ip(0)]),
-                ipset("s:pods-n2", &[pod_ip(2)]),
+                ipset("s:pods-n0", &[V4.pod_ip(0)]),
+                ipset("s:pods-n2", &[V4.pod_ip(2)]),
                 policy(
                     ingress,
                     json!([{"action": "allow", "src_ip_set_ids": ["s:pods-n0"]}]),
@@ -1189,24 +1154,24 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     // p0 leaves the admitted set by delta: new connections from it are dropped; back in, they
     // pass again. (TCP: every probe is a new connection, which conntrack cannot let through.)
     c.node_mut(1)
-        .send(&[ipset_delta("s:pods-n0", &[], &[pod_ip(0)])]);
+        .send(&[ipset_delta("s:pods-n0", &[], &[V4.pod_ip(0)])]);
     c.wait_tcp(0, 1, Verdict::Drop);
     c.node_mut(1)
-        .send(&[ipset_delta("s:pods-n0", &[pod_ip(0)], &[])]);
+        .send(&[ipset_delta("s:pods-n0", &[V4.pod_ip(0)], &[])]);
     c.wait_tcp(0, 1, Verdict::Pass);
 
     // p2 joins the admitted set and leaves the denied one: both of its directions open, which
     // also shows the drops above were the policy's and not the path's.
     c.node_mut(1).send(&[
-        ipset_delta("s:pods-n0", &[pod_ip(2)], &[]),
-        ipset_delta("s:pods-n2", &[], &[pod_ip(2)]),
+        ipset_delta("s:pods-n0", &[V4.pod_ip(2)], &[]),
+        ipset_delta("s:pods-n2", &[], &[V4.pod_ip(2)]),
     ]);
     c.wait_tcp(2, 1, Verdict::Pass);
     c.wait_tcp(1, 2, Verdict::Pass);
     assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1 still admitted");
     // And n0 stops denying it.
     c.node_mut(0)
-        .send(&[ipset_delta("s:pods-n2", &[], &[pod_ip(2)])]);
+        .send(&[ipset_delta("s:pods-n2", &[], &[V4.pod_ip(2)])]);
     c.wait_tcp(2, 0, Verdict::Pass);
 
     c.daemons_alive();
@@ -1248,7 +1213,7 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
         });
         assert_ne!(c.ping(k, 2), Verdict::Pass, "ping p{k} → p2 after n2 left");
         assert_ne!(c.tcp(k, 2), Verdict::Pass, "TCP p{k} → p2 after n2 left");
-        let v = icmp_echo(n2.pod.ns(), pod_ip(k), PROBE_TIMEOUT).unwrap();
+        let v = icmp_echo(n2.pod.ns(), V4.pod_ip(k), PROBE_TIMEOUT).unwrap();
         assert_ne!(v, Verdict::Pass, "ping p2 → p{k} after n2 left");
     }
     drop(n2);
@@ -1353,7 +1318,7 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
         conn.read_to_end(&mut got)?;
         Ok(got)
     });
-    let dst = SocketAddr::new(pod_ip(to), port);
+    let dst = SocketAddr::new(V4.pod_ip(to), port);
     let sent = (|| -> io::Result<()> {
         let mut conn = c
             .node(from)
@@ -1405,7 +1370,7 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         // The sender did meet the tunnel's MTU on the way, and learnt it.
         let learnt = ip(
             c.node(a).pod.name(),
-            &["route", "get", &pod_ip(b).to_string()],
+            &["route", "get", &V4.pod_ip(b).to_string()],
         );
         assert!(
             learnt.contains(" mtu 1450"),
@@ -1424,7 +1389,7 @@ fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
         c.wait_device(k, V6);
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
         let r = c.routes(k, V6);
-        let blackhole = format!("blackhole {} ", block6_cidr(k));
+        let blackhole = format!("blackhole {} ", V6.block(k));
         assert!(
             r.lines()
                 .any(|l| l.starts_with(&blackhole) && l.contains(" proto 80 ")),
