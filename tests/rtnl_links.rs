@@ -7,8 +7,7 @@ mod rtnl_common;
 use std::collections::BTreeMap;
 
 use felix_nft::rtnl::link::{self, LinkState};
-use felix_nft::rtnl::RtnlHandle;
-use rtnl_common::{in_netns_async, ip_json, new_netns};
+use rtnl_common::{in_netns_async, ip_json, netns_with_handle};
 
 fn mac_text(mac: &[u8]) -> String {
     mac.iter()
@@ -20,10 +19,8 @@ fn mac_text(mac: &[u8]) -> String {
 #[test]
 fn the_link_dump_matches_ip_link() {
     in_netns_async(|| async {
-        let target = new_netns();
-        let other = new_netns();
-        let h = RtnlHandle::connect(Some(&target)).unwrap();
-        let o = RtnlHandle::connect(Some(&other)).unwrap();
+        let (target, h) = netns_with_handle();
+        let (_other, o) = netns_with_handle();
         link::create_veth(&o, "caliother", "peerother")
             .await
             .unwrap();

@@ -18,7 +18,7 @@ use felix_nft::rtnl::routes::{
     RouteOwnership, RouteSpec, RouteSyncReport, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN,
 };
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{device_route, in_netns_async, ip_json, run_in};
+use rtnl_common::{device_route, in_netns_async, ip_json, run_in, veth_up};
 
 const PROTO: u8 = 80;
 
@@ -26,12 +26,6 @@ fn has(dst: &str, dev: &str) -> bool {
     ip_json(None, &["route", "show", "table", "main"])
         .iter()
         .any(|r| r["dst"] == dst && r["dev"] == dev)
-}
-
-async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
-    link::create_veth(h, a, b).await.unwrap();
-    link::set_up(h, a, true).await.unwrap();
-    link::set_up(h, b, true).await.unwrap();
 }
 
 fn syncer() -> RouteSyncer {

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use felix_nft::netns::NetNs;
 use felix_nft::rtnl::routes::RouteSpec;
+use felix_nft::rtnl::{link, RtnlHandle};
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -36,6 +37,20 @@ pub fn new_netns() -> NetNs {
         panic!("this privileged test needs to create network namespaces ({e}); run as root")
     });
     guard.current().unwrap()
+}
+
+/// [`new_netns`] and a netlink handle into it.
+pub fn netns_with_handle() -> (NetNs, RtnlHandle) {
+    let ns = new_netns();
+    let h = RtnlHandle::connect(Some(&ns)).unwrap();
+    (ns, h)
+}
+
+/// Creates the veth pair `a`–`b` (in `h`'s namespace) with both ends up.
+pub async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
+    link::create_veth(h, a, b).await.unwrap();
+    link::set_up(h, a, true).await.unwrap();
+    link::set_up(h, b, true).await.unwrap();
 }
 
 /// Runs a command in the current thread's namespace (or in `ns`), panics unless it succeeds, and
