@@ -7,7 +7,7 @@ mod rtnl_common;
 use std::collections::BTreeMap;
 
 use felix_nft::rtnl::link::{self, LinkState};
-use rtnl_common::{in_netns_async, ip_json, netns_with_handle};
+use rtnl_common::{in_netns_async, ip_json, link_flags, netns_with_handle};
 
 fn mac_text(mac: &[u8]) -> String {
     mac.iter()
@@ -46,12 +46,7 @@ fn the_link_dump_matches_ip_link() {
             let name = w["ifname"].as_str().unwrap();
             let l = got.get(name).unwrap_or_else(|| panic!("{name} missing"));
             assert_eq!(u64::from(l.index), w["ifindex"].as_u64().unwrap(), "{name}");
-            let flags: Vec<&str> = w["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|f| f.as_str())
-                .collect();
+            let flags = link_flags(w);
             assert_eq!(l.admin_up, flags.contains(&"UP"), "{name}: {flags:?}");
             if name != "lo" {
                 assert_eq!(mac_text(&l.mac), w["address"].as_str().unwrap(), "{name}");

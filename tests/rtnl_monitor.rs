@@ -11,7 +11,7 @@ use felix_nft::netns::NetNs;
 use felix_nft::rtnl::monitor::{self, EventReceiver, IfaceEvent, MonitorConfig};
 use felix_nft::rtnl::{link, RtnlHandle};
 use ipnet::IpNet;
-use rtnl_common::{in_netns_async, ip_json};
+use rtnl_common::{in_netns_async, ip_json, link_flags};
 
 /// Waits (up to 3 s) for an event matching `pred`, returning it; panics with what was seen.
 async fn wait_for(
@@ -29,6 +29,13 @@ async fn wait_for(
             Err(_) => panic!("no event {what} within 3 s; saw {seen:#?}"),
         }
     }
+}
+
+/// Waits for the next event of `want`'s kind (`what`) and checks it is `want`.
+async fn expect_next_of_kind(rx: &mut EventReceiver, what: &str, want: IfaceEvent) {
+    let kind = std::mem::discriminant(&want);
+    let e = wait_for(rx, what, |e| std::mem::discriminant(e) == kind).await;
+    assert_eq!(e, want);
 }
 
 /// Every event arriving within `quiet` of the previous one.
@@ -137,18 +144,16 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Rename (the kernel wants it down).
         link::rename(&h, "cali1", "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "rename", |e| {
-            matches!(e, IfaceEvent::Renamed { .. })
-        })
-        .await;
-        assert_eq!(
-            e,
+        expect_next_of_kind(
+            &mut rx,
+            "rename",
             IfaceEvent::Renamed {
                 index,
                 old_name: "cali1".into(),
-                new_name: "cali9".into()
-            }
-        );
+                new_name: "cali9".into(),
+            },
+        )
+        .await;
 
         // Excluded interfaces are invisible.
         link::create_veth(&h, "skip0", "skip1").await.unwrap();
@@ -173,17 +178,15 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Delete.
         link::delete(&h, "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "removed", |e| {
-            matches!(e, IfaceEvent::Removed { .. })
-        })
-        .await;
-        assert_eq!(
-            e,
+        expect_next_of_kind(
+            &mut rx,
+            "removed",
             IfaceEvent::Removed {
                 index,
-                name: "cali9".into()
-            }
-        );
+                name: "cali9".into(),
+            },
+        )
+        .await;
     });
 }
 
@@ -220,12 +223,7 @@ impl Picture {
     fn oracle() -> Picture {
         let mut p = Picture::default();
         for l in ip_json(None, &["addr", "show"]) {
-            let flags: Vec<&str> = l["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|f| f.as_str())
-                .collect();
+            let flags = link_flags(&l);
             let up = flags.contains(&"UP") && flags.contains(&"LOWER_UP");
             let addrs = l["addr_info"]
                 .as_array()

@@ -77,6 +77,16 @@ pub fn ip_json(ns: Option<&NetNs>, args: &[&str]) -> Vec<serde_json::Value> {
     common::ip_json_array(&run_in(ns, &argv))
 }
 
+/// The `flags` of one interface of `ip -j link` / `ip -j addr` (`UP`, `LOWER_UP`, …).
+pub fn link_flags(l: &serde_json::Value) -> Vec<&str> {
+    l["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect()
+}
+
 /// Reads a /proc/sys file as seen from `ns` (or the current namespace).
 pub fn read_sysctl(ns: Option<&NetNs>, path: &str) -> String {
     let go = || std::fs::read_to_string(path);
