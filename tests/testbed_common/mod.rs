@@ -68,6 +68,13 @@ pub fn netns_present(name: &str) -> bool {
     std::path::Path::new(&path).exists() || mounted
 }
 
+/// Fails unless every namespace in `names` is gone (from `/run/netns` and the mount table).
+pub fn assert_all_gone(names: &[String]) {
+    for n in names {
+        assert!(!netns_present(n), "{n} left behind");
+    }
+}
+
 /// What felix-nft does for a local workload (§14–15), done here by the test with `rtnl`.
 pub fn program_host(topo: &Topology) {
     block_on(async {
