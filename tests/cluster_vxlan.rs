@@ -649,6 +649,26 @@ impl Cluster {
         gone
     }
 
+    /// [`Self::leave`], then waits until every remaining node's overlay has forgotten node k.
+    fn leave_and_forget(&mut self, k: u8) -> Node {
+        let gone = self.member(k);
+        let node = self.leave(k);
+        for j in self.nodes.iter().map(|n| n.member.k) {
+            self.eventually(&format!("n{k} gone from n{j}"), || {
+                self.overlay_state(j, &[gone])
+            });
+        }
+        node
+    }
+
+    /// A TCP server on [`PORT`] in every running node's pod.
+    fn servers(&self) -> Vec<TcpServer> {
+        self.nodes
+            .iter()
+            .map(|n| TcpServer::start(n.pod.ns(), PORT).unwrap())
+            .collect()
+    }
+
     /// Polls `check` until it passes; panics after [`CONVERGE`] with the last complaint and
     /// every daemon's log.
     fn eventually(&self, what: &str, mut check: impl FnMut() -> Result<(), String>) {
@@ -965,12 +985,8 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     );
 
     // Pod ↔ pod, every ordered pair, ICMP.
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping(a, b, Verdict::Pass);
-            }
-        }
+    for (a, b) in pairs(3) {
+        c.wait_ping(a, b, Verdict::Pass);
     }
     // TCP across nodes.
     let _server = TcpServer::start(c.node(0).pod.ns(), PORT).unwrap();
@@ -1127,9 +1143,7 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
         },
         _ => Local::default(),
     });
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
+    let _servers = c.servers();
     // The overlay is complete everywhere, so what fails below fails by policy.
     for k in 0..3 {
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
@@ -1195,9 +1209,7 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
     }
     let r = c.routes(2, V4);
     assert!(r.contains("blackhole 10.65.2.0/26 proto 80"), "{r}");
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
+    let _servers = c.servers();
     for (a, b) in [(0, 2), (2, 0), (1, 2), (2, 1)] {
         c.wait_ping(a, b, Verdict::Pass);
         assert_eq!(c.tcp(a, b), Verdict::Pass, "TCP p{a} → p{b}");
@@ -1205,12 +1217,8 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
 
     // n2 leaves: every other node drops its route, neighbour, FDB entry and set members, and
     // its pod (still running, its node still believing in the cluster) is cut off both ways.
-    let gone = c.member(2);
-    let n2 = c.leave(2);
+    let n2 = c.leave_and_forget(2);
     for k in 0..2 {
-        c.eventually(&format!("n2 gone from n{k}"), || {
-            c.overlay_state(k, &[gone])
-        });
         assert_ne!(c.ping(k, 2), Verdict::Pass, "ping p{k} → p2 after n2 left");
         assert_ne!(c.tcp(k, 2), Verdict::Pass, "TCP p{k} → p2 after n2 left");
         let v = icmp_echo(n2.pod.ns(), V4.pod_ip(k), PROBE_TIMEOUT).unwrap();
@@ -1242,15 +1250,9 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
             c.tunnel_route(k, j, V4)
         });
     }
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping(a, b, Verdict::Pass);
-            }
-        }
+    let _servers = c.servers();
+    for (a, b) in pairs(3) {
+        c.wait_ping(a, b, Verdict::Pass);
     }
 
     // Same-subnet traffic: no VXLAN frame on the wire, nothing into either tunnel device.
@@ -1288,6 +1290,13 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
         c.tunnel_tx(2) >= tx2 + 20,
         "n2's vxlan.calico TX for p0 ↔ p2"
     );
+}
+
+/// Every ordered pair of distinct nodes among `0..n`.
+fn pairs(n: u8) -> Vec<(u8, u8)> {
+    (0..n)
+        .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+        .collect()
 }
 
 /// One TCP connection from pod `from` to a sink in pod `to` carrying `data`; returns what the
@@ -1396,26 +1405,16 @@ fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
             "n{k}:\n{r}"
         );
     }
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping_in(a, b, Verdict::Pass, V6);
-                assert_eq!(c.tcp_in(a, b, V6), Verdict::Pass, "TCP6 p{a} → p{b}");
-                assert_eq!(c.ping(a, b), Verdict::Pass, "ping p{a} → p{b}");
-            }
-        }
+    let _servers = c.servers();
+    for (a, b) in pairs(3) {
+        c.wait_ping_in(a, b, Verdict::Pass, V6);
+        assert_eq!(c.tcp_in(a, b, V6), Verdict::Pass, "TCP6 p{a} → p{b}");
+        assert_eq!(c.ping(a, b), Verdict::Pass, "ping p{a} → p{b}");
     }
 
     // n2 leaves: both families of it go from the others, and its pod is out of reach.
-    let gone = c.member(2);
-    let n2 = c.leave(2);
+    let n2 = c.leave_and_forget(2);
     for k in 0..2 {
-        c.eventually(&format!("n2 gone from n{k}"), || {
-            c.overlay_state(k, &[gone])
-        });
         assert_ne!(c.ping_in(k, 2, V6), Verdict::Pass, "ping6 p{k} → p2");
         assert_ne!(c.tcp_in(k, 2, V6), Verdict::Pass, "TCP6 p{k} → p2");
     }
