@@ -19,6 +19,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod route_oracle;
+mod testbed_common;
 
 use felix_nft::netns::NetNs;
 use felix_nft::proto::protocol::NumberOrName;
@@ -31,25 +32,9 @@ use felix_nft::testbed::controller::{
 };
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
+use testbed_common::{block_on, require_root};
 
 const PORT: u16 = 8080;
-
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(f)
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this privileged test creates network namespaces and runs felix-nft in them; run as root"
-    );
-}
 
 struct Daemon {
     child: Child,

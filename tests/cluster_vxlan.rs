@@ -1,7 +1,8 @@
-//! Privileged, end to end: clusters of nodes in network namespaces. Each node is a namespace on
-//! an underlay bridge, runs its own `felix-nft run --source stdin` process, and has one pod laid
-//! out as Calico's CNI leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host side a
-//! `cali*` veth). A small controller in this file sends each daemon what Felix's calculation
+//! Privileged, end to end: clusters of nodes in network namespaces, built by the test bed's
+//! cluster builder ([`testbed::cluster`]). Each node is a namespace on an underlay bridge, runs
+//! its own `felix-nft run --source stdin` process, and has one pod laid out as Calico's CNI
+//! leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host side a `cali*` veth); on a
+//! dual-stack cluster this file adds the nodes' IPv6 underlay addresses. A small controller in this file sends each daemon what Felix's calculation
 //! graph would send that node: the pool, every node's VTEP, its own block as local and the
 //! others' as remote, its pod, and the policies and IP sets that pod's endpoint uses.
 //!
@@ -20,6 +21,8 @@
 //! - IPv6 beside IPv4: pods talk over `vxlan-v6.calico`, and a leaving node's IPv6 state goes.
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
+//!
+//! [`testbed::cluster`]: felix_nft::testbed::cluster
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -27,10 +30,14 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod route_oracle;
+mod testbed_common;
 
-use felix_nft::netns::{unique_netns_name, NamedNetNs, NetNs};
+use felix_nft::netns::NetNs;
+use felix_nft::testbed::cluster::{Cluster as Underlay, ClusterSpec, NodeSpec};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
+use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::{json, Value};
+use testbed_common::{block_on, require_root};
 
 /// How long the cluster gets to converge after a change.
 const CONVERGE: Duration = Duration::from_secs(20);
@@ -70,18 +77,6 @@ fn nft(ns: &str, args: &[&str]) -> String {
     let mut argv = vec!["ip", "netns", "exec", ns, "nft"];
     argv.extend_from_slice(args);
     sh(&argv)
-}
-
-fn named(prefix: &str) -> NamedNetNs {
-    NetNs::create_named(&unique_netns_name(prefix)).unwrap_or_else(|e| {
-        panic!("this privileged test needs to create network namespaces ({e}); run as root")
-    })
-}
-
-fn write_sysctl(ns: &NetNs, path: &str, value: &str) {
-    ns.run(|| std::fs::write(path, value))
-        .unwrap()
-        .unwrap_or_else(|e| panic!("writing {path}: {e}"));
 }
 
 /// Whether an nft set element list (`nft -j` form) holds the address `ip` (either family).
@@ -192,18 +187,15 @@ impl Member {
     fn ip(&self) -> String {
         format!("172.31.{}.1{}", self.subnet, self.k)
     }
+    fn ipv4(&self) -> Ipv4Addr {
+        self.ip().parse().unwrap()
+    }
     /// In `ip`'s canonical form (`fd00:31::10` for subnet 0).
     fn ip6(&self) -> String {
         let a: std::net::Ipv6Addr = format!("fd00:31:{}::1{}", self.subnet, self.k)
             .parse()
             .unwrap();
         a.to_string()
-    }
-    fn gateway(&self) -> String {
-        format!("172.31.{}.1", self.subnet)
-    }
-    fn bridge(&self) -> String {
-        format!("br{}", self.subnet)
     }
 }
 
@@ -238,10 +230,13 @@ fn tier(ingress: &[&str], egress: &[&str]) -> Value {
         "default_action": "Deny"})
 }
 
+/// A running node: its daemon, and handles on the namespaces the underlay bed made for it.
 struct Node {
     member: Member,
-    ns: NamedNetNs,
-    pod: NamedNetNs,
+    /// The node's namespace under `/run/netns`.
+    netns: String,
+    pod: NetNs,
+    pod_netns: String,
     daemon: Child,
     stdin: ChildStdin,
     log: tempfile::NamedTempFile,
@@ -254,7 +249,7 @@ impl Node {
         }
     }
     fn name(&self) -> &str {
-        self.ns.name()
+        &self.netns
     }
     fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
@@ -279,10 +274,10 @@ struct Cluster {
     mode: &'static str,
     /// Dual stack: IPv6 on the underlay and the pods, an IPv6 pool, IPv6 VTEPs.
     v6: bool,
-    /// Routes between the two underlay subnets (only when some node sits on subnet 1).
-    _router: Option<NamedNetNs>,
-    /// Holds the underlay bridges `br0` (172.31.0.0/24) and `br1` (172.31.1.0/24).
-    lan: NamedNetNs,
+    /// The namespaces: the underlay (`br0` for 172.31.0.0/24 and, when some node sits on
+    /// subnet 1, `br1` for 172.31.1.0/24 with the underlay namespace routing between them),
+    /// the nodes on it and their pods, laid out as Calico's CNI plugin leaves them.
+    bed: Underlay,
 }
 
 impl Cluster {
@@ -304,37 +299,18 @@ impl Cluster {
         v6: bool,
         local: impl Fn(u8) -> Local,
     ) -> Cluster {
-        let lan = named("cl-lan");
-        let l = lan.name().to_string();
-        let two = subnets.contains(&1);
-        let bridges: &[&str] = if two { &["br0", "br1"] } else { &["br0"] };
-        for br in bridges {
-            ip(&l, &["link", "add", br, "type", "bridge"]);
-            ip(&l, &["link", "set", br, "up"]);
-        }
-        // The router between the subnets: .1 on each, forwarding on.
-        let router = two.then(|| {
-            let rtr = named("cl-rtr");
-            let r = rtr.name().to_string();
-            ip(&r, &["link", "set", "lo", "up"]);
-            for s in 0..2u8 {
-                let (up, inner) = (format!("r{s}"), format!("eth{s}"));
-                ip(
-                    &l,
-                    &[
-                        "link", "add", &up, "type", "veth", "peer", "name", &inner, "netns", &r,
-                    ],
-                );
-                ip(&l, &["link", "set", &up, "master", &format!("br{s}"), "up"]);
-                ip(&r, &["link", "set", &inner, "up"]);
-                ip(
-                    &r,
-                    &["addr", "add", &format!("172.31.{s}.1/24"), "dev", &inner],
-                );
-            }
-            write_sysctl(rtr.ns(), "/proc/sys/net/ipv4/ip_forward", "1");
-            rtr
-        });
+        require_root();
+        let routed = if subnets.contains(&1) {
+            vec!["172.31.1.0/24".parse().unwrap()]
+        } else {
+            Vec::new()
+        };
+        let bed = block_on(Underlay::build(&ClusterSpec {
+            prefix: "fnt-t-clvx".into(),
+            routed,
+            ..ClusterSpec::default()
+        }))
+        .unwrap_or_else(|e| panic!("building the underlay ({e}); this privileged test needs root"));
         let mut c = Cluster {
             nodes: Vec::new(),
             members: subnets
@@ -344,8 +320,7 @@ impl Cluster {
                 .collect(),
             mode,
             v6,
-            _router: router,
-            lan,
+            bed,
         };
         for k in 0..subnets.len() as u8 {
             c.start(k, local(k));
@@ -435,117 +410,29 @@ impl Cluster {
     /// every known member's VTEP and block, its local state, its pod's endpoint, in-sync.
     fn start(&mut self, k: u8, local: Local) {
         let member = self.member(k);
-        let l = self.lan.name().to_string();
-        let ns = named(&format!("cl-n{k}"));
-        let pod = named(&format!("cl-p{k}"));
-        let (n, p) = (ns.name().to_string(), pod.name().to_string());
-        // Addresses usable at once, without duplicate address detection: the pods' IPv6
-        // gateway is the host end's link-local address.
-        for netns in [&ns, &pod] {
-            write_sysctl(
-                netns.ns(),
-                "/proc/sys/net/ipv6/conf/default/accept_dad",
-                "0",
-            );
-        }
-        let up = format!("u{k}");
-        ip(
-            &l,
-            &[
-                "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n,
-            ],
-        );
-        ip(&l, &["link", "set", &up, "master", &member.bridge(), "up"]);
-        ip(&n, &["link", "set", "lo", "up"]);
-        ip(&n, &["link", "set", "eth0", "up"]);
-        ip(
-            &n,
-            &["addr", "add", &format!("{}/24", member.ip()), "dev", "eth0"],
-        );
+        let (IpAddr::V4(v4), IpAddr::V6(v6)) = (V4.pod_ip(k), V6.pod_ip(k)) else {
+            unreachable!("one address of each family")
+        };
+        let pod = if self.v6 {
+            WorkloadSpec::dual(format!("p{k}"), v4, v6)
+        } else {
+            WorkloadSpec::v4(format!("p{k}"), v4)
+        };
+        let node = block_on(self.bed.add_node(&NodeSpec {
+            name: format!("n{k}"),
+            ip: member.ipv4(),
+            pods: vec![pod],
+        }))
+        .unwrap_or_else(|e| panic!("adding n{k}: {e}"));
+        let n = node.netns_name().to_string();
         if self.v6 {
             let addr = format!("{}/64", member.ip6());
             ip(&n, &["addr", "add", &addr, "dev", "eth0"]);
         }
-        // A default route, as every node has: proxy ARP for the pods' 169.254.1.1 answers only
-        // for an address the node can route elsewhere. On a cross-subnet underlay it is also
-        // the way to the other subnet.
-        ip(
-            &n,
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                &member.gateway(),
-                "dev",
-                "eth0",
-            ],
-        );
-        // The pod, as Calico's CNI plugin leaves it.
-        let cali = format!("cali{k}pod");
-        ip(
-            &n,
-            &[
-                "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns", &p,
-            ],
-        );
-        ip(
-            &n,
-            &["link", "set", &cali, "address", "ee:ee:ee:ee:ee:ee", "up"],
-        );
-        ip(&p, &["link", "set", "lo", "up"]);
-        // ICMP probes use unprivileged ping sockets.
-        write_sysctl(
-            pod.ns(),
-            "/proc/sys/net/ipv4/ping_group_range",
-            "0 2147483647",
-        );
-        ip(&p, &["link", "set", "eth0", "up"]);
-        ip(
-            &p,
-            &[
-                "addr",
-                "add",
-                &format!("{}/32", V4.pod_ip(k)),
-                "dev",
-                "eth0",
-            ],
-        );
-        ip(
-            &p,
-            &[
-                "route",
-                "add",
-                "169.254.1.1",
-                "dev",
-                "eth0",
-                "scope",
-                "link",
-            ],
-        );
-        ip(
-            &p,
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                "169.254.1.1",
-                "dev",
-                "eth0",
-            ],
-        );
-        if self.v6 {
-            let addr = format!("{}/128", V6.pod_ip(k));
-            ip(&p, &["addr", "add", &addr, "dev", "eth0"]);
-            let gw = "fe80::ecee:eeff:feee:eeee";
-            ip(
-                &p,
-                &["-6", "route", "add", "default", "via", gw, "dev", "eth0"],
-            );
-        }
-        let link: Value = serde_json::from_str(&ip(&p, &["-j", "link", "show", "eth0"])).unwrap();
-        let pod_mac = link[0]["address"].as_str().unwrap().to_string();
+        let w = &node.pods()[0];
+        let (cali, pod_mac) = (w.host_ifname.clone(), w.mac_string());
+        let pod = w.ns().try_clone().expect("a namespace handle");
+        let pod_netns = w.netns_name().to_string();
 
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
@@ -567,8 +454,9 @@ impl Cluster {
         let stdin = daemon.stdin.take().unwrap();
         let mut node = Node {
             member,
-            ns,
+            netns: n.clone(),
             pod,
+            pod_netns,
             daemon,
             stdin,
             log,
@@ -661,11 +549,18 @@ impl Cluster {
         node
     }
 
+    /// Stops a node handed back by [`Self::leave`] and deletes its namespaces.
+    fn forget(&mut self, node: Node) {
+        let name = format!("n{}", node.member.k);
+        drop(node);
+        assert!(self.bed.remove_node(&name), "{name} was on the underlay");
+    }
+
     /// A TCP server on [`PORT`] in every running node's pod.
     fn servers(&self) -> Vec<TcpServer> {
         self.nodes
             .iter()
-            .map(|n| TcpServer::start(n.pod.ns(), PORT).unwrap())
+            .map(|n| TcpServer::start(&n.pod, PORT).unwrap())
             .collect()
     }
 
@@ -696,7 +591,7 @@ impl Cluster {
     /// ICMP (ICMPv6) echo from pod `from` to pod `to`'s address of the family.
     fn ping_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
         let dst = f.pod_ip(to);
-        icmp_echo(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+        icmp_echo(&self.node(from).pod, dst, PROBE_TIMEOUT)
             .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to} {dst}: {e}"))
     }
 
@@ -707,7 +602,7 @@ impl Cluster {
 
     fn tcp_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
         let dst = SocketAddr::new(f.pod_ip(to), PORT);
-        tcp_connect(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+        tcp_connect(&self.node(from).pod, dst, PROBE_TIMEOUT)
             .unwrap_or_else(|e| panic!("TCP probe p{from} → {dst}: {e}"))
     }
 
@@ -894,17 +789,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// A named counter of VXLAN frames crossing the underlay bridges (our own table in the
-    /// underlay namespace; the nodes' daemons never see it).
+    /// A named counter of VXLAN frames entering the underlay bridges from a port (our own table
+    /// in the underlay namespace; the nodes' daemons never see it). Counted where frames come
+    /// in, because between subnets the underlay namespace routes: those frames are not
+    /// bridged from port to port.
     fn count_vxlan_on_the_wire(&self) {
-        let l = self.lan.name();
+        let l = self.bed.lan_netns_name();
         nft(l, &["add", "table", "bridge", "wire"]);
         nft(l, &["add", "counter", "bridge", "wire", "vxlan"]);
         nft(
             l,
             &[
-                "add", "chain", "bridge", "wire", "frames", "{", "type", "filter", "hook",
-                "forward", "priority", "0", ";", "}",
+                "add",
+                "chain",
+                "bridge",
+                "wire",
+                "frames",
+                "{",
+                "type",
+                "filter",
+                "hook",
+                "prerouting",
+                "priority",
+                "0",
+                ";",
+                "}",
             ],
         );
         nft(
@@ -918,7 +827,7 @@ impl Cluster {
 
     fn vxlan_frames_on_the_wire(&self) -> u64 {
         let out = nft(
-            self.lan.name(),
+            self.bed.lan_netns_name(),
             &["-j", "list", "counter", "bridge", "wire", "vxlan"],
         );
         let v: Value = serde_json::from_str(&out).unwrap();
@@ -989,7 +898,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         c.wait_ping(a, b, Verdict::Pass);
     }
     // TCP across nodes.
-    let _server = TcpServer::start(c.node(0).pod.ns(), PORT).unwrap();
+    let _server = TcpServer::start(&c.node(0).pod, PORT).unwrap();
     for from in 1..3 {
         assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
@@ -1221,10 +1130,10 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
     for k in 0..2 {
         assert_ne!(c.ping(k, 2), Verdict::Pass, "ping p{k} → p2 after n2 left");
         assert_ne!(c.tcp(k, 2), Verdict::Pass, "TCP p{k} → p2 after n2 left");
-        let v = icmp_echo(n2.pod.ns(), V4.pod_ip(k), PROBE_TIMEOUT).unwrap();
+        let v = icmp_echo(&n2.pod, V4.pod_ip(k), PROBE_TIMEOUT).unwrap();
         assert_ne!(v, Verdict::Pass, "ping p2 → p{k} after n2 left");
     }
-    drop(n2);
+    c.forget(n2);
     c.wait_ping(0, 1, Verdict::Pass);
     c.wait_ping(1, 0, Verdict::Pass);
 
@@ -1305,7 +1214,6 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
     let listener = c
         .node(to)
         .pod
-        .ns()
         .run(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)))
         .unwrap()?;
     let port = listener.local_addr()?.port();
@@ -1332,7 +1240,6 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
         let mut conn = c
             .node(from)
             .pod
-            .ns()
             .run(|| TcpStream::connect_timeout(&dst, Duration::from_secs(5)))
             .unwrap()?;
         conn.set_write_timeout(Some(Duration::from_secs(20)))?;
@@ -1364,7 +1271,7 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         // the path MTU from the node's "fragmentation needed", which must reach it through the
         // node's rules. Forgetting what the receiver learnt in the other direction makes it
         // advertise a full-size MSS again, so each direction finds the tunnel MTU itself.
-        ip(c.node(b).pod.name(), &["route", "flush", "cache"]);
+        ip(c.node(b).pod_netns.as_str(), &["route", "flush", "cache"]);
         let got = bulk_transfer(&c, a, b, &data).unwrap_or_else(|e| {
             panic!(
                 "1 MB p{a} → p{b}: {e}\nroutes on n{a}:\n{}",
@@ -1378,7 +1285,7 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         );
         // The sender did meet the tunnel's MTU on the way, and learnt it.
         let learnt = ip(
-            c.node(a).pod.name(),
+            c.node(a).pod_netns.as_str(),
             &["route", "get", &V4.pod_ip(b).to_string()],
         );
         assert!(
@@ -1418,7 +1325,7 @@ fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
         assert_ne!(c.ping_in(k, 2, V6), Verdict::Pass, "ping6 p{k} → p2");
         assert_ne!(c.tcp_in(k, 2, V6), Verdict::Pass, "TCP6 p{k} → p2");
     }
-    drop(n2);
+    c.forget(n2);
     c.wait_ping_in(0, 1, Verdict::Pass, V6);
     c.wait_ping_in(1, 0, Verdict::Pass, V6);
 
