@@ -13,9 +13,8 @@
 //! [`testbed::controller`]: felix_nft::testbed::controller
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod route_oracle;
@@ -23,66 +22,16 @@ mod testbed_common;
 
 use felix_nft::netns::NetNs;
 use felix_nft::proto::protocol::NumberOrName;
-use felix_nft::proto::{
-    Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo, ToDataplane,
-};
+use felix_nft::proto::{Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo};
 use felix_nft::testbed::cluster::{Cluster, ClusterSpec, NodeSpec};
 use felix_nft::testbed::controller::{
     global_policy_id, Controller, IpSetSource, NodeInfo, PodInfo,
 };
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
-use testbed_common::{block_on, require_root};
+use testbed_common::{block_on, require_root, NodeDaemon};
 
 const PORT: u16 = 8080;
-
-struct Daemon {
-    child: Child,
-    stdin: ChildStdin,
-    log: tempfile::NamedTempFile,
-}
-
-impl Daemon {
-    /// Starts `felix-nft run` in `netns` as node `hostname`, with extra environment.
-    fn start(netns: &str, hostname: &str, env: &[(&str, &str)]) -> Daemon {
-        let log = tempfile::NamedTempFile::new().expect("a log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
-            .args([
-                "run",
-                "--source",
-                "stdin",
-                "--keep-running",
-                "--netns",
-                netns,
-            ])
-            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-            .env("FELIX_REPORTINGINTERVALSECS", "0")
-            .env("FELIX_FELIXHOSTNAME", hostname)
-            .env_remove("FELIX_NFT_LOG_FORMAT")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("reopening the log"))
-            .spawn()
-            .expect("spawning felix-nft run");
-        let stdin = child.stdin.take().expect("the daemon's stdin");
-        Daemon { child, stdin, log }
-    }
-
-    fn send(&mut self, msgs: &[ToDataplane]) {
-        for m in msgs {
-            let line = serde_json::to_string(m).expect("a message as JSON");
-            writeln!(self.stdin, "{line}").expect("writing to felix-nft");
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Builds the underlay of `spec`, or fails saying why.
 fn build_cluster(spec: ClusterSpec) -> Cluster {
@@ -144,7 +93,7 @@ fn model(vxlan_mode: &str) -> Controller {
 /// their namespaces go.
 struct Bed {
     pods: BTreeMap<u8, NetNs>,
-    daemons: BTreeMap<String, Daemon>,
+    daemons: BTreeMap<String, NodeDaemon>,
     ctl: Controller,
     cluster: Cluster,
 }
@@ -209,7 +158,7 @@ impl Bed {
         ));
         assert!(self.ctl.add_pod(&name, pod.clone()));
         self.daemons
-            .insert(name.clone(), Daemon::start(&netns, &name, env));
+            .insert(name.clone(), NodeDaemon::start(&netns, &name, env));
         self.pods.insert(k, pod_ns);
         pod
     }
@@ -231,12 +180,7 @@ impl Bed {
                 let logs: String = self
                     .daemons
                     .iter()
-                    .map(|(n, d)| {
-                        format!(
-                            "--- {n}\n{}",
-                            std::fs::read_to_string(d.log.path()).unwrap_or_default()
-                        )
-                    })
+                    .map(|(n, d)| format!("--- {n}\n{}", d.log()))
                     .collect();
                 panic!("{what} did not happen\n{logs}");
             }
@@ -317,7 +261,7 @@ fn controller_messages_carry_a_cluster_through_felix_nft_processes() {
         assert!(
             d.child.try_wait().map(|s| s.is_none()).unwrap_or(false),
             "{n}'s daemon exited:\n{}",
-            std::fs::read_to_string(d.log.path()).unwrap_or_default()
+            d.log()
         );
     }
     drop(server);

@@ -26,7 +26,7 @@
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod route_oracle;
@@ -37,7 +37,7 @@ use felix_nft::testbed::cluster::{Cluster as Underlay, ClusterSpec, NodeSpec};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::{json, Value};
-use testbed_common::{block_on, require_root};
+use testbed_common::{block_on, require_root, NodeDaemon};
 
 /// How long the cluster gets to converge after a change.
 const CONVERGE: Duration = Duration::from_secs(20);
@@ -237,29 +237,18 @@ struct Node {
     netns: String,
     pod: NetNs,
     pod_netns: String,
-    daemon: Child,
-    stdin: ChildStdin,
-    log: tempfile::NamedTempFile,
+    daemon: NodeDaemon,
 }
 
 impl Node {
     fn send(&mut self, msgs: &[Value]) {
-        for m in msgs {
-            writeln!(self.stdin, "{m}").expect("writing to felix-nft");
-        }
+        self.daemon.send(msgs);
     }
     fn name(&self) -> &str {
         &self.netns
     }
     fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
+        self.daemon.log()
     }
 }
 
@@ -434,32 +423,22 @@ impl Cluster {
         let pod = w.ns().try_clone().expect("a namespace handle");
         let pod_netns = w.netns_name().to_string();
 
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-        cmd.args(["run", "--source", "stdin", "--keep-running", "--netns", &n])
-            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-            .env("FELIX_NFTABLESTABLEOWNER", "false")
-            .env("FELIX_REPORTINGINTERVALSECS", "0")
-            .env("FELIX_FELIXHOSTNAME", format!("n{k}"))
-            // Drift is repaired at these intervals: short, so that tests can wait for it.
-            .env("FELIX_ROUTEREFRESHINTERVAL", "2")
-            .env("FELIX_NFTABLESREFRESHINTERVAL", "2")
-            .env_remove("FELIX_NFT_LOG_FORMAT");
-        let mut daemon = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .expect("spawning felix-nft");
-        let stdin = daemon.stdin.take().unwrap();
+        let daemon = NodeDaemon::start(
+            &n,
+            &format!("n{k}"),
+            &[
+                ("FELIX_NFTABLESTABLEOWNER", "false"),
+                // Drift is repaired at these intervals: short, so that tests can wait for it.
+                ("FELIX_ROUTEREFRESHINTERVAL", "2"),
+                ("FELIX_NFTABLESREFRESHINTERVAL", "2"),
+            ],
+        );
         let mut node = Node {
             member,
             netns: n.clone(),
             pod,
             pod_netns,
             daemon,
-            stdin,
-            log,
         };
         let mut msgs = vec![
             json!({"active_profile_update": {"id": {"name": "allow-all"},
@@ -856,7 +835,7 @@ impl Cluster {
     /// Asserts no daemon has exited.
     fn daemons_alive(&mut self) {
         for node in self.nodes.iter_mut() {
-            let status = node.daemon.try_wait().unwrap();
+            let status = node.daemon.child.try_wait().unwrap();
             assert!(status.is_none(), "{} exited: {}", node.name(), node.log());
         }
     }
@@ -907,7 +886,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     // n0's daemon paused and n2's address taken out of n0's all-vxlan-net by hand, p2 → p0 is
     // dropped while p1 → p0 still passes. Resumed, the daemon puts the address back at its
     // next table refresh.
-    let daemon = c.node(0).daemon.id() as libc::pid_t;
+    let daemon = c.node(0).daemon.child.id() as libc::pid_t;
     // SAFETY: signals a child this test spawned and still owns.
     assert_eq!(unsafe { libc::kill(daemon, libc::SIGSTOP) }, 0);
     let set = ["ip", "calico", "cali40all-vxlan-net"];

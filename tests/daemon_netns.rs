@@ -428,10 +428,25 @@ fn spawn_stdin(host: &Ns, stdout: Stdio) -> (Child, ChildStdin) {
 
 /// [`spawn_stdin`] with more `FELIX_*` environment.
 fn spawn_stdin_with(host: &Ns, stdout: Stdio, env: &[(&str, &str)]) -> (Child, ChildStdin) {
+    spawn_run(host, false, stdout, env)
+}
+
+/// `run --source stdin` in `host`'s namespace with more `FELIX_*` environment, kept running
+/// after its input ends or not; its stdin and stderr piped.
+fn spawn_run(
+    host: &Ns,
+    keep_running: bool,
+    stdout: Stdio,
+    env: &[(&str, &str)],
+) -> (Child, ChildStdin) {
     let mut cmd = felix_nft(host);
-    cmd.envs(env.iter().copied());
+    cmd.envs(env.iter().copied())
+        .args(["run", "--source", "stdin"]);
+    if keep_running {
+        cmd.arg("--keep-running");
+    }
     let mut child = cmd
-        .args(["run", "--source", "stdin", "--netns", &host.0])
+        .args(["--netns", &host.0])
         .stdin(Stdio::piped())
         .stdout(stdout)
         .stderr(Stdio::piped())
@@ -469,22 +484,7 @@ impl Drop for Daemon {
 /// Starts `felix-nft run --source stdin --keep-running` in `host` with more `FELIX_*`
 /// environment.
 fn spawn_keep_running(host: &Ns, env: &[(&str, &str)]) -> (Daemon, ChildStdin) {
-    let mut child = felix_nft(host)
-        .envs(env.iter().copied())
-        .args([
-            "run",
-            "--source",
-            "stdin",
-            "--keep-running",
-            "--netns",
-            &host.0,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let stdin = child.stdin.take().expect("stdin");
+    let (child, stdin) = spawn_run(host, true, Stdio::null(), env);
     (Daemon(Some(child)), stdin)
 }
 
