@@ -93,28 +93,15 @@ fn workload(host: &Ns, n: u8) -> Workload {
     ]);
     host.ip(&["link", "set", "tmp0", "netns", &ns.0]);
     host.ip(&["link", "set", &iface, "up"]);
-    ns.ip(&["link", "set", "tmp0", "name", "eth0"]);
-    ns.ip(&["addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
-    ns.ip(&["link", "set", "eth0", "up"]);
-    ns.ip(&[
-        "route",
-        "add",
-        "169.254.1.1",
-        "dev",
-        "eth0",
-        "scope",
-        "link",
-    ]);
-    ns.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        "169.254.1.1",
-        "dev",
-        "eth0",
-        "onlink",
-    ]);
+    for cmd in [
+        "link set tmp0 name eth0".to_string(),
+        format!("addr add {ip}/32 dev eth0"),
+        "link set eth0 up".to_string(),
+        "route add 169.254.1.1 dev eth0 scope link".to_string(),
+        "route add default via 169.254.1.1 dev eth0 onlink".to_string(),
+    ] {
+        ns.ip(&cmd.split(' ').collect::<Vec<_>>());
+    }
     let mac = ns
         .exec(&["cat", "/sys/class/net/eth0/address"])
         .trim()
