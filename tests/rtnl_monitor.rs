@@ -51,6 +51,15 @@ fn net(s: &str) -> IpNet {
     s.parse().unwrap()
 }
 
+/// Adds (`true`) or deletes the address `cidr` on `cali1`.
+async fn cali1_address(h: &RtnlHandle, add: bool, cidr: &str) {
+    if add {
+        link::add_address(h, "cali1", net(cidr)).await.unwrap();
+    } else {
+        link::delete_address(h, "cali1", net(cidr)).await.unwrap();
+    }
+}
+
 fn link_is(e: &IfaceEvent, name: &str, up: bool) -> bool {
     matches!(e, IfaceEvent::Link(l) if l.name == name && l.oper_up == up)
 }
@@ -89,12 +98,8 @@ fn monitor_reports_the_interface_lifecycle() {
         wait_for(&mut rx, "cali1 up", |e| link_is(e, "cali1", true)).await;
 
         // Addresses, both families.
-        link::add_address(&h, "cali1", net("10.1.0.1/24"))
-            .await
-            .unwrap();
-        link::add_address(&h, "cali1", net("fd01::1/64"))
-            .await
-            .unwrap();
+        cali1_address(&h, true, "10.1.0.1/24").await;
+        cali1_address(&h, true, "fd01::1/64").await;
         wait_for(&mut rx, "both addresses", |e| {
             addrs_of(e, "cali1")
                 .is_some_and(|a| a.contains(&net("10.1.0.1/24")) && a.contains(&net("fd01::1/64")))
@@ -103,9 +108,7 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Removal is reported, but only after the 100 ms damping.
         let t = Instant::now();
-        link::delete_address(&h, "cali1", net("10.1.0.1/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, false, "10.1.0.1/24").await;
         wait_for(&mut rx, "address removed", |e| {
             addrs_of(e, "cali1").is_some_and(|a| !a.contains(&net("10.1.0.1/24")))
         })
@@ -117,19 +120,13 @@ fn monitor_reports_the_interface_lifecycle() {
         );
 
         // A remove + re-add flap inside the damping window produces no removal event.
-        link::add_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, true, "10.1.0.2/24").await;
         wait_for(&mut rx, "second address", |e| {
             addrs_of(e, "cali1").is_some_and(|a| a.contains(&net("10.1.0.2/24")))
         })
         .await;
-        link::delete_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
-        link::add_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, false, "10.1.0.2/24").await;
+        cali1_address(&h, true, "10.1.0.2/24").await;
         let flap = drain(&mut rx, Duration::from_millis(300)).await;
         assert!(
             !flap
