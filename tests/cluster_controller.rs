@@ -13,89 +13,25 @@
 //! [`testbed::controller`]: felix_nft::testbed::controller
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod route_oracle;
+mod testbed_common;
 
 use felix_nft::netns::NetNs;
 use felix_nft::proto::protocol::NumberOrName;
-use felix_nft::proto::{
-    IpamPool, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo, ToDataplane,
-};
+use felix_nft::proto::{Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo};
 use felix_nft::testbed::cluster::{Cluster, ClusterSpec, NodeSpec};
-use felix_nft::testbed::controller::{Controller, IpSetSource, NodeInfo, PodInfo};
+use felix_nft::testbed::controller::{
+    global_policy_id, Controller, IpSetSource, NodeInfo, PodInfo,
+};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
+use testbed_common::{block_on, require_root, NodeDaemon};
 
 const PORT: u16 = 8080;
-
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(f)
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this privileged test creates network namespaces and runs felix-nft in them; run as root"
-    );
-}
-
-struct Daemon {
-    child: Child,
-    stdin: ChildStdin,
-    log: tempfile::NamedTempFile,
-}
-
-impl Daemon {
-    /// Starts `felix-nft run` in `netns` as node `hostname`, with extra environment.
-    fn start(netns: &str, hostname: &str, env: &[(&str, &str)]) -> Daemon {
-        let log = tempfile::NamedTempFile::new().expect("a log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
-            .args([
-                "run",
-                "--source",
-                "stdin",
-                "--keep-running",
-                "--netns",
-                netns,
-            ])
-            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-            .env("FELIX_REPORTINGINTERVALSECS", "0")
-            .env("FELIX_FELIXHOSTNAME", hostname)
-            .env_remove("FELIX_NFT_LOG_FORMAT")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("reopening the log"))
-            .spawn()
-            .expect("spawning felix-nft run");
-        let stdin = child.stdin.take().expect("the daemon's stdin");
-        Daemon { child, stdin, log }
-    }
-
-    fn send(&mut self, msgs: &[ToDataplane]) {
-        for m in msgs {
-            let line = serde_json::to_string(m).expect("a message as JSON");
-            writeln!(self.stdin, "{line}").expect("writing to felix-nft");
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Builds the underlay of `spec`, or fails saying why.
 fn build_cluster(spec: ClusterSpec) -> Cluster {
@@ -108,23 +44,14 @@ fn pod_ip(k: u8) -> Ipv4Addr {
 }
 
 fn clients() -> PolicyId {
-    PolicyId {
-        name: "allow-clients".into(),
-        kind: "GlobalNetworkPolicy".into(),
-        ..PolicyId::default()
-    }
+    global_policy_id("allow-clients")
 }
 
-fn model() -> Controller {
+/// The pool 10.65.0.0/16 in `vxlan_mode`, the allow-all profile every pod has, the IP set of
+/// `role=client` pods and the policy admitting them to tcp/[`PORT`].
+fn model(vxlan_mode: &str) -> Controller {
     let mut c = Controller::new();
-    c.set_pool(
-        "10.65.0.0-16",
-        IpamPool {
-            cidr: "10.65.0.0/16".into(),
-            vxlan_mode: "Always".into(),
-            ..IpamPool::default()
-        },
-    );
+    c.set_ipv4_pool("10.65.0.0/16".parse().expect("a CIDR"), vxlan_mode);
     let allow = || Rule {
         action: "allow".into(),
         ..Rule::default()
@@ -161,159 +88,165 @@ fn model() -> Controller {
     c
 }
 
-/// Builds node `k` with one pod, registers both with the controller, starts its daemon.
-fn join(
-    cluster: &mut Cluster,
-    ctl: &mut Controller,
-    daemons: &mut BTreeMap<String, Daemon>,
-    k: u8,
-    role: &str,
-) -> (PodInfo, NetNs) {
-    join_at(
-        cluster,
-        ctl,
-        daemons,
-        k,
-        role,
-        Ipv4Addr::new(172, 31, 0, 10 + k),
-    )
+/// One test's cluster: the underlay, the controller's model, a daemon per node and each node's
+/// pod namespace by node number. Dropped in that order from the pods on: daemons stop before
+/// their namespaces go.
+struct Bed {
+    pods: BTreeMap<u8, NetNs>,
+    daemons: BTreeMap<String, NodeDaemon>,
+    ctl: Controller,
+    cluster: Cluster,
 }
 
-/// [`join`] with the node's underlay address given.
-fn join_at(
-    cluster: &mut Cluster,
-    ctl: &mut Controller,
-    daemons: &mut BTreeMap<String, Daemon>,
-    k: u8,
-    role: &str,
-    ip: Ipv4Addr,
-) -> (PodInfo, NetNs) {
-    join_with(cluster, ctl, daemons, k, role, ip, &[])
-}
-
-/// [`join_at`] with extra environment for the node's daemon.
-fn join_with(
-    cluster: &mut Cluster,
-    ctl: &mut Controller,
-    daemons: &mut BTreeMap<String, Daemon>,
-    k: u8,
-    role: &str,
-    ip: Ipv4Addr,
-    env: &[(&str, &str)],
-) -> (PodInfo, NetNs) {
-    let name = format!("n{k}");
-    let node = block_on(cluster.add_node(&NodeSpec {
-        name: name.clone(),
-        ip,
-        pods: vec![WorkloadSpec::v4(format!("p{k}"), pod_ip(k))],
-    }))
-    .unwrap_or_else(|e| panic!("adding {name}: {e:?} (this privileged test needs root)"));
-    let w = &node.pods()[0];
-    let pod_ns = w.ns().try_clone().expect("a namespace handle");
-    let mut endpoint = w.endpoint(&["allow-all"]);
-    if role == "server" {
-        endpoint.tiers = vec![TierInfo {
-            name: "default".into(),
-            ingress_policies: vec![clients()],
-            ..TierInfo::default()
-        }];
-    }
-    let pod = PodInfo {
-        id: w.endpoint_id(),
-        endpoint,
-        labels: [("role".to_string(), role.to_string())].into(),
-    };
-    let netns = node.netns_name().to_string();
-    ctl.add_node(NodeInfo::new(
-        &name,
-        ip,
-        24,
-        format!("10.65.{k}.0/26").parse().expect("a block"),
-    ));
-    assert!(ctl.add_pod(&name, pod.clone()));
-    daemons.insert(name.clone(), Daemon::start(&netns, &name, env));
-    (pod, pod_ns)
-}
-
-fn flush(ctl: &mut Controller, daemons: &mut BTreeMap<String, Daemon>) {
-    for (node, msgs) in ctl.flush() {
-        if let Some(d) = daemons.get_mut(&node) {
-            d.send(&msgs);
-        }
-    }
-}
-
-fn eventually(what: &str, daemons: &BTreeMap<String, Daemon>, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check() {
-        if Instant::now() > deadline {
-            let logs: String = daemons
+impl Bed {
+    /// The underlay named `prefix` with the extra `routed` segments (as root), the [`model`]
+    /// with its pool in `vxlan_mode`, and no nodes yet.
+    fn start(prefix: &str, routed: &[&str], vxlan_mode: &str) -> Bed {
+        require_root();
+        let spec = ClusterSpec {
+            prefix: prefix.into(),
+            routed: routed
                 .iter()
-                .map(|(n, d)| {
-                    format!(
-                        "--- {n}\n{}",
-                        std::fs::read_to_string(d.log.path()).unwrap_or_default()
-                    )
-                })
-                .collect();
-            panic!("{what} did not happen\n{logs}");
+                .map(|r| r.parse().expect("a subnet"))
+                .collect(),
+            ..ClusterSpec::default()
+        };
+        Bed {
+            cluster: build_cluster(spec),
+            ctl: model(vxlan_mode),
+            daemons: BTreeMap::new(),
+            pods: BTreeMap::new(),
         }
-        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    /// [`Bed::join_at`] on the bed's own segment, without extra environment.
+    fn join(&mut self, k: u8, role: &str) -> PodInfo {
+        self.join_at(k, role, Ipv4Addr::new(172, 31, 0, 10 + k), &[])
+    }
+
+    /// Builds node `k` at underlay address `ip` with one pod, registers both with the
+    /// controller, starts its daemon with extra environment `env`.
+    fn join_at(&mut self, k: u8, role: &str, ip: Ipv4Addr, env: &[(&str, &str)]) -> PodInfo {
+        let name = format!("n{k}");
+        let node = block_on(self.cluster.add_node(&NodeSpec {
+            name: name.clone(),
+            ip,
+            pods: vec![WorkloadSpec::v4(format!("p{k}"), pod_ip(k))],
+        }))
+        .unwrap_or_else(|e| panic!("adding {name}: {e:?} (this privileged test needs root)"));
+        let w = &node.pods()[0];
+        let pod_ns = w.ns().try_clone().expect("a namespace handle");
+        let mut endpoint = w.endpoint(&["allow-all"]);
+        if role == "server" {
+            endpoint.tiers = vec![TierInfo {
+                name: "default".into(),
+                ingress_policies: vec![clients()],
+                ..TierInfo::default()
+            }];
+        }
+        let pod = PodInfo {
+            id: w.endpoint_id(),
+            endpoint,
+            labels: [("role".to_string(), role.to_string())].into(),
+        };
+        let netns = node.netns_name().to_string();
+        self.ctl.add_node(NodeInfo::new(
+            &name,
+            ip,
+            24,
+            format!("10.65.{k}.0/26").parse().expect("a block"),
+        ));
+        assert!(self.ctl.add_pod(&name, pod.clone()));
+        self.daemons
+            .insert(name.clone(), NodeDaemon::start(&netns, &name, env));
+        self.pods.insert(k, pod_ns);
+        pod
+    }
+
+    /// Sends each daemon what the controller computed for its node.
+    fn flush(&mut self) {
+        for (node, msgs) in self.ctl.flush() {
+            if let Some(d) = self.daemons.get_mut(&node) {
+                d.send(&msgs);
+            }
+        }
+    }
+
+    /// Polls `check` for up to 20 s; fails with every daemon's log.
+    fn eventually(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !check() {
+            if Instant::now() > deadline {
+                let logs: String = self
+                    .daemons
+                    .iter()
+                    .map(|(n, d)| format!("--- {n}\n{}", d.log()))
+                    .collect();
+                panic!("{what} did not happen\n{logs}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// An ICMP echo from pod `a` to pod `b`.
+    fn ping(&self, a: u8, b: u8) -> Verdict {
+        icmp_echo(
+            &self.pods[&a],
+            IpAddr::V4(pod_ip(b)),
+            Duration::from_millis(500),
+        )
+        .expect("probe")
+    }
+
+    /// The name of node `name`'s namespace.
+    fn netns_of(&self, name: &str) -> String {
+        self.cluster
+            .node(name)
+            .expect("a node")
+            .netns_name()
+            .to_string()
     }
 }
 
 #[test]
 fn controller_messages_carry_a_cluster_through_felix_nft_processes() {
-    require_root();
-    let mut cluster = build_cluster(ClusterSpec {
-        prefix: "fnt-t-clctl".into(),
-        ..ClusterSpec::default()
-    });
-    let mut ctl = model();
-    let mut daemons = BTreeMap::new();
-    let mut pods = BTreeMap::new();
-    pods.insert(1, join(&mut cluster, &mut ctl, &mut daemons, 1, "client").1);
-    pods.insert(2, join(&mut cluster, &mut ctl, &mut daemons, 2, "server").1);
-    flush(&mut ctl, &mut daemons);
-    let server = TcpServer::start(&pods[&2], PORT).expect("a listener");
+    let mut bed = Bed::start("fnt-t-clctl", &[], "Always");
+    bed.join(1, "client");
+    bed.join(2, "server");
+    bed.flush();
+    let server = TcpServer::start(&bed.pods[&2], PORT).expect("a listener");
     let to_server = SocketAddr::new(IpAddr::V4(pod_ip(2)), server.port());
-    let tcp = |pods: &BTreeMap<u8, NetNs>, k: u8| {
-        tcp_connect(&pods[&k], to_server, Duration::from_millis(500)).expect("probe")
+    let tcp = |bed: &Bed, k: u8| {
+        tcp_connect(&bed.pods[&k], to_server, Duration::from_millis(500)).expect("probe")
     };
-    let ping = |pods: &BTreeMap<u8, NetNs>, a: u8, b: u8| {
-        icmp_echo(&pods[&a], IpAddr::V4(pod_ip(b)), Duration::from_millis(500)).expect("probe")
-    };
-    eventually(
-        "p1 → p2 tcp admitted (p1 is in s:clients)",
-        &daemons,
-        || tcp(&pods, 1) == Verdict::Pass,
-    );
+    bed.eventually("p1 → p2 tcp admitted (p1 is in s:clients)", || {
+        tcp(&bed, 1) == Verdict::Pass
+    });
 
     // n3 joins later; its pod is not a client: it reaches others, but not the server's port.
-    let (p3, ns3) = join(&mut cluster, &mut ctl, &mut daemons, 3, "batch");
-    pods.insert(3, ns3);
-    flush(&mut ctl, &mut daemons);
-    eventually("p3 ↔ p1 over the tunnel", &daemons, || {
-        ping(&pods, 3, 1) == Verdict::Pass && ping(&pods, 1, 3) == Verdict::Pass
+    let p3 = bed.join(3, "batch");
+    bed.flush();
+    bed.eventually("p3 ↔ p1 over the tunnel", || {
+        bed.ping(3, 1) == Verdict::Pass && bed.ping(1, 3) == Verdict::Pass
     });
-    assert_eq!(ping(&pods, 2, 3), Verdict::Pass, "p2 → p3");
-    assert_eq!(tcp(&pods, 3), Verdict::Drop, "p3 is not in s:clients");
+    assert_eq!(bed.ping(2, 3), Verdict::Pass, "p2 → p3");
+    assert_eq!(tcp(&bed, 3), Verdict::Drop, "p3 is not in s:clients");
 
     // p3 is relabelled a client on n3: n2's set gains it, and n2 admits it.
     let mut relabelled = p3.clone();
     relabelled.labels.insert("role".into(), "client".into());
-    assert!(ctl.add_pod("n3", relabelled));
-    flush(&mut ctl, &mut daemons);
-    eventually("p3 → p2 tcp admitted after relabelling", &daemons, || {
-        tcp(&pods, 3) == Verdict::Pass
+    assert!(bed.ctl.add_pod("n3", relabelled));
+    bed.flush();
+    bed.eventually("p3 → p2 tcp admitted after relabelling", || {
+        tcp(&bed, 3) == Verdict::Pass
     });
 
     // n3 leaves: withdrawn everywhere; its FDB entry goes from n1 and p1 no longer reaches p3.
-    let mac3 = ctl.node("n3").expect("n3").vtep_mac.clone();
-    assert!(ctl.remove_node("n3"));
-    flush(&mut ctl, &mut daemons);
-    let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
-    eventually("n3 gone from n1's FDB", &daemons, || {
+    let mac3 = bed.ctl.node("n3").expect("n3").vtep_mac.clone();
+    assert!(bed.ctl.remove_node("n3"));
+    bed.flush();
+    let n1 = bed.netns_of("n1");
+    bed.eventually("n3 gone from n1's FDB", || {
         let out = Command::new("bridge")
             .args(["-n", &n1, "fdb", "show", "dev", "vxlan.calico"])
             .output()
@@ -321,19 +254,18 @@ fn controller_messages_carry_a_cluster_through_felix_nft_processes() {
         let fdb = String::from_utf8_lossy(&out.stdout);
         !fdb.contains(&mac3) && fdb.contains("dst 172.31.0.12")
     });
-    assert_ne!(ping(&pods, 1, 3), Verdict::Pass, "p1 → p3 after n3 left");
-    assert_eq!(tcp(&pods, 1), Verdict::Pass, "p1 → p2 unaffected");
+    assert_ne!(bed.ping(1, 3), Verdict::Pass, "p1 → p3 after n3 left");
+    assert_eq!(tcp(&bed, 1), Verdict::Pass, "p1 → p2 unaffected");
 
-    for (n, d) in daemons.iter_mut() {
+    for (n, d) in bed.daemons.iter_mut() {
         assert!(
             d.child.try_wait().map(|s| s.is_none()).unwrap_or(false),
             "{n}'s daemon exited:\n{}",
-            std::fs::read_to_string(d.log.path()).unwrap_or_default()
+            d.log()
         );
     }
     drop(server);
-    drop(daemons);
-    drop(cluster);
+    drop(bed);
 }
 
 /// `ip -s -j link show vxlan.calico` in `netns` (oracle): packets the device has sent.
@@ -348,41 +280,18 @@ fn vxlan_tx_packets(netns: &str) -> u64 {
 
 #[test]
 fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_router() {
-    require_root();
-    let mut cluster = build_cluster(ClusterSpec {
-        prefix: "fnt-t-clxs".into(),
-        routed: vec!["172.31.1.0/24".parse().expect("a subnet")],
-        ..ClusterSpec::default()
-    });
-    let mut ctl = model();
-    ctl.set_pool(
-        "10.65.0.0-16",
-        IpamPool {
-            cidr: "10.65.0.0/16".into(),
-            vxlan_mode: "CrossSubnet".into(),
-            ..IpamPool::default()
-        },
-    );
-    let mut daemons = BTreeMap::new();
-    let mut pods = BTreeMap::new();
-    pods.insert(1, join(&mut cluster, &mut ctl, &mut daemons, 1, "client").1);
-    pods.insert(2, join(&mut cluster, &mut ctl, &mut daemons, 2, "batch").1);
-    let far = Ipv4Addr::new(172, 31, 1, 13);
-    pods.insert(
-        3,
-        join_at(&mut cluster, &mut ctl, &mut daemons, 3, "batch", far).1,
-    );
-    flush(&mut ctl, &mut daemons);
-    let ping = |a: u8, b: u8| {
-        icmp_echo(&pods[&a], IpAddr::V4(pod_ip(b)), Duration::from_millis(500)).expect("probe")
-    };
+    let mut bed = Bed::start("fnt-t-clxs", &["172.31.1.0/24"], "CrossSubnet");
+    bed.join(1, "client");
+    bed.join(2, "batch");
+    bed.join_at(3, "batch", Ipv4Addr::new(172, 31, 1, 13), &[]);
+    bed.flush();
     for (a, b) in [(1, 2), (2, 1), (1, 3), (3, 1), (2, 3)] {
-        eventually(&format!("p{a} → p{b}"), &daemons, || {
-            ping(a, b) == Verdict::Pass
+        bed.eventually(&format!("p{a} → p{b}"), || {
+            bed.ping(a, b) == Verdict::Pass
         });
     }
     // On n1: n2's block straight via n2 on the shared subnet, n3's through the tunnel.
-    let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
+    let n1 = bed.netns_of("n1");
     let routes = route_oracle::routes(&n1, &[]);
     assert!(
         routes
@@ -399,7 +308,7 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
     // No VXLAN on the wire for the same-subnet peer; VXLAN for the one across the router.
     let before = vxlan_tx_packets(&n1);
     for _ in 0..5 {
-        assert_eq!(ping(1, 2), Verdict::Pass);
+        assert_eq!(bed.ping(1, 2), Verdict::Pass);
     }
     assert_eq!(
         vxlan_tx_packets(&n1),
@@ -407,15 +316,13 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
         "same-subnet traffic went into the tunnel"
     );
     for _ in 0..5 {
-        assert_eq!(ping(1, 3), Verdict::Pass);
+        assert_eq!(bed.ping(1, 3), Verdict::Pass);
     }
     assert!(
         vxlan_tx_packets(&n1) >= before + 5,
         "cross-router traffic did not use the tunnel"
     );
-    drop(pods);
-    drop(daemons);
-    drop(cluster);
+    drop(bed);
 }
 
 /// A pool without encapsulation, with Felix (not BIRD) programming cluster routes
@@ -423,39 +330,18 @@ fn cross_subnet_pools_go_direct_on_the_subnet_and_through_the_tunnel_across_the_
 /// node address on the underlay, `proto 80 onlink`; no VXLAN device is made; pods talk.
 #[test]
 fn noencap_pools_are_routed_via_the_nodes_when_felix_programs_cluster_routes() {
-    require_root();
-    let mut cluster = build_cluster(ClusterSpec {
-        prefix: "fnt-t-clne".into(),
-        ..ClusterSpec::default()
-    });
-    let mut ctl = model();
-    ctl.set_pool(
-        "10.65.0.0-16",
-        IpamPool {
-            cidr: "10.65.0.0/16".into(),
-            ..IpamPool::default()
-        },
-    );
+    let mut bed = Bed::start("fnt-t-clne", &[], "");
     let env = [("FELIX_PROGRAMCLUSTERROUTES", "Enabled")];
-    let mut daemons = BTreeMap::new();
-    let mut pods = BTreeMap::new();
     for (k, role) in [(1, "client"), (2, "batch")] {
-        let ip = Ipv4Addr::new(172, 31, 0, 10 + k);
-        let (_, ns) = join_with(&mut cluster, &mut ctl, &mut daemons, k, role, ip, &env);
-        pods.insert(k, ns);
+        bed.join_at(k, role, Ipv4Addr::new(172, 31, 0, 10 + k), &env);
     }
-    flush(&mut ctl, &mut daemons);
-    let ping = |a: u8, b: u8| {
-        icmp_echo(&pods[&a], IpAddr::V4(pod_ip(b)), Duration::from_millis(500)).expect("probe")
-    };
+    bed.flush();
     for (a, b) in [(1, 2), (2, 1)] {
-        eventually(
-            &format!("p{a} → p{b} without encapsulation"),
-            &daemons,
-            || ping(a, b) == Verdict::Pass,
-        );
+        bed.eventually(&format!("p{a} → p{b} without encapsulation"), || {
+            bed.ping(a, b) == Verdict::Pass
+        });
     }
-    let n1 = cluster.node("n1").expect("n1").netns_name().to_string();
+    let n1 = bed.netns_of("n1");
     let show = |args: &[&str]| {
         let out = Command::new("ip")
             .args(["-n", &n1])
@@ -476,7 +362,5 @@ fn noencap_pools_are_routed_via_the_nodes_when_felix_programs_cluster_routes() {
         !show(&["link", "show"]).contains("vxlan.calico"),
         "no tunnel for a pool without encapsulation"
     );
-    drop(pods);
-    drop(daemons);
-    drop(cluster);
+    drop(bed);
 }

@@ -1,7 +1,8 @@
-//! Privileged, end to end: clusters of nodes in network namespaces. Each node is a namespace on
-//! an underlay bridge, runs its own `felix-nft run --source stdin` process, and has one pod laid
-//! out as Calico's CNI leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host side a
-//! `cali*` veth). A small controller in this file sends each daemon what Felix's calculation
+//! Privileged, end to end: clusters of nodes in network namespaces, built by the test bed's
+//! cluster builder ([`testbed::cluster`]). Each node is a namespace on an underlay bridge, runs
+//! its own `felix-nft run --source stdin` process, and has one pod laid out as Calico's CNI
+//! leaves it (a /32 on the pod's eth0, gateway 169.254.1.1, the host side a `cali*` veth); on a
+//! dual-stack cluster this file adds the nodes' IPv6 underlay addresses. A small controller in this file sends each daemon what Felix's calculation
 //! graph would send that node: the pool, every node's VTEP, its own block as local and the
 //! others' as remote, its pod, and the policies and IP sets that pod's endpoint uses.
 //!
@@ -20,17 +21,23 @@
 //! - IPv6 beside IPv4: pods talk over `vxlan-v6.calico`, and a leaving node's IPv6 state goes.
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
+//!
+//! [`testbed::cluster`]: felix_nft::testbed::cluster
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod route_oracle;
+mod testbed_common;
 
-use felix_nft::netns::{unique_netns_name, NamedNetNs, NetNs};
+use felix_nft::netns::NetNs;
+use felix_nft::testbed::cluster::{Cluster as Underlay, ClusterSpec, NodeSpec};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
+use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::{json, Value};
+use testbed_common::{block_on, require_root, NodeDaemon};
 
 /// How long the cluster gets to converge after a change.
 const CONVERGE: Duration = Duration::from_secs(20);
@@ -70,45 +77,6 @@ fn nft(ns: &str, args: &[&str]) -> String {
     let mut argv = vec!["ip", "netns", "exec", ns, "nft"];
     argv.extend_from_slice(args);
     sh(&argv)
-}
-
-fn named(prefix: &str) -> NamedNetNs {
-    NetNs::create_named(&unique_netns_name(prefix)).unwrap_or_else(|e| {
-        panic!("this privileged test needs to create network namespaces ({e}); run as root")
-    })
-}
-
-fn write_sysctl(ns: &NetNs, path: &str, value: &str) {
-    ns.run(|| std::fs::write(path, value))
-        .unwrap()
-        .unwrap_or_else(|e| panic!("writing {path}: {e}"));
-}
-
-fn mac(k: u8) -> String {
-    format!("66:00:00:00:00:{k:02x}")
-}
-fn pod_ip(k: u8) -> IpAddr {
-    format!("10.65.{k}.2").parse().unwrap()
-}
-fn tunnel_ip(k: u8) -> String {
-    format!("10.65.{k}.0")
-}
-fn block_cidr(k: u8) -> String {
-    format!("10.65.{k}.0/26")
-}
-fn mac6(k: u8) -> String {
-    format!("66:00:00:00:01:{k:02x}")
-}
-// IPv6 blocks are numbered from 10 so that no address has a zero group `ip` would compress.
-fn pod_ip6(k: u8) -> IpAddr {
-    format!("fd65::1{k}:2").parse().unwrap()
-}
-fn tunnel_ip6(k: u8) -> String {
-    format!("fd65::1{k}:0")
-}
-/// Calico's IPv6 blocks are /122.
-fn block6_cidr(k: u8) -> String {
-    format!("fd65::1{k}:0/122")
 }
 
 /// Whether an nft set element list (`nft -j` form) holds the address `ip` (either family).
@@ -178,27 +146,10 @@ impl Fam {
         }
     }
     fn mac(self, k: u8) -> String {
-        if self.v6 {
-            mac6(k)
-        } else {
-            mac(k)
-        }
+        format!("66:00:00:00:0{}:{k:02x}", u8::from(self.v6))
     }
-    fn tunnel_ip(self, k: u8) -> String {
-        if self.v6 {
-            tunnel_ip6(k)
-        } else {
-            tunnel_ip(k)
-        }
-    }
-    fn block(self, k: u8) -> String {
-        if self.v6 {
-            block6_cidr(k)
-        } else {
-            block_cidr(k)
-        }
-    }
-    /// Text every address of node k's block starts with.
+    /// Text every address of node k's block starts with. IPv6 blocks are numbered from 10 so
+    /// that no address has a zero group `ip` would compress.
     fn pool_part(self, k: u8) -> String {
         if self.v6 {
             format!("fd65::1{k}:")
@@ -206,12 +157,15 @@ impl Fam {
             format!("10.65.{k}.")
         }
     }
+    fn tunnel_ip(self, k: u8) -> String {
+        format!("{}0", self.pool_part(k))
+    }
+    /// Calico's IPv4 blocks are /26, its IPv6 blocks /122.
+    fn block(self, k: u8) -> String {
+        format!("{}/{}", self.tunnel_ip(k), if self.v6 { 122 } else { 26 })
+    }
     fn pod_ip(self, k: u8) -> IpAddr {
-        if self.v6 {
-            pod_ip6(k)
-        } else {
-            pod_ip(k)
-        }
+        format!("{}2", self.pool_part(k)).parse().unwrap()
     }
     fn host_ip(self, m: &Member) -> String {
         if self.v6 {
@@ -233,18 +187,15 @@ impl Member {
     fn ip(&self) -> String {
         format!("172.31.{}.1{}", self.subnet, self.k)
     }
+    fn ipv4(&self) -> Ipv4Addr {
+        self.ip().parse().unwrap()
+    }
     /// In `ip`'s canonical form (`fd00:31::10` for subnet 0).
     fn ip6(&self) -> String {
         let a: std::net::Ipv6Addr = format!("fd00:31:{}::1{}", self.subnet, self.k)
             .parse()
             .unwrap();
         a.to_string()
-    }
-    fn gateway(&self) -> String {
-        format!("172.31.{}.1", self.subnet)
-    }
-    fn bridge(&self) -> String {
-        format!("br{}", self.subnet)
     }
 }
 
@@ -279,33 +230,25 @@ fn tier(ingress: &[&str], egress: &[&str]) -> Value {
         "default_action": "Deny"})
 }
 
+/// A running node: its daemon, and handles on the namespaces the underlay bed made for it.
 struct Node {
     member: Member,
-    ns: NamedNetNs,
-    pod: NamedNetNs,
-    daemon: Child,
-    stdin: ChildStdin,
-    log: tempfile::NamedTempFile,
+    /// The node's namespace under `/run/netns`.
+    netns: String,
+    pod: NetNs,
+    pod_netns: String,
+    daemon: NodeDaemon,
 }
 
 impl Node {
     fn send(&mut self, msgs: &[Value]) {
-        for m in msgs {
-            writeln!(self.stdin, "{m}").expect("writing to felix-nft");
-        }
+        self.daemon.send(msgs);
     }
     fn name(&self) -> &str {
-        self.ns.name()
+        &self.netns
     }
     fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
+        self.daemon.log()
     }
 }
 
@@ -320,10 +263,10 @@ struct Cluster {
     mode: &'static str,
     /// Dual stack: IPv6 on the underlay and the pods, an IPv6 pool, IPv6 VTEPs.
     v6: bool,
-    /// Routes between the two underlay subnets (only when some node sits on subnet 1).
-    _router: Option<NamedNetNs>,
-    /// Holds the underlay bridges `br0` (172.31.0.0/24) and `br1` (172.31.1.0/24).
-    lan: NamedNetNs,
+    /// The namespaces: the underlay (`br0` for 172.31.0.0/24 and, when some node sits on
+    /// subnet 1, `br1` for 172.31.1.0/24 with the underlay namespace routing between them),
+    /// the nodes on it and their pods, laid out as Calico's CNI plugin leaves them.
+    bed: Underlay,
 }
 
 impl Cluster {
@@ -345,37 +288,18 @@ impl Cluster {
         v6: bool,
         local: impl Fn(u8) -> Local,
     ) -> Cluster {
-        let lan = named("cl-lan");
-        let l = lan.name().to_string();
-        let two = subnets.contains(&1);
-        let bridges: &[&str] = if two { &["br0", "br1"] } else { &["br0"] };
-        for br in bridges {
-            ip(&l, &["link", "add", br, "type", "bridge"]);
-            ip(&l, &["link", "set", br, "up"]);
-        }
-        // The router between the subnets: .1 on each, forwarding on.
-        let router = two.then(|| {
-            let rtr = named("cl-rtr");
-            let r = rtr.name().to_string();
-            ip(&r, &["link", "set", "lo", "up"]);
-            for s in 0..2u8 {
-                let (up, inner) = (format!("r{s}"), format!("eth{s}"));
-                ip(
-                    &l,
-                    &[
-                        "link", "add", &up, "type", "veth", "peer", "name", &inner, "netns", &r,
-                    ],
-                );
-                ip(&l, &["link", "set", &up, "master", &format!("br{s}"), "up"]);
-                ip(&r, &["link", "set", &inner, "up"]);
-                ip(
-                    &r,
-                    &["addr", "add", &format!("172.31.{s}.1/24"), "dev", &inner],
-                );
-            }
-            write_sysctl(rtr.ns(), "/proc/sys/net/ipv4/ip_forward", "1");
-            rtr
-        });
+        require_root();
+        let routed = if subnets.contains(&1) {
+            vec!["172.31.1.0/24".parse().unwrap()]
+        } else {
+            Vec::new()
+        };
+        let bed = block_on(Underlay::build(&ClusterSpec {
+            prefix: "fnt-t-clvx".into(),
+            routed,
+            ..ClusterSpec::default()
+        }))
+        .unwrap_or_else(|e| panic!("building the underlay ({e}); this privileged test needs root"));
         let mut c = Cluster {
             nodes: Vec::new(),
             members: subnets
@@ -385,8 +309,7 @@ impl Cluster {
                 .collect(),
             mode,
             v6,
-            _router: router,
-            lan,
+            bed,
         };
         for k in 0..subnets.len() as u8 {
             c.start(k, local(k));
@@ -423,10 +346,10 @@ impl Cluster {
     /// Node k's VTEP as Felix sends it.
     fn vtep(&self, k: u8, mac: &str) -> Value {
         let mut v = json!({"node": format!("n{k}"), "mac": mac,
-            "ipv4_addr": tunnel_ip(k), "parent_device_ip": self.member(k).ip()});
+            "ipv4_addr": V4.tunnel_ip(k), "parent_device_ip": self.member(k).ip()});
         if self.v6 {
-            v["mac_v6"] = json!(mac6(k));
-            v["ipv6_addr"] = json!(tunnel_ip6(k));
+            v["mac_v6"] = json!(V6.mac(k));
+            v["ipv6_addr"] = json!(V6.tunnel_ip(k));
             v["parent_device_ipv6"] = json!(self.member(k).ip6());
         }
         json!({ "vtep_update": v })
@@ -454,18 +377,18 @@ impl Cluster {
                 "ip_pool_type": "VXLAN", "dst": dst, "same_subnet": same_subnet,
                 "dst_node_name": format!("n{k}"), "dst_node_ip": node_ip}})
         };
-        let mut v = vec![route(block_cidr(k), self.member(k).ip())];
+        let mut v = vec![route(V4.block(k), self.member(k).ip())];
         if self.v6 {
-            v.push(route(block6_cidr(k), self.member(k).ip6()));
+            v.push(route(V6.block(k), self.member(k).ip6()));
         }
         v
     }
 
     /// What node k's leaving costs the others: its blocks, VTEP and host (in Felix's order).
     fn removals(&self, k: u8) -> Vec<Value> {
-        let mut v = vec![json!({"route_remove": {"dst": block_cidr(k)}})];
+        let mut v = vec![json!({"route_remove": {"dst": V4.block(k)}})];
         if self.v6 {
-            v.push(json!({"route_remove": {"dst": block6_cidr(k)}}));
+            v.push(json!({"route_remove": {"dst": V6.block(k)}}));
         }
         v.push(json!({"vtep_remove": {"node": format!("n{k}")}}));
         v.push(json!({"host_metadata_remove": {"hostname": format!("n{k}")}}));
@@ -476,137 +399,46 @@ impl Cluster {
     /// every known member's VTEP and block, its local state, its pod's endpoint, in-sync.
     fn start(&mut self, k: u8, local: Local) {
         let member = self.member(k);
-        let l = self.lan.name().to_string();
-        let ns = named(&format!("cl-n{k}"));
-        let pod = named(&format!("cl-p{k}"));
-        let (n, p) = (ns.name().to_string(), pod.name().to_string());
-        // Addresses usable at once, without duplicate address detection: the pods' IPv6
-        // gateway is the host end's link-local address.
-        for netns in [&ns, &pod] {
-            write_sysctl(
-                netns.ns(),
-                "/proc/sys/net/ipv6/conf/default/accept_dad",
-                "0",
-            );
-        }
-        let up = format!("u{k}");
-        ip(
-            &l,
-            &[
-                "link", "add", &up, "type", "veth", "peer", "name", "eth0", "netns", &n,
-            ],
-        );
-        ip(&l, &["link", "set", &up, "master", &member.bridge(), "up"]);
-        ip(&n, &["link", "set", "lo", "up"]);
-        ip(&n, &["link", "set", "eth0", "up"]);
-        ip(
-            &n,
-            &["addr", "add", &format!("{}/24", member.ip()), "dev", "eth0"],
-        );
+        let (IpAddr::V4(v4), IpAddr::V6(v6)) = (V4.pod_ip(k), V6.pod_ip(k)) else {
+            unreachable!("one address of each family")
+        };
+        let pod = if self.v6 {
+            WorkloadSpec::dual(format!("p{k}"), v4, v6)
+        } else {
+            WorkloadSpec::v4(format!("p{k}"), v4)
+        };
+        let node = block_on(self.bed.add_node(&NodeSpec {
+            name: format!("n{k}"),
+            ip: member.ipv4(),
+            pods: vec![pod],
+        }))
+        .unwrap_or_else(|e| panic!("adding n{k}: {e}"));
+        let n = node.netns_name().to_string();
         if self.v6 {
             let addr = format!("{}/64", member.ip6());
             ip(&n, &["addr", "add", &addr, "dev", "eth0"]);
         }
-        // A default route, as every node has: proxy ARP for the pods' 169.254.1.1 answers only
-        // for an address the node can route elsewhere. On a cross-subnet underlay it is also
-        // the way to the other subnet.
-        ip(
-            &n,
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                &member.gateway(),
-                "dev",
-                "eth0",
-            ],
-        );
-        // The pod, as Calico's CNI plugin leaves it.
-        let cali = format!("cali{k}pod");
-        ip(
-            &n,
-            &[
-                "link", "add", &cali, "type", "veth", "peer", "name", "eth0", "netns", &p,
-            ],
-        );
-        ip(
-            &n,
-            &["link", "set", &cali, "address", "ee:ee:ee:ee:ee:ee", "up"],
-        );
-        ip(&p, &["link", "set", "lo", "up"]);
-        // ICMP probes use unprivileged ping sockets.
-        write_sysctl(
-            pod.ns(),
-            "/proc/sys/net/ipv4/ping_group_range",
-            "0 2147483647",
-        );
-        ip(&p, &["link", "set", "eth0", "up"]);
-        ip(
-            &p,
-            &["addr", "add", &format!("{}/32", pod_ip(k)), "dev", "eth0"],
-        );
-        ip(
-            &p,
-            &[
-                "route",
-                "add",
-                "169.254.1.1",
-                "dev",
-                "eth0",
-                "scope",
-                "link",
-            ],
-        );
-        ip(
-            &p,
-            &[
-                "route",
-                "add",
-                "default",
-                "via",
-                "169.254.1.1",
-                "dev",
-                "eth0",
-            ],
-        );
-        if self.v6 {
-            let addr = format!("{}/128", pod_ip6(k));
-            ip(&p, &["addr", "add", &addr, "dev", "eth0"]);
-            let gw = "fe80::ecee:eeff:feee:eeee";
-            ip(
-                &p,
-                &["-6", "route", "add", "default", "via", gw, "dev", "eth0"],
-            );
-        }
-        let link: Value = serde_json::from_str(&ip(&p, &["-j", "link", "show", "eth0"])).unwrap();
-        let pod_mac = link[0]["address"].as_str().unwrap().to_string();
+        let w = &node.pods()[0];
+        let (cali, pod_mac) = (w.host_ifname.clone(), w.mac_string());
+        let pod = w.ns().try_clone().expect("a namespace handle");
+        let pod_netns = w.netns_name().to_string();
 
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-        cmd.args(["run", "--source", "stdin", "--keep-running", "--netns", &n])
-            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-            .env("FELIX_NFTABLESTABLEOWNER", "false")
-            .env("FELIX_REPORTINGINTERVALSECS", "0")
-            .env("FELIX_FELIXHOSTNAME", format!("n{k}"))
-            // Drift is repaired at these intervals: short, so that tests can wait for it.
-            .env("FELIX_ROUTEREFRESHINTERVAL", "2")
-            .env("FELIX_NFTABLESREFRESHINTERVAL", "2")
-            .env_remove("FELIX_NFT_LOG_FORMAT");
-        let mut daemon = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .expect("spawning felix-nft");
-        let stdin = daemon.stdin.take().unwrap();
+        let daemon = NodeDaemon::start(
+            &n,
+            &format!("n{k}"),
+            &[
+                ("FELIX_NFTABLESTABLEOWNER", "false"),
+                // Drift is repaired at these intervals: short, so that tests can wait for it.
+                ("FELIX_ROUTEREFRESHINTERVAL", "2"),
+                ("FELIX_NFTABLESREFRESHINTERVAL", "2"),
+            ],
+        );
         let mut node = Node {
             member,
-            ns,
+            netns: n.clone(),
             pod,
+            pod_netns,
             daemon,
-            stdin,
-            log,
         };
         let mut msgs = vec![
             json!({"active_profile_update": {"id": {"name": "allow-all"},
@@ -622,7 +454,7 @@ impl Cluster {
             );
         }
         for m in &self.members {
-            msgs.push(self.vtep(m.k, &mac(m.k)));
+            msgs.push(self.vtep(m.k, &V4.mac(m.k)));
             msgs.extend(self.blocks(k, m.k));
             msgs.push(self.host(m.k));
         }
@@ -630,13 +462,13 @@ impl Cluster {
         msgs.extend(local.msgs);
         let v6_nets: Vec<String> = self
             .v6
-            .then(|| format!("{}/128", pod_ip6(k)))
+            .then(|| format!("{}/128", V6.pod_ip(k)))
             .into_iter()
             .collect();
         msgs.push(json!({"workload_endpoint_update": {
             "id": {"orchestrator_id": "k8s", "workload_id": format!("default/p{k}"), "endpoint_id": "eth0"},
             "endpoint": {"state": "active", "name": cali, "mac": pod_mac,
-                "ipv4_nets": [format!("{}/32", pod_ip(k))], "ipv6_nets": v6_nets,
+                "ipv4_nets": [format!("{}/32", V4.pod_ip(k))], "ipv6_nets": v6_nets,
                 "profile_ids": ["allow-all"], "tiers": local.tiers}}}));
         msgs.push(json!({"in_sync": {}}));
         node.send(&msgs);
@@ -659,7 +491,7 @@ impl Cluster {
             .filter(|&j| j != k)
             .collect();
         for j in others {
-            let mut msgs = vec![self.vtep(k, &mac(k))];
+            let mut msgs = vec![self.vtep(k, &V4.mac(k))];
             msgs.extend(self.blocks(j, k));
             msgs.push(self.host(k));
             self.node_mut(j).send(&msgs);
@@ -682,6 +514,33 @@ impl Cluster {
             node.send(&removals);
         }
         gone
+    }
+
+    /// [`Self::leave`], then waits until every remaining node's overlay has forgotten node k.
+    fn leave_and_forget(&mut self, k: u8) -> Node {
+        let gone = self.member(k);
+        let node = self.leave(k);
+        for j in self.nodes.iter().map(|n| n.member.k) {
+            self.eventually(&format!("n{k} gone from n{j}"), || {
+                self.overlay_state(j, &[gone])
+            });
+        }
+        node
+    }
+
+    /// Stops a node handed back by [`Self::leave`] and deletes its namespaces.
+    fn forget(&mut self, node: Node) {
+        let name = format!("n{}", node.member.k);
+        drop(node);
+        assert!(self.bed.remove_node(&name), "{name} was on the underlay");
+    }
+
+    /// A TCP server on [`PORT`] in every running node's pod.
+    fn servers(&self) -> Vec<TcpServer> {
+        self.nodes
+            .iter()
+            .map(|n| TcpServer::start(&n.pod, PORT).unwrap())
+            .collect()
     }
 
     /// Polls `check` until it passes; panics after [`CONVERGE`] with the last complaint and
@@ -711,7 +570,7 @@ impl Cluster {
     /// ICMP (ICMPv6) echo from pod `from` to pod `to`'s address of the family.
     fn ping_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
         let dst = f.pod_ip(to);
-        icmp_echo(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+        icmp_echo(&self.node(from).pod, dst, PROBE_TIMEOUT)
             .unwrap_or_else(|e| panic!("ICMP probe p{from} → p{to} {dst}: {e}"))
     }
 
@@ -722,7 +581,7 @@ impl Cluster {
 
     fn tcp_in(&self, from: u8, to: u8, f: Fam) -> Verdict {
         let dst = SocketAddr::new(f.pod_ip(to), PORT);
-        tcp_connect(self.node(from).pod.ns(), dst, PROBE_TIMEOUT)
+        tcp_connect(&self.node(from).pod, dst, PROBE_TIMEOUT)
             .unwrap_or_else(|e| panic!("TCP probe p{from} → {dst}: {e}"))
     }
 
@@ -829,7 +688,7 @@ impl Cluster {
         let l = self.route_to(k, j, V4);
         let via = format!(
             "{} via {} dev eth0 proto 80 ",
-            block_cidr(j),
+            V4.block(j),
             self.member(j).ip()
         );
         l.as_deref()
@@ -909,17 +768,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// A named counter of VXLAN frames crossing the underlay bridges (our own table in the
-    /// underlay namespace; the nodes' daemons never see it).
+    /// A named counter of VXLAN frames entering the underlay bridges from a port (our own table
+    /// in the underlay namespace; the nodes' daemons never see it). Counted where frames come
+    /// in, because between subnets the underlay namespace routes: those frames are not
+    /// bridged from port to port.
     fn count_vxlan_on_the_wire(&self) {
-        let l = self.lan.name();
+        let l = self.bed.lan_netns_name();
         nft(l, &["add", "table", "bridge", "wire"]);
         nft(l, &["add", "counter", "bridge", "wire", "vxlan"]);
         nft(
             l,
             &[
-                "add", "chain", "bridge", "wire", "frames", "{", "type", "filter", "hook",
-                "forward", "priority", "0", ";", "}",
+                "add",
+                "chain",
+                "bridge",
+                "wire",
+                "frames",
+                "{",
+                "type",
+                "filter",
+                "hook",
+                "prerouting",
+                "priority",
+                "0",
+                ";",
+                "}",
             ],
         );
         nft(
@@ -933,7 +806,7 @@ impl Cluster {
 
     fn vxlan_frames_on_the_wire(&self) -> u64 {
         let out = nft(
-            self.lan.name(),
+            self.bed.lan_netns_name(),
             &["-j", "list", "counter", "bridge", "wire", "vxlan"],
         );
         let v: Value = serde_json::from_str(&out).unwrap();
@@ -962,7 +835,7 @@ impl Cluster {
     /// Asserts no daemon has exited.
     fn daemons_alive(&mut self) {
         for node in self.nodes.iter_mut() {
-            let status = node.daemon.try_wait().unwrap();
+            let status = node.daemon.child.try_wait().unwrap();
             assert!(status.is_none(), "{} exited: {}", node.name(), node.log());
         }
     }
@@ -990,25 +863,21 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     );
     let f = c.fdb(0, V4).unwrap();
     assert!(
-        f.contains(&format!("{} dst 172.31.0.11 self permanent", mac(1))),
+        f.contains(&format!("{} dst 172.31.0.11 self permanent", V4.mac(1))),
         "{f}"
     );
     let neigh = c.neigh(0, V4).unwrap();
     assert!(
-        neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", mac(2))),
+        neigh.contains(&format!("10.65.2.0 lladdr {} PERMANENT", V4.mac(2))),
         "{neigh}"
     );
 
     // Pod ↔ pod, every ordered pair, ICMP.
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping(a, b, Verdict::Pass);
-            }
-        }
+    for (a, b) in pairs(3) {
+        c.wait_ping(a, b, Verdict::Pass);
     }
     // TCP across nodes.
-    let _server = TcpServer::start(c.node(0).pod.ns(), PORT).unwrap();
+    let _server = TcpServer::start(&c.node(0).pod, PORT).unwrap();
     for from in 1..3 {
         assert_eq!(c.tcp(from, 0), Verdict::Pass, "TCP p{from} → p0");
     }
@@ -1017,7 +886,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     // n0's daemon paused and n2's address taken out of n0's all-vxlan-net by hand, p2 → p0 is
     // dropped while p1 → p0 still passes. Resumed, the daemon puts the address back at its
     // next table refresh.
-    let daemon = c.node(0).daemon.id() as libc::pid_t;
+    let daemon = c.node(0).daemon.child.id() as libc::pid_t;
     // SAFETY: signals a child this test spawned and still owns.
     assert_eq!(unsafe { libc::kill(daemon, libc::SIGSTOP) }, 0);
     let set = ["ip", "calico", "cali40all-vxlan-net"];
@@ -1050,7 +919,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     }
     c.eventually("n1's new MAC in n0's FDB", || {
         let f = c.fdb(0, V4)?;
-        (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&mac(1)))
+        (f.contains(&format!("{new_mac} dst 172.31.0.11")) && !f.contains(&V4.mac(1)))
             .then_some(())
             .ok_or(f)
     });
@@ -1080,14 +949,14 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
         &n0,
         "fdb",
         "del",
-        &mac(2),
+        &V4.mac(2),
         "dev",
         "vxlan.calico",
         "self",
     ]);
     c.eventually("n2's FDB entry repaired", || {
         let f = c.fdb(0, V4)?;
-        f.contains(&format!("{} dst 172.31.0.12", mac(2)))
+        f.contains(&format!("{} dst 172.31.0.12", V4.mac(2)))
             .then_some(())
             .ok_or(f)
     });
@@ -1096,7 +965,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ip(&n0, &["neigh", "del", "10.65.2.0", "dev", "vxlan.calico"]);
     c.eventually("n2's route and neighbour repaired", || {
         let (r, a) = (c.routes(0, V4), c.neigh(0, V4)?);
-        let neigh = format!("10.65.2.0 lladdr {} PERMANENT", mac(2));
+        let neigh = format!("10.65.2.0 lladdr {} PERMANENT", V4.mac(2));
         (r.contains("10.65.2.0/26 via 10.65.2.0 dev vxlan.calico") && a.contains(&neigh))
             .then_some(())
             .ok_or(format!("{r}\n{a}"))
@@ -1111,7 +980,7 @@ fn pods_on_three_nodes_talk_over_vxlan_and_the_overlay_heals() {
     ]);
     c.eventually("n2 gone from n0", || {
         let (f, r, a) = (c.fdb(0, V4)?, c.routes(0, V4), c.neigh(0, V4)?);
-        (!f.contains(&mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
+        (!f.contains(&V4.mac(2)) && !r.contains("10.65.2.0/26") && !a.contains("10.65.2.0"))
             .then_some(())
             .ok_or(format!("{f}\n{r}\n{a}"))
     });
@@ -1132,7 +1001,7 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     let mut c = Cluster::build("Always", &[0, 0, 0], |k| match k {
         0 => Local {
             msgs: vec![
-                ipset("s:pods-n2", &[pod_ip(2)]),
+                ipset("s:pods-n2", &[V4.pod_ip(2)]),
                 policy(
                     deny,
                     json!([{"action": "deny", "src_ip_set_ids": ["s:pods-n2"]},
@@ -1144,8 +1013,8 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
         },
         1 => Local {
             msgs: vec![
-                ipset("s:pods-n0", &[pod_ip(0)]),
-                ipset("s:pods-n2", &[pod_ip(2)]),
+                ipset("s:pods-n0", &[V4.pod_ip(0)]),
+                ipset("s:pods-n2", &[V4.pod_ip(2)]),
                 policy(
                     ingress,
                     json!([{"action": "allow", "src_ip_set_ids": ["s:pods-n0"]}]),
@@ -1162,9 +1031,7 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
         },
         _ => Local::default(),
     });
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
+    let _servers = c.servers();
     // The overlay is complete everywhere, so what fails below fails by policy.
     for k in 0..3 {
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
@@ -1189,24 +1056,24 @@ fn policy_holds_across_nodes_and_follows_ip_set_deltas() {
     // p0 leaves the admitted set by delta: new connections from it are dropped; back in, they
     // pass again. (TCP: every probe is a new connection, which conntrack cannot let through.)
     c.node_mut(1)
-        .send(&[ipset_delta("s:pods-n0", &[], &[pod_ip(0)])]);
+        .send(&[ipset_delta("s:pods-n0", &[], &[V4.pod_ip(0)])]);
     c.wait_tcp(0, 1, Verdict::Drop);
     c.node_mut(1)
-        .send(&[ipset_delta("s:pods-n0", &[pod_ip(0)], &[])]);
+        .send(&[ipset_delta("s:pods-n0", &[V4.pod_ip(0)], &[])]);
     c.wait_tcp(0, 1, Verdict::Pass);
 
     // p2 joins the admitted set and leaves the denied one: both of its directions open, which
     // also shows the drops above were the policy's and not the path's.
     c.node_mut(1).send(&[
-        ipset_delta("s:pods-n0", &[pod_ip(2)], &[]),
-        ipset_delta("s:pods-n2", &[], &[pod_ip(2)]),
+        ipset_delta("s:pods-n0", &[V4.pod_ip(2)], &[]),
+        ipset_delta("s:pods-n2", &[], &[V4.pod_ip(2)]),
     ]);
     c.wait_tcp(2, 1, Verdict::Pass);
     c.wait_tcp(1, 2, Verdict::Pass);
     assert_eq!(c.tcp(0, 1), Verdict::Pass, "TCP p0 → p1 still admitted");
     // And n0 stops denying it.
     c.node_mut(0)
-        .send(&[ipset_delta("s:pods-n2", &[], &[pod_ip(2)])]);
+        .send(&[ipset_delta("s:pods-n2", &[], &[V4.pod_ip(2)])]);
     c.wait_tcp(2, 0, Verdict::Pass);
 
     c.daemons_alive();
@@ -1230,9 +1097,7 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
     }
     let r = c.routes(2, V4);
     assert!(r.contains("blackhole 10.65.2.0/26 proto 80"), "{r}");
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
+    let _servers = c.servers();
     for (a, b) in [(0, 2), (2, 0), (1, 2), (2, 1)] {
         c.wait_ping(a, b, Verdict::Pass);
         assert_eq!(c.tcp(a, b), Verdict::Pass, "TCP p{a} → p{b}");
@@ -1240,18 +1105,14 @@ fn a_node_joins_later_and_leaves_without_a_trace() {
 
     // n2 leaves: every other node drops its route, neighbour, FDB entry and set members, and
     // its pod (still running, its node still believing in the cluster) is cut off both ways.
-    let gone = c.member(2);
-    let n2 = c.leave(2);
+    let n2 = c.leave_and_forget(2);
     for k in 0..2 {
-        c.eventually(&format!("n2 gone from n{k}"), || {
-            c.overlay_state(k, &[gone])
-        });
         assert_ne!(c.ping(k, 2), Verdict::Pass, "ping p{k} → p2 after n2 left");
         assert_ne!(c.tcp(k, 2), Verdict::Pass, "TCP p{k} → p2 after n2 left");
-        let v = icmp_echo(n2.pod.ns(), pod_ip(k), PROBE_TIMEOUT).unwrap();
+        let v = icmp_echo(&n2.pod, V4.pod_ip(k), PROBE_TIMEOUT).unwrap();
         assert_ne!(v, Verdict::Pass, "ping p2 → p{k} after n2 left");
     }
-    drop(n2);
+    c.forget(n2);
     c.wait_ping(0, 1, Verdict::Pass);
     c.wait_ping(1, 0, Verdict::Pass);
 
@@ -1277,15 +1138,9 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
             c.tunnel_route(k, j, V4)
         });
     }
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping(a, b, Verdict::Pass);
-            }
-        }
+    let _servers = c.servers();
+    for (a, b) in pairs(3) {
+        c.wait_ping(a, b, Verdict::Pass);
     }
 
     // Same-subnet traffic: no VXLAN frame on the wire, nothing into either tunnel device.
@@ -1325,13 +1180,19 @@ fn cross_subnet_goes_direct_on_the_subnet_and_through_the_tunnel_across_the_rout
     );
 }
 
+/// Every ordered pair of distinct nodes among `0..n`.
+fn pairs(n: u8) -> Vec<(u8, u8)> {
+    (0..n)
+        .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+        .collect()
+}
+
 /// One TCP connection from pod `from` to a sink in pod `to` carrying `data`; returns what the
 /// sink read before the sender closed.
 fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u8>> {
     let listener = c
         .node(to)
         .pod
-        .ns()
         .run(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)))
         .unwrap()?;
     let port = listener.local_addr()?.port();
@@ -1353,12 +1214,11 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
         conn.read_to_end(&mut got)?;
         Ok(got)
     });
-    let dst = SocketAddr::new(pod_ip(to), port);
+    let dst = SocketAddr::new(V4.pod_ip(to), port);
     let sent = (|| -> io::Result<()> {
         let mut conn = c
             .node(from)
             .pod
-            .ns()
             .run(|| TcpStream::connect_timeout(&dst, Duration::from_secs(5)))
             .unwrap()?;
         conn.set_write_timeout(Some(Duration::from_secs(20)))?;
@@ -1390,7 +1250,7 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         // the path MTU from the node's "fragmentation needed", which must reach it through the
         // node's rules. Forgetting what the receiver learnt in the other direction makes it
         // advertise a full-size MSS again, so each direction finds the tunnel MTU itself.
-        ip(c.node(b).pod.name(), &["route", "flush", "cache"]);
+        ip(c.node(b).pod_netns.as_str(), &["route", "flush", "cache"]);
         let got = bulk_transfer(&c, a, b, &data).unwrap_or_else(|e| {
             panic!(
                 "1 MB p{a} → p{b}: {e}\nroutes on n{a}:\n{}",
@@ -1404,8 +1264,8 @@ fn a_megabyte_crosses_the_tunnel_in_one_tcp_connection() {
         );
         // The sender did meet the tunnel's MTU on the way, and learnt it.
         let learnt = ip(
-            c.node(a).pod.name(),
-            &["route", "get", &pod_ip(b).to_string()],
+            c.node(a).pod_netns.as_str(),
+            &["route", "get", &V4.pod_ip(b).to_string()],
         );
         assert!(
             learnt.contains(" mtu 1450"),
@@ -1424,37 +1284,27 @@ fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
         c.wait_device(k, V6);
         c.eventually(&format!("n{k}'s overlay"), || c.overlay_state(k, &[]));
         let r = c.routes(k, V6);
-        let blackhole = format!("blackhole {} ", block6_cidr(k));
+        let blackhole = format!("blackhole {} ", V6.block(k));
         assert!(
             r.lines()
                 .any(|l| l.starts_with(&blackhole) && l.contains(" proto 80 ")),
             "n{k}:\n{r}"
         );
     }
-    let _servers: Vec<TcpServer> = (0..3)
-        .map(|k| TcpServer::start(c.node(k).pod.ns(), PORT).unwrap())
-        .collect();
-    for a in 0..3 {
-        for b in 0..3 {
-            if a != b {
-                c.wait_ping_in(a, b, Verdict::Pass, V6);
-                assert_eq!(c.tcp_in(a, b, V6), Verdict::Pass, "TCP6 p{a} → p{b}");
-                assert_eq!(c.ping(a, b), Verdict::Pass, "ping p{a} → p{b}");
-            }
-        }
+    let _servers = c.servers();
+    for (a, b) in pairs(3) {
+        c.wait_ping_in(a, b, Verdict::Pass, V6);
+        assert_eq!(c.tcp_in(a, b, V6), Verdict::Pass, "TCP6 p{a} → p{b}");
+        assert_eq!(c.ping(a, b), Verdict::Pass, "ping p{a} → p{b}");
     }
 
     // n2 leaves: both families of it go from the others, and its pod is out of reach.
-    let gone = c.member(2);
-    let n2 = c.leave(2);
+    let n2 = c.leave_and_forget(2);
     for k in 0..2 {
-        c.eventually(&format!("n2 gone from n{k}"), || {
-            c.overlay_state(k, &[gone])
-        });
         assert_ne!(c.ping_in(k, 2, V6), Verdict::Pass, "ping6 p{k} → p2");
         assert_ne!(c.tcp_in(k, 2, V6), Verdict::Pass, "TCP6 p{k} → p2");
     }
-    drop(n2);
+    c.forget(n2);
     c.wait_ping_in(0, 1, Verdict::Pass, V6);
     c.wait_ping_in(1, 0, Verdict::Pass, V6);
 

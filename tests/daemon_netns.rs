@@ -93,28 +93,15 @@ fn workload(host: &Ns, n: u8) -> Workload {
     ]);
     host.ip(&["link", "set", "tmp0", "netns", &ns.0]);
     host.ip(&["link", "set", &iface, "up"]);
-    ns.ip(&["link", "set", "tmp0", "name", "eth0"]);
-    ns.ip(&["addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
-    ns.ip(&["link", "set", "eth0", "up"]);
-    ns.ip(&[
-        "route",
-        "add",
-        "169.254.1.1",
-        "dev",
-        "eth0",
-        "scope",
-        "link",
-    ]);
-    ns.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        "169.254.1.1",
-        "dev",
-        "eth0",
-        "onlink",
-    ]);
+    for cmd in [
+        "link set tmp0 name eth0".to_string(),
+        format!("addr add {ip}/32 dev eth0"),
+        "link set eth0 up".to_string(),
+        "route add 169.254.1.1 dev eth0 scope link".to_string(),
+        "route add default via 169.254.1.1 dev eth0 onlink".to_string(),
+    ] {
+        ns.ip(&cmd.split(' ').collect::<Vec<_>>());
+    }
     let mac = ns
         .exec(&["cat", "/sys/class/net/eth0/address"])
         .trim()
@@ -328,26 +315,14 @@ fn stdin_stream_programs_rules_routes_arp_and_sysctls() {
 fn tcp_between_workloads_is_allowed_denied_and_allowed_again() {
     // One running daemon, three policy states; real TCP flows decide (§8.1, §9.4, §22.4).
     // The host namespace lives as long as `_h`.
-    let StdinBed {
-        h: _h,
-        w1,
-        w2,
-        _listener,
-        child,
-        mut stdin,
-    } = stdin_bed();
-    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
-    send(ALLOW_ALL);
-    send(&wep_update(&w1, 1, "allow-all"));
-    send(&wep_update(&w2, 2, "allow-all"));
-    send(IN_SYNC);
-    let passes = |want: bool| eventually(|| tcp_ok(&w1.ns, &w2.ip, 80) == want);
-    assert!(passes(true), "allowed flow never passed");
-    send(DENY_80);
+    let bed = stdin_bed();
+    bed.allow_both();
+    let passes = |want: bool| eventually(|| bed.w1_reaches_w2() == want);
+    bed.send(DENY_80);
     assert!(passes(false), "denied flow still passes");
-    send(ALLOW_ALL);
+    bed.send(ALLOW_ALL);
     assert!(passes(true), "flow did not come back");
-    exits_cleanly(child, stdin);
+    bed.exits_cleanly();
 }
 
 /// Two workloads (w2 listening on tcp/80) and the daemon fed from stdin, in a host namespace.
@@ -376,15 +351,59 @@ fn stdin_bed() -> StdinBed {
     }
 }
 
-/// Closes the daemon's input; it must exit 0 within 30 s.
-fn exits_cleanly(child: Child, stdin: ChildStdin) {
+impl StdinBed {
+    fn send(&self, line: &str) {
+        writeln!(&self.stdin, "{line}").expect("writing to felix-nft");
+    }
+
+    /// A TCP connect from w1 to w2:80 succeeds.
+    fn w1_reaches_w2(&self) -> bool {
+        tcp_ok(&self.w1.ns, &self.w2.ip, 80)
+    }
+
+    /// Sends the allow-all profile, both endpoints and InSync; waits until w1 reaches w2:80.
+    fn allow_both(&self) {
+        self.send(ALLOW_ALL);
+        self.send(&wep_update(&self.w1, 1, "allow-all"));
+        self.send(&wep_update(&self.w2, 2, "allow-all"));
+        self.send(IN_SYNC);
+        assert!(
+            eventually(|| self.w1_reaches_w2()),
+            "w1 → w2:80 never passed"
+        );
+    }
+
+    /// [`exits_cleanly`], then the namespaces go.
+    fn exits_cleanly(self) {
+        exits_cleanly(self.child, self.stdin);
+    }
+}
+
+/// Closes the daemon's input; it must exit 0 within 30 s. Returns its stderr.
+fn exits_cleanly(child: Child, stdin: ChildStdin) -> String {
     drop(stdin);
     let out = wait_output(child, Duration::from_secs(30));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+/// `nft flush chain ip calico <chain>` in `h`, as an outside program would.
+fn flush_chain(h: &Ns, chain: &str) -> Output {
+    sh(
+        "ip",
+        &[
+            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", chain,
+        ],
+    )
+}
+
+/// Whether the flushed `chain` gets its rules back within 15 s.
+fn chain_repaired(h: &Ns, chain: &str) -> bool {
+    eventually(|| {
+        h.exec(&["nft", "list", "chain", "ip", "calico", chain])
+            .contains("ct state")
+    })
 }
 
 /// `run --source stdin` in `host`'s namespace, exiting at the end of its input. `stdout` takes
@@ -396,10 +415,25 @@ fn spawn_stdin(host: &Ns, stdout: Stdio) -> (Child, ChildStdin) {
 
 /// [`spawn_stdin`] with more `FELIX_*` environment.
 fn spawn_stdin_with(host: &Ns, stdout: Stdio, env: &[(&str, &str)]) -> (Child, ChildStdin) {
+    spawn_run(host, false, stdout, env)
+}
+
+/// `run --source stdin` in `host`'s namespace with more `FELIX_*` environment, kept running
+/// after its input ends or not; its stdin and stderr piped.
+fn spawn_run(
+    host: &Ns,
+    keep_running: bool,
+    stdout: Stdio,
+    env: &[(&str, &str)],
+) -> (Child, ChildStdin) {
     let mut cmd = felix_nft(host);
-    cmd.envs(env.iter().copied());
+    cmd.envs(env.iter().copied())
+        .args(["run", "--source", "stdin"]);
+    if keep_running {
+        cmd.arg("--keep-running");
+    }
     let mut child = cmd
-        .args(["run", "--source", "stdin", "--netns", &host.0])
+        .args(["--netns", &host.0])
         .stdin(Stdio::piped())
         .stdout(stdout)
         .stderr(Stdio::piped())
@@ -437,36 +471,29 @@ impl Drop for Daemon {
 /// Starts `felix-nft run --source stdin --keep-running` in `host` with more `FELIX_*`
 /// environment.
 fn spawn_keep_running(host: &Ns, env: &[(&str, &str)]) -> (Daemon, ChildStdin) {
-    let mut child = felix_nft(host)
-        .envs(env.iter().copied())
-        .args([
-            "run",
-            "--source",
-            "stdin",
-            "--keep-running",
-            "--netns",
-            &host.0,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning felix-nft");
-    let stdin = child.stdin.take().expect("stdin");
+    let (child, stdin) = spawn_run(host, true, Stdio::null(), env);
     (Daemon(Some(child)), stdin)
 }
 
 /// Sends the allow-all profile, `w`'s endpoint and InSync; waits until `w`'s chain is
 /// programmed and returns its name.
 fn program_allow_all(h: &Ns, stdin: &mut ChildStdin, w: &Workload) -> String {
-    for l in [ALLOW_ALL, &wep_update(w, 1, "allow-all"), IN_SYNC] {
-        writeln!(stdin, "{l}").expect("writing to felix-nft");
-    }
-    assert!(
-        eventually(|| tw_chain_of(h, &w.iface).is_some()),
-        "never programmed"
+    first_sync(
+        |l| writeln!(stdin, "{l}").expect("writing to felix-nft"),
+        w,
+        || h.exec(&["nft", "list", "ruleset"]),
+        "never programmed",
     );
     tw_chain_of(h, &w.iface).expect("programmed")
+}
+
+/// Sends the allow-all profile, `w` (as endpoint 1) and InSync through `send`; waits until
+/// `rules()` dispatches `w`'s interface.
+fn first_sync(mut send: impl FnMut(&str), w: &Workload, rules: impl Fn() -> String, what: &str) {
+    for l in [ALLOW_ALL, &wep_update(w, 1, "allow-all"), IN_SYNC] {
+        send(l);
+    }
+    assert!(eventually(|| dispatched(&rules(), &w.iface)), "{what}");
 }
 
 /// The chain the workload interface `iface` is dispatched to on ingress (endpoint chains are
@@ -601,17 +628,7 @@ fn sigterm_leaves_every_rule_route_and_neighbour_in_place() {
     let h = host();
     let w1 = workload(&h, 1);
     let (daemon, mut stdin) = spawn_keep_running(&h, &[]);
-    for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    let t0 = Instant::now();
-    while !h
-        .exec(&["nft", "list", "ruleset"])
-        .contains("filter-cali-tw-")
-    {
-        assert!(t0.elapsed() < Duration::from_secs(20), "never programmed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    program_allow_all(&h, &mut stdin, &w1);
     std::thread::sleep(Duration::from_millis(300));
     // `-s`: stateless, so counters ticking over do not count as a change.
     let before = (
@@ -651,23 +668,8 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
                 ("FELIX_NFTABLESREFRESHINTERVAL", "1"),
             ],
         );
-        for l in [ALLOW_ALL, &wep_update(&w1, 1, "allow-all"), IN_SYNC] {
-            writeln!(stdin, "{l}").unwrap();
-        }
-        let t0 = Instant::now();
-        let chain = loop {
-            if let Some(c) = tw_chain_of(&h, &w1.iface) {
-                break c;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "never programmed");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let flush = sh(
-            "ip",
-            &[
-                "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
-            ],
-        );
+        let chain = program_allow_all(&h, &mut stdin, &w1);
+        let flush = flush_chain(&h, &chain);
         if owner {
             assert!(
                 !flush.status.success(),
@@ -675,18 +677,11 @@ fn outside_changes_are_refused_with_owner_flag_and_repaired_without() {
             );
         } else {
             assert!(flush.status.success());
-            let t0 = Instant::now();
-            loop {
-                let rules = h.exec(&["nft", "list", "chain", "ip", "calico", &chain]);
-                if rules.contains("ct state") {
-                    break;
-                }
-                assert!(
-                    t0.elapsed() < Duration::from_secs(15),
-                    "the flushed chain was not repaired:\n{rules}"
-                );
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            assert!(
+                chain_repaired(&h, &chain),
+                "the flushed chain was not repaired:\n{}",
+                h.exec(&["nft", "list", "chain", "ip", "calico", &chain])
+            );
         }
         let out = daemon.terminate();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -775,13 +770,7 @@ fn the_metrics_say_what_the_daemon_did() {
     assert!(sample(&m, "felix_route_table_resync_seconds_count") >= 1.0);
     assert!(sample(&m, "felix_nft_chains{ip_version=\"4\",table=\"calico\"}") > 10.0);
     assert!(sample(&m, "felix_nft_rules{ip_version=\"4\",table=\"calico\"}") > 10.0);
-    drop(stdin);
-    let out = wait_output(child, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    exits_cleanly(child, stdin);
 }
 
 #[test]
@@ -822,15 +811,10 @@ fn a_refresh_reads_nothing_back_unless_our_tables_were_touched() {
     // Then it flushes one of our chains: that is read back and repaired.
     nft(&["flush", "chain", "ip", "calico", &chain]);
     assert!(
-        eventually(|| h
-            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
-            .contains("ct state")),
+        chain_repaired(&h, &chain),
         "the flushed chain was not repaired by the refresh"
     );
-    drop(stdin);
-    let out = wait_output(child, Duration::from_secs(20));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = exits_cleanly(child, stdin);
     let (from, until) = (
         felix_nft::dataplane::driver::rfc3339_utc(busy_from),
         felix_nft::dataplane::driver::rfc3339_utc(busy_until),
@@ -874,24 +858,13 @@ fn an_outside_change_found_by_an_update_is_repaired_counted_and_logged() {
         &[("FELIX_NFTABLESREFRESHINTERVAL", "3600")],
     );
     let chain = program_allow_all(&h, &mut stdin, &w1);
-    let flush = sh(
-        "ip",
-        &[
-            "netns", "exec", &h.0, "nft", "flush", "chain", "ip", "calico", &chain,
-        ],
-    );
-    assert!(flush.status.success());
+    assert!(flush_chain(&h, &chain).status.success());
     writeln!(stdin, "{}", wep_update(&w2, 2, "allow-all")).unwrap();
     assert!(
-        eventually(|| h
-            .exec(&["nft", "list", "chain", "ip", "calico", &chain])
-            .contains("ct state")),
+        chain_repaired(&h, &chain),
         "the flushed chain was not repaired with the update"
     );
-    drop(stdin);
-    let out = wait_output(child, Duration::from_secs(20));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = exits_cleanly(child, stdin);
     assert!(
         err.contains("changed from outside under an update; repaired with it"),
         "no repair logged:\n{err}"
@@ -917,13 +890,11 @@ fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
         h.ip(&["neigh", "show", "nud", "permanent", "dev", &w.iface])
             .contains(&w.mac)
     };
-    send(ALLOW_ALL);
-    send(&wep_update(&w1, 1, "allow-all"));
-    send(IN_SYNC);
-    let tables = || h.exec(&["nft", "list", "ruleset"]);
-    assert!(
-        eventually(|| dispatched(&tables(), &w1.iface)),
-        "first sync never happened"
+    first_sync(
+        &mut send,
+        &w1,
+        || h.exec(&["nft", "list", "ruleset"]),
+        "first sync never happened",
     );
     // Another endpoint's apply programs its own route; w1's stays parked.
     send(&wep_update(&w2, 2, "allow-all"));
@@ -944,39 +915,25 @@ fn a_route_parked_on_a_down_interface_is_programmed_when_it_comes_up() {
 fn a_removed_endpoints_conntrack_entries_are_deleted() {
     // §15: when a workload's address goes away, the conntrack entries from or to it go too (in
     // the background, as Felix does).
-    let StdinBed {
-        h,
-        w1,
-        w2,
-        _listener,
-        child,
-        mut stdin,
-    } = stdin_bed();
-    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
-    send(ALLOW_ALL);
-    send(&wep_update(&w1, 1, "allow-all"));
-    send(&wep_update(&w2, 2, "allow-all"));
-    send(IN_SYNC);
-    assert!(
-        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
-        "w1 → w2:80 never passed"
-    );
+    let bed = stdin_bed();
+    bed.allow_both();
     let entries = |ip: &str| {
-        h.exec(&["conntrack", "-L", "-f", "ipv4"])
+        bed.h
+            .exec(&["conntrack", "-L", "-f", "ipv4"])
             .lines()
             .filter(|l| l.contains(&format!("={ip} ")))
             .count()
     };
-    assert!(entries(&w2.ip) > 0, "the flow left no conntrack entry");
-    send(
+    assert!(entries(&bed.w2.ip) > 0, "the flow left no conntrack entry");
+    bed.send(
         r#"{"workload_endpoint_remove":{"id":{"orchestrator_id":"k8s","workload_id":"w2","endpoint_id":"eth0"}}}"#,
     );
     assert!(
-        eventually(|| entries(&w2.ip) == 0),
+        eventually(|| entries(&bed.w2.ip) == 0),
         "w2's conntrack entries stayed: {}",
-        h.exec(&["conntrack", "-L", "-f", "ipv4"])
+        bed.h.exec(&["conntrack", "-L", "-f", "ipv4"])
     );
-    exits_cleanly(child, stdin);
+    bed.exits_cleanly();
 }
 
 #[test]
@@ -984,37 +941,26 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     // A workload added after the first sync lives in the side table (its verdicts
     // unchanged), a profile change moves its other users there too, and after 2 s without an
     // apply everything is back in the main table — with real TCP deciding at every step.
-    let StdinBed {
-        h,
-        w1,
-        w2,
-        _listener,
-        child,
-        mut stdin,
-    } = stdin_bed();
-    let mut send = |l: &str| writeln!(stdin, "{l}").expect("writing to felix-nft");
+    let bed = stdin_bed();
+    let (w1, w2) = (&bed.w1, &bed.w2);
     // Empty until the table exists.
     let table = |name: &str| {
         let out = sh(
             "ip",
-            &["netns", "exec", &h.0, "nft", "list", "table", "ip", name],
+            &[
+                "netns", "exec", &bed.h.0, "nft", "list", "table", "ip", name,
+            ],
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let side = || table("calico-side");
     let main = || table("calico");
-    send(ALLOW_ALL);
-    send(&wep_update(&w1, 1, "allow-all"));
-    send(IN_SYNC);
-    assert!(
-        eventually(|| dispatched(&main(), &w1.iface)),
-        "first sync: w1 in main"
-    );
+    first_sync(|l| bed.send(l), w1, main, "first sync: w1 in main");
 
     // w2 arrives: side table, and the flow to it passes.
-    send(&wep_update(&w2, 2, "allow-all"));
+    bed.send(&wep_update(w2, 2, "allow-all"));
     assert!(
-        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
+        eventually(|| bed.w1_reaches_w2()),
         "w1 → w2:80 never passed"
     );
     assert!(
@@ -1025,9 +971,9 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
     assert!(!dispatched(&main(), &w2.iface), "w2 not in main");
 
     // The profile changes: denied; w1 (a main-table user) moves to the side table too.
-    send(DENY_80);
+    bed.send(DENY_80);
     assert!(
-        eventually(|| !tcp_ok(&w1.ns, &w2.ip, 80)),
+        eventually(|| !bed.w1_reaches_w2()),
         "denied flow still passes"
     );
     let s = side();
@@ -1047,11 +993,8 @@ fn an_endpoint_added_later_is_policed_from_the_side_table_and_merged_back() {
         dispatched(&m, &w1.iface) && dispatched(&m, &w2.iface),
         "{m}"
     );
-    assert!(!tcp_ok(&w1.ns, &w2.ip, 80), "denied after the merge");
-    send(ALLOW_ALL);
-    assert!(
-        eventually(|| tcp_ok(&w1.ns, &w2.ip, 80)),
-        "flow did not come back"
-    );
-    exits_cleanly(child, stdin);
+    assert!(!bed.w1_reaches_w2(), "denied after the merge");
+    bed.send(ALLOW_ALL);
+    assert!(eventually(|| bed.w1_reaches_w2()), "flow did not come back");
+    bed.exits_cleanly();
 }

@@ -14,7 +14,7 @@ use felix_nft::source::Received;
 use tokio::sync::mpsc;
 
 mod loop_common;
-use loop_common::{driver, msg, run, run_one_endpoint, wep, IN_SYNC};
+use loop_common::{driver, msg, one_endpoint_inputs, run, run_one_endpoint, wep, Inputs, IN_SYNC};
 
 fn table_calls(k: &FakeKernel) -> Vec<TableMode> {
     k.calls
@@ -204,11 +204,7 @@ async fn a_rejected_update_changes_nothing_and_the_stream_goes_on() {
 #[tokio::test(start_paused = true)]
 async fn an_update_that_changes_nothing_sends_nothing() {
     let mut d = driver(FakeKernel::default());
-    let (tx, rx) = mpsc::channel(16);
-    let (itx, irx) = mpsc::channel(16);
-    itx.send(IfaceEvent::InSync).await.unwrap();
-    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
-    tx.send(msg(IN_SYNC)).await.unwrap();
+    let Inputs { tx, rx, itx, irx } = one_endpoint_inputs().await;
     let feeder = async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
         // The same endpoint again: desired state unchanged.
@@ -242,11 +238,7 @@ async fn route_sync_disabled_leaves_nothing_dirty() {
         None,
         None,
     );
-    let (tx, rx) = mpsc::channel(16);
-    let (itx, irx) = mpsc::channel(16);
-    itx.send(IfaceEvent::InSync).await.unwrap();
-    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
-    tx.send(msg(IN_SYNC)).await.unwrap();
+    let Inputs { tx, rx, itx, irx } = one_endpoint_inputs().await;
     // Run for a while with the input still open: only the one apply may happen.
     // (Timers fire meanwhile: heartbeat and health ticks every 10 s wake the loop.)
     d.run(rx, irx, tokio::time::sleep(Duration::from_secs(35)))
@@ -270,11 +262,7 @@ async fn route_sync_disabled_leaves_nothing_dirty() {
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_added_later_goes_to_the_side_table_and_merges_back_when_idle() {
     let mut d = driver(FakeKernel::default());
-    let (tx, rx) = mpsc::channel(16);
-    let (itx, irx) = mpsc::channel(16);
-    itx.send(IfaceEvent::InSync).await.unwrap();
-    tx.send(msg(&wep(1, "cali0000000001"))).await.unwrap();
-    tx.send(msg(IN_SYNC)).await.unwrap();
+    let Inputs { tx, rx, itx, irx } = one_endpoint_inputs().await;
     let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<()>();
     let feeder = async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -331,20 +319,20 @@ async fn an_endpoint_update_restates_only_its_own_routes_and_neighbours() {
     let m: ToDataplane = json::decode(&wep(4, "cali0000000004")).unwrap();
     d.dp.on_update(&m).unwrap();
     d.apply().await.unwrap();
-    assert!(
-        d.kernel.calls.contains(&Call::Routes {
+    for want in [
+        Call::Routes {
             groups: 1,
-            resync: false
-        }),
-        "{:?}",
-        d.kernel.calls
-    );
-    assert!(
-        d.kernel.calls.contains(&Call::Neighbours {
+            resync: false,
+        },
+        Call::Neighbours {
             ifaces: 1,
-            resync: false
-        }),
-        "{:?}",
-        d.kernel.calls
-    );
+            resync: false,
+        },
+    ] {
+        assert!(
+            d.kernel.calls.contains(&want),
+            "{want:?} missing: {:?}",
+            d.kernel.calls
+        );
+    }
 }

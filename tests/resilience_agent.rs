@@ -237,6 +237,16 @@ fn start_in_sync(topo: &Topology, env: &[(&str, &str)]) -> Agent {
     agent
 }
 
+/// A test's start, as root: the bed `tag` with [`listen`]ers in both workloads and an agent
+/// [`start_in_sync`] under `env`.
+fn in_sync_bed(tag: &str, env: &[(&str, &str)]) -> (Topology, Vec<TcpServer>, Agent) {
+    require_root();
+    let topo = build(tag);
+    let servers = listen(&topo);
+    let agent = start_in_sync(&topo, env);
+    (topo, servers, agent)
+}
+
 fn b_closed_port(topo: &Topology) -> Verdict {
     let a = topo.workload("a").unwrap();
     tcp_connect(a.ns(), SocketAddr::new(B.into(), CLOSED), DEFAULT_TIMEOUT).unwrap()
@@ -292,6 +302,12 @@ impl Ruleset {
     }
 }
 
+/// Fails with `what` and the difference unless our tables are `good` now.
+fn assert_ruleset_is(topo: &Topology, good: &Ruleset, what: &str) {
+    let now = ruleset(topo);
+    assert!(now == *good, "{what}:\n{}", now.diff(good));
+}
+
 impl std::fmt::Debug for Ruleset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "<ruleset of {} lines>", self.0.len())
@@ -343,11 +359,8 @@ fn outside_writes_are_repaired_and_traffic_returns() {
     // Reference §11 / §22.13: with plain tables (owner flag off), the agent re-reads its tables
     // every NftablesRefreshInterval and repairs any drift from what it rendered; Felix's
     // iptables-save comparison does the same for iptables.
-    require_root();
-    let topo = build("drift");
-    let _srv = listen(&topo);
-    let agent = start_in_sync(
-        &topo,
+    let (topo, _srv, agent) = in_sync_bed(
+        "drift",
         &[
             ("FELIX_NFTABLESTABLEOWNER", "false"),
             ("FELIX_NFTABLESREFRESHINTERVAL", "1"),
@@ -386,19 +399,11 @@ fn outside_write_while_the_agent_is_down_is_repaired_at_restart() {
     // §22.1 + §11: stopping leaves the rules; a restarted agent recognises its own tables with no
     // memory of the previous run and converges them to the desired state. The hole is observed
     // with traffic while the agent is down, so the test sees the repair, not a no-op.
-    require_root();
-    let topo = build("down");
-    let _srv = listen(&topo);
     let env = [("FELIX_NFTABLESTABLEOWNER", "false")];
-    let agent = start_in_sync(&topo, &env);
+    let (topo, _srv, agent) = in_sync_bed("down", &env);
     let good = ruleset(&topo);
     agent.stop();
-    let now = ruleset(&topo);
-    assert!(
-        now == good,
-        "stopping changed the rules:\n{}",
-        now.diff(&good)
-    );
+    assert_ruleset_is(&topo, &good, "stopping changed the rules");
 
     let (ok, _, err) = nft(&topo, &["flush", "chain", "ip", "calico", &tw_chain(&topo)]);
     assert!(ok, "{err}");
@@ -411,14 +416,11 @@ fn outside_write_while_the_agent_is_down_is_repaired_at_restart() {
     let mut again = Agent::start(&topo, &env, false);
     again.send(&state(&topo));
     again.finish(Duration::from_secs(30));
-    {
-        let now = ruleset(&topo);
-        assert!(
-            now == good,
-            "the restarted agent did not restore the rules:\n{}",
-            now.diff(&good)
-        );
-    }
+    assert_ruleset_is(
+        &topo,
+        &good,
+        "the restarted agent did not restore the rules",
+    );
     let r = wait_matrix(&topo, Duration::from_secs(5));
     assert!(r.all_match(), "{r}");
 }
@@ -427,10 +429,7 @@ fn outside_write_while_the_agent_is_down_is_repaired_at_restart() {
 fn with_the_owner_flag_outside_writes_are_refused_and_traffic_is_unchanged() {
     // tables with NFT_TABLE_F_OWNER refuse every other socket's
     // writes (EPERM); nothing an outsider tries changes what passes.
-    require_root();
-    let topo = build("owner");
-    let _srv = listen(&topo);
-    let agent = start_in_sync(&topo, &[]);
+    let (topo, _srv, agent) = in_sync_bed("owner", &[]);
     let good = ruleset(&topo);
     let mut writes = outside_writes(&topo);
     writes.push((
@@ -450,12 +449,7 @@ fn with_the_owner_flag_outside_writes_are_refused_and_traffic_is_unchanged() {
             err.contains("Operation not permitted"),
             "{what}: refused, but not by the kernel's ownership check: {err}"
         );
-        let now = ruleset(&topo);
-        assert!(
-            now == good,
-            "{what} changed the table:\n{}",
-            now.diff(&good)
-        );
+        assert_ruleset_is(&topo, &good, &format!("{what} changed the table"));
         assert_eq!(b_closed_port(&topo), Verdict::Drop, "{what} opened a hole");
     }
     let r = run_matrix(&flows(&topo), DEFAULT_TIMEOUT);
@@ -468,10 +462,7 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
     // §22.1: the agent's death never removes policy (OWNER|PERSIST tables outlive their owner); the restarted agent re-adopts them and converges in one transaction, so an
     // established flow keeps going and no new connection is refused or let through wrongly at
     // any moment of the restart.
-    require_root();
-    let topo = build("kill");
-    let _srv = listen(&topo);
-    let mut agent = start_in_sync(&topo, &[]);
+    let (topo, _srv, mut agent) = in_sync_bed("kill", &[]);
     let good = ruleset(&topo);
 
     let a = topo.workload("a").unwrap();
@@ -526,27 +517,13 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
         let _ = agent.child.kill();
         let _ = agent.child.wait();
         std::thread::sleep(Duration::from_millis(500));
-        {
-            let now = ruleset(&topo);
-            assert!(
-                now == good,
-                "the rules changed when the agent died:\n{}",
-                now.diff(&good)
-            );
-        }
+        assert_ruleset_is(&topo, &good, "the rules changed when the agent died");
         let mut again = Agent::start(&topo, &[], true);
         again.send(&state(&topo));
         again.wait_log("dataplane in sync", 1, Duration::from_secs(20));
         std::thread::sleep(Duration::from_millis(1000));
         stop.store(true, Ordering::Relaxed);
-        {
-            let now = ruleset(&topo);
-            assert!(
-                now == good,
-                "the restarted agent converged to other rules:\n{}",
-                now.diff(&good)
-            );
-        }
+        assert_ruleset_is(&topo, &good, "the restarted agent converged to other rules");
         // Re-adopted: outsiders are refused again.
         let (ok, _, err) = nft(&topo, &["flush", "chain", "ip", "calico", &tw_chain(&topo)]);
         assert!(!ok, "after the restart our table is not owned again: {err}");
@@ -570,22 +547,23 @@ fn sigkill_and_restart_under_a_live_flow_leave_no_gap() {
     );
 }
 
+/// What the host's kernel holds for the workloads: our tables, the routes and the permanent
+/// neighbours.
+fn kernel_state(topo: &Topology) -> (Ruleset, Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let host = topo.host_netns_name();
+    (
+        ruleset(topo),
+        ip_json(host, &["route", "show"]),
+        ip_json(host, &["neigh", "show", "nud", "permanent"]),
+    )
+}
+
 #[test]
 fn invalid_updates_leave_the_kernel_and_traffic_exactly_as_they_were() {
     // Felix's calc graph never sends a dangling reference, but a bad message must not take the
     // dataplane down or half-apply.
-    require_root();
-    let topo = build("invalid");
-    let _srv = listen(&topo);
-    let mut agent = start_in_sync(&topo, &[]);
-    let before = (
-        ruleset(&topo),
-        ip_json(topo.host_netns_name(), &["route", "show"]),
-        ip_json(
-            topo.host_netns_name(),
-            &["neigh", "show", "nud", "permanent"],
-        ),
-    );
+    let (topo, _srv, mut agent) = in_sync_bed("invalid", &[]);
+    let before = kernel_state(&topo);
     let b = topo.workload("b").unwrap();
     let bad = [
         // Not JSON.
@@ -605,14 +583,7 @@ fn invalid_updates_leave_the_kernel_and_traffic_exactly_as_they_were() {
     agent.wait_log("rejected", bad.len(), Duration::from_secs(10));
     // Give a (wrong) apply every chance to happen before comparing.
     std::thread::sleep(Duration::from_millis(1500));
-    let after = (
-        ruleset(&topo),
-        ip_json(topo.host_netns_name(), &["route", "show"]),
-        ip_json(
-            topo.host_netns_name(),
-            &["neigh", "show", "nud", "permanent"],
-        ),
-    );
+    let after = kernel_state(&topo);
     assert!(
         before == after,
         "an invalid update changed the kernel state"

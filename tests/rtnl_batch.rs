@@ -12,7 +12,7 @@ use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 use netlink_packet_route::route::{RouteProtocol, RouteScope};
 use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::RouteMessageBuilder;
-use rtnl_common::{in_netns_async, ip_json};
+use rtnl_common::{in_netns_async, ip_json, veth_up};
 
 /// Requests in the batch: more than one datagram holds at the bound of 64 KiB.
 const N: usize = 3000;
@@ -38,9 +38,7 @@ fn route(i: usize, oif: u32) -> netlink_packet_route::route::RouteMessage {
 fn a_batch_reports_each_failure_for_its_own_request_and_lands_the_rest() {
     in_netns_async(|| async {
         let h = RtnlHandle::connect(None).unwrap();
-        link::create_veth(&h, "bat0", "bat1").await.unwrap();
-        link::set_up(&h, "bat0", true).await.unwrap();
-        link::set_up(&h, "bat1", true).await.unwrap();
+        veth_up(&h, "bat0", "bat1").await;
         let idx = link::get_link(&h, "bat0").await.unwrap().unwrap().index;
 
         let mut batch = Batch::new();

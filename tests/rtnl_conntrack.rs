@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use felix_nft::netns::NetNs;
 use felix_nft::rtnl::conntrack::{delete_by_source, Conntrack};
-use felix_nft::rtnl::{link, RtnlHandle};
-use rtnl_common::{in_netns_async, new_netns, run_in};
+use felix_nft::rtnl::link;
+use rtnl_common::{in_netns_async, netns_with_handle, run_in};
 
 /// `conntrack -L -f FAMILY` lines in `ns`.
 fn ct_list(ns: &NetNs, family: &str) -> Vec<String> {
@@ -37,10 +37,8 @@ fn udp(from: &NetNs, bind: &str, to: &str, port: u16) -> UdpSocket {
 #[test]
 fn conntrack_entries_of_an_ip_are_deleted() {
     in_netns_async(|| async {
-        let host = new_netns();
-        let wl = new_netns();
-        let hh = RtnlHandle::connect(Some(&host)).unwrap();
-        let wh = RtnlHandle::connect(Some(&wl)).unwrap();
+        let (host, hh) = netns_with_handle();
+        let (wl, wh) = netns_with_handle();
         link::create_veth(&hh, "cali1", "eth0").await.unwrap();
         link::move_to_netns(&hh, "eth0", &wl).await.unwrap();
         for (h, dev, v4, v6) in [

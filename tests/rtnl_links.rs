@@ -7,8 +7,7 @@ mod rtnl_common;
 use std::collections::BTreeMap;
 
 use felix_nft::rtnl::link::{self, LinkState};
-use felix_nft::rtnl::RtnlHandle;
-use rtnl_common::{in_netns_async, ip_json, new_netns};
+use rtnl_common::{in_netns_async, ip_json, link_flags, netns_with_handle};
 
 fn mac_text(mac: &[u8]) -> String {
     mac.iter()
@@ -20,10 +19,8 @@ fn mac_text(mac: &[u8]) -> String {
 #[test]
 fn the_link_dump_matches_ip_link() {
     in_netns_async(|| async {
-        let target = new_netns();
-        let other = new_netns();
-        let h = RtnlHandle::connect(Some(&target)).unwrap();
-        let o = RtnlHandle::connect(Some(&other)).unwrap();
+        let (target, h) = netns_with_handle();
+        let (_other, o) = netns_with_handle();
         link::create_veth(&o, "caliother", "peerother")
             .await
             .unwrap();
@@ -49,12 +46,7 @@ fn the_link_dump_matches_ip_link() {
             let name = w["ifname"].as_str().unwrap();
             let l = got.get(name).unwrap_or_else(|| panic!("{name} missing"));
             assert_eq!(u64::from(l.index), w["ifindex"].as_u64().unwrap(), "{name}");
-            let flags: Vec<&str> = w["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|f| f.as_str())
-                .collect();
+            let flags = link_flags(w);
             assert_eq!(l.admin_up, flags.contains(&"UP"), "{name}: {flags:?}");
             if name != "lo" {
                 assert_eq!(mac_text(&l.mac), w["address"].as_str().unwrap(), "{name}");

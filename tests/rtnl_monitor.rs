@@ -11,7 +11,7 @@ use felix_nft::netns::NetNs;
 use felix_nft::rtnl::monitor::{self, EventReceiver, IfaceEvent, MonitorConfig};
 use felix_nft::rtnl::{link, RtnlHandle};
 use ipnet::IpNet;
-use rtnl_common::{in_netns_async, ip_json};
+use rtnl_common::{in_netns_async, ip_json, link_flags};
 
 /// Waits (up to 3 s) for an event matching `pred`, returning it; panics with what was seen.
 async fn wait_for(
@@ -31,6 +31,13 @@ async fn wait_for(
     }
 }
 
+/// Waits for the next event of `want`'s kind (`what`) and checks it is `want`.
+async fn expect_next_of_kind(rx: &mut EventReceiver, what: &str, want: IfaceEvent) {
+    let kind = std::mem::discriminant(&want);
+    let e = wait_for(rx, what, |e| std::mem::discriminant(e) == kind).await;
+    assert_eq!(e, want);
+}
+
 /// Every event arriving within `quiet` of the previous one.
 async fn drain(rx: &mut EventReceiver, quiet: Duration) -> Vec<IfaceEvent> {
     let mut out = Vec::new();
@@ -42,6 +49,15 @@ async fn drain(rx: &mut EventReceiver, quiet: Duration) -> Vec<IfaceEvent> {
 
 fn net(s: &str) -> IpNet {
     s.parse().unwrap()
+}
+
+/// Adds (`true`) or deletes the address `cidr` on `cali1`.
+async fn cali1_address(h: &RtnlHandle, add: bool, cidr: &str) {
+    if add {
+        link::add_address(h, "cali1", net(cidr)).await.unwrap();
+    } else {
+        link::delete_address(h, "cali1", net(cidr)).await.unwrap();
+    }
 }
 
 fn link_is(e: &IfaceEvent, name: &str, up: bool) -> bool {
@@ -82,12 +98,8 @@ fn monitor_reports_the_interface_lifecycle() {
         wait_for(&mut rx, "cali1 up", |e| link_is(e, "cali1", true)).await;
 
         // Addresses, both families.
-        link::add_address(&h, "cali1", net("10.1.0.1/24"))
-            .await
-            .unwrap();
-        link::add_address(&h, "cali1", net("fd01::1/64"))
-            .await
-            .unwrap();
+        cali1_address(&h, true, "10.1.0.1/24").await;
+        cali1_address(&h, true, "fd01::1/64").await;
         wait_for(&mut rx, "both addresses", |e| {
             addrs_of(e, "cali1")
                 .is_some_and(|a| a.contains(&net("10.1.0.1/24")) && a.contains(&net("fd01::1/64")))
@@ -96,9 +108,7 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Removal is reported, but only after the 100 ms damping.
         let t = Instant::now();
-        link::delete_address(&h, "cali1", net("10.1.0.1/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, false, "10.1.0.1/24").await;
         wait_for(&mut rx, "address removed", |e| {
             addrs_of(e, "cali1").is_some_and(|a| !a.contains(&net("10.1.0.1/24")))
         })
@@ -110,19 +120,13 @@ fn monitor_reports_the_interface_lifecycle() {
         );
 
         // A remove + re-add flap inside the damping window produces no removal event.
-        link::add_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, true, "10.1.0.2/24").await;
         wait_for(&mut rx, "second address", |e| {
             addrs_of(e, "cali1").is_some_and(|a| a.contains(&net("10.1.0.2/24")))
         })
         .await;
-        link::delete_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
-        link::add_address(&h, "cali1", net("10.1.0.2/24"))
-            .await
-            .unwrap();
+        cali1_address(&h, false, "10.1.0.2/24").await;
+        cali1_address(&h, true, "10.1.0.2/24").await;
         let flap = drain(&mut rx, Duration::from_millis(300)).await;
         assert!(
             !flap
@@ -137,18 +141,16 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Rename (the kernel wants it down).
         link::rename(&h, "cali1", "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "rename", |e| {
-            matches!(e, IfaceEvent::Renamed { .. })
-        })
-        .await;
-        assert_eq!(
-            e,
+        expect_next_of_kind(
+            &mut rx,
+            "rename",
             IfaceEvent::Renamed {
                 index,
                 old_name: "cali1".into(),
-                new_name: "cali9".into()
-            }
-        );
+                new_name: "cali9".into(),
+            },
+        )
+        .await;
 
         // Excluded interfaces are invisible.
         link::create_veth(&h, "skip0", "skip1").await.unwrap();
@@ -173,17 +175,15 @@ fn monitor_reports_the_interface_lifecycle() {
 
         // Delete.
         link::delete(&h, "cali9").await.unwrap();
-        let e = wait_for(&mut rx, "removed", |e| {
-            matches!(e, IfaceEvent::Removed { .. })
-        })
-        .await;
-        assert_eq!(
-            e,
+        expect_next_of_kind(
+            &mut rx,
+            "removed",
             IfaceEvent::Removed {
                 index,
-                name: "cali9".into()
-            }
-        );
+                name: "cali9".into(),
+            },
+        )
+        .await;
     });
 }
 
@@ -220,12 +220,7 @@ impl Picture {
     fn oracle() -> Picture {
         let mut p = Picture::default();
         for l in ip_json(None, &["addr", "show"]) {
-            let flags: Vec<&str> = l["flags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|f| f.as_str())
-                .collect();
+            let flags = link_flags(&l);
             let up = flags.contains(&"UP") && flags.contains(&"LOWER_UP");
             let addrs = l["addr_info"]
                 .as_array()

@@ -10,7 +10,7 @@ use felix_nft::rtnl::link;
 use felix_nft::rtnl::neigh::NeighSyncer;
 use felix_nft::rtnl::RtnlHandle;
 use netlink_packet_route::neighbour::NeighbourState;
-use rtnl_common::{in_netns_async, ip_json};
+use rtnl_common::{in_netns_async, ip_json, veth_up};
 
 /// (dst, lladdr, states) on `dev`.
 fn neighs(dev: &str) -> Vec<(String, String, Vec<String>)> {
@@ -44,9 +44,7 @@ fn static_arp_entries_follow_the_endpoint() {
     in_netns_async(|| async {
         let h = RtnlHandle::connect(None).unwrap();
         for (a, b) in [("cali1", "peer1"), ("eth9", "peer9")] {
-            link::create_veth(&h, a, b).await.unwrap();
-            link::set_up(&h, a, true).await.unwrap();
-            link::set_up(&h, b, true).await.unwrap();
+            veth_up(&h, a, b).await;
         }
         let ip1: IpAddr = "10.65.0.1".parse().unwrap();
         let ip2: IpAddr = "10.65.0.2".parse().unwrap();

@@ -10,7 +10,7 @@ use felix_nft::rtnl::link;
 use felix_nft::rtnl::nexthop::id_range;
 use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{in_netns_async, ip_json, run_in};
+use rtnl_common::{in_netns_async, ip_json, run_in, veth_up};
 use serde_json::Value;
 
 const PROTO: u8 = 80;
@@ -86,9 +86,7 @@ fn add_foreign_object() {
 fn gateway_routes_share_nexthop_objects_that_follow_them() {
     in_netns_async(|| async {
         let h = RtnlHandle::connect(None).unwrap();
-        link::create_veth(&h, "eth0", "peer0").await.unwrap();
-        link::set_up(&h, "eth0", true).await.unwrap();
-        link::set_up(&h, "peer0", true).await.unwrap();
+        veth_up(&h, "eth0", "peer0").await;
         run_in(None, &["ip", "link", "set", "lo", "up"]);
         add_foreign_object();
         let foreign = (7, "10.200.0.9".to_string());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use felix_nft::rtnl::link;
 use felix_nft::rtnl::routes::{RouteOwnership, RouteSpec, RouteSyncer, RouteTarget, RT_TABLE_MAIN};
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{device_route, in_netns_async, ip_json};
+use rtnl_common::{device_route, in_netns_async, ip_json, veth_up};
 
 const PROTO: u8 = 80;
 
@@ -42,12 +42,6 @@ fn has(dst: &str, dev: &str) -> bool {
     routes(dst.contains(':'))
         .iter()
         .any(|(d, v, _, _)| d == dst && v == dev)
-}
-
-async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
-    link::create_veth(h, a, b).await.unwrap();
-    link::set_up(h, a, true).await.unwrap();
-    link::set_up(h, b, true).await.unwrap();
 }
 
 #[test]

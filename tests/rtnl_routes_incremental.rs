@@ -15,10 +15,10 @@ use felix_nft::dataplane::kernel::{Kernel, RealKernel};
 use felix_nft::dataplane::DataplaneConfig;
 use felix_nft::rtnl::link;
 use felix_nft::rtnl::routes::{
-    RouteOwnership, RouteSpec, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN,
+    RouteOwnership, RouteSpec, RouteSyncReport, RouteSyncStats, RouteSyncer, RT_TABLE_MAIN,
 };
 use felix_nft::rtnl::{IpFamily, RtnlHandle};
-use rtnl_common::{device_route, in_netns_async, ip_json, run_in};
+use rtnl_common::{device_route, in_netns_async, ip_json, run_in, veth_up};
 
 const PROTO: u8 = 80;
 
@@ -26,12 +26,6 @@ fn has(dst: &str, dev: &str) -> bool {
     ip_json(None, &["route", "show", "table", "main"])
         .iter()
         .any(|r| r["dst"] == dst && r["dev"] == dev)
-}
-
-async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
-    link::create_veth(h, a, b).await.unwrap();
-    link::set_up(h, a, true).await.unwrap();
-    link::set_up(h, b, true).await.unwrap();
 }
 
 fn syncer() -> RouteSyncer {
@@ -56,24 +50,38 @@ fn delta(after: RouteSyncStats, before: RouteSyncStats) -> RouteSyncStats {
     }
 }
 
+/// A handle and a syncer over up veths `cali1..=caliN` (peers `peerN`), with cali1's route
+/// 10.65.0.1/32 set but not applied yet.
+async fn veths_and_syncer(n: u32) -> (RtnlHandle, RouteSyncer) {
+    let h = RtnlHandle::connect(None).unwrap();
+    for i in 1..=n {
+        veth_up(&h, &format!("cali{i}"), &format!("peer{i}")).await;
+    }
+    let mut s = syncer();
+    s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+    (h, s)
+}
+
+/// One apply: its report and the requests it sent.
+async fn counted_apply(s: &mut RouteSyncer, h: &RtnlHandle) -> (RouteSyncReport, RouteSyncStats) {
+    let before = s.stats();
+    let r = s.apply(h).await.unwrap();
+    (r, delta(s.stats(), before))
+}
+
 #[test]
 fn an_added_route_is_one_write_and_no_dump() {
     in_netns_async(|| async {
-        let h = RtnlHandle::connect(None).unwrap();
-        veth_up(&h, "cali1", "peer1").await;
-        veth_up(&h, "cali2", "peer2").await;
-        let mut s = syncer();
-        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let (h, mut s) = veths_and_syncer(2).await;
         let r = s.apply(&h).await.unwrap();
         assert_eq!((r.added.len(), r.errors.len()), (1, 0), "{r:?}");
         assert_eq!(s.stats().dumps, 1, "the first apply is full");
 
-        let before = s.stats();
         s.set_routes("cali2", vec![route("10.65.0.2/32", "cali2")]);
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.added.len(), r.errors.len()), (1, 0), "{r:?}");
         assert_eq!(
-            delta(s.stats(), before),
+            d,
             RouteSyncStats {
                 dumps: 0,
                 incremental: 1,
@@ -85,22 +93,19 @@ fn an_added_route_is_one_write_and_no_dump() {
         assert!(has("10.65.0.2", "cali2") && has("10.65.0.1", "cali1"));
 
         // Removal: one RTM_DELROUTE, no lookup, no dump.
-        let before = s.stats();
         s.set_routes("cali2", vec![]);
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!(r.deleted.len(), 1, "{r:?}");
         assert_eq!(r.moved_or_gone, vec!["10.65.0.2/32".parse().unwrap()]);
-        let d = delta(s.stats(), before);
         assert_eq!((d.dumps, d.link_gets, d.writes), (0, 0, 1), "{d:?}");
         assert!(!has("10.65.0.2", "cali2"));
 
         // A move to another interface: one replace, reported for conntrack cleanup.
-        let before = s.stats();
         s.set_routes("cali1", vec![route("10.65.0.1/32", "cali2")]);
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!(r.replaced.len(), 1, "{r:?}");
         assert_eq!(r.moved_or_gone, vec!["10.65.0.1/32".parse().unwrap()]);
-        assert_eq!(delta(s.stats(), before).writes, 1);
+        assert_eq!(d.writes, 1);
         assert!(has("10.65.0.1", "cali2") && !has("10.65.0.1", "cali1"));
 
         // A block route (a remote node's /26) that goes needs no conntrack cleanup: conntrack
@@ -113,19 +118,16 @@ fn an_added_route_is_one_write_and_no_dump() {
         assert!(r.moved_or_gone.is_empty(), "{r:?}");
 
         // Nothing changed: no I/O at all.
-        let before = s.stats();
-        assert!(s.apply(&h).await.unwrap().skipped);
-        assert_eq!(s.stats(), before);
+        let (r, d) = counted_apply(&mut s, &h).await;
+        assert!(r.skipped, "{r:?}");
+        assert_eq!(d, RouteSyncStats::default());
     });
 }
 
 #[test]
 fn drift_from_outside_waits_for_the_resync() {
     in_netns_async(|| async {
-        let h = RtnlHandle::connect(None).unwrap();
-        veth_up(&h, "cali1", "peer1").await;
-        let mut s = syncer();
-        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let (h, mut s) = veths_and_syncer(1).await;
         assert_eq!(s.apply(&h).await.unwrap().added.len(), 1);
 
         run_in(
@@ -142,18 +144,16 @@ fn drift_from_outside_waits_for_the_resync() {
                 0,
             )],
         );
-        let before = s.stats();
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.added.len(), r.changes()), (1, 1), "{r:?}");
-        assert_eq!(delta(s.stats(), before).dumps, 0);
+        assert_eq!(d.dumps, 0);
         assert!(!has("10.65.0.1", "cali1"), "not repaired without a resync");
 
         // The refresh timer's resync dumps and repairs it.
         s.request_resync();
-        let before = s.stats();
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.added.len(), r.changes()), (1, 1), "{r:?}");
-        assert_eq!(delta(s.stats(), before).dumps, 1);
+        assert_eq!(d.dumps, 1);
         assert!(has("10.65.0.1", "cali1"), "repaired by the resync");
     });
 }
@@ -161,10 +161,7 @@ fn drift_from_outside_waits_for_the_resync() {
 #[test]
 fn a_failed_write_makes_the_next_apply_full() {
     in_netns_async(|| async {
-        let h = RtnlHandle::connect(None).unwrap();
-        veth_up(&h, "cali1", "peer1").await;
-        let mut s = syncer();
-        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let (h, mut s) = veths_and_syncer(1).await;
         assert_eq!(s.apply(&h).await.unwrap().added.len(), 1);
 
         // A preferred source that is no address of this host: the kernel refuses the route.
@@ -173,14 +170,9 @@ fn a_failed_write_makes_the_next_apply_full() {
             ..route("10.65.0.9/32", "cali1")
         };
         s.set_routes("cali9", vec![bad]);
-        let before = s.stats();
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.errors.len(), r.added.len()), (1, 0), "{r:?}");
-        assert_eq!(
-            delta(s.stats(), before).dumps,
-            0,
-            "the failing apply itself was incremental"
-        );
+        assert_eq!(d.dumps, 0, "the failing apply itself was incremental");
         assert!(s.needs_apply(), "a failure leaves work to do");
 
         // Meanwhile the kernel lost a route: the next apply, which has nothing new to write,
@@ -190,10 +182,9 @@ fn a_failed_write_makes_the_next_apply_full() {
             &["ip", "route", "del", "10.65.0.1/32", "dev", "cali1"],
         );
         s.set_routes("cali9", vec![route("10.65.0.9/32", "cali1")]);
-        let before = s.stats();
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert!(r.errors.is_empty(), "{r:?}");
-        assert_eq!(delta(s.stats(), before).dumps, 1, "full after a failure");
+        assert_eq!(d.dumps, 1, "full after a failure");
         assert_eq!(
             r.added.len(),
             2,
@@ -202,21 +193,17 @@ fn a_failed_write_makes_the_next_apply_full() {
         assert!(has("10.65.0.9", "cali1") && has("10.65.0.1", "cali1"));
 
         // Back to incremental.
-        let before = s.stats();
         s.set_routes("cali9", vec![]);
-        assert_eq!(s.apply(&h).await.unwrap().deleted.len(), 1);
-        assert_eq!(delta(s.stats(), before).dumps, 0);
+        let (r, d) = counted_apply(&mut s, &h).await;
+        assert_eq!(r.deleted.len(), 1);
+        assert_eq!(d.dumps, 0);
     });
 }
 
 #[test]
 fn a_flapped_interface_gets_its_routes_back_without_a_dump() {
     in_netns_async(|| async {
-        let h = RtnlHandle::connect(None).unwrap();
-        veth_up(&h, "cali1", "peer1").await;
-        veth_up(&h, "cali2", "peer2").await;
-        let mut s = syncer();
-        s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
+        let (h, mut s) = veths_and_syncer(2).await;
         s.set_routes("cali2", vec![route("10.65.0.2/32", "cali2")]);
         assert_eq!(s.apply(&h).await.unwrap().added.len(), 2);
 
@@ -264,23 +251,20 @@ fn parked_routes_wait_for_their_interface_and_cost_nothing_meanwhile() {
         assert_eq!(r.parked.len(), 40, "{r:?}");
 
         // Nothing changed: no apply at all.
-        let before = s.stats();
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert!(r.skipped, "{r:?}");
+        assert_eq!(d, RouteSyncStats::default());
         // Another endpoint: its own lookup and write, nothing for the parked ones.
         s.set_routes("cali1", vec![route("10.65.0.1/32", "cali1")]);
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.added.len(), r.parked.len()), (1, 40), "{r:?}");
-        let d = delta(s.stats(), before);
         assert_eq!((d.dumps, d.link_gets, d.writes), (0, 1, 1), "{d:?}");
 
         // One parked interface appears: its event programs its route alone.
         veth_up(&h, "calip7", "peerp7").await;
-        let before = s.stats();
         s.iface_changed("calip7");
-        let r = s.apply(&h).await.unwrap();
+        let (r, d) = counted_apply(&mut s, &h).await;
         assert_eq!((r.added.len(), r.parked.len()), (1, 39), "{r:?}");
-        let d = delta(s.stats(), before);
         assert_eq!((d.dumps, d.link_gets, d.writes), (0, 1, 1), "{d:?}");
         assert!(has("10.66.0.7", "calip7") && has("10.65.0.1", "cali1"));
 

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use felix_nft::rtnl::link;
 use felix_nft::rtnl::vxlan::{VxlanSpec, VxlanSyncer};
 use felix_nft::rtnl::RtnlHandle;
-use rtnl_common::{in_netns_async, ip_json, run_in};
+use rtnl_common::{in_netns_async, ip_json, run_in, veth_up};
 
 fn vxlan_info() -> serde_json::Value {
     let l = ip_json(None, &["-d", "link", "show", "vxlan.calico"]);
@@ -46,9 +46,7 @@ fn ip(s: &str) -> IpAddr {
 fn the_vxlan_device_and_its_fdb_converge_and_are_repaired() {
     in_netns_async(|| async {
         let h = RtnlHandle::connect(None).unwrap();
-        link::create_veth(&h, "eth0", "peer0").await.unwrap();
-        link::set_up(&h, "eth0", true).await.unwrap();
-        link::set_up(&h, "peer0", true).await.unwrap();
+        veth_up(&h, "eth0", "peer0").await;
         link::add_address(&h, "eth0", "172.31.0.10/24".parse().unwrap())
             .await
             .unwrap();

@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,25 +59,27 @@ async fn reader_delivers_good_lines_around_a_bad_one() {
     assert_eq!((s.lines, s.decoded, s.rejected), (5, 3, 1));
 }
 
-#[test]
-fn stdin_through_the_binary() {
+/// `felix-nft run --trace-input --source SOURCE` in a namespace of its own, with the default log
+/// format; its stderr piped.
+fn spawn_run(source: &str, stdin: Stdio) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     common::isolate_netns(&mut cmd);
-    let mut child = cmd
-        .args(["run", "--source", "stdin", "--trace-input"])
+    cmd.args(["run", "--trace-input", "--source", source])
         .env_remove("FELIX_NFT_LOG")
         .env_remove("FELIX_NFT_LOG_FORMAT")
-        .stdin(Stdio::piped())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(GOOD_BAD_GOOD.as_bytes())
-        .unwrap();
+        .expect("spawning felix-nft")
+}
+
+#[test]
+fn stdin_through_the_binary() {
+    let mut child = spawn_run("stdin", Stdio::piped());
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin.write_all(GOOD_BAD_GOOD.as_bytes()).unwrap();
+    drop(stdin);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -222,18 +224,7 @@ async fn unix_socket_refuses_live_sockets_and_other_files_and_replaces_stale_one
 fn unix_socket_through_the_binary_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.sock");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
-    common::isolate_netns(&mut cmd);
-    let mut child = cmd
-        .args(["run", "--trace-input", "--source"])
-        .arg(format!("unix:{}", path.display()))
-        .env_remove("FELIX_NFT_LOG")
-        .env_remove("FELIX_NFT_LOG_FORMAT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(&format!("unix:{}", path.display()), Stdio::null());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
         assert!(Instant::now() < deadline, "socket never appeared");

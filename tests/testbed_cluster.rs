@@ -13,7 +13,7 @@ use std::time::Duration;
 use felix_nft::testbed::cluster::{Cluster, ClusterSpec, NodeSpec, NODE_UPLINK, UNDERLAY_BRIDGE};
 use felix_nft::testbed::probe::{icmp_echo, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
-use testbed_common::{block_on, ip_json, netns_present, require_root};
+use testbed_common::{assert_all_gone, block_on, ip_json, netns_present, require_root};
 
 fn node(name: &str, k: u8, pods: &[&str]) -> NodeSpec {
     NodeSpec {
@@ -39,6 +39,16 @@ fn bridge_ports(c: &Cluster) -> Vec<String> {
     v
 }
 
+/// As root: a cluster of one flat segment, its namespaces named `prefix-…`.
+fn build_flat(prefix: &str) -> Cluster {
+    require_root();
+    block_on(Cluster::build(&ClusterSpec {
+        prefix: prefix.into(),
+        ..ClusterSpec::default()
+    }))
+    .unwrap()
+}
+
 fn all_netns(c: &Cluster) -> Vec<String> {
     let mut v = vec![c.lan_netns_name().to_string()];
     for n in c.nodes() {
@@ -50,12 +60,7 @@ fn all_netns(c: &Cluster) -> Vec<String> {
 
 #[test]
 fn builds_nodes_on_one_segment_with_cni_pods_and_removes_everything() {
-    require_root();
-    let spec = ClusterSpec {
-        prefix: "fnt-t-cl".into(),
-        ..ClusterSpec::default()
-    };
-    let mut c = block_on(Cluster::build(&spec)).unwrap();
+    let mut c = build_flat("fnt-t-cl");
     assert_eq!(c.gateway(), Ipv4Addr::new(172, 31, 0, 1));
     block_on(c.add_node(&node("n1", 1, &["a", "b"]))).unwrap();
     block_on(c.add_node(&node("n2", 2, &["c"]))).unwrap();
@@ -146,19 +151,12 @@ fn builds_nodes_on_one_segment_with_cni_pods_and_removes_everything() {
 
     let names = all_netns(&c);
     drop(c);
-    for n in &names {
-        assert!(!netns_present(n), "{n} left behind");
-    }
+    assert_all_gone(&names);
 }
 
 #[test]
 fn refuses_nodes_it_cannot_place() {
-    require_root();
-    let spec = ClusterSpec {
-        prefix: "fnt-t-clbad".into(),
-        ..ClusterSpec::default()
-    };
-    let mut c = block_on(Cluster::build(&spec)).unwrap();
+    let mut c = build_flat("fnt-t-clbad");
     block_on(c.add_node(&node("n1", 1, &[]))).unwrap();
     let lan = c.lan_netns_name().to_string();
     for (bad, why) in [
@@ -260,7 +258,5 @@ fn routed_segments_reach_each_other_through_the_underlay_namespace() {
     }
     let names = all_netns(&c);
     drop(c);
-    for n in &names {
-        assert!(!netns_present(n), "{n} left behind");
-    }
+    assert_all_gone(&names);
 }

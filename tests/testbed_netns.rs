@@ -5,7 +5,7 @@
 mod testbed_common;
 
 use felix_nft::netns::{unique_netns_name, NetNs, NetNsError};
-use testbed_common::{ip_json, netns_present, require_root};
+use testbed_common::{assert_all_gone, ip_json, netns_present, require_root};
 
 fn ns_inode(ns: &NetNs) -> std::path::PathBuf {
     ns.run(|| std::fs::read_link("/proc/thread-self/ns/net").unwrap())
@@ -99,7 +99,5 @@ fn parallel_creates_do_not_collide() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for n in &names {
-        assert!(!netns_present(n), "{n} left behind");
-    }
+    assert_all_gone(&names);
 }

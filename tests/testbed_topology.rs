@@ -14,7 +14,7 @@ use felix_nft::testbed::topology::{
     GATEWAY_V6, HOST_EXT_V4,
 };
 use serde_json::Value;
-use testbed_common::{block_on, ip_json, netns_present, require_root, run};
+use testbed_common::{assert_all_gone, block_on, ip_json, netns_present, require_root, run};
 
 fn spec() -> TopologySpec {
     TopologySpec {
@@ -194,9 +194,7 @@ fn builds_calico_cni_layout_and_removes_everything() {
     );
 
     drop(topo);
-    for n in &names {
-        assert!(!netns_present(n), "{n} left behind");
-    }
+    assert_all_gone(&names);
 }
 
 #[test]
@@ -327,9 +325,7 @@ fn twenty_workloads_build_and_go_quickly() {
     let t = std::time::Instant::now();
     drop(topo);
     let dropped = t.elapsed();
-    for n in &names {
-        assert!(!netns_present(n), "{n} left behind");
-    }
+    assert_all_gone(&names);
     println!("20 dual-stack workloads + external: build {built:?}, teardown {dropped:?}");
     assert!(
         built < std::time::Duration::from_secs(10),

@@ -100,6 +100,15 @@ pub struct PodInfo {
     pub labels: BTreeMap<String, String>,
 }
 
+/// The id of the `GlobalNetworkPolicy` `name`.
+pub fn global_policy_id(name: &str) -> PolicyId {
+    PolicyId {
+        name: name.into(),
+        kind: "GlobalNetworkPolicy".into(),
+        ..PolicyId::default()
+    }
+}
+
 /// Where an IP set's members come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpSetSource {
@@ -144,6 +153,20 @@ impl Controller {
     /// Adds or replaces an IP pool; `id` is Felix's (the CIDR with `/` as `-`).
     pub fn set_pool(&mut self, id: impl Into<String>, pool: IpamPool) {
         self.pools.insert(id.into(), pool);
+    }
+
+    /// Adds or replaces the IPv4 pool `cidr` (under Felix's id for it) with VXLAN mode
+    /// `vxlan_mode` (`"Always"`, `"CrossSubnet"`, or `""` for no encapsulation).
+    pub fn set_ipv4_pool(&mut self, cidr: Ipv4Net, vxlan_mode: &str) {
+        let cidr = cidr.to_string();
+        self.set_pool(
+            cidr.replace('/', "-"),
+            IpamPool {
+                cidr,
+                vxlan_mode: vxlan_mode.into(),
+                ..IpamPool::default()
+            },
+        );
     }
 
     pub fn remove_pool(&mut self, id: &str) {
@@ -599,25 +622,14 @@ mod tests {
     }
 
     fn allow_clients() -> PolicyId {
-        PolicyId {
-            name: "allow-clients".into(),
-            kind: "GlobalNetworkPolicy".into(),
-            ..PolicyId::default()
-        }
+        global_policy_id("allow-clients")
     }
 
     /// Three nodes; a client pod on n1, a server on n2 whose policy admits the IP set of
     /// `role=client` pods, another pod on n3.
     fn cluster() -> Controller {
         let mut c = Controller::new();
-        c.set_pool(
-            "10.65.0.0-16",
-            IpamPool {
-                cidr: "10.65.0.0/16".into(),
-                vxlan_mode: "Always".into(),
-                ..IpamPool::default()
-            },
-        );
+        c.set_ipv4_pool("10.65.0.0/16".parse().unwrap(), "Always");
         c.set_profile("kns.default", Profile::default());
         c.set_ipset(
             "s:clients",
@@ -648,6 +660,11 @@ mod tests {
         c
     }
 
+    /// The id every update and remove message carries.
+    fn id<T>(id: &Option<T>) -> &T {
+        id.as_ref().expect("a message with an id")
+    }
+
     /// One line per message: its kind and the key fields.
     fn show(msgs: &[ToDataplane]) -> Vec<String> {
         msgs.iter()
@@ -658,23 +675,13 @@ mod tests {
                     u.id, u.added_members, u.removed_members
                 ),
                 Payload::IpsetRemove(u) => format!("ipset-remove {}", u.id),
-                Payload::ActivePolicyUpdate(u) => {
-                    format!("policy {}", u.id.as_ref().unwrap().name)
-                }
-                Payload::ActivePolicyRemove(u) => {
-                    format!("policy-remove {}", u.id.as_ref().unwrap().name)
-                }
-                Payload::ActiveProfileRemove(u) => {
-                    format!("profile-remove {}", u.id.as_ref().unwrap().name)
-                }
-                Payload::ActiveProfileUpdate(u) => {
-                    format!("profile {}", u.id.as_ref().unwrap().name)
-                }
-                Payload::WorkloadEndpointUpdate(u) => {
-                    format!("endpoint {}", u.id.as_ref().unwrap().workload_id)
-                }
+                Payload::ActivePolicyUpdate(u) => format!("policy {}", id(&u.id).name),
+                Payload::ActivePolicyRemove(u) => format!("policy-remove {}", id(&u.id).name),
+                Payload::ActiveProfileRemove(u) => format!("profile-remove {}", id(&u.id).name),
+                Payload::ActiveProfileUpdate(u) => format!("profile {}", id(&u.id).name),
+                Payload::WorkloadEndpointUpdate(u) => format!("endpoint {}", id(&u.id).workload_id),
                 Payload::WorkloadEndpointRemove(u) => {
-                    format!("endpoint-remove {}", u.id.as_ref().unwrap().workload_id)
+                    format!("endpoint-remove {}", id(&u.id).workload_id)
                 }
                 Payload::VtepUpdate(u) => format!(
                     "vtep {} {} {} {}",

@@ -61,6 +61,28 @@ pub async fn run_one_endpoint(d: &mut Driver<FakeKernel>) -> Result<(), DriverEr
     .await
 }
 
+/// The ends of a loop's two inputs, still open: the senders to feed it more with, the receivers
+/// for [`Driver::run`].
+pub struct Inputs {
+    pub tx: mpsc::Sender<Received>,
+    pub rx: mpsc::Receiver<Received>,
+    pub itx: mpsc::Sender<IfaceEvent>,
+    pub irx: mpsc::Receiver<IfaceEvent>,
+}
+
+/// Inputs already holding the interfaces' InSync, one workload endpoint (w1 on
+/// `cali0000000001`) and the datastore's InSync: the loop's first apply, with room for more.
+pub async fn one_endpoint_inputs() -> Inputs {
+    let (tx, rx) = mpsc::channel(16);
+    let (itx, irx) = mpsc::channel(16);
+    itx.send(IfaceEvent::InSync).await.expect("iface channel");
+    tx.send(msg(&wep(1, "cali0000000001")))
+        .await
+        .expect("update channel");
+    tx.send(msg(IN_SYNC)).await.expect("update channel");
+    Inputs { tx, rx, itx, irx }
+}
+
 pub async fn run(
     d: &mut Driver<FakeKernel>,
     msgs: Vec<Received>,

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use felix_nft::netns::NetNs;
 use felix_nft::rtnl::routes::RouteSpec;
+use felix_nft::rtnl::{link, RtnlHandle};
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -38,6 +39,20 @@ pub fn new_netns() -> NetNs {
     guard.current().unwrap()
 }
 
+/// [`new_netns`] and a netlink handle into it.
+pub fn netns_with_handle() -> (NetNs, RtnlHandle) {
+    let ns = new_netns();
+    let h = RtnlHandle::connect(Some(&ns)).unwrap();
+    (ns, h)
+}
+
+/// Creates the veth pair `a`–`b` (in `h`'s namespace) with both ends up.
+pub async fn veth_up(h: &RtnlHandle, a: &str, b: &str) {
+    link::create_veth(h, a, b).await.unwrap();
+    link::set_up(h, a, true).await.unwrap();
+    link::set_up(h, b, true).await.unwrap();
+}
+
 /// Runs a command in the current thread's namespace (or in `ns`), panics unless it succeeds, and
 /// returns stdout.
 pub fn run_in(ns: Option<&NetNs>, argv: &[&str]) -> String {
@@ -60,6 +75,16 @@ pub fn ip_json(ns: Option<&NetNs>, args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["ip", "-j"];
     argv.extend_from_slice(args);
     common::ip_json_array(&run_in(ns, &argv))
+}
+
+/// The `flags` of one interface of `ip -j link` / `ip -j addr` (`UP`, `LOWER_UP`, …).
+pub fn link_flags(l: &serde_json::Value) -> Vec<&str> {
+    l["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect()
 }
 
 /// Reads a /proc/sys file as seen from `ns` (or the current namespace).

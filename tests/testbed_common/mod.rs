@@ -3,7 +3,7 @@
 //! in named namespaces the test made itself.
 #![allow(dead_code)]
 
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 
 use felix_nft::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
 use felix_nft::rtnl::{link, RtnlHandle};
@@ -43,6 +43,64 @@ pub fn run(argv: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `felix-nft run --source stdin --keep-running` in a node's namespace as that node, with no
+/// config file, no status reports and the default log format; its stderr goes to a log file.
+/// Killed on drop.
+pub struct NodeDaemon {
+    pub child: Child,
+    stdin: ChildStdin,
+    log: tempfile::NamedTempFile,
+}
+
+impl NodeDaemon {
+    /// Starts it in the namespace `netns` as node `hostname`, with extra `FELIX_*` environment.
+    pub fn start(netns: &str, hostname: &str, env: &[(&str, &str)]) -> NodeDaemon {
+        let log = tempfile::NamedTempFile::new().expect("a log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+            .args([
+                "run",
+                "--source",
+                "stdin",
+                "--keep-running",
+                "--netns",
+                netns,
+            ])
+            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+            .env("FELIX_REPORTINGINTERVALSECS", "0")
+            .env("FELIX_FELIXHOSTNAME", hostname)
+            .env_remove("FELIX_NFT_LOG_FORMAT")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("reopening the log"))
+            .spawn()
+            .expect("spawning felix-nft run");
+        let stdin = child.stdin.take().expect("the daemon's stdin");
+        NodeDaemon { child, stdin, log }
+    }
+
+    /// Writes each message as one JSON line.
+    pub fn send<T: serde::Serialize>(&mut self, msgs: &[T]) {
+        use std::io::Write;
+        for m in msgs {
+            let line = serde_json::to_string(m).expect("a message as JSON");
+            writeln!(self.stdin, "{line}").expect("writing to felix-nft");
+        }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `ip -n NETNS -j ARGS` parsed as a JSON array.
 pub fn ip_json(netns: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["ip", "-n", netns, "-j"];
@@ -66,6 +124,13 @@ pub fn netns_present(name: &str) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(path.as_str()));
     std::path::Path::new(&path).exists() || mounted
+}
+
+/// Fails unless every namespace in `names` is gone (from `/run/netns` and the mount table).
+pub fn assert_all_gone(names: &[String]) {
+    for n in names {
+        assert!(!netns_present(n), "{n} left behind");
+    }
 }
 
 /// What felix-nft does for a local workload (§14–15), done here by the test with `rtnl`.
