@@ -33,7 +33,7 @@ use crate::proto::{IpSetDeltaUpdate, PolicyId, TierInfo, ToDataplane, WorkloadEn
 use crate::rtnl::{link, RtnlError, RtnlHandle};
 use crate::source::state::StateError;
 use crate::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, TcpServer, Verdict};
-use crate::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
+use crate::testbed::topology::{External, ExternalSpec, Topology, TopologySpec, WorkloadSpec};
 use crate::testbed::TestbedError;
 use crate::OWNER;
 
@@ -163,6 +163,24 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
         "felix-nft demo: a scratch node in network namespaces; nothing on this host is changed"
     );
     say!(out);
+    let topo = build_node(&rt, out)?;
+    let node = Scratch::start(topo)?;
+    node.apply_example_state(out, state)?;
+    node.show_programmed(out, &rt)?;
+    let before = node.measure_traffic(out)?;
+    let after = node.flip_with_ipset_delta(out, &before)?;
+    let (kept, applies) = node.remove_or_keep(out, opts.keep)?;
+    print_verdict(out, &before, &after, t0, applies)?;
+    Ok(DemoOutcome {
+        before,
+        after,
+        kept,
+    })
+}
+
+/// Builds the scratch topology and shows it: the host namespace, the workloads with their
+/// `cali…` interfaces, and the external host.
+fn build_node(rt: &tokio::runtime::Runtime, out: &mut dyn Write) -> Result<Topology, DemoError> {
     let topo = rt
         .block_on(Topology::build(&TopologySpec {
             prefix: NETNS_PREFIX.to_string(),
@@ -181,12 +199,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
             op: "building the scratch topology",
             source,
         })?;
-    let Some(ext) = topo.external() else {
-        return Err(DemoError::Testbed {
-            op: "building the scratch topology",
-            source: TestbedError::Spec("no external namespace".into()),
-        });
-    };
+    let ext = external(&topo)?;
     say!(out, "node (built the way Calico's CNI plugin leaves one):");
     say!(out, "  host namespace  {}", topo.host_netns_name());
     for w in topo.workloads() {
@@ -205,134 +218,219 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
         ext.ipv4
     );
     say!(out);
+    Ok(topo)
+}
 
-    // Listeners: every workload on the app and admin ports, the external host on the app port.
-    let mut servers = Vec::new();
-    for w in topo.workloads() {
-        for port in [WORKLOAD_PORT, ADMIN_PORT] {
-            servers.push(
-                TcpServer::start(w.ns(), port).map_err(|source| DemoError::Testbed {
-                    op: "starting a listener",
+/// The external host of the scratch topology, which the demo always asks for.
+fn external(topo: &Topology) -> Result<&External, DemoError> {
+    topo.external().ok_or_else(|| DemoError::Testbed {
+        op: "building the scratch topology",
+        source: TestbedError::Spec("no external namespace".into()),
+    })
+}
+
+/// The scratch node while the demo runs. Fields drop in declaration order, so on an early error
+/// the agent stops before the listeners close and the namespaces it acts in are deleted.
+struct Scratch {
+    agent: Agent,
+    ext_server: TcpServer,
+    servers: Vec<TcpServer>,
+    topo: Topology,
+}
+
+impl Scratch {
+    /// Starts the listeners (every workload on the app and admin ports, the external host on the
+    /// app port) and the agent, on defaults (the demo is hermetic: no config file, no
+    /// environment).
+    fn start(topo: Topology) -> Result<Scratch, DemoError> {
+        let mut servers = Vec::new();
+        for w in topo.workloads() {
+            for port in [WORKLOAD_PORT, ADMIN_PORT] {
+                servers.push(TcpServer::start(w.ns(), port).map_err(|source| {
+                    DemoError::Testbed {
+                        op: "starting a listener",
+                        source,
+                    }
+                })?);
+            }
+        }
+        let ext_server =
+            TcpServer::start(external(&topo)?.ns(), WORKLOAD_PORT).map_err(|source| {
+                DemoError::Testbed {
+                    op: "starting the external listener",
                     source,
-                })?,
+                }
+            })?;
+        let cfg = DataplaneConfig::from_config(&Config::default());
+        let agent = Agent::start(topo.host(), cfg)?;
+        Ok(Scratch {
+            agent,
+            ext_server,
+            servers,
+            topo,
+        })
+    }
+
+    /// Step 1: the example state plus the workload endpoints goes to the agent; shows how long
+    /// the agent took to reach `DataplaneInSync`.
+    fn apply_example_state(
+        &self,
+        out: &mut dyn Write,
+        state: Vec<ToDataplane>,
+    ) -> Result<(), DemoError> {
+        let mut messages = state;
+        messages.extend(endpoint_updates(&self.topo));
+        messages.push(ToDataplane {
+            sequence_number: 0,
+            payload: Some(Payload::InSync(crate::proto::InSync {})),
+        });
+        say!(
+            out,
+            "1. example state ({} messages): tiers `platform` (deny tcp/{ADMIN_PORT}, else Pass) \
+             and `app` (backend: tcp/{WORKLOAD_PORT} only from IP set {DELTA_SET}), profile \
+             `kns.demo` (allow), pool 198.18.0.0/24 with NAT outgoing",
+            messages.len()
+        );
+        let t_apply = Instant::now();
+        self.agent.send(messages)?;
+        self.agent.wait_in_sync(APPLY_TIMEOUT)?;
+        say!(
+            out,
+            "   in sync after {} ms (the agent's DataplaneInSync)",
+            t_apply.elapsed().as_millis()
+        );
+        say!(out);
+        Ok(())
+    }
+
+    /// Step 2: what the agent programmed, read back from the kernel: the tables, the workload
+    /// routes and the static ARP entries.
+    fn show_programmed(
+        &self,
+        out: &mut dyn Write,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<(), DemoError> {
+        say!(out, "2. programmed (read back from the kernel):");
+        let tables = read_tables(self.topo.host())?;
+        for t in &tables {
+            say!(out, "   {t}");
+        }
+        let (routes, neighbours) = rt.block_on(read_routes(self.topo.host()))?;
+        say!(out, "   routes   {}", routes.join(", "));
+        say!(
+            out,
+            "   static ARP entries on workload interfaces: {neighbours}; proxy ARP on each"
+        );
+        say!(out);
+        Ok(())
+    }
+
+    /// Step 3: the traffic matrix with the example state, and the source address the external
+    /// host saw (NAT outgoing).
+    fn measure_traffic(&self, out: &mut dyn Write) -> Result<MatrixReport, DemoError> {
+        let (flows, why) = demo_flows(&self.topo, false);
+        let before = settled_matrix(&flows);
+        say!(
+            out,
+            "3. traffic, real TCP/ICMP from inside the namespaces ({} ms timeout):",
+            PROBE_TIMEOUT.as_millis()
+        );
+        print_matrix(out, &flows, &why, &before, None)?;
+        let ext_peers: Vec<IpAddr> = self
+            .ext_server
+            .peers()
+            .iter()
+            .map(SocketAddr::ip)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        say!(
+            out,
+            "   the external host saw connections from {:?} (NAT outgoing: the host's address, not the workload's)",
+            ext_peers
+        );
+        say!(out);
+        Ok(before)
+    }
+
+    /// Step 4: one IP set delta and no rule change; shows how long it took to reach the kernel
+    /// and the matrix again, marking the flow that flipped against `before`.
+    fn flip_with_ipset_delta(
+        &self,
+        out: &mut dyn Write,
+        before: &MatrixReport,
+    ) -> Result<MatrixReport, DemoError> {
+        say!(
+            out,
+            "4. IP set delta: {DELTA_SET} += {DB}/32 (db); no rule changes"
+        );
+        let t_delta = Instant::now();
+        self.agent.send(vec![ToDataplane {
+            sequence_number: 0,
+            payload: Some(Payload::IpsetDeltaUpdate(IpSetDeltaUpdate {
+                id: DELTA_SET.to_string(),
+                added_members: vec![format!("{DB}/32")],
+                removed_members: Vec::new(),
+            })),
+        }])?;
+        wait_for_element(self.topo.host(), DB, &self.agent)?;
+        say!(
+            out,
+            "   in the kernel after {} ms",
+            t_delta.elapsed().as_millis()
+        );
+        let (flows_after, why_after) = demo_flows(&self.topo, true);
+        let after = run_matrix(&flows_after, PROBE_TIMEOUT);
+        print_matrix(out, &flows_after, &why_after, &after, Some(before))?;
+        say!(out);
+        Ok(after)
+    }
+
+    /// Step 5: stops the agent, closes the listeners, and deletes the namespaces or, with `keep`,
+    /// leaves them and says how to look and clean up. Returns the namespaces kept and the agent's
+    /// number of applies.
+    fn remove_or_keep(
+        self,
+        out: &mut dyn Write,
+        keep: bool,
+    ) -> Result<(Vec<String>, u64), DemoError> {
+        let summary = self.agent.stop()?;
+        drop(self.servers);
+        drop(self.ext_server);
+        let mut kept = Vec::new();
+        if keep {
+            kept = self.topo.keep();
+            say!(
+                out,
+                "5. kept for inspection (the agent has stopped; its rules stay). Look with"
+            );
+            say!(out, "     ip netns exec {} nft list ruleset", kept[0]);
+            say!(out, "   and clean up with");
+            say!(out, "     felix-nft cleanup --netns {}", kept[0]);
+            for n in &kept {
+                say!(out, "     ip netns del {n}");
+            }
+        } else {
+            drop(self.topo);
+            say!(
+                out,
+                "5. removed everything: the agent stopped, and all 5 namespaces are deleted"
             );
         }
+        Ok((kept, summary.applies))
     }
-    let ext_server =
-        TcpServer::start(ext.ns(), WORKLOAD_PORT).map_err(|source| DemoError::Testbed {
-            op: "starting the external listener",
-            source,
-        })?;
+}
 
-    // The agent, on defaults (the demo is hermetic: no config file, no environment).
-    let cfg = DataplaneConfig::from_config(&Config::default());
-    let agent = Agent::start(topo.host(), cfg)?;
-    let mut messages = state;
-    messages.extend(endpoint_updates(&topo));
-    messages.push(ToDataplane {
-        sequence_number: 0,
-        payload: Some(Payload::InSync(crate::proto::InSync {})),
-    });
-    say!(
-        out,
-        "1. example state ({} messages): tiers `platform` (deny tcp/{ADMIN_PORT}, else Pass) and \
-         `app` (backend: tcp/{WORKLOAD_PORT} only from IP set {DELTA_SET}), profile `kns.demo` \
-         (allow), pool 198.18.0.0/24 with NAT outgoing",
-        messages.len()
-    );
-    let t_apply = Instant::now();
-    agent.send(messages)?;
-    agent.wait_in_sync(APPLY_TIMEOUT)?;
-    say!(
-        out,
-        "   in sync after {} ms (the agent's DataplaneInSync)",
-        t_apply.elapsed().as_millis()
-    );
-    say!(out);
-
-    say!(out, "2. programmed (read back from the kernel):");
-    let tables = read_tables(topo.host())?;
-    for t in &tables {
-        say!(out, "   {t}");
-    }
-    let (routes, neighbours) = rt.block_on(read_routes(topo.host()))?;
-    say!(out, "   routes   {}", routes.join(", "));
-    say!(
-        out,
-        "   static ARP entries on workload interfaces: {neighbours}; proxy ARP on each"
-    );
-    say!(out);
-
-    let (flows, why) = demo_flows(&topo, false);
-    let before = settled_matrix(&flows);
-    say!(
-        out,
-        "3. traffic, real TCP/ICMP from inside the namespaces ({} ms timeout):",
-        PROBE_TIMEOUT.as_millis()
-    );
-    print_matrix(out, &flows, &why, &before, None)?;
-    let ext_peers: Vec<IpAddr> = ext_server
-        .peers()
-        .iter()
-        .map(SocketAddr::ip)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    say!(
-        out,
-        "   the external host saw connections from {:?} (NAT outgoing: the host's address, not the workload's)",
-        ext_peers
-    );
-    say!(out);
-
-    say!(
-        out,
-        "4. IP set delta: {DELTA_SET} += {DB}/32 (db); no rule changes"
-    );
-    let t_delta = Instant::now();
-    agent.send(vec![ToDataplane {
-        sequence_number: 0,
-        payload: Some(Payload::IpsetDeltaUpdate(IpSetDeltaUpdate {
-            id: DELTA_SET.to_string(),
-            added_members: vec![format!("{DB}/32")],
-            removed_members: Vec::new(),
-        })),
-    }])?;
-    wait_for_element(topo.host(), DB, &agent)?;
-    say!(
-        out,
-        "   in the kernel after {} ms",
-        t_delta.elapsed().as_millis()
-    );
-    let (flows_after, why_after) = demo_flows(&topo, true);
-    let after = run_matrix(&flows_after, PROBE_TIMEOUT);
-    print_matrix(out, &flows_after, &why_after, &after, Some(&before))?;
-    say!(out);
-
-    let summary = agent.stop()?;
-    drop(servers);
-    drop(ext_server);
+/// The last line: whether every flow in both matrices did what the policy says, and how long
+/// the demo took.
+fn print_verdict(
+    out: &mut dyn Write,
+    before: &MatrixReport,
+    after: &MatrixReport,
+    t0: Instant,
+    applies: u64,
+) -> Result<(), DemoError> {
     let ok = before.all_match() && after.all_match();
-    let mut kept = Vec::new();
-    if opts.keep {
-        kept = topo.keep();
-        say!(
-            out,
-            "5. kept for inspection (the agent has stopped; its rules stay). Look with"
-        );
-        say!(out, "     ip netns exec {} nft list ruleset", kept[0]);
-        say!(out, "   and clean up with");
-        say!(out, "     felix-nft cleanup --netns {}", kept[0]);
-        for n in &kept {
-            say!(out, "     ip netns del {n}");
-        }
-    } else {
-        drop(topo);
-        say!(
-            out,
-            "5. removed everything: the agent stopped, and all 5 namespaces are deleted"
-        );
-    }
     say!(
         out,
         "{} in {:.1} s ({} applies by the agent)",
@@ -345,13 +443,9 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
             )
         },
         t0.elapsed().as_secs_f64(),
-        summary.applies
+        applies
     );
-    Ok(DemoOutcome {
-        before,
-        after,
-        kept,
-    })
+    Ok(())
 }
 
 /// The workload endpoints: every workload in tier `platform`, the backend also in tier `app`,
