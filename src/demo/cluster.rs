@@ -189,140 +189,230 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
          node; nothing on this host is changed"
     );
     say!(out);
+    let mut lab = Lab::build(rt, out)?;
+    let mut converged = lab.sync_three_nodes(out)?;
+    lab.show_overlay(out)?;
+    let m1 = lab.measure_across_nodes(out)?;
+    let (joined, m2) = lab.join_fourth_node(out)?;
+    converged &= joined;
+    let (left, m3) = lab.withdraw_fourth_node(out, &m2)?;
+    converged &= left;
+    let (kept, applies) = lab.remove_or_keep(out, opts.keep)?;
+    let matrices = vec![m1, m2, m3];
+    print_verdict(out, &matrices, converged, t0, applies)?;
+    Ok(ClusterOutcome {
+        matrices,
+        converged,
+        kept,
+    })
+}
 
-    let bed = |op| move |source| DemoError::Testbed { op, source };
-    let spec = ClusterSpec {
-        prefix: NETNS_PREFIX.to_string(),
-        ..ClusterSpec::default()
-    };
-    let mut cluster = rt
-        .block_on(Cluster::build(&spec))
-        .map_err(bed("building the underlay"))?;
-    let mut ctl = controller();
-    let mut agents: BTreeMap<&'static str, Agent> = BTreeMap::new();
-    let mut servers = Vec::new();
-    for p in &PLAN[..3] {
-        add_node(&rt, &mut cluster, &mut ctl, p)?;
-        servers.push(listener(&cluster, p)?);
-    }
-    say!(
-        out,
-        "cluster: underlay {} on a bridge (namespace {}); IP pool {POOL}, VXLAN always; one /26 \
-         block per node",
-        spec.underlay,
-        cluster.lan_netns_name()
-    );
-    for p in &PLAN[..3] {
-        print_node(out, &ctl, p)?;
-    }
-    say!(out);
+/// The cluster while the demo runs. Fields drop in declaration order, so on an early error the
+/// listeners close and the agents stop before the namespaces they act in are deleted, and the
+/// runtime goes last.
+struct Lab {
+    servers: Vec<TcpServer>,
+    agents: BTreeMap<&'static str, Agent>,
+    ctl: Controller,
+    cluster: Cluster,
+    rt: tokio::runtime::Runtime,
+}
 
-    let first = ctl.flush();
-    let clients = clients_sent(&first);
-    say!(
-        out,
-        "1. the controller computes each node's messages as Felix's calculation graph would: its \
-         own pod, the policy, profile and IP set that pod uses; the pool; every node's VTEP, \
-         block and host address"
-    );
-    say!(
-        out,
-        "   {}",
-        first
-            .iter()
-            .map(|(n, m)| format!("{n}: {} messages", m.len()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    say!(
-        out,
-        "   server's policy: allow tcp/{PORT} from IP set {CLIENTS_SET} = pods labelled \
-         role=client on any node (now {clients}); anything else ends the tier: drop"
-    );
-    let t_sync = Instant::now();
-    for p in &PLAN[..3] {
-        let agent = start_agent(&cluster, p)?;
-        agent.send(first.get(p.node).cloned().unwrap_or_default())?;
-        agents.insert(p.node, agent);
+impl Lab {
+    /// Builds the underlay and the first three nodes, each with its pod and a listener in it, and
+    /// shows them.
+    fn build(rt: tokio::runtime::Runtime, out: &mut dyn Write) -> Result<Lab, DemoError> {
+        let bed = |op| move |source| DemoError::Testbed { op, source };
+        let spec = ClusterSpec {
+            prefix: NETNS_PREFIX.to_string(),
+            ..ClusterSpec::default()
+        };
+        let mut cluster = rt
+            .block_on(Cluster::build(&spec))
+            .map_err(bed("building the underlay"))?;
+        let mut ctl = controller();
+        let mut servers = Vec::new();
+        for p in &PLAN[..3] {
+            add_node(&rt, &mut cluster, &mut ctl, p)?;
+            servers.push(listener(&cluster, p)?);
+        }
+        say!(
+            out,
+            "cluster: underlay {} on a bridge (namespace {}); IP pool {POOL}, VXLAN always; one \
+             /26 block per node",
+            spec.underlay,
+            cluster.lan_netns_name()
+        );
+        for p in &PLAN[..3] {
+            print_node(out, &ctl, p)?;
+        }
+        say!(out);
+        Ok(Lab {
+            servers,
+            agents: BTreeMap::new(),
+            ctl,
+            cluster,
+            rt,
+        })
     }
-    for a in agents.values() {
-        a.wait_in_sync(APPLY_TIMEOUT)?;
+
+    /// Step 1: what the controller sends each of the three nodes, and how long their agents
+    /// took to reach `DataplaneInSync`. `Ok(false)` when the overlay then did not converge.
+    fn sync_three_nodes(&mut self, out: &mut dyn Write) -> Result<bool, DemoError> {
+        let first = self.ctl.flush();
+        let clients = clients_sent(&first);
+        say!(
+            out,
+            "1. the controller computes each node's messages as Felix's calculation graph would: \
+             its own pod, the policy, profile and IP set that pod uses; the pool; every node's \
+             VTEP, block and host address"
+        );
+        say!(
+            out,
+            "   {}",
+            first
+                .iter()
+                .map(|(n, m)| format!("{n}: {} messages", m.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        say!(
+            out,
+            "   server's policy: allow tcp/{PORT} from IP set {CLIENTS_SET} = pods labelled \
+             role=client on any node (now {clients}); anything else ends the tier: drop"
+        );
+        let t_sync = Instant::now();
+        for p in &PLAN[..3] {
+            let agent = start_agent(&self.cluster, p)?;
+            agent.send(first.get(p.node).cloned().unwrap_or_default())?;
+            self.agents.insert(p.node, agent);
+        }
+        for a in self.agents.values() {
+            a.wait_in_sync(APPLY_TIMEOUT)?;
+        }
+        say!(
+            out,
+            "   all three agents in sync after {} ms (each its DataplaneInSync)",
+            t_sync.elapsed().as_millis()
+        );
+        let converged = wait_converged(&self.rt, &self.cluster, &self.ctl)?;
+        say!(out);
+        Ok(converged)
     }
-    say!(
-        out,
-        "   all three agents in sync after {} ms (each its DataplaneInSync)",
-        t_sync.elapsed().as_millis()
-    );
-    let mut converged = wait_converged(&rt, &cluster, &ctl)?;
-    say!(out);
 
-    say!(
-        out,
-        "2. what each agent programmed for the overlay (read back from its kernel):"
-    );
-    print_overlay(out, &rt, &cluster, &ctl)?;
-    say!(out);
-
-    let (flows, why) = flows_three(&cluster);
-    let m1 = settled_matrix(&flows);
-    say!(
-        out,
-        "3. traffic across nodes, real TCP/ICMP pod to pod over vxlan.calico ({} ms timeout):",
-        PROBE_TIMEOUT.as_millis()
-    );
-    print_matrix(out, &flows, &why, &m1, None)?;
-    say!(out);
-
-    // A node joins: its pod is a client, so node-2's set gains a member.
-    let p4 = &PLAN[3];
-    add_node(&rt, &mut cluster, &mut ctl, p4)?;
-    servers.push(listener(&cluster, p4)?);
-    let join = ctl.flush();
-    say!(
-        out,
-        "4. {} joins with pod {} (role=client, {}): the controller sends it its snapshot, and \
-         every other node its VTEP, block and host",
-        p4.node,
-        p4.pod,
-        p4.pod_ip()
-    );
-    for (n, msgs) in join.iter().filter(|(n, _)| *n != p4.node) {
-        say!(out, "   {n}: {}", kinds(msgs));
+    /// Step 2: what each agent programmed for the overlay, read back from its kernel.
+    fn show_overlay(&self, out: &mut dyn Write) -> Result<(), DemoError> {
+        say!(
+            out,
+            "2. what each agent programmed for the overlay (read back from its kernel):"
+        );
+        print_overlay(out, &self.rt, &self.cluster, &self.ctl)?;
+        say!(out);
+        Ok(())
     }
-    let t_join = Instant::now();
-    let agent4 = start_agent(&cluster, p4)?;
-    agent4.send(join.get(p4.node).cloned().unwrap_or_default())?;
-    agents.insert(p4.node, agent4);
-    let others = join.iter().filter(|(n, _)| *n != p4.node);
-    converged &= deliver(out, &rt, (&cluster, &ctl), &agents, others, t_join)?;
-    let (flows, why) = flows_joined(&cluster, true);
-    let m2 = settled_matrix(&flows);
-    print_matrix(out, &flows, &why, &m2, None)?;
-    say!(out);
 
-    // It leaves: the controller withdraws it everywhere while its pod still runs, so what stops
-    // the traffic is the withdrawal; then its agent stops and its namespaces go.
-    let gone = ctl.node(p4.node).cloned();
-    ctl.remove_node(p4.node);
-    let leave = ctl.flush();
-    say!(
-        out,
-        "5. {} leaves: the controller withdraws it from every node (route before VTEP, as Felix \
-         orders them)",
-        p4.node
-    );
-    for (n, msgs) in &leave {
-        say!(out, "   {n}: {}", kinds(msgs));
+    /// Step 3: the traffic matrix across the three nodes.
+    fn measure_across_nodes(&self, out: &mut dyn Write) -> Result<MatrixReport, DemoError> {
+        let (flows, why) = flows_three(&self.cluster);
+        let m1 = settled_matrix(&flows);
+        say!(
+            out,
+            "3. traffic across nodes, real TCP/ICMP pod to pod over vxlan.calico ({} ms timeout):",
+            PROBE_TIMEOUT.as_millis()
+        );
+        print_matrix(out, &flows, &why, &m1, None)?;
+        say!(out);
+        Ok(m1)
     }
-    let t_leave = Instant::now();
-    converged &= deliver(out, &rt, (&cluster, &ctl), &agents, leave.iter(), t_leave)?;
-    if let Some(gone) = &gone {
+
+    /// Step 4: a node joins. Its pod is a client, so node-2's set gains a member; shows what
+    /// the others are sent, how long they took to converge, and the flows to and from the new
+    /// pod. The bool is `false` when the overlay did not converge.
+    fn join_fourth_node(&mut self, out: &mut dyn Write) -> Result<(bool, MatrixReport), DemoError> {
+        let p4 = &PLAN[3];
+        add_node(&self.rt, &mut self.cluster, &mut self.ctl, p4)?;
+        self.servers.push(listener(&self.cluster, p4)?);
+        let join = self.ctl.flush();
+        say!(
+            out,
+            "4. {} joins with pod {} (role=client, {}): the controller sends it its snapshot, and \
+             every other node its VTEP, block and host",
+            p4.node,
+            p4.pod,
+            p4.pod_ip()
+        );
+        for (n, msgs) in join.iter().filter(|(n, _)| *n != p4.node) {
+            say!(out, "   {n}: {}", kinds(msgs));
+        }
+        let t_join = Instant::now();
+        let agent4 = start_agent(&self.cluster, p4)?;
+        agent4.send(join.get(p4.node).cloned().unwrap_or_default())?;
+        self.agents.insert(p4.node, agent4);
+        let others = join.iter().filter(|(n, _)| *n != p4.node);
+        let at = (&self.cluster, &self.ctl);
+        let converged = deliver(out, &self.rt, at, &self.agents, others, t_join)?;
+        let (flows, why) = flows_joined(&self.cluster, true);
+        let m2 = settled_matrix(&flows);
+        print_matrix(out, &flows, &why, &m2, None)?;
+        say!(out);
+        Ok((converged, m2))
+    }
+
+    /// Step 5: the fourth node leaves. The controller withdraws it everywhere while its pod still
+    /// runs, so what stops the traffic is the withdrawal; then its agent stops and its namespaces
+    /// go. Flips are marked against `joined`, the matrix while it was a member. The bool is
+    /// `false` when the overlay did not converge or something of the node stayed.
+    fn withdraw_fourth_node(
+        &mut self,
+        out: &mut dyn Write,
+        joined: &MatrixReport,
+    ) -> Result<(bool, MatrixReport), DemoError> {
+        let p4 = &PLAN[3];
+        let gone = self.ctl.node(p4.node).cloned();
+        self.ctl.remove_node(p4.node);
+        let leave = self.ctl.flush();
+        say!(
+            out,
+            "5. {} leaves: the controller withdraws it from every node (route before VTEP, as \
+             Felix orders them)",
+            p4.node
+        );
+        for (n, msgs) in &leave {
+            say!(out, "   {n}: {}", kinds(msgs));
+        }
+        let t_leave = Instant::now();
+        let at = (&self.cluster, &self.ctl);
+        let mut converged = deliver(out, &self.rt, at, &self.agents, leave.iter(), t_leave)?;
+        if let Some(gone) = &gone {
+            converged &= self.nothing_left_of(out, gone)?;
+        }
+        // One round, no warm-up: a warm-up towards the leaver would only prime a failed ARP.
+        let (flows, why) = flows_joined(&self.cluster, false);
+        let m3 = run_matrix(&flows, PROBE_TIMEOUT);
+        print_matrix(out, &flows, &why, &m3, Some(joined))?;
+        if let Some(a) = self.agents.remove(p4.node) {
+            a.stop()?;
+        }
+        self.servers.pop();
+        self.cluster.remove_node(p4.node);
+        say!(
+            out,
+            "   {}'s agent stopped and its namespaces are deleted",
+            p4.node
+        );
+        say!(out);
+        Ok((converged, m3))
+    }
+
+    /// Reads back the first three nodes' overlays and says whether anything of `gone` is still
+    /// in one of them. `Ok(false)` when something is.
+    fn nothing_left_of(&self, out: &mut dyn Write, gone: &NodeInfo) -> Result<bool, DemoError> {
         let mut stray = Vec::new();
         for p in &PLAN[..3] {
-            let Some(node) = cluster.node(p.node) else {
+            let Some(node) = self.cluster.node(p.node) else {
                 continue;
             };
-            if rt.block_on(read_overlay(node.ns()))?.remembers(gone) {
+            if self.rt.block_on(read_overlay(node.ns()))?.remembers(gone) {
                 stray.push(p.node);
             }
         }
@@ -336,7 +426,6 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
                 gone.block
             );
         } else {
-            converged = false;
             say!(
                 out,
                 "   ✗ {} still hold something of {}",
@@ -344,51 +433,59 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
                 gone.name
             );
         }
+        Ok(stray.is_empty())
     }
-    // One round, no warm-up: a warm-up towards the leaver would only prime a failed ARP.
-    let (flows, why) = flows_joined(&cluster, false);
-    let m3 = run_matrix(&flows, PROBE_TIMEOUT);
-    print_matrix(out, &flows, &why, &m3, Some(&m2))?;
-    if let Some(a) = agents.remove(p4.node) {
-        a.stop()?;
-    }
-    servers.pop();
-    cluster.remove_node(p4.node);
-    say!(
-        out,
-        "   {}'s agent stopped and its namespaces are deleted",
-        p4.node
-    );
-    say!(out);
 
-    let mut applies = 0;
-    for (_, a) in std::mem::take(&mut agents) {
-        applies += a.stop()?.applies;
-    }
-    drop(servers);
-    let mut kept = Vec::new();
-    if opts.keep {
-        kept = cluster.keep();
-        say!(
-            out,
-            "6. kept for inspection (the agents have stopped; what they programmed stays). Look with"
-        );
-        let node = kept.get(1).map_or("NODE", String::as_str);
-        say!(out, "     ip -n {node} -d link show {VXLAN_IFACE_V4}");
-        say!(out, "     bridge -n {node} fdb show dev {VXLAN_IFACE_V4}");
-        say!(out, "     ip netns exec {node} nft list ruleset");
-        say!(out, "   and remove them with");
-        for n in &kept {
-            say!(out, "     ip netns del {n}");
+    /// Step 6: stops the agents, closes the listeners, and deletes the namespaces or, with
+    /// `keep`, leaves them and says how to look and remove them. Returns the namespaces kept and
+    /// the agents' applies, summed.
+    fn remove_or_keep(
+        self,
+        out: &mut dyn Write,
+        keep: bool,
+    ) -> Result<(Vec<String>, u64), DemoError> {
+        let mut applies = 0;
+        for (_, a) in self.agents {
+            applies += a.stop()?.applies;
         }
-    } else {
-        drop(cluster);
-        say!(
-            out,
-            "6. removed everything: the agents stopped, and every namespace the demo made is deleted"
-        );
+        drop(self.servers);
+        let mut kept = Vec::new();
+        if keep {
+            kept = self.cluster.keep();
+            say!(
+                out,
+                "6. kept for inspection (the agents have stopped; what they programmed stays). \
+                 Look with"
+            );
+            let node = kept.get(1).map_or("NODE", String::as_str);
+            say!(out, "     ip -n {node} -d link show {VXLAN_IFACE_V4}");
+            say!(out, "     bridge -n {node} fdb show dev {VXLAN_IFACE_V4}");
+            say!(out, "     ip netns exec {node} nft list ruleset");
+            say!(out, "   and remove them with");
+            for n in &kept {
+                say!(out, "     ip netns del {n}");
+            }
+        } else {
+            drop(self.cluster);
+            say!(
+                out,
+                "6. removed everything: the agents stopped, and every namespace the demo made is \
+                 deleted"
+            );
+        }
+        Ok((kept, applies))
     }
-    let matrices = vec![m1, m2, m3];
+}
+
+/// The last line: whether every flow did what the policy says and every node held what it
+/// should, and how long the demo took.
+fn print_verdict(
+    out: &mut dyn Write,
+    matrices: &[MatrixReport],
+    converged: bool,
+    t0: Instant,
+    applies: u64,
+) -> Result<(), DemoError> {
     let mismatches: usize = matrices.iter().map(|m| m.mismatches().len()).sum();
     say!(
         out,
@@ -401,11 +498,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
         },
         t0.elapsed().as_secs_f64()
     );
-    Ok(ClusterOutcome {
-        matrices,
-        converged,
-        kept,
-    })
+    Ok(())
 }
 
 /// The cluster-wide model: the pool, the profile every pod has, the IP set of clients and the
