@@ -43,12 +43,7 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
 
     // Allow-all, then an IP-set-based ingress policy, then a delta, then a removal: every manager
     // (IP sets, policy, endpoints, routes, neighbours, sysctls) does kernel work.
-    agent.send_all(&[
-        allow_all_profile(),
-        wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], json!([])),
-        in_sync(),
-    ]);
+    agent.send_allow_all(&[a, b]);
     agent.expect_matrix(
         "allow-all",
         &[

@@ -671,13 +671,7 @@ fn admin_down_and_removed_endpoints_fail_closed() {
     let _srv = servers(&topo);
     let (a, b, c) = abc(&topo);
     let mut agent = Agent::start(&topo, AgentOptions::default());
-    agent.send_all(&[
-        allow_all_profile(),
-        wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], json!([])),
-        wep(c, &["allow-all"], json!([])),
-        in_sync(),
-    ]);
+    agent.send_allow_all(&[a, b, c]);
     agent.expect_matrix(
         "all endpoints up",
         &[
@@ -892,17 +886,13 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
 
 /// `felix-nft dump --json` of the topology's host namespace, as an operator runs it.
 fn dump_json(host_ns: &str) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
-        .args(["dump", "--json", "--netns", host_ns])
-        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
-        .output()
-        .expect("running felix-nft dump");
-    assert!(
-        out.status.success(),
-        "felix-nft dump: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = oracle_stdout(
+        std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+            .args(["dump", "--json", "--netns", host_ns])
+            .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg"),
+        "felix-nft dump",
     );
-    serde_json::from_slice(&out.stdout).expect("dump JSON")
+    serde_json::from_slice(&out).expect("dump JSON")
 }
 
 /// What `iface`'s IPv4 dispatch elements counted, (to, from) as (packets, bytes), with the
@@ -1023,12 +1013,7 @@ fn ipv6_dual_stack_workloads() {
 
     // 1. Allow-all: v6 routes (/128 on the cali interface, §15), proxy NDP and forwarding
     //    (§14.2) and the ip6 table's rules let every v6 flow through, and v4 alike.
-    agent.send_all(&[
-        allow_all_profile(),
-        wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], json!([])),
-        in_sync(),
-    ]);
+    agent.send_allow_all(&[a, b]);
     agent.expect_matrix(
         "dual-stack allow-all",
         &[

@@ -23,7 +23,7 @@ pub const STEP_DEADLINE: Duration = Duration::from_secs(20);
 
 #[path = "../common/mod.rs"]
 mod common;
-pub use common::{block_on, require_root};
+pub use common::{block_on, oracle_stdout, require_root};
 
 /// Builds a topology or panics with the error chain.
 pub fn build(spec: TopologySpec) -> Topology {
@@ -158,6 +158,16 @@ impl Agent {
         for m in msgs {
             self.send(m);
         }
+    }
+
+    /// Sends the allow-all profile, each of `workloads` as an endpoint with that profile and no
+    /// tiers, and InSync: the opening of a scenario where every flow passes.
+    pub fn send_allow_all(&mut self, workloads: &[&Workload]) {
+        self.send(&allow_all_profile());
+        for w in workloads {
+            self.send(&wep(w, &["allow-all"], json!([])));
+        }
+        self.send(&in_sync());
     }
 
     /// What the daemon has logged so far.
@@ -405,16 +415,7 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
 /// Runs `ip ARGS` (a test oracle; `ip netns exec …` for `nft`) and returns its stdout; panics
 /// naming `what` with its stderr when it fails.
 fn ip_oracle(args: &[&str], what: &str) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("running ip (test oracle)");
-    assert!(
-        out.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&oracle_stdout(Command::new("ip").args(args), what)).into_owned()
 }
 
 /// `nft -s list ruleset` in `ns` (test oracle).

@@ -7,20 +7,19 @@
 
 use std::process::Command;
 
+#[path = "../common/mod.rs"]
+mod common;
+
 /// `ip -n NS ARGS route show`, without the nexthop ids. Panics when `ip` cannot run.
 pub fn routes(ns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["-n", ns])
-        .args(args)
-        .args(["route", "show"])
-        .output()
-        .expect("ip route (oracle)");
-    assert!(
-        out.status.success(),
-        "ip -n {ns} {args:?} route show: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::oracle_stdout(
+        Command::new("ip")
+            .args(["-n", ns])
+            .args(args)
+            .args(["route", "show"]),
+        &format!("ip -n {ns} {args:?} route show"),
     );
-    without_nhid(&String::from_utf8_lossy(&out.stdout))
+    without_nhid(&String::from_utf8_lossy(&out))
 }
 
 /// `text` with every `nhid N ` token pair removed.
