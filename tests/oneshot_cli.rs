@@ -5,6 +5,8 @@
 //! invalid state document changes nothing byte for byte (g), and `--dry-run` surfaces a kernel
 //! error while keeping nothing. `nft`, `ip` are oracles only.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -104,16 +106,12 @@ impl Drop for Ns {
 }
 
 fn sh(argv: &[&str]) -> String {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{argv:?} failed (these tests need root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let what = format!("{argv:?} (these tests need root)");
+    String::from_utf8(common::oracle_stdout(
+        Command::new(argv[0]).args(&argv[1..]),
+        &what,
+    ))
+    .unwrap()
 }
 
 /// What one run of the binary said.

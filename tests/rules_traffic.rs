@@ -27,15 +27,7 @@ use felix_nft::rules::{render_nft, render_text_placed, Model, RulesConfig};
 
 /// Runs a command (in the calling thread's namespace) and fails the test if it fails.
 fn run(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::oracle_stdout(Command::new(args[0]).args(&args[1..]), &format!("{args:?}"));
 }
 
 /// A workload namespace held by an `unshare -n sleep` child; killed on drop (also on panic).

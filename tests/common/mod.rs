@@ -84,3 +84,10 @@ pub fn oracle_stdout(cmd: &mut std::process::Command, what: &str) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// Asserts that `text` contains every one of `needles`, showing `text` when one is missing.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
