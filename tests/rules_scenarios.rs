@@ -656,6 +656,19 @@ fn our_view(t: &Table) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
     (chains, t.sets.keys().cloned().collect())
 }
 
+/// Writes `text` to a file and loads it with `nft -f` (installed for tests) in the calling
+/// thread's network namespace.
+fn nft_load(text: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ruleset.nft");
+    std::fs::write(&path, text).expect("writing ruleset");
+    Command::new("nft")
+        .arg("-f")
+        .arg(&path)
+        .output()
+        .expect("running nft -f")
+}
+
 /// Every scenario's text is accepted by the kernel (`nft -f` in a private netns), and what the
 /// kernel then holds has exactly our chains, rules (by identity comment, in order) and sets.
 #[test]
@@ -664,14 +677,7 @@ fn kernel_accepts_every_scenario() {
         let text = render_nft(&model).unwrap();
         let tables = render(&model).unwrap();
         let result = common::in_private_netns(move || {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("ruleset.nft");
-            std::fs::write(&path, &text).expect("writing ruleset");
-            let load = Command::new("nft")
-                .arg("-f")
-                .arg(&path)
-                .output()
-                .expect("running nft (installed for tests)");
+            let load = nft_load(&text);
             let mut views = Vec::new();
             for t in &tables {
                 let out = Command::new("nft")
@@ -880,28 +886,20 @@ fn every_scenario_commits_through_our_codec_and_reads_back_unchanged() {
             sync(&mut nft, &tables, &opts).expect("committing the rendered tables");
             let (_, plans) = plan(&mut nft, &tables, false).expect("reading back");
             let leftover: usize = plans.iter().map(|p| p.ops.len()).sum();
-            let list = || {
-                let out = Command::new("nft")
-                    .args(["-s", "list", "ruleset"])
-                    .output()
-                    .expect("running nft");
-                String::from_utf8_lossy(&out.stdout).to_string()
+            let nft_oracle = |args: &[&str]| {
+                let out =
+                    common::oracle_stdout(Command::new("nft").args(args), &format!("nft {args:?}"));
+                String::from_utf8_lossy(&out).into_owned()
             };
+            let list = || nft_oracle(&["-s", "list", "ruleset"]);
             let ours = list();
-            let flush = Command::new("nft")
-                .args(["flush", "ruleset"])
-                .status()
-                .expect("running nft");
-            assert!(flush.success());
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("ruleset.nft");
-            std::fs::write(&path, &text).expect("writing ruleset");
-            let load = Command::new("nft")
-                .arg("-f")
-                .arg(&path)
-                .status()
-                .expect("running nft -f");
-            assert!(load.success());
+            nft_oracle(&["flush", "ruleset"]);
+            let load = nft_load(&text);
+            assert!(
+                load.status.success(),
+                "nft -f: {}",
+                String::from_utf8_lossy(&load.stderr)
+            );
             (ours, leftover, list())
         });
         assert_eq!(
