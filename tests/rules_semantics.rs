@@ -32,6 +32,16 @@ fn strings(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// A rule with `action`, then changed by `set`.
+fn rule(action: &str, set: impl FnOnce(&mut Rule)) -> Rule {
+    let mut r = Rule {
+        action: action.into(),
+        ..Default::default()
+    };
+    set(&mut r);
+    r
+}
+
 fn tcp() -> Option<Protocol> {
     Some(Protocol {
         number_or_name: Some(NumberOrName::Name("tcp".into())),
@@ -143,35 +153,17 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
 fn mixed_family_rules_are_filtered_per_family() {
     let rules = vec![
         // Both families: each keeps its own CIDRs.
-        Rule {
-            action: "allow".into(),
-            src_net: strings(&["10.0.0.0/8", "fd00::/8"]),
-            ..Default::default()
-        },
+        rule("allow", |r| {
+            r.src_net = strings(&["10.0.0.0/8", "fd00::/8"])
+        }),
         // Only v6 nets: skipped in the v4 table.
-        Rule {
-            action: "deny".into(),
-            dst_net: strings(&["fd00:1::/64"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.dst_net = strings(&["fd00:1::/64"])),
         // A negated list with only the other family's nets also skips the rule (§9.1).
-        Rule {
-            action: "deny".into(),
-            not_dst_net: strings(&["fd00:2::/64"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.not_dst_net = strings(&["fd00:2::/64"])),
         // A negated catch-all can never match: skipped.
-        Rule {
-            action: "deny".into(),
-            not_src_net: strings(&["0.0.0.0/0"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.not_src_net = strings(&["0.0.0.0/0"])),
         // ip_version pins the family.
-        Rule {
-            action: "deny".into(),
-            ip_version: 6,
-            ..Default::default()
-        },
+        rule("deny", |r| r.ip_version = 6),
     ];
     let v4 = texts(&inbound(Family::Ip, rules.clone()));
     assert_eq!(
