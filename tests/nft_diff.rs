@@ -52,6 +52,14 @@ fn ipv4_intervals(spec: &[&str]) -> Vec<Element> {
     elements
 }
 
+/// Sync options that claim no table ownership.
+fn unowned() -> SyncOptions {
+    SyncOptions {
+        ownership: TableOwnership::Off,
+        ..Default::default()
+    }
+}
+
 fn interval_set(name: &str, elements: Vec<Element>) -> Set {
     Set {
         counter: false,
@@ -163,15 +171,7 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
     assert!(diff::diff(&d, Some(&a), false).is_empty());
     let mut k = FakeNft::default();
     k.tables.insert((Family::Ip, "calico".into()), a);
-    let rep = reconcile::sync(
-        &mut k,
-        &[d],
-        &SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let rep = reconcile::sync(&mut k, &[d], &unowned()).unwrap();
     assert_eq!(rep.ops, 0);
     assert_eq!(k.commits, 0);
 }
@@ -569,13 +569,7 @@ proptest! {
 #[test]
 fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
     use felix_nft::nft::reconcile::Reconciler;
-    let mut r = Reconciler::new(
-        FakeNft::default(),
-        SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    );
+    let mut r = Reconciler::new(FakeNft::default(), unowned());
     let mut d = Table::new(Family::Ip, "calico");
     d.chains.insert("a".into(), Chain::regular("a"));
     r.apply(std::slice::from_ref(&d)).unwrap();
@@ -622,13 +616,7 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
 fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrusted() {
     use felix_nft::nft::model::TablePatch;
     use felix_nft::nft::reconcile::Reconciler;
-    let mut r = Reconciler::new(
-        FakeNft::default(),
-        SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    );
+    let mut r = Reconciler::new(FakeNft::default(), unowned());
     let key = (Family::Ip, "calico".to_owned());
     let mut first = TablePatch::new(Family::Ip, "calico");
     for n in ["a", "b", "c"] {
