@@ -64,11 +64,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         ),
         wep(a, &["allow-all"], json!([])),
         wep(c, &["allow-all"], json!([])),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["from-s1"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["from-s1"]),
         in_sync(),
     ]);
     agent.expect_matrix(
@@ -79,11 +75,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         ],
     );
     // The other set, the other way round.
-    agent.send(&wep(
-        b,
-        &["allow-all"],
-        json!([tier("default", &["from-s2"], &[], "Deny")]),
-    ));
+    agent.send(&wep_ingress(b, &["from-s2"]));
     agent.expect_matrix(
         "b admits the members of s2 only",
         &[
@@ -105,8 +97,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         let name = felix_nft::rules::names::ipset_name(felix_nft::nft::model::Family::Ip, s);
         assert!(ruleset.contains(&name), "set {name} is not in the ruleset");
     }
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }
 
 #[test]
@@ -183,8 +174,7 @@ fn names_the_kernel_could_not_hold_are_programmed_and_enforced() {
         "{}",
         agent.log_text()
     );
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }
 
 #[test]
@@ -209,11 +199,7 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
         allow_all_profile(),
         deny_other(proto("tcp")),
         wep(a, &["allow-all"], json!([])),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["deny-other"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["deny-other"]),
         in_sync(),
     ]);
     let flows = [
@@ -252,6 +238,5 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     ] {
         assert!(log.contains(needle), "no `{needle}` in the log:\n{log}");
     }
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }

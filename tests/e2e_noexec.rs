@@ -59,11 +59,7 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
             json!([{"action": "allow", "src_ip_set_ids": ["s:clients"]}]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-in"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-in"]),
     ]);
     agent.expect_matrix("empty client set", &[flow(src(a), v4(b), Tcp, 8080, Drop)]);
     let a_ip = a.ipv4.unwrap().to_string();

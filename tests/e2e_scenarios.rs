@@ -104,11 +104,7 @@ fn policy_rules_decide_traffic() {
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])}]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-in"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-in"]),
         wep(c, &["allow-all"], no_tiers.clone()),
     ]);
     agent.expect_matrix(
@@ -376,11 +372,7 @@ fn tiers_log_rules_and_named_ports() {
             ]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["logged"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["logged"]),
     ]);
     agent.expect_matrix(
         "log rule continues",
@@ -412,11 +404,7 @@ fn tiers_log_rules_and_named_ports() {
             json!([{"action": "allow", "dst_named_port_ip_set_ids": ["n:web-ports"]}]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["named"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["named"]),
     ]);
     agent.expect_matrix(
         "named-port set",
@@ -796,8 +784,8 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
             json!([]),
         ),
         wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], web_from_clients()),
-        wep(c, &["allow-all"], web_from_clients()),
+        wep_ingress(b, &["web-from-clients"]),
+        wep_ingress(c, &["web-from-clients"]),
         in_sync(),
     ]);
     agent.expect_matrix(
@@ -826,11 +814,7 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
     );
 
     // 2. b moves to another body: its element moves to a new chain; c stays where it was.
-    agent.send(&wep(
-        b,
-        &["allow-all"],
-        json!([tier("default", &["other-from-all"], &[], "Deny")]),
-    ));
+    agent.send(&wep_ingress(b, &["other-from-all"]));
     agent.expect_matrix(
         "b on a body of its own",
         &[
@@ -854,7 +838,7 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
             web_from_clients(),
             json!({"qos_controls": {"ingress_max_connections": 100}}),
         ),
-        wep(b, &["allow-all"], web_from_clients()),
+        wep_ingress(b, &["web-from-clients"]),
     ]);
     agent.expect_matrix(
         "c limited, b back",
@@ -918,7 +902,6 @@ fn endpoints_sharing_a_chain_count_their_own_traffic() {
     let (a, b, c) = abc(&topo);
     let host_ns = topo.host_netns_name();
     let mut agent = Agent::start(&topo, AgentOptions::default());
-    let web_only = || json!([tier("default", &["web"], &[], "Deny")]);
     agent.send_all(&[
         allow_all_profile(),
         policy(
@@ -928,8 +911,8 @@ fn endpoints_sharing_a_chain_count_their_own_traffic() {
             json!([]),
         ),
         wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], web_only()),
-        wep(c, &["allow-all"], web_only()),
+        wep_ingress(b, &["web"]),
+        wep_ingress(c, &["web"]),
         in_sync(),
     ]);
     let mut before = None;
@@ -1040,14 +1023,7 @@ fn ipv6_dual_stack_workloads() {
         }
         policy("default", "b-in6", json!(rules), json!([]))
     };
-    agent.send_all(&[
-        b_in(true),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-in6"], &[], "Deny")]),
-        ),
-    ]);
+    agent.send_all(&[b_in(true), wep_ingress(b, &["b-in6"])]);
     agent.expect_matrix(
         "IPv6 policy",
         &[
@@ -1091,11 +1067,7 @@ fn ipv6_dual_stack_workloads() {
         ipset("s:a", "IP", &[A4.to_string()]),
         ipset("s:none", "IP", &[]),
         b_sets,
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-sets"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-sets"]),
     ]);
     agent.expect_matrix(
         "a set with IPv4 members only",
@@ -1152,11 +1124,7 @@ fn ipv6_dual_stack_workloads() {
             ]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-named"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-named"]),
     ]);
     agent.expect_matrix(
         "a named-port set with IPv4 members only",
@@ -1194,11 +1162,7 @@ fn ipv6_dual_stack_workloads() {
             json!([{"action": "allow", "src_ip_set_ids": ["s:a"]}]),
             json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-v4"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-v4"]),
     ]);
     agent.expect_matrix(
         "a policy with nothing for IPv6",

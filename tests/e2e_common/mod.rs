@@ -211,14 +211,14 @@ impl Agent {
         }
     }
 
-    /// Stops the daemon the way an operator does: SIGTERM (or end of stdin under strace); waits
-    /// and returns its exit status and log.
     /// Stops the agent and checks that it exited cleanly.
     pub fn stop_cleanly(self) {
         let (status, log) = self.stop();
         assert!(status.success(), "felix-nft exited with {status}:\n{log}");
     }
 
+    /// Stops the daemon the way an operator does: SIGTERM (or end of stdin under strace); waits
+    /// and returns its exit status and log.
     pub fn stop(mut self) -> (ExitStatus, String) {
         self.stdin = None;
         let mut child = self.child.take().expect("agent child");
@@ -358,6 +358,16 @@ pub fn wep_with(w: &Workload, state: &str, profiles: &[&str], tiers: Value, extr
 /// An active workload endpoint with profiles and tiers.
 pub fn wep(w: &Workload, profiles: &[&str], tiers: Value) -> Value {
     wep_with(w, "active", profiles, tiers, json!({}))
+}
+
+/// `w` with the allow-all profile behind tier `default` of the ingress policies `ingress`
+/// (default action Deny, no egress policies).
+pub fn wep_ingress(w: &Workload, ingress: &[&str]) -> Value {
+    wep(
+        w,
+        &["allow-all"],
+        json!([tier("default", ingress, &[], "Deny")]),
+    )
 }
 
 /// `WorkloadEndpointRemove` for a bed workload.
