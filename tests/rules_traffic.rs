@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
 use felix_nft::proto::types::{
-    protocol::NumberOrName, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo,
+    protocol::NumberOrName, Policy, PolicyId, PortRange, Protocol, Rule, TierInfo,
     WorkloadEndpoint, WorkloadEndpointId,
 };
 use felix_nft::rules::{render_nft, render_text_placed, Model, RulesConfig};
@@ -140,13 +140,8 @@ fn model() -> Model {
             ..Default::default()
         },
     );
-    m.profiles.insert(
-        "kns.default".into(),
-        Profile {
-            inbound_rules: vec![Rule::default()],
-            outbound_rules: vec![Rule::default()],
-        },
-    );
+    m.profiles
+        .insert("kns.default".into(), common::allow_all_profile());
     for (name, ip, tiers) in [
         (
             "cali-a",

@@ -91,3 +91,12 @@ pub fn assert_contains_all(text: &str, needles: &[&str]) {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
 }
+
+/// A profile with one rule each way that matches every packet (no action is allow).
+pub fn allow_all_profile() -> felix_nft::proto::types::Profile {
+    use felix_nft::proto::types::{Profile, Rule};
+    Profile {
+        inbound_rules: vec![Rule::default()],
+        outbound_rules: vec![Rule::default()],
+    }
+}
