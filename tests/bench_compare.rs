@@ -12,7 +12,8 @@ use std::process::Command;
 
 use felix_nft::bench::{self, workload::Scale, Options};
 
-/// The benchmarks run one at a time (each is timed).
+/// The benchmarks run one at a time (each is timed); a test that runs one in this process holds
+/// the lock to its end, as the namespaces it checks are named after this process.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The namespaces a benchmark process `pid` made and left (its names carry its process id, so
@@ -59,11 +60,15 @@ fn report(out: &Path, name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap()
 }
 
-/// Runs [`bench_compare`] at `scale` into a fresh directory: its table has the row `row` and
-/// its JSON report `name` says every check passed. The directory, that report and the run's pid.
+/// Runs [`bench_compare`] at `scale` into a fresh directory, alone: its table has the row `row`
+/// and its JSON report `name` says every check passed. The directory, that report and the run's
+/// pid.
 fn run_checked(scale: &str, row: &str, name: &str) -> (tempfile::TempDir, serde_json::Value, u32) {
     let out = tempfile::tempdir().unwrap();
-    let (stdout, pid) = bench_compare(scale, out.path());
+    let (stdout, pid) = {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        bench_compare(scale, out.path())
+    };
     assert!(stdout.contains(row), "no {row:?} in:\n{stdout}");
     let json = report(out.path(), name);
     assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
@@ -96,7 +101,6 @@ fn installed(bin: &str) -> bool {
 
 #[test]
 fn small_scale_runs_every_backend_and_they_agree() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (out, json, pid) = run_checked(
         "small",
         "| full sync into an empty namespace |",
@@ -159,7 +163,6 @@ fn a_failing_backend_leaves_no_namespace_behind() {
 
 #[test]
 fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, json, pid) = run_checked(
         "cluster:20",
         "| one node joins (VTEP + block) |",
