@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use e2e_common::*;
-use felix_nft::testbed::probe::{Proto::*, TcpServer, UdpEchoServer, Verdict::*};
+use felix_nft::testbed::probe::{Proto::*, TcpServer, Verdict::*};
 use felix_nft::testbed::topology::{
     ExternalSpec, Topology, TopologySpec, WorkloadSpec, EXTERNAL_V4, HOST_EXT_V4,
 };
@@ -31,17 +31,8 @@ const OTHER: u16 = 9090;
 const DNS: u16 = 5353;
 
 /// Listeners on every workload: TCP `WEB` and `OTHER`, UDP `DNS`.
-fn servers(topo: &Topology) -> Vec<(TcpServer, TcpServer, UdpEchoServer)> {
-    topo.workloads()
-        .iter()
-        .map(|w| {
-            (
-                TcpServer::start(w.ns(), WEB).unwrap(),
-                TcpServer::start(w.ns(), OTHER).unwrap(),
-                UdpEchoServer::start(w.ns(), DNS).unwrap(),
-            )
-        })
-        .collect()
+fn servers(topo: &Topology) -> Servers {
+    serve(topo, &[WEB, OTHER], &[DNS])
 }
 
 fn ip4(name: &str, ip: Ipv4Addr) -> (&str, IpAddr) {
@@ -52,11 +43,8 @@ fn ip4(name: &str, ip: Ipv4Addr) -> (&str, IpAddr) {
 /// deltas, negations and ICMP types — one daemon, three workloads, ten steps.
 #[test]
 fn policy_rules_decide_traffic() {
-    require_root();
-    let topo = three_v4_workloads("fnt-e2e-pol", [A4, B4, C4]);
-    let _srv = servers(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-e2e-pol", [A4, B4, C4], servers);
     let (a, b, c) = abc(&topo);
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     let no_tiers = json!([]);
 
     // 1. Profile allow-all (§8.1 item 10: profile chains after the tiers; the profile's allow
@@ -273,11 +261,8 @@ fn policy_rules_decide_traffic() {
 /// named-port (IP_AND_PORT) sets with deltas.
 #[test]
 fn tiers_log_rules_and_named_ports() {
-    require_root();
-    let topo = three_v4_workloads("fnt-e2e-tier", [A4, B4, C4]);
-    let _srv = servers(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-e2e-tier", [A4, B4, C4], servers);
     let (a, b, c) = abc(&topo);
-    let mut agent = Agent::start(&topo, AgentOptions::default());
 
     // 1. Two tiers: "security" passes tcp/WEB to the next tier and denies the rest; "app" allows
     //    tcp/WEB from a only (§9.4 `pass`: set pass bit, return; §8.1 item 8a: the next tier
@@ -654,11 +639,8 @@ fn nat_outgoing_and_floating_ip() {
 /// Admin-down and removed endpoints pass nothing (fail closed), and come back.
 #[test]
 fn admin_down_and_removed_endpoints_fail_closed() {
-    require_root();
-    let topo = three_v4_workloads("fnt-e2e-life", [A4, B4, C4]);
-    let _srv = servers(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-e2e-life", [A4, B4, C4], servers);
     let (a, b, c) = abc(&topo);
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     agent.send_allow_all(&[a, b, c]);
     agent.expect_matrix(
         "all endpoints up",
@@ -755,9 +737,7 @@ fn admin_down_and_removed_endpoints_fail_closed() {
 /// and a QoS-limited endpoint keeps a chain of its own (a limiter is per endpoint).
 #[test]
 fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
-    require_root();
-    let topo = three_v4_workloads("fnt-e2e-share", [A4, B4, C4]);
-    let _srv = servers(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-e2e-share", [A4, B4, C4], servers);
     let (a, b, c) = abc(&topo);
     let host_ns = topo.host_netns_name();
     let tw = |w: &felix_nft::testbed::topology::Workload| {
@@ -765,7 +745,6 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
             .remove(&w.host_ifname)
             .unwrap_or_default()
     };
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     let web_from_clients = || json!([tier("default", &["web-from-clients"], &[], "Deny")]);
     agent.send_all(&[
         allow_all_profile(),

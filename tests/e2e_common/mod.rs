@@ -12,7 +12,9 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
-use felix_nft::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, Verdict};
+use felix_nft::testbed::probe::{
+    run_matrix, Flow, MatrixReport, Proto, TcpServer, UdpEchoServer, Verdict,
+};
 use felix_nft::testbed::topology::{ExternalSpec, Topology, TopologySpec, Workload, WorkloadSpec};
 use serde_json::{json, Value};
 
@@ -49,6 +51,46 @@ pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
             ipv6: false,
         }),
     })
+}
+
+/// Servers in every workload of a bed, listening until dropped.
+pub struct Servers {
+    _tcp: Vec<TcpServer>,
+    _udp: Vec<UdpEchoServer>,
+}
+
+/// Starts a TCP server on each of `tcp` and a UDP echo server on each of `udp` in every workload
+/// of `topo`.
+pub fn serve(topo: &Topology, tcp: &[u16], udp: &[u16]) -> Servers {
+    let mut servers = Servers {
+        _tcp: Vec::new(),
+        _udp: Vec::new(),
+    };
+    for w in topo.workloads() {
+        for &port in tcp {
+            servers._tcp.push(TcpServer::start(w.ns(), port).unwrap());
+        }
+        for &port in udp {
+            servers
+                ._udp
+                .push(UdpEchoServer::start(w.ns(), port).unwrap());
+        }
+    }
+    servers
+}
+
+/// The opening of most scenarios, as root: [`three_v4_workloads`], `servers` started in it, then
+/// an agent with the default options.
+pub fn three_v4_with_agent<S>(
+    prefix: &str,
+    addrs: [Ipv4Addr; 3],
+    servers: impl FnOnce(&Topology) -> S,
+) -> (Topology, S, Agent) {
+    require_root();
+    let topo = three_v4_workloads(prefix, addrs);
+    let servers = servers(&topo);
+    let agent = Agent::start(&topo, AgentOptions::default());
+    (topo, servers, agent)
 }
 
 /// The workloads `a`, `b` and `c` of [`three_v4_workloads`].
