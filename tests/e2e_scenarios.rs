@@ -15,7 +15,7 @@ use std::time::Duration;
 use e2e_common::*;
 use felix_nft::testbed::probe::{Proto::*, TcpServer, Verdict::*};
 use felix_nft::testbed::topology::{
-    ExternalSpec, Topology, TopologySpec, WorkloadSpec, EXTERNAL_V4, HOST_EXT_V4,
+    ExternalSpec, Topology, WorkloadSpec, EXTERNAL_V4, HOST_EXT_V4,
 };
 use serde_json::json;
 
@@ -425,14 +425,11 @@ fn tiers_log_rules_and_named_ports() {
 #[test]
 fn host_traffic_endpoint_to_host_action_and_failsafes() {
     require_root();
-    let topo = build(TopologySpec {
-        prefix: "fnt-e2e-host".into(),
-        workloads: vec![WorkloadSpec::v4("a", A4)],
-        external: Some(ExternalSpec {
-            routes_to_workloads: true,
-            ipv6: false,
-        }),
-    });
+    let upstream = ExternalSpec {
+        routes_to_workloads: true,
+        ..UPSTREAM_V4
+    };
+    let topo = bed("fnt-e2e-host", vec![WorkloadSpec::v4("a", A4)], upstream);
     let a = topo.workload("a").unwrap();
     let ext = topo.external().unwrap();
     let _a_srv = TcpServer::start(a.ns(), WEB).unwrap();
@@ -530,14 +527,8 @@ fn nat_outgoing_and_floating_ip() {
     require_root();
     // The external side has no route to the workloads: it can only ever answer the host's
     // address (what NAT outgoing is for) or the floating IP routed to the host.
-    let topo = build(TopologySpec {
-        prefix: "fnt-e2e-nat".into(),
-        workloads: vec![WorkloadSpec::v4("a", A4), WorkloadSpec::v4("b", B4)],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
-    });
+    let workloads = vec![WorkloadSpec::v4("a", A4), WorkloadSpec::v4("b", B4)];
+    let topo = bed("fnt-e2e-nat", workloads, UPSTREAM_V4);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
     let ext = topo.external().unwrap();
     // The network routes the floating IP to this node (test setup, not felix-nft's job).
@@ -958,17 +949,15 @@ fn endpoints_sharing_a_chain_count_their_own_traffic() {
 #[test]
 fn ipv6_dual_stack_workloads() {
     require_root();
-    let topo = build(TopologySpec {
-        prefix: "fnt-e2e-v6".into(),
-        workloads: vec![
-            WorkloadSpec::dual("a", A4, A6),
-            WorkloadSpec::dual("b", B4, B6),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: true,
-        }),
-    });
+    let workloads = vec![
+        WorkloadSpec::dual("a", A4, A6),
+        WorkloadSpec::dual("b", B4, B6),
+    ];
+    let upstream = ExternalSpec {
+        ipv6: true,
+        ..UPSTREAM_V4
+    };
+    let topo = bed("fnt-e2e-v6", workloads, upstream);
     let _srv = servers(&topo);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
     let mut agent = Agent::start(&topo, AgentOptions::default());

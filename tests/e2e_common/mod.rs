@@ -35,22 +35,31 @@ pub fn build(spec: TopologySpec) -> Topology {
     }
 }
 
-/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs`, and an external namespace as the
-/// host's default route with no routes to the workloads (a real node has one, and proxy ARP
-/// answers for 169.254.1.1 only when the host routes that address elsewhere).
-pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
+/// An external namespace as the host's default route, IPv4 only, with no routes to the
+/// workloads (a real node has one, and proxy ARP answers for 169.254.1.1 only when the host
+/// routes that address elsewhere).
+pub const UPSTREAM_V4: ExternalSpec = ExternalSpec {
+    routes_to_workloads: false,
+    ipv6: false,
+};
+
+/// A bed named after `prefix` of `workloads` and the `external` namespace.
+pub fn bed(prefix: &str, workloads: Vec<WorkloadSpec>, external: ExternalSpec) -> Topology {
     build(TopologySpec {
         prefix: prefix.into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", a),
-            WorkloadSpec::v4("b", b),
-            WorkloadSpec::v4("c", c),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
+        workloads,
+        external: Some(external),
     })
+}
+
+/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs` behind [`UPSTREAM_V4`].
+pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
+    let workloads = vec![
+        WorkloadSpec::v4("a", a),
+        WorkloadSpec::v4("b", b),
+        WorkloadSpec::v4("c", c),
+    ];
+    bed(prefix, workloads, UPSTREAM_V4)
 }
 
 /// Servers in every workload of a bed, listening until dropped.
