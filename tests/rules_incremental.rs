@@ -464,25 +464,42 @@ fn side_size() -> impl Strategy<Value = usize> {
     prop_oneof![Just(0usize), Just(2), Just(256)]
 }
 
+/// A run of updates: one to `max_ops` operations, applied so many at a time, on a dataplane
+/// with a side table of this size.
+fn runs(max_ops: usize) -> impl Strategy<Value = (Vec<Op>, usize, usize)> {
+    (
+        proptest::collection::vec(op(), 1..max_ops),
+        1usize..4,
+        side_size(),
+    )
+}
+
+/// Applies `ops` to `dp` `batch` at a time (the loop records several updates before one
+/// apply) and calls `after` after each batch.
+fn in_batches(
+    dp: &mut Dataplane,
+    ops: &[Op],
+    batch: usize,
+    mut after: impl FnMut(&mut Dataplane) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    for chunk in ops.chunks(batch) {
+        for op in chunk {
+            apply(dp, op);
+        }
+        after(dp)?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn incremental_equals_full_render_after_every_step(
-        ops in proptest::collection::vec(op(), 1..40),
-        batch in 1usize..4,
-        side in side_size(),
-    ) {
+    fn incremental_equals_full_render_after_every_step((ops, batch, side) in runs(40)) {
         let mut dp = dataplane(side);
         let mut store = Vec::new();
         check(&mut dp, &mut store)?;
-        // Several updates may be recorded before one apply (the loop batches them).
-        for chunk in ops.chunks(batch) {
-            for op in chunk {
-                apply(&mut dp, op);
-            }
-            check(&mut dp, &mut store)?;
-        }
+        in_batches(&mut dp, &ops, batch, |dp| check(dp, &mut store))?;
         // Nothing changed: nothing to patch.
         prop_assert!(dp.tables_patch().is_empty());
     }
@@ -584,11 +601,7 @@ proptest! {
     /// for a missing set): each batch of patches commits, and the kernel then holds exactly
     /// the full render — while the reconciler only ever diffed what the patches named.
     #[test]
-    fn patches_through_the_reconciler_converge_the_kernel(
-        ops in proptest::collection::vec(op(), 1..30),
-        batch in 1usize..4,
-        side in side_size(),
-    ) {
+    fn patches_through_the_reconciler_converge_the_kernel((ops, batch, side) in runs(30)) {
         use felix_nft::nft::diff::canonical_table;
         use felix_nft::nft::reconcile::{FakeNft, TableOwnership, Reconciler, SyncOptions};
         let mut dp = dataplane(side);
@@ -597,18 +610,16 @@ proptest! {
             SyncOptions { ownership: TableOwnership::Off, ..SyncOptions::default() },
         );
         rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        for chunk in ops.chunks(batch) {
-            for op in chunk {
-                apply(&mut dp, op);
-            }
+        in_batches(&mut dp, &ops, batch, |dp| {
             rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
-            let want = oracle(&dp);
+            let want = oracle(dp);
             for w in &want {
                 let got = &rec.kernel.tables[&(w.family, w.name.clone())];
                 let (g, w) = (canonical_table(got), canonical_table(w));
                 prop_assert!(g == w, "kernel differs: {:#?}", differences(std::slice::from_ref(&g), std::slice::from_ref(&w)));
             }
-        }
+            Ok(())
+        })?;
         let tables = if side > 0 { 4 } else { 2 };
         prop_assert_eq!(rec.kernel.reads, tables, "one read at the start (one per table), none after");
     }
