@@ -511,15 +511,7 @@ fn a_member_delta_patches_only_its_set() {
     for op in [
         Op::Policy(0, 2),
         Op::IpSet(0, 0b11),
-        Op::Wep {
-            id: 0,
-            iface: 0,
-            active: true,
-            ing: 1,
-            eg: 1,
-            prof: 1,
-            spoof: false,
-        },
+        wep_with_profile(0, 1, 1, 1),
     ] {
         apply(&mut dp, &op);
     }
@@ -560,18 +552,7 @@ fn a_member_delta_patches_only_its_set() {
         "{p:?}"
     );
     // An endpoint whose policy list is unchanged re-renders its own chains and the base only.
-    apply(
-        &mut dp,
-        &Op::Wep {
-            id: 1,
-            iface: 1,
-            active: true,
-            ing: 1,
-            eg: 1,
-            prof: 1,
-            spoof: false,
-        },
-    );
+    apply(&mut dp, &wep_with_profile(1, 1, 1, 1));
     let p = dp.tables_patch();
     for t in &p {
         assert!(
@@ -626,13 +607,19 @@ proptest! {
 }
 
 fn wep(id: u8, ing: u8, eg: u8) -> Op {
+    wep_with_profile(id, ing, eg, 0)
+}
+
+/// An active endpoint `id` on interface `id` with ingress, egress and profile variants `ing`,
+/// `eg` and `prof`.
+fn wep_with_profile(id: u8, ing: u8, eg: u8, prof: u8) -> Op {
     Op::Wep {
         id,
         iface: id,
         active: true,
         ing,
         eg,
-        prof: 0,
+        prof,
         spoof: false,
     }
 }
@@ -1004,15 +991,7 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
         Op::IpSet(0, 0b11),
         Op::IpSet(1, 0),
         Op::Policy(0, 2),
-        Op::Wep {
-            id: 0,
-            iface: 0,
-            active: true,
-            ing: 1,
-            eg: 0,
-            prof: 0,
-            spoof: false,
-        },
+        wep(0, 1, 0),
     ] {
         apply(&mut dp, &op);
     }
