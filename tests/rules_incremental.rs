@@ -451,6 +451,13 @@ fn dangling_refs(tables: &[Table]) -> Vec<String> {
     out
 }
 
+/// Applies `ops` to `dp` in order.
+fn apply_all(dp: &mut Dataplane, ops: &[Op]) {
+    for op in ops {
+        apply(dp, op);
+    }
+}
+
 /// A dataplane whose side table holds at most `side` endpoints (0: no side table).
 fn dataplane(side: usize) -> Dataplane {
     let mut cfg = DataplaneConfig::default();
@@ -508,13 +515,14 @@ proptest! {
 #[test]
 fn a_member_delta_patches_only_its_set() {
     let mut dp = dataplane(0);
-    for op in [
-        Op::Policy(0, 2),
-        Op::IpSet(0, 0b11),
-        wep_with_profile(0, 1, 1, 1),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::Policy(0, 2),
+            Op::IpSet(0, 0b11),
+            wep_with_profile(0, 1, 1, 1),
+        ],
+    );
     let first = dp.tables_patch();
     assert!(first.iter().map(|p| p.chains.len()).sum::<usize>() > 20);
     // Adds 192.168.0.1 and fd00::1, removes 10.0.0.1: both families change.
@@ -668,18 +676,19 @@ fn main_only_loses_objects_until_a_merge_brings_them_back() {
     let is_main = |p: &&TablePatch| p.name == felix_nft::OWNER;
     let is_side = |p: &&TablePatch| p.name == felix_nft::SIDE_TABLE;
     // Policy 0 (variant 2) uses IP sets s:0 and s:1; three endpoints use it or policy 1.
-    for op in [
-        Op::IpSet(0, 0b11),
-        Op::IpSet(1, 0b100),
-        Op::IpSet(2, 0b1),
-        Op::Policy(0, 2),
-        Op::Policy(1, 0),
-        wep(0, 0b01, 0b10),
-        wep(1, 0b01, 0b01),
-        wep(2, 0b10, 0b10),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::IpSet(0, 0b11),
+            Op::IpSet(1, 0b100),
+            Op::IpSet(2, 0b1),
+            Op::Policy(0, 2),
+            Op::Policy(1, 0),
+            wep(0, 0b01, 0b10),
+            wep(1, 0b01, 0b01),
+            wep(2, 0b10, 0b10),
+        ],
+    );
     check(&mut dp, &mut store).unwrap();
     assert!(!dp.side_pending());
 
@@ -788,14 +797,15 @@ fn an_endpoint_whose_sets_outweigh_main_goes_to_main() {
             r#type: IpSetType::Ip as i32,
         };
         dp.on_update(&msg(Payload::IpsetUpdate(big))).unwrap();
-        for op in [
-            Op::IpSet(1, 0b100),
-            Op::Policy(0, 2),
-            wep(0, 0b01, 0),
-            wep(1, 0b01, 0),
-        ] {
-            apply(&mut dp, &op);
-        }
+        apply_all(
+            &mut dp,
+            &[
+                Op::IpSet(1, 0b100),
+                Op::Policy(0, 2),
+                wep(0, 0b01, 0),
+                wep(1, 0b01, 0),
+            ],
+        );
         check(&mut dp, &mut store).unwrap();
 
         apply(&mut dp, &wep(2, 0b01, 0));
@@ -835,14 +845,15 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
         r#type: IpSetType::Ip as i32,
     })))
     .unwrap();
-    for op in [
-        Op::IpSet(1, 0b1),
-        Op::Policy(0, 2),
-        Op::Policy(1, 0),
-        wep(0, 0b01, 0),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::IpSet(1, 0b1),
+            Op::Policy(0, 2),
+            Op::Policy(1, 0),
+            wep(0, 0b01, 0),
+        ],
+    );
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0));
     check(&mut dp, &mut store).unwrap();
@@ -863,9 +874,10 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
 fn endpoints_with_the_same_policies_share_one_chain() {
     let mut dp = dataplane(0);
     let mut store = Vec::new();
-    for op in [Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)],
+    );
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0b10));
     check(&mut dp, &mut store).unwrap();
@@ -987,14 +999,15 @@ fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family(
     let mut dp = dataplane(0);
     // pol-0 inbound: allow from s:0 unless to s:1. s:0 holds IPv4 addresses only, s:1 nothing.
     // The sets come first: a policy naming a set Felix has not sent is refused.
-    for op in [
-        Op::IpSet(0, 0b11),
-        Op::IpSet(1, 0),
-        Op::Policy(0, 2),
-        wep(0, 1, 0),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::IpSet(0, 0b11),
+            Op::IpSet(1, 0),
+            Op::Policy(0, 2),
+            wep(0, 1, 0),
+        ],
+    );
     let mut store = Vec::new();
     check(&mut dp, &mut store).unwrap();
     let has = |rules: &[String], set: &str| rules.iter().any(|r| r.contains(set));
