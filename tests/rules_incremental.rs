@@ -458,6 +458,13 @@ fn apply_all(dp: &mut Dataplane, ops: &[Op]) {
     }
 }
 
+/// A dataplane without a side table after `ops`.
+fn dataplane_after(ops: &[Op]) -> Dataplane {
+    let mut dp = dataplane(0);
+    apply_all(&mut dp, ops);
+    dp
+}
+
 /// A dataplane whose side table holds at most `side` endpoints (0: no side table).
 fn dataplane(side: usize) -> Dataplane {
     let mut cfg = DataplaneConfig::default();
@@ -514,15 +521,11 @@ proptest! {
 
 #[test]
 fn a_member_delta_patches_only_its_set() {
-    let mut dp = dataplane(0);
-    apply_all(
-        &mut dp,
-        &[
-            Op::Policy(0, 2),
-            Op::IpSet(0, 0b11),
-            wep_with_profile(0, 1, 1, 1),
-        ],
-    );
+    let mut dp = dataplane_after(&[
+        Op::Policy(0, 2),
+        Op::IpSet(0, 0b11),
+        wep_with_profile(0, 1, 1, 1),
+    ]);
     let first = dp.tables_patch();
     assert!(first.iter().map(|p| p.chains.len()).sum::<usize>() > 20);
     // Adds 192.168.0.1 and fd00::1, removes 10.0.0.1: both families change.
@@ -872,12 +875,8 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
 /// moves only that endpoint to another chain, and a chain nobody uses any more goes.
 #[test]
 fn endpoints_with_the_same_policies_share_one_chain() {
-    let mut dp = dataplane(0);
+    let mut dp = dataplane_after(&[Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)]);
     let mut store = Vec::new();
-    apply_all(
-        &mut dp,
-        &[Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)],
-    );
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0b10));
     check(&mut dp, &mut store).unwrap();
@@ -996,18 +995,14 @@ fn main_table<'t>(tables: &'t [Table], family: &str) -> &'t Table {
 
 #[test]
 fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family() {
-    let mut dp = dataplane(0);
     // pol-0 inbound: allow from s:0 unless to s:1. s:0 holds IPv4 addresses only, s:1 nothing.
     // The sets come first: a policy naming a set Felix has not sent is refused.
-    apply_all(
-        &mut dp,
-        &[
-            Op::IpSet(0, 0b11),
-            Op::IpSet(1, 0),
-            Op::Policy(0, 2),
-            wep(0, 1, 0),
-        ],
-    );
+    let mut dp = dataplane_after(&[
+        Op::IpSet(0, 0b11),
+        Op::IpSet(1, 0),
+        Op::Policy(0, 2),
+        wep(0, 1, 0),
+    ]);
     let mut store = Vec::new();
     check(&mut dp, &mut store).unwrap();
     let has = |rules: &[String], set: &str| rules.iter().any(|r| r.contains(set));
