@@ -170,12 +170,10 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     let (topo, _srv, mut agent) = three_v4_with_agent("fnt-hx-deny", [A, B, C], listen);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
     let deny_other = |p: serde_json::Value| {
-        policy(
-            "default",
+        ingress_policy(
             "deny-other",
             json!([{"action": "deny", "protocol": p, "dst_ports": ports(&[OTHER])},
                    {"action": "allow"}]),
-            json!([]),
         )
     };
     agent.send_all(&[
@@ -193,12 +191,7 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     agent.send_all(&[
         deny_other(json!({"number": 300})),
         deny_other(json!({"name": "tcpx"})),
-        policy(
-            "default",
-            "deny-other",
-            json!([{"action": "deny", "protocol": proto("icmp"), "icmp_type": 300}, {"action": "allow"}]),
-            json!([]),
-        ),
+        ingress_policy("deny-other", json!([{"action": "deny", "protocol": proto("icmp"), "icmp_type": 300}, {"action": "allow"}])),
     ]);
     eventually("three refusals logged", || {
         let n = agent

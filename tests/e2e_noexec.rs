@@ -45,11 +45,9 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
     );
     agent.send_all(&[
         ipset("s:clients", "IP", &[]),
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([{"action": "allow", "src_ip_set_ids": ["s:clients"]}]),
-            json!([]),
         ),
         wep_ingress(b, &["b-in"]),
     ]);

@@ -86,11 +86,9 @@ fn policy_rules_decide_traffic() {
     //    tier drops what no policy accepted; a tier with no egress policy is skipped for egress,
     //    so b's egress still falls to its profile).
     agent.send_all(&[
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])}]),
-            json!([]),
         ),
         wep_ingress(b, &["b-in"]),
         wep(c, &["allow-all"], no_tiers.clone()),
@@ -112,15 +110,13 @@ fn policy_rules_decide_traffic() {
     //    set ids and members).
     agent.send_all(&[
         ipset("s:udp-clients", "IP", &[C4.to_string()]),
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([
                 {"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB]),
                  "src_net": [cidr4(a)]},
                 {"action": "allow", "protocol": proto("udp"), "src_ip_set_ids": ["s:udp-clients"]},
             ]),
-            json!([]),
         ),
     ]);
     agent.expect_matrix(
@@ -197,14 +193,12 @@ fn policy_rules_decide_traffic() {
     // 8. Negations: not_dst_ports, not_protocol, not_src_net (§9.2 negated clauses `!=`).
     agent.send_all(&[
         wep(a, &["allow-all"], no_tiers.clone()),
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([
                 {"action": "allow", "protocol": proto("tcp"), "not_dst_ports": ports(&[OTHER])},
                 {"action": "allow", "not_protocol": proto("tcp"), "not_src_net": [cidr4(a)]},
             ]),
-            json!([]),
         ),
     ]);
     agent.expect_matrix(
@@ -224,14 +218,12 @@ fn policy_rules_decide_traffic() {
     // 9–10. ICMP type rules (§9.2 `icmp type T`): echo-request (8) allowed → ping passes; only
     //       timestamp (13) allowed → ping drops. The reply comes back as established (§8.1 item 3).
     let icmp_only = |ty: i32| {
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([
                 {"action": "allow", "ip_version": 4, "protocol": proto("icmp"), "icmp_type": ty},
                 {"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])},
             ]),
-            json!([]),
         )
     };
     agent.send(&icmp_only(8));
@@ -348,14 +340,12 @@ fn tiers_log_rules_and_named_ports() {
 
     // 4. A log rule logs and continues: the packet is decided by the next rule (§9.4 `log`).
     agent.send_all(&[
-        policy(
-            "default",
+        ingress_policy(
             "logged",
             json!([
                 {"action": "log", "protocol": proto("tcp")},
                 {"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])},
             ]),
-            json!([]),
         ),
         wep_ingress(b, &["logged"]),
     ]);
@@ -383,11 +373,9 @@ fn tiers_log_rules_and_named_ports() {
             "IP_AND_PORT",
             &[b_port("tcp:8080"), b_port("udp:5353")],
         ),
-        policy(
-            "default",
+        ingress_policy(
             "named",
             json!([{"action": "allow", "dst_named_port_ip_set_ids": ["n:web-ports"]}]),
-            json!([]),
         ),
         wep_ingress(b, &["named"]),
     ]);
@@ -441,12 +429,7 @@ fn host_traffic_endpoint_to_host_action_and_failsafes() {
     let external = ("ext", ext.ns());
     let from_host = ("host", topo.host());
     let hep_deny = [
-        policy(
-            "default",
-            "hep-deny",
-            json!([{"action": "deny"}]),
-            json!([]),
-        ),
+        ingress_policy("hep-deny", json!([{"action": "deny"}])),
         hep(
             "host-ext0",
             "ext0",
@@ -740,18 +723,14 @@ fn endpoints_sharing_a_chain_keep_their_own_verdicts() {
     agent.send_all(&[
         allow_all_profile(),
         ipset("s:clients", "IP", &[A4.to_string()]),
-        policy(
-            "default",
+        ingress_policy(
             "web-from-clients",
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB]),
                 "src_ip_set_ids": ["s:clients"]}]),
-            json!([]),
         ),
-        policy(
-            "default",
+        ingress_policy(
             "other-from-all",
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[OTHER])}]),
-            json!([]),
         ),
         wep(a, &["allow-all"], json!([])),
         wep_ingress(b, &["web-from-clients"]),
@@ -874,11 +853,9 @@ fn endpoints_sharing_a_chain_count_their_own_traffic() {
     let mut agent = Agent::start(&topo, AgentOptions::default());
     agent.send_all(&[
         allow_all_profile(),
-        policy(
-            "default",
+        ingress_policy(
             "web",
             json!([{"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB])}]),
-            json!([]),
         ),
         wep(a, &["allow-all"], json!([])),
         wep_ingress(b, &["web"]),
@@ -989,7 +966,7 @@ fn ipv6_dual_stack_workloads() {
             rules.push(json!({"action": "allow", "ip_version": 6,
                 "protocol": proto("icmpv6"), "icmp_type": 128}));
         }
-        policy("default", "b-in6", json!(rules), json!([]))
+        ingress_policy("b-in6", json!(rules))
     };
     agent.send_all(&[b_in(true), wep_ingress(b, &["b-in6"])]);
     agent.expect_matrix(
@@ -1020,8 +997,7 @@ fn ipv6_dual_stack_workloads() {
     //    of the packet's family never matches, and a negation of it always holds): b allows
     //    TCP/WEB from set "s:a", which holds a's IPv4 address only, and UDP/DNS from anything
     //    not in set "s:none", which is empty.
-    let b_sets = policy(
-        "default",
+    let b_sets = ingress_policy(
         "b-sets",
         json!([
             {"action": "allow", "protocol": proto("tcp"), "dst_ports": ports(&[WEB]),
@@ -1029,7 +1005,6 @@ fn ipv6_dual_stack_workloads() {
             {"action": "allow", "protocol": proto("udp"), "dst_ports": ports(&[DNS]),
              "not_src_ip_set_ids": ["s:none"]},
         ]),
-        json!([]),
     );
     agent.send_all(&[
         ipset("s:a", "IP", &[A4.to_string()]),
@@ -1082,15 +1057,13 @@ fn ipv6_dual_stack_workloads() {
     agent.send_all(&[
         ipset("n:b-web", "IP_AND_PORT", &[format!("{B4},tcp:{WEB}")]),
         ipset("n:none", "IP_AND_PORT", &[]),
-        policy(
-            "default",
+        ingress_policy(
             "b-named",
             json!([
                 {"action": "allow", "dst_named_port_ip_set_ids": ["n:b-web"]},
                 {"action": "allow", "protocol": proto("udp"), "dst_ports": ports(&[DNS]),
                  "not_dst_named_port_ip_set_ids": ["n:none"]},
             ]),
-            json!([]),
         ),
         wep_ingress(b, &["b-named"]),
     ]);
@@ -1124,11 +1097,9 @@ fn ipv6_dual_stack_workloads() {
     //    the set gains a's IPv6 address.
     agent.send_all(&[
         ipset_delta("s:a", &[], &[A6.to_string()]),
-        policy(
-            "default",
+        ingress_policy(
             "b-v4",
             json!([{"action": "allow", "src_ip_set_ids": ["s:a"]}]),
-            json!([]),
         ),
         wep_ingress(b, &["b-v4"]),
     ]);

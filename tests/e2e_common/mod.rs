@@ -382,6 +382,11 @@ pub fn policy(tier: &str, name: &str, inbound: Value, outbound: Value) -> Value 
         "policy": {"tier": tier, "inbound_rules": inbound, "outbound_rules": outbound}}})
 }
 
+/// A policy in tier `default` with `inbound` rules and no outbound ones.
+pub fn ingress_policy(name: &str, inbound: Value) -> Value {
+    policy("default", name, inbound, json!([]))
+}
+
 /// One tier of an endpoint: `(name, ingress policy names, egress policy names, default action)`.
 pub fn tier(name: &str, ingress: &[&str], egress: &[&str], default_action: &str) -> Value {
     let ids = |v: &[&str]| -> Vec<Value> {
