@@ -7,8 +7,10 @@
 
 use std::process::Command;
 
+/// The shared test support, also for the test files that include this oracle (one copy per
+/// crate).
 #[path = "../common/mod.rs"]
-mod common;
+pub mod common;
 
 /// `ip -n NS ARGS route show`, without the nexthop ids. Panics when `ip` cannot run.
 pub fn routes(ns: &str, args: &[&str]) -> String {
