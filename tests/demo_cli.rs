@@ -58,6 +58,17 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 /// Deletes the namespaces a `--keep` run left, also when the test fails.
 struct Leftovers(Vec<String>);
 
+impl Leftovers {
+    /// The kept namespace of `role` (`fnft-demo-ROLE-…`).
+    fn named(&self, role: &str) -> &str {
+        let prefix = format!("fnft-demo-{role}-");
+        self.0
+            .iter()
+            .find(|n| n.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {role} namespace in {:?}", self.0))
+    }
+}
+
 impl Drop for Leftovers {
     fn drop(&mut self) {
         for n in &self.0 {
@@ -167,10 +178,7 @@ fn demo_keep_leaves_the_node_and_prints_how_to_remove_it() {
         5,
         "host, external and three workloads: {left:?}"
     );
-    let host = left
-        .iter()
-        .find(|n| n.starts_with("fnft-demo-host-"))
-        .expect("a host namespace");
+    let host = kept.named("host");
     assert!(
         text.contains(&format!("felix-nft cleanup --netns {host}")),
         "{text}"
@@ -260,21 +268,19 @@ fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
         "{left:?}"
     );
     // What the agents programmed stays after they stopped (oracle: `bridge`, `ip`).
-    let node1 = left
-        .iter()
-        .find(|n| n.starts_with("fnft-demo-node-1-"))
-        .expect("node-1's namespace");
-    let fdb = Command::new("bridge")
-        .args(["-n", node1, "fdb", "show", "dev", "vxlan.calico"])
-        .output()
-        .expect("bridge fdb");
-    let fdb = String::from_utf8_lossy(&fdb.stdout);
-    for dst in [
-        "dst 172.31.0.12 self permanent",
-        "dst 172.31.0.13 self permanent",
-    ] {
-        assert!(fdb.contains(dst), "{dst} missing:\n{fdb}");
-    }
+    let node1 = kept.named("node-1");
+    let fdb = common::oracle_stdout(
+        Command::new("bridge").args(["-n", node1, "fdb", "show", "dev", "vxlan.calico"]),
+        "bridge fdb",
+    );
+    let fdb = String::from_utf8_lossy(&fdb);
+    common::assert_contains_all(
+        &fdb,
+        &[
+            "dst 172.31.0.12 self permanent",
+            "dst 172.31.0.13 self permanent",
+        ],
+    );
     assert!(!fdb.contains("172.31.0.14"), "node-4 stayed:\n{fdb}");
     let routes = route_oracle::routes(node1, &[]);
     assert!(
