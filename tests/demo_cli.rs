@@ -309,10 +309,10 @@ fn demo_without_root_says_so_and_touches_nothing() {
         assert_eq!(out.status.code(), Some(1), "{args:?} stderr:\n{err}");
         assert!(err.contains("needs root"), "{err}");
         assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "",
+            "nothing on stdout"
         );
     }
 }
