@@ -5,14 +5,13 @@
 //! and does nothing. `ip` and `bridge` are used here only as test-side oracles, in the demo's own
 //! namespaces.
 
+mod common;
 mod route_oracle;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
-
-use route_oracle::common;
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.

@@ -7,21 +7,20 @@
 
 use std::process::Command;
 
-/// The shared test support, also for the test files that include this oracle (one copy per
-/// crate).
-#[path = "../common/mod.rs"]
-pub mod common;
-
 /// `ip -n NS ARGS route show`, without the nexthop ids. Panics when `ip` cannot run.
 pub fn routes(ns: &str, args: &[&str]) -> String {
-    let out = common::oracle_stdout(
-        Command::new("ip")
-            .args(["-n", ns])
-            .args(args)
-            .args(["route", "show"]),
-        &format!("ip -n {ns} {args:?} route show"),
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .args(["route", "show"])
+        .output()
+        .expect("ip route (oracle)");
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {args:?} route show: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    without_nhid(&String::from_utf8_lossy(&out))
+    without_nhid(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// `text` with every `nhid N ` token pair removed.
