@@ -12,7 +12,8 @@ use std::process::Command;
 
 use felix_nft::bench::{self, workload::Scale, Options};
 
-/// The benchmarks run one at a time (each is timed).
+/// The benchmarks run one at a time (each is timed); a test that runs one in this process holds
+/// the lock to its end, as the namespaces it checks are named after this process.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The namespaces a benchmark process `pid` made and left (its names carry its process id, so
@@ -59,6 +60,39 @@ fn report(out: &Path, name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap()
 }
 
+/// Runs [`bench_compare`] at `scale` into a fresh directory, alone: its table has the row `row`
+/// and its JSON report `name` says every check passed. The directory, that report and the run's
+/// pid.
+fn run_checked(scale: &str, row: &str, name: &str) -> (tempfile::TempDir, serde_json::Value, u32) {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, pid) = {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        bench_compare(scale, out.path())
+    };
+    assert!(stdout.contains(row), "no {row:?} in:\n{stdout}");
+    let json = report(out.path(), name);
+    assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
+    (out, json, pid)
+}
+
+/// Each of `ops` ran once for `backend` in `json`, and took a plausible time.
+fn assert_timed_once(json: &serde_json::Value, backend: &str, ops: &[&str]) {
+    for op in ops {
+        let result = &json["results"][backend][op];
+        let m = result["wall_median_ms"].as_f64().unwrap_or(f64::NAN);
+        assert!(m > 0.0 && m < 60_000.0, "{backend} {op}: {m}");
+        assert_eq!(result["n"], 1, "{backend} {op}");
+    }
+}
+
+/// Options for one repetition and one increment of `scale`, writing into `out`.
+fn options(scale: &str, out: &Path) -> Options {
+    let mut opts = Options::for_scale(scale.parse::<Scale>().unwrap(), out.into());
+    opts.reps = 1;
+    opts.inc = 1;
+    opts
+}
+
 fn installed(bin: &str) -> bool {
     ["/usr/sbin", "/usr/bin"]
         .iter()
@@ -67,16 +101,11 @@ fn installed(bin: &str) -> bool {
 
 #[test]
 fn small_scale_runs_every_backend_and_they_agree() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
-    let (stdout, pid) = bench_compare("small", out.path());
-    assert!(
-        stdout.contains("| full sync into an empty namespace |"),
-        "{stdout}"
+    let (out, json, pid) = run_checked(
+        "small",
+        "| full sync into an empty namespace |",
+        "bench-small.json",
     );
-
-    let json = report(out.path(), "bench-small.json");
-    assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
     let mut want = vec!["felix-nft", "felix-nft-proc"];
     if installed("iptables-nft-restore") && installed("ipset") {
         want.push("ipt-nft");
@@ -88,20 +117,19 @@ fn small_scale_runs_every_backend_and_they_agree() {
         want.push("nft-f");
     }
     for b in &want {
-        let ops = &json["results"][b];
-        for op in [
-            "full",
-            "add_ep",
-            "add_mem_ip",
-            "add_mem_net",
-            "repl_pol",
-            "del_ep",
-            "noop",
-        ] {
-            let m = ops[op]["wall_median_ms"].as_f64().unwrap_or(f64::NAN);
-            assert!(m > 0.0 && m < 60_000.0, "{b} {op}: {m}");
-            assert_eq!(ops[op]["n"], 1, "{b} {op}");
-        }
+        assert_timed_once(
+            &json,
+            b,
+            &[
+                "full",
+                "add_ep",
+                "add_mem_ip",
+                "add_mem_net",
+                "repl_pol",
+                "del_ep",
+                "noop",
+            ],
+        );
         // Every backend that ran is in the counts check, except the fresh process (no `dump`).
         if *b != "felix-nft-proc" {
             assert!(json["counts"][b].is_object(), "{b} has no read-back counts");
@@ -124,9 +152,7 @@ fn small_scale_runs_every_backend_and_they_agree() {
 fn a_failing_backend_leaves_no_namespace_behind() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
-    let mut opts = Options::for_scale("4,2,1,2,2,1".parse::<Scale>().unwrap(), out.path().into());
-    opts.reps = 1;
-    opts.inc = 1;
+    let mut opts = options("4,2,1,2,2,1", out.path());
     opts.felix_exe = Some("/bin/false".into());
     opts.only = Some(vec!["felix-nft-proc".into()]);
     let err = bench::compare(&opts).unwrap_err();
@@ -137,17 +163,12 @@ fn a_failing_backend_leaves_no_namespace_behind() {
 
 #[test]
 fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
-    let (stdout, pid) = bench_compare("cluster:20", out.path());
-    assert!(
-        stdout.contains("| one node joins (VTEP + block) |"),
-        "{stdout}"
+    let (_out, json, pid) = run_checked(
+        "cluster:20",
+        "| one node joins (VTEP + block) |",
+        "bench-cluster-20.json",
     );
-
-    let json = report(out.path(), "bench-cluster-20.json");
     assert_eq!(json["nodes"], 20);
-    assert_eq!(json["checks_ok"], true, "{}", json["checks"]);
     let mut want = vec!["felix-nft"];
     if installed("ip") && installed("bridge") {
         want.push("ip-batch");
@@ -159,13 +180,7 @@ fn cluster_scale_programs_every_remote_node_and_updates_without_dumps() {
         .map(|c| c.as_str().unwrap().to_string())
         .collect();
     for b in &want {
-        for op in ["full", "add_vtep", "del_vtep", "mac_vtep"] {
-            let m = json["results"][b][op]["wall_median_ms"]
-                .as_f64()
-                .unwrap_or(f64::NAN);
-            assert!(m > 0.0 && m < 60_000.0, "{b} {op}: {m}");
-            assert_eq!(json["results"][b][op]["n"], 1, "{b} {op}");
-        }
+        assert_timed_once(&json, b, &["full", "add_vtep", "del_vtep", "mac_vtep"]);
         // Read back with ip/bridge, entry by entry: exactly the 20 remote nodes.
         for (when, kind) in [
             ("after the first sync", "routes via the device"),
@@ -196,10 +211,7 @@ fn dual_stack_programs_both_families_in_every_backend() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let run = |dual: bool| {
         let out = tempfile::tempdir().unwrap();
-        let scale = "20,4,2,4,10,2".parse::<Scale>().unwrap();
-        let mut opts = Options::for_scale(scale, out.path().into());
-        opts.reps = 1;
-        opts.inc = 1;
+        let mut opts = options("20,4,2,4,10,2", out.path());
         opts.dual_stack = dual;
         let mut only = vec!["felix-nft".to_string()];
         if installed("iptables-legacy-restore") && installed("ip6tables-legacy-restore") {

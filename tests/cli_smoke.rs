@@ -1,6 +1,8 @@
 //! The binary parses its command line, reports its version, and refuses to pretend: commands whose
 //! capability has not landed exit non-zero and say so.
 
+mod common;
+
 use std::process::Command;
 
 fn bin() -> Command {
@@ -84,19 +86,12 @@ fn bash_completion_loads_and_knows_every_subcommand() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("felix-nft.bash");
     std::fs::write(&path, &script).expect("writing the script");
-    let check = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "source {} && complete -p felix-nft",
-            path.display()
-        ))
-        .output()
-        .expect("running bash");
-    let registered = String::from_utf8_lossy(&check.stdout);
+    let source = format!("source {} && complete -p felix-nft", path.display());
+    let registered = common::oracle_stdout(Command::new("bash").arg("-c").arg(source), "bash");
+    let registered = String::from_utf8_lossy(&registered);
     assert!(
-        check.status.success() && registered.contains("felix-nft"),
-        "bash did not register it: {registered}{}",
-        String::from_utf8_lossy(&check.stderr)
+        registered.contains("felix-nft"),
+        "bash did not register it: {registered}"
     );
     for shell in ["zsh", "fish", "elvish", "powershell"] {
         let out = bin()

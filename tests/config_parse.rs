@@ -204,9 +204,9 @@ fn mark_masks_are_hex_or_decimal_with_two_bits() {
     );
     assert_eq!(p("IptablesMarkMask", "3"), Ok(Value::Mask(3)));
     assert_bad("IptablesMarkMask", "0x10000", "at least 2");
-    assert_bad("IptablesMarkMask", "0x1ffffffff", "32-bit mask");
-    assert_bad("IptablesMarkMask", "0xfoo", "32-bit mask");
-    assert_bad("IptablesMarkMask", "-1", "32-bit mask");
+    for raw in ["0x1ffffffff", "0xfoo", "-1"] {
+        assert_bad("IptablesMarkMask", raw, "32-bit mask");
+    }
     assert_eq!(
         with("NftablesMarkMask", "0x1f00").nftables_mark_mask,
         0x1f00
@@ -223,10 +223,9 @@ fn interface_lists_follow_felixs_regex() {
             "veth_x-1".into()
         ]))
     );
-    assert_bad("InterfacePrefix", "cali, tap", "[a-zA-Z0-9_-]{1,15}");
-    assert_bad("InterfacePrefix", "cali,", "[a-zA-Z0-9_-]{1,15}");
-    assert_bad("InterfacePrefix", "a234567890123456", "[a-zA-Z0-9_-]{1,15}");
-    assert_bad("InterfacePrefix", "cali.x", "[a-zA-Z0-9_-]{1,15}");
+    for raw in ["cali, tap", "cali,", "a234567890123456", "cali.x"] {
+        assert_bad("InterfacePrefix", raw, "[a-zA-Z0-9_-]{1,15}");
+    }
 }
 
 #[test]
@@ -492,9 +491,9 @@ fn addresses_cidrs_hosts_tables_regexes() {
         1
     );
     assert_bad("RouteTableRanges", "1-65536", "at most 65535");
-    assert_bad("RouteTableRanges", "0-10", "1 <= min <= max");
-    assert_bad("RouteTableRanges", "20-10", "1 <= min <= max");
-    assert_bad("RouteTableRanges", "1-x", "1 <= min <= max");
+    for raw in ["0-10", "20-10", "1-x"] {
+        assert_bad("RouteTableRanges", raw, "1 <= min <= max");
+    }
     // The deprecated single range stays within 1-250.
     assert_eq!(
         with("RouteTableRange", "10-20").route_table_range,
@@ -530,9 +529,13 @@ fn none_forces_the_zero_value_and_is_refused_on_non_zero_params() {
     assert!(with("InterfaceExclude", "none")
         .interface_exclude
         .is_empty());
-    assert_bad("InterfacePrefix", "none", "must not be zero");
-    assert_bad("MaxIpsetSize", "0", "must not be zero");
-    assert_bad("NftablesMarkMask", "none", "must not be zero");
+    for (name, zero) in [
+        ("InterfacePrefix", "none"),
+        ("MaxIpsetSize", "0"),
+        ("NftablesMarkMask", "none"),
+    ] {
+        assert_bad(name, zero, "must not be zero");
+    }
     assert_bad("NFTablesMode", "none", "no zero value");
 }
 

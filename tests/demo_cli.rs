@@ -5,6 +5,7 @@
 //! and does nothing. `ip` and `bridge` are used here only as test-side oracles, in the demo's own
 //! namespaces.
 
+mod common;
 mod route_oracle;
 
 use std::os::unix::process::CommandExt;
@@ -56,6 +57,17 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 /// Deletes the namespaces a `--keep` run left, also when the test fails.
 struct Leftovers(Vec<String>);
 
+impl Leftovers {
+    /// The kept namespace of `role` (`fnft-demo-ROLE-…`).
+    fn named(&self, role: &str) -> &str {
+        let prefix = format!("fnft-demo-{role}-");
+        self.0
+            .iter()
+            .find(|n| n.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {role} namespace in {:?}", self.0))
+    }
+}
+
 impl Drop for Leftovers {
     fn drop(&mut self) {
         for n in &self.0 {
@@ -64,108 +76,114 @@ impl Drop for Leftovers {
     }
 }
 
-#[test]
-fn demo_shows_the_matrix_flips_one_flow_and_leaves_nothing_behind() {
+/// Runs `felix-nft demo ARGS` to its end as root: it must succeed, `check` reads what it printed,
+/// and it must then have removed every namespace it made, within 30 s.
+fn demo_to_the_end(args: &[&str], check: impl FnOnce(&str)) {
     require_root();
     let t0 = Instant::now();
-    let (out, text, pid) = demo(&[]);
+    let (out, text, pid) = demo(args);
     let took = t0.elapsed();
     let _guard = Leftovers(namespaces_of(pid));
     assert!(
         out.status.success(),
-        "demo failed ({:?}):\n{text}\nstderr:\n{}",
+        "demo {args:?} failed ({:?}):\n{text}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{text}");
-    // What it programmed, read back: both tables, routes and ARP for the three workloads.
-    assert!(text.contains("table ip   calico"), "{text}");
-    assert!(text.contains("table ip6  calico"), "{text}");
-    for ip in [
-        "198.18.0.1/32 → cali",
-        "198.18.0.2/32 → cali",
-        "198.18.0.3/32 → cali",
-    ] {
-        assert!(text.contains(ip), "route {ip} missing:\n{text}");
-    }
-    assert!(
-        text.contains("static ARP entries on workload interfaces: 3"),
-        "{text}"
-    );
-    // Both matrices measured and matched, with both verdicts present.
-    assert_eq!(text.matches("8 flows, 8 as expected").count(), 2, "{text}");
-    assert!(!text.contains("MISMATCH"), "{text}");
-    let db_row = |after: bool| {
-        text.lines()
-            .filter(|l| l.contains("db → backend tcp/8080"))
-            .nth(usize::from(after))
-            .unwrap_or_default()
-            .to_string()
-    };
-    assert!(
-        db_row(false).contains("DROP      DROP"),
-        "{}",
-        db_row(false)
-    );
-    assert!(
-        db_row(true).contains("PASS      PASS") && db_row(true).contains("flipped (was DROP)"),
-        "{}",
-        db_row(true)
-    );
-    // Exactly one flow flipped.
-    assert_eq!(text.matches("flipped").count(), 1, "{text}");
-    // NAT outgoing: the external host saw the host's transit address only.
-    assert!(text.contains("saw connections from [192.0.2.1]"), "{text}");
-    assert!(
-        text.contains("every flow did what the policy says"),
-        "{text}"
-    );
-    // Everything removed.
+    check(&text);
     assert!(
         namespaces_of(pid).is_empty(),
         "left behind: {:?}",
         namespaces_of(pid)
     );
-    assert!(took.as_secs() < 30, "the demo took {took:?}");
+    assert!(took.as_secs() < 30, "demo {args:?} took {took:?}");
 }
 
-#[test]
-fn demo_keep_leaves_the_node_and_prints_how_to_remove_it() {
+/// Runs `felix-nft demo --keep ARGS` as root: it must succeed and name every namespace it kept
+/// in a cleanup command. Returns what it printed, the pid it ran as, and the kept namespaces
+/// (deleted when the returned guard drops).
+fn demo_kept(args: &[&str]) -> (String, u32, Leftovers) {
     require_root();
-    let (out, text, pid) = demo(&["--keep"]);
-    let left = namespaces_of(pid);
-    let _guard = Leftovers(left.clone());
+    let (out, text, pid) = demo(args);
+    let left = Leftovers(namespaces_of(pid));
     assert!(
         out.status.success(),
-        "demo --keep failed:\n{text}\nstderr:\n{}",
+        "demo {args:?} failed:\n{text}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        left.len(),
-        5,
-        "host, external and three workloads: {left:?}"
-    );
-    // Every namespace it kept is named in a cleanup command, and the host's cleanup is given.
-    for n in &left {
+    for n in &left.0 {
         assert!(
             text.contains(&format!("ip netns del {n}")),
             "{n} not in:\n{text}"
         );
     }
-    let host = left
-        .iter()
-        .find(|n| n.starts_with("fnft-demo-host-"))
-        .expect("a host namespace");
+    (text, pid, left)
+}
+
+#[test]
+fn demo_shows_the_matrix_flips_one_flow_and_leaves_nothing_behind() {
+    demo_to_the_end(&[], |text| {
+        // What it programmed, read back: both tables, routes and ARP for the three workloads.
+        common::assert_contains_all(
+            text,
+            &[
+                "table ip   calico",
+                "table ip6  calico",
+                "198.18.0.1/32 → cali",
+                "198.18.0.2/32 → cali",
+                "198.18.0.3/32 → cali",
+                "static ARP entries on workload interfaces: 3",
+            ],
+        );
+        // Both matrices measured and matched, with both verdicts present.
+        assert_eq!(text.matches("8 flows, 8 as expected").count(), 2, "{text}");
+        assert!(!text.contains("MISMATCH"), "{text}");
+        let db_row = |after: bool| {
+            text.lines()
+                .filter(|l| l.contains("db → backend tcp/8080"))
+                .nth(usize::from(after))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            db_row(false).contains("DROP      DROP"),
+            "{}",
+            db_row(false)
+        );
+        assert!(
+            db_row(true).contains("PASS      PASS") && db_row(true).contains("flipped (was DROP)"),
+            "{}",
+            db_row(true)
+        );
+        // Exactly one flow flipped.
+        assert_eq!(text.matches("flipped").count(), 1, "{text}");
+        // NAT outgoing: the external host saw the host's transit address only.
+        assert!(text.contains("saw connections from [192.0.2.1]"), "{text}");
+        assert!(
+            text.contains("every flow did what the policy says"),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn demo_keep_leaves_the_node_and_prints_how_to_remove_it() {
+    // Every namespace it kept is named in a cleanup command, and the host's cleanup is given.
+    let (text, _, kept) = demo_kept(&["--keep"]);
+    let left = &kept.0;
+    assert_eq!(
+        left.len(),
+        5,
+        "host, external and three workloads: {left:?}"
+    );
+    let host = kept.named("host");
     assert!(
         text.contains(&format!("felix-nft cleanup --netns {host}")),
         "{text}"
     );
     // What the agent programmed is still there after it stopped (oracle: `ip`).
-    let routes = Command::new("ip")
-        .args(["-n", host, "route", "show"])
-        .output()
-        .expect("ip route");
-    let routes = String::from_utf8_lossy(&routes.stdout);
+    let routes = route_oracle::routes(host, &[]);
     assert!(
         routes.contains("198.18.0.3 dev cali"),
         "kept host has no workload route:\n{routes}"
@@ -175,100 +193,73 @@ fn demo_keep_leaves_the_node_and_prints_how_to_remove_it() {
 
 #[test]
 fn demo_cluster_shows_cross_node_verdicts_a_join_and_a_leave_and_leaves_nothing_behind() {
-    require_root();
-    let t0 = Instant::now();
-    let (out, text, pid) = demo(&["--cluster"]);
-    let took = t0.elapsed();
-    let _guard = Leftovers(namespaces_of(pid));
-    assert!(
-        out.status.success(),
-        "demo --cluster failed ({:?}):\n{text}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{text}");
-    let row = |flow: &str, nth: usize| {
-        text.lines()
-            .filter(|l| l.trim_start().starts_with(flow))
-            .nth(nth)
-            .unwrap_or_default()
-            .to_string()
-    };
-    // Three nodes, each with the overlay for the other two, read back from its kernel.
-    for n in ["node-1", "node-2", "node-3"] {
-        let r = row(&format!("{n}  vni 4096, mtu 1450"), 0);
-        assert!(r.contains("   2    2       2  10.65."), "{n}: {r}\n{text}");
-    }
-    // Across nodes: the policy admits the client on node-1 and drops the batch pod on node-3.
-    let v = |flow: &str, nth: usize, verdict: &str| {
-        let r = row(flow, nth);
+    demo_to_the_end(&["--cluster"], |text| {
+        let row = |flow: &str, nth: usize| {
+            text.lines()
+                .filter(|l| l.trim_start().starts_with(flow))
+                .nth(nth)
+                .unwrap_or_default()
+                .to_string()
+        };
+        // Three nodes, each with the overlay for the other two, read back from its kernel.
+        for n in ["node-1", "node-2", "node-3"] {
+            let r = row(&format!("{n}  vni 4096, mtu 1450"), 0);
+            assert!(r.contains("   2    2       2  10.65."), "{n}: {r}\n{text}");
+        }
+        // Across nodes: the policy admits the client on node-1 and drops the batch pod on node-3.
+        let v = |flow: &str, nth: usize, verdict: &str| {
+            let r = row(flow, nth);
+            assert!(
+                r.contains(&format!("{verdict:<8}  {verdict:<8}")),
+                "{flow} #{nth} should be {verdict}: {r}\n{text}"
+            );
+        };
+        v("client@node-1 → server@node-2 tcp/8080", 0, "PASS");
+        v("batch@node-3 → server@node-2 tcp/8080", 0, "DROP");
+        v("server@node-2 → batch@node-3 icmp", 0, "PASS");
+        assert!(text.contains("5 flows, 5 as expected"), "{text}");
+        // node-4 joins: four nodes with three peers each, its client admitted on node-2.
         assert!(
-            r.contains(&format!("{verdict:<8}  {verdict:<8}")),
-            "{flow} #{nth} should be {verdict}: {r}\n{text}"
+            text.contains("node-2: ipset_delta_update s:clients +10.65.4.2/32, vtep_update node-4"),
+            "{text}"
         );
-    };
-    v("client@node-1 → server@node-2 tcp/8080", 0, "PASS");
-    v("batch@node-3 → server@node-2 tcp/8080", 0, "DROP");
-    v("server@node-2 → batch@node-3 icmp", 0, "PASS");
-    assert!(text.contains("5 flows, 5 as expected"), "{text}");
-    // node-4 joins: four nodes with three peers each, its client admitted on node-2.
-    assert!(
-        text.contains("node-2: ipset_delta_update s:clients +10.65.4.2/32, vtep_update node-4"),
-        "{text}"
-    );
-    assert!(
-        row("node-4  vni 4096", 0).contains("   3    3       3  10.65.4.0/26"),
-        "{text}"
-    );
-    v("client-4@node-4 → server@node-2 tcp/8080", 0, "PASS");
-    v("batch@node-3 → client-4@node-4 icmp", 0, "PASS");
-    assert!(text.contains("3 flows, 3 as expected"), "{text}");
-    // node-4 leaves: withdrawn everywhere, route before VTEP; traffic to and from it fails.
-    assert!(
-        text.contains("node-1: route_remove 10.65.4.0/26, vtep_remove node-4"),
-        "{text}"
-    );
-    assert!(
-        text.contains("nothing of node-4 is left anywhere"),
-        "{text}"
-    );
-    v("client-4@node-4 → server@node-2 tcp/8080", 1, "DROP");
-    v("batch@node-3 → client-4@node-4 icmp", 1, "DROP");
-    v("client@node-1 → server@node-2 tcp/8080", 1, "PASS");
-    assert_eq!(text.matches("flipped (was PASS)").count(), 3, "{text}");
-    assert!(text.contains("4 flows, 4 as expected"), "{text}");
-    assert!(!text.contains("MISMATCH") && !text.contains('✗'), "{text}");
-    assert!(
-        text.contains("every flow did what the policy says, and every node held what it should"),
-        "{text}"
-    );
-    assert!(
-        namespaces_of(pid).is_empty(),
-        "left behind: {:?}",
-        namespaces_of(pid)
-    );
-    assert!(took.as_secs() < 30, "the cluster demo took {took:?}");
+        assert!(
+            row("node-4  vni 4096", 0).contains("   3    3       3  10.65.4.0/26"),
+            "{text}"
+        );
+        v("client-4@node-4 → server@node-2 tcp/8080", 0, "PASS");
+        v("batch@node-3 → client-4@node-4 icmp", 0, "PASS");
+        assert!(text.contains("3 flows, 3 as expected"), "{text}");
+        // node-4 leaves: withdrawn everywhere, route before VTEP; traffic to and from it fails.
+        common::assert_contains_all(
+            text,
+            &[
+                "node-1: route_remove 10.65.4.0/26, vtep_remove node-4",
+                "nothing of node-4 is left anywhere",
+            ],
+        );
+        v("client-4@node-4 → server@node-2 tcp/8080", 1, "DROP");
+        v("batch@node-3 → client-4@node-4 icmp", 1, "DROP");
+        v("client@node-1 → server@node-2 tcp/8080", 1, "PASS");
+        assert_eq!(text.matches("flipped (was PASS)").count(), 3, "{text}");
+        assert!(!text.contains("MISMATCH") && !text.contains('✗'), "{text}");
+        common::assert_contains_all(
+            text,
+            &[
+                "4 flows, 4 as expected",
+                "every flow did what the policy says, and every node held what it should",
+            ],
+        );
+    });
 }
 
 #[test]
 fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
-    require_root();
-    let (out, text, pid) = demo(&["--cluster", "--keep"]);
-    let left = namespaces_of(pid);
-    let _guard = Leftovers(left.clone());
-    assert!(
-        out.status.success(),
-        "demo --cluster --keep failed:\n{text}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Every namespace it kept is named in a cleanup command.
+    let (_, pid, kept) = demo_kept(&["--cluster", "--keep"]);
+    let left = &kept.0;
     // The underlay, three nodes and their pods; node-4 left during the demo.
     assert_eq!(left.len(), 7, "{left:?}");
-    for n in &left {
-        assert!(
-            text.contains(&format!("ip netns del {n}")),
-            "{n} not in:\n{text}"
-        );
-    }
     // Names are `fnft-demo-ROLE-PID-N`: the pid may start with a 4 too.
     let gone = [format!("-node-4-{pid}-"), format!("-client-4-{pid}-")];
     assert!(
@@ -276,21 +267,19 @@ fn demo_cluster_keep_leaves_the_three_nodes_as_programmed() {
         "{left:?}"
     );
     // What the agents programmed stays after they stopped (oracle: `bridge`, `ip`).
-    let node1 = left
-        .iter()
-        .find(|n| n.starts_with("fnft-demo-node-1-"))
-        .expect("node-1's namespace");
-    let fdb = Command::new("bridge")
-        .args(["-n", node1, "fdb", "show", "dev", "vxlan.calico"])
-        .output()
-        .expect("bridge fdb");
-    let fdb = String::from_utf8_lossy(&fdb.stdout);
-    for dst in [
-        "dst 172.31.0.12 self permanent",
-        "dst 172.31.0.13 self permanent",
-    ] {
-        assert!(fdb.contains(dst), "{dst} missing:\n{fdb}");
-    }
+    let node1 = kept.named("node-1");
+    let fdb = common::oracle_stdout(
+        Command::new("bridge").args(["-n", node1, "fdb", "show", "dev", "vxlan.calico"]),
+        "bridge fdb",
+    );
+    let fdb = String::from_utf8_lossy(&fdb);
+    common::assert_contains_all(
+        &fdb,
+        &[
+            "dst 172.31.0.12 self permanent",
+            "dst 172.31.0.13 self permanent",
+        ],
+    );
     assert!(!fdb.contains("172.31.0.14"), "node-4 stayed:\n{fdb}");
     let routes = route_oracle::routes(node1, &[]);
     assert!(
@@ -319,10 +308,10 @@ fn demo_without_root_says_so_and_touches_nothing() {
         assert_eq!(out.status.code(), Some(1), "{args:?} stderr:\n{err}");
         assert!(err.contains("needs root"), "{err}");
         assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "",
+            "nothing on stdout"
         );
     }
 }

@@ -2,6 +2,8 @@
 //! every build and in the agent's supply chain. (A text check, as `cargo machete` does: a
 //! crate counts as used when the sources name it as `crate::` or in a `use`.)
 
+mod common;
+
 use std::path::Path;
 
 fn sources(dir: &Path, out: &mut String) {
@@ -70,27 +72,21 @@ fn every_dependency_is_named_by_the_code() {
 fn tree(args: &[&str]) -> std::collections::BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .args(["--format", "{p}", "--manifest-path"])
-        .arg(root.join("Cargo.toml"))
-        .args(args)
-        .output()
-        .expect("running cargo tree");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "cargo tree {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args([
+        "tree",
+        "--locked",
+        "--offline",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ])
+    .args(["--format", "{p}", "--manifest-path"])
+    .arg(root.join("Cargo.toml"))
+    .args(args);
+    let out = common::oracle_stdout(&mut cmd, &format!("cargo tree {args:?}"));
+    let text = String::from_utf8_lossy(&out);
     text.lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| *n != "felix-nft")

@@ -385,13 +385,14 @@ fn an_over_long_json_line_is_rejected_and_the_next_one_applied() {
         .lines()
         .find(|l| l.contains("input rejected"))
         .unwrap_or_else(|| panic!("no rejection logged:\n{err}"));
-    for part in [
-        "stdin line 1",
-        "more than the limit of 4096",
-        "InputMaxMessageBytes",
-    ] {
-        assert!(rejected.contains(part), "{part:?} not in {rejected:?}");
-    }
+    common::assert_contains_all(
+        rejected,
+        &[
+            "stdin line 1",
+            "more than the limit of 4096",
+            "InputMaxMessageBytes",
+        ],
+    );
     assert!(
         err.lines()
             .any(|l| l.contains("kind=\"in_sync\"") && l.contains("stdin line 2")),

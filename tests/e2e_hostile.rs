@@ -8,7 +8,7 @@ mod e2e_common;
 use std::net::Ipv4Addr;
 
 use e2e_common::*;
-use felix_nft::testbed::probe::{Proto::*, TcpServer, Verdict::*};
+use felix_nft::testbed::probe::{Proto::*, Verdict::*};
 use felix_nft::testbed::topology::Topology;
 use serde_json::json;
 
@@ -18,16 +18,8 @@ const C: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 3);
 const WEB: u16 = 8080;
 const OTHER: u16 = 9090;
 
-fn listen(topo: &Topology) -> Vec<(TcpServer, TcpServer)> {
-    topo.workloads()
-        .iter()
-        .map(|w| {
-            (
-                TcpServer::start(w.ns(), WEB).unwrap(),
-                TcpServer::start(w.ns(), OTHER).unwrap(),
-            )
-        })
-        .collect()
+fn listen(topo: &Topology) -> Servers {
+    serve(topo, &[WEB, OTHER], &[])
 }
 
 /// A policy with a namespace, any kind, by JSON id.
@@ -43,13 +35,10 @@ fn tier_of(name: &str, ids: &[serde_json::Value]) -> serde_json::Value {
 fn ip_sets_sharing_a_long_prefix_stay_apart() {
     // Felix cuts set names to 31 characters; two ids with a common prefix then named one set,
     // and a policy allowing one matched the other's members.
-    require_root();
-    let topo = three_v4_workloads("fnt-hx-sets", [A, B, C]);
-    let _srv = listen(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-hx-sets", [A, B, C], listen);
     let (a, b, c) = abc(&topo);
     let common = format!("s:{}", "x".repeat(40));
     let (s1, s2) = (format!("{common}a1"), format!("{common}a2"));
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     agent.send_all(&[
         allow_all_profile(),
         ipset(&s1, "IP", &[A.to_string()]),
@@ -64,11 +53,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         ),
         wep(a, &["allow-all"], json!([])),
         wep(c, &["allow-all"], json!([])),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["from-s1"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["from-s1"]),
         in_sync(),
     ]);
     agent.expect_matrix(
@@ -79,11 +64,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         ],
     );
     // The other set, the other way round.
-    agent.send(&wep(
-        b,
-        &["allow-all"],
-        json!([tier("default", &["from-s2"], &[], "Deny")]),
-    ));
+    agent.send(&wep_ingress(b, &["from-s2"]));
     agent.expect_matrix(
         "b admits the members of s2 only",
         &[
@@ -105,8 +86,7 @@ fn ip_sets_sharing_a_long_prefix_stay_apart() {
         let name = felix_nft::rules::names::ipset_name(felix_nft::nft::model::Family::Ip, s);
         assert!(ruleset.contains(&name), "set {name} is not in the ruleset");
     }
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }
 
 #[test]
@@ -114,16 +94,13 @@ fn names_the_kernel_could_not_hold_are_programmed_and_enforced() {
     // A profile id of 240 characters, a policy name of 237 and a tier of 300 made chain names
     // over the kernel's limit; a NUL inside an id made the kernel store another name. Each
     // wedged every later apply. Now each is named within the limits and enforced.
-    require_root();
-    let topo = three_v4_workloads("fnt-hx-names", [A, B, C]);
-    let _srv = listen(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-hx-names", [A, B, C], listen);
     let (a, b, c) = abc(&topo);
     let long_profile = "p".repeat(240);
     let nul_profile = "web\u{0}evil";
     let long_policy = json!({"name": "q".repeat(237), "kind": "GlobalNetworkPolicy"});
     let nul_policy = json!({"name": "a\u{0}b", "namespace": "ns/x", "kind": "NetworkPolicy"});
     let long_tier = "t".repeat(300);
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     agent.send_all(&[
         profile(
             &long_profile,
@@ -183,37 +160,27 @@ fn names_the_kernel_could_not_hold_are_programmed_and_enforced() {
         "{}",
         agent.log_text()
     );
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }
 
 #[test]
 fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     // A deny with protocol 300 or an unknown name used to be skipped with a warning: the policy
     // then let through exactly what it denied. It is refused whole, and the policy in force stays.
-    require_root();
-    let topo = three_v4_workloads("fnt-hx-deny", [A, B, C]);
-    let _srv = listen(&topo);
+    let (topo, _srv, mut agent) = three_v4_with_agent("fnt-hx-deny", [A, B, C], listen);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
-    let mut agent = Agent::start(&topo, AgentOptions::default());
     let deny_other = |p: serde_json::Value| {
-        policy(
-            "default",
+        ingress_policy(
             "deny-other",
             json!([{"action": "deny", "protocol": p, "dst_ports": ports(&[OTHER])},
                    {"action": "allow"}]),
-            json!([]),
         )
     };
     agent.send_all(&[
         allow_all_profile(),
         deny_other(proto("tcp")),
         wep(a, &["allow-all"], json!([])),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["deny-other"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["deny-other"]),
         in_sync(),
     ]);
     let flows = [
@@ -224,12 +191,7 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     agent.send_all(&[
         deny_other(json!({"number": 300})),
         deny_other(json!({"name": "tcpx"})),
-        policy(
-            "default",
-            "deny-other",
-            json!([{"action": "deny", "protocol": proto("icmp"), "icmp_type": 300}, {"action": "allow"}]),
-            json!([]),
-        ),
+        ingress_policy("deny-other", json!([{"action": "deny", "protocol": proto("icmp"), "icmp_type": 300}, {"action": "allow"}])),
     ]);
     eventually("three refusals logged", || {
         let n = agent
@@ -252,6 +214,5 @@ fn a_deny_the_renderer_cannot_express_is_refused_not_skipped() {
     ] {
         assert!(log.contains(needle), "no `{needle}` in the log:\n{log}");
     }
-    let (st, log) = agent.stop();
-    assert!(st.success(), "{log}");
+    agent.stop_cleanly();
 }

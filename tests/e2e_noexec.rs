@@ -10,25 +10,17 @@ use std::net::Ipv4Addr;
 
 use e2e_common::*;
 use felix_nft::testbed::probe::{Proto::*, TcpServer, UdpEchoServer, Verdict::*};
-use felix_nft::testbed::topology::{ExternalSpec, TopologySpec, WorkloadSpec};
+use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::json;
 
 #[test]
 fn daemon_executes_no_program_through_a_whole_scenario() {
     require_root();
-    let topo = build(TopologySpec {
-        prefix: "fnt-e2e-noexec".into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", Ipv4Addr::new(198, 18, 0, 1)),
-            WorkloadSpec::v4("b", Ipv4Addr::new(198, 18, 0, 2)),
-        ],
-        // The host's default route (proxy ARP answers for the gateway only when the host routes
-        // it elsewhere).
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
-    });
+    let workloads = vec![
+        WorkloadSpec::v4("a", Ipv4Addr::new(198, 18, 0, 1)),
+        WorkloadSpec::v4("b", Ipv4Addr::new(198, 18, 0, 2)),
+    ];
+    let topo = bed("fnt-e2e-noexec", workloads, UPSTREAM_V4);
     let (a, b) = (topo.workload("a").unwrap(), topo.workload("b").unwrap());
     let _tcp = TcpServer::start(b.ns(), 8080).unwrap();
     let _udp = UdpEchoServer::start(b.ns(), 5353).unwrap();
@@ -43,12 +35,7 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
 
     // Allow-all, then an IP-set-based ingress policy, then a delta, then a removal: every manager
     // (IP sets, policy, endpoints, routes, neighbours, sysctls) does kernel work.
-    agent.send_all(&[
-        allow_all_profile(),
-        wep(a, &["allow-all"], json!([])),
-        wep(b, &["allow-all"], json!([])),
-        in_sync(),
-    ]);
+    agent.send_allow_all(&[a, b]);
     agent.expect_matrix(
         "allow-all",
         &[
@@ -58,17 +45,11 @@ fn daemon_executes_no_program_through_a_whole_scenario() {
     );
     agent.send_all(&[
         ipset("s:clients", "IP", &[]),
-        policy(
-            "default",
+        ingress_policy(
             "b-in",
             json!([{"action": "allow", "src_ip_set_ids": ["s:clients"]}]),
-            json!([]),
         ),
-        wep(
-            b,
-            &["allow-all"],
-            json!([tier("default", &["b-in"], &[], "Deny")]),
-        ),
+        wep_ingress(b, &["b-in"]),
     ]);
     agent.expect_matrix("empty client set", &[flow(src(a), v4(b), Tcp, 8080, Drop)]);
     let a_ip = a.ipv4.unwrap().to_string();

@@ -141,44 +141,48 @@ fn frames() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+/// Random bytes of up to 512.
+fn random_bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..512)
+}
 
-    #[test]
-    fn json_line_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
-        fuzz_targets::json_line(&data);
-    }
+/// One of `seeds` with one to five mutations.
+fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
+    (
+        proptest::sample::select(seeds),
+        proptest::collection::vec(mutation(), 1..6),
+    )
+        .prop_map(|(seed, ms)| mutate(seed, &ms))
+}
 
-    #[test]
-    fn json_line_mutated(
-        seed in proptest::sample::select(seed_lines()),
-        ms in proptest::collection::vec(mutation(), 1..6),
-    ) {
-        fuzz_targets::json_line(&mutate(seed.into_bytes(), &ms));
-    }
+/// One proptest per `NAME: INPUTS => TARGET`: the fuzz target on `cases()` inputs drawn from
+/// the strategy INPUTS.
+macro_rules! fuzz_tests {
+    ($($name:ident: $inputs:expr => $target:path,)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: cases(),
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+            $(
+                #[test]
+                fn $name(data in $inputs) {
+                    $target(&data);
+                }
+            )*
+        }
+    };
+}
 
-    #[test]
-    fn proto_envelope_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
-        fuzz_targets::proto_envelope(&data);
-    }
-
-    #[test]
-    fn proto_envelope_mutated(
-        seed in proptest::sample::select(seed_envelopes()),
-        ms in proptest::collection::vec(mutation(), 1..6),
-    ) {
-        fuzz_targets::proto_envelope(&mutate(seed, &ms));
-    }
-
-    #[test]
-    fn frame_stream_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
-        fuzz_targets::frame_stream(&data);
-    }
-
-    #[test]
-    fn frame_stream_of_frames(data in frames()) {
-        fuzz_targets::frame_stream(&data);
-    }
+fuzz_tests! {
+    json_line_random_bytes: random_bytes() => fuzz_targets::json_line,
+    json_line_mutated: mutated(seed_lines().into_iter().map(String::into_bytes).collect())
+        => fuzz_targets::json_line,
+    proto_envelope_random_bytes: random_bytes() => fuzz_targets::proto_envelope,
+    proto_envelope_mutated: mutated(seed_envelopes()) => fuzz_targets::proto_envelope,
+    frame_stream_random_bytes: random_bytes() => fuzz_targets::frame_stream,
+    frame_stream_of_frames: frames() => fuzz_targets::frame_stream,
 }
 
 /// Every kept input: the corpus the coverage-guided fuzzer grew, and every input it ever

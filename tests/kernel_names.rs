@@ -359,9 +359,22 @@ fn feed(dp: &mut Dataplane, msgs: &[ToDataplane]) -> usize {
     msgs.iter().filter(|m| dp.on_update(m).is_err()).count()
 }
 
-fn leftover(nft: &mut Nft, desired: &[Table]) -> usize {
-    let (_, plans) = plan(nft, desired, false).expect("reading our tables back");
-    plans.iter().map(|p| p.ops.len()).sum()
+/// Commits what `dp` changed since its last patch; the error names `step`.
+fn commit(rec: &mut Reconciler<Nft>, dp: &mut Dataplane, step: &str) -> Result<(), String> {
+    rec.apply_patches(dp.tables_patch())
+        .map(drop)
+        .map_err(|e| format!("{step}: {e}"))
+}
+
+/// Fails unless reading our tables back after `step` plans no operation: the kernel holds what
+/// `rec` wants.
+fn nothing_left(rec: &mut Reconciler<Nft>, step: &str) -> Result<(), String> {
+    let desired = rec.desired().to_vec();
+    let (_, plans) = plan(&mut rec.kernel, &desired, false).expect("reading our tables back");
+    match plans.iter().map(|p| p.ops.len()).sum::<usize>() {
+        0 => Ok(()),
+        left => Err(format!("{left} operations left after {step}")),
+    }
 }
 
 proptest! {
@@ -381,28 +394,17 @@ proptest! {
             );
             let mut dp = dataplane();
             let refused = feed(&mut dp, &messages(&n));
-            rec.apply_patches(dp.tables_patch())
-                .map_err(|e| format!("first commit: {e}"))?;
-            let desired = rec.desired().to_vec();
-            let left = leftover(&mut rec.kernel, &desired);
-            if left != 0 {
-                return Err(format!("{left} operations left after the first commit"));
-            }
+            commit(&mut rec, &mut dp, "first commit")?;
+            nothing_left(&mut rec, "the first commit")?;
             let refused2 = feed(&mut dp, &second_round(&n));
-            rec.apply_patches(dp.tables_patch())
-                .map_err(|e| format!("second commit: {e}"))?;
+            commit(&mut rec, &mut dp, "second commit")?;
             // The side table merged back, as the idle daemon does.
             dp.request_side_merge();
-            rec.apply_patches(dp.tables_patch())
-                .map_err(|e| format!("merge: {e}"))?;
+            commit(&mut rec, &mut dp, "merge")?;
             dp.request_side_merge();
-            rec.apply_patches(dp.tables_patch())
-                .map_err(|e| format!("merge, second step: {e}"))?;
+            commit(&mut rec, &mut dp, "merge, second step")?;
+            nothing_left(&mut rec, "the second round")?;
             let desired = rec.desired().to_vec();
-            let left = leftover(&mut rec.kernel, &desired);
-            if left != 0 {
-                return Err(format!("{left} operations left after the second round"));
-            }
             // The incremental state equals a full render of the same model.
             let full = dp.render_tables().map_err(|e| e.to_string())?;
             let main = |ts: &[Table]| -> Vec<Table> {

@@ -389,123 +389,102 @@ fn hand_built_rules_encode_to_nft_bytes() {
         .filter(|(t, _)| *t == NFT_MSG_NEWRULE)
         .map(|(_, p)| p)
         .collect();
-    let rule = |chain: &str, comment: Option<&str>, exprs: Vec<Expr>| {
-        codec::encode_object(&Object::Rule(RuleMsg {
+    // Rule `fx_index` of the fixture is `exprs` in chain "c" of table "t" with `comment`.
+    let expect = |fx_index: usize, comment: Option<&str>, exprs: Vec<Expr>| {
+        let bytes = codec::encode_object(&Object::Rule(RuleMsg {
             family: Family::Ip,
             table: "t".into(),
-            chain: chain.into(),
+            chain: "c".into(),
             rule: Rule {
                 exprs: exprs.into(),
                 comment: comment.map(Into::into),
                 handle: None,
             },
         }))
-        .unwrap()
+        .unwrap();
+        assert_eq!(bytes, fx[fx_index], "rule {fx_index} of the rules fixture");
     };
     let r1 = Reg::R1;
+    let meta = |key, dreg| Expr::Meta { key, dreg };
     // iifname "cali*" counter accept comment "cali:abcdefgh;"
-    assert_eq!(
-        rule(
-            "c",
-            Some("cali:abcdefgh;"),
-            vec![
-                Expr::Meta {
-                    key: MetaKey::IifName,
-                    dreg: r1
-                },
-                Expr::Cmp {
-                    sreg: r1,
-                    op: CmpOp::Eq,
-                    data: b"cali".to_vec()
-                },
-                Expr::Counter {
-                    packets: 0,
-                    bytes: 0
-                },
-                Expr::Verdict(Verdict::Accept),
-            ]
-        ),
-        fx[0]
+    expect(
+        0,
+        Some("cali:abcdefgh;"),
+        vec![
+            meta(MetaKey::IifName, r1),
+            Expr::Cmp {
+                sreg: r1,
+                op: CmpOp::Eq,
+                data: b"cali".to_vec(),
+            },
+            Expr::Counter {
+                packets: 0,
+                bytes: 0,
+            },
+            Expr::Verdict(Verdict::Accept),
+        ],
     );
     // iifname vmap @dispatch (set id 3 in nft's batch)
-    assert_eq!(
-        rule(
-            "c",
-            None,
-            vec![
-                Expr::Meta {
-                    key: MetaKey::IifName,
-                    dreg: r1
-                },
-                Expr::Lookup {
-                    set: "dispatch".into(),
-                    set_id: Some(3),
-                    sreg: r1,
-                    dreg: Some(Reg::VERDICT),
-                    invert: false
-                },
-            ]
-        ),
-        fx[2]
+    expect(
+        2,
+        None,
+        vec![
+            meta(MetaKey::IifName, r1),
+            Expr::Lookup {
+                set: "dispatch".into(),
+                set_id: Some(3),
+                sreg: r1,
+                dreg: Some(Reg::VERDICT),
+                invert: false,
+            },
+        ],
     );
     // ip saddr . meta l4proto . th dport @ipp goto c2
-    assert_eq!(
-        rule(
-            "c",
-            None,
-            vec![
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset: 12,
-                    len: 4,
-                    dreg: r1
-                },
-                Expr::Meta {
-                    key: MetaKey::L4Proto,
-                    dreg: Reg::r32(1)
-                },
-                Expr::Payload {
-                    base: PayloadBase::Transport,
-                    offset: 2,
-                    len: 2,
-                    dreg: Reg::r32(2)
-                },
-                Expr::Lookup {
-                    set: "ipp".into(),
-                    set_id: Some(2),
-                    sreg: r1,
-                    dreg: None,
-                    invert: false
-                },
-                Expr::Verdict(Verdict::Goto("c2".into())),
-            ]
-        ),
-        fx[5]
+    expect(
+        5,
+        None,
+        vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset: 12,
+                len: 4,
+                dreg: r1,
+            },
+            meta(MetaKey::L4Proto, Reg::r32(1)),
+            Expr::Payload {
+                base: PayloadBase::Transport,
+                offset: 2,
+                len: 2,
+                dreg: Reg::r32(2),
+            },
+            Expr::Lookup {
+                set: "ipp".into(),
+                set_id: Some(2),
+                sreg: r1,
+                dreg: None,
+                invert: false,
+            },
+            Expr::Verdict(Verdict::Goto("c2".into())),
+        ],
     );
     // meta mark set mark & 0xfffeffff | 0x10000
-    assert_eq!(
-        rule(
-            "c",
-            None,
-            vec![
-                Expr::Meta {
-                    key: MetaKey::Mark,
-                    dreg: r1
-                },
-                Expr::Bitwise {
-                    sreg: r1,
-                    dreg: r1,
-                    len: 4,
-                    mask: 0xfffe_ffffu32.to_ne_bytes().to_vec(),
-                    xor: 0x1_0000u32.to_ne_bytes().to_vec()
-                },
-                Expr::MetaSet {
-                    key: MetaKey::Mark,
-                    sreg: r1
-                },
-            ]
-        ),
-        fx[17]
+    expect(
+        17,
+        None,
+        vec![
+            meta(MetaKey::Mark, r1),
+            Expr::Bitwise {
+                sreg: r1,
+                dreg: r1,
+                len: 4,
+                mask: 0xfffe_ffffu32.to_ne_bytes().to_vec(),
+                xor: 0x1_0000u32.to_ne_bytes().to_vec(),
+            },
+            Expr::MetaSet {
+                key: MetaKey::Mark,
+                sreg: r1,
+            },
+        ],
     );
 }
 
@@ -522,44 +501,32 @@ mod prop {
     fn name() -> impl Strategy<Value = String> {
         "[a-z][a-z0-9-]{0,20}"
     }
+    /// Any one of `values`.
+    fn one_of<T: Clone + std::fmt::Debug + 'static>(values: &[T]) -> impl Strategy<Value = T> {
+        proptest::sample::select(values.to_vec())
+    }
     fn verdict() -> impl Strategy<Value = Verdict> {
+        use Verdict::*;
         prop_oneof![
-            Just(Verdict::Accept),
-            Just(Verdict::Drop),
-            Just(Verdict::Continue),
-            Just(Verdict::Break),
-            Just(Verdict::Return),
+            one_of(&[Accept, Drop, Continue, Break, Return]),
             name().prop_map(Verdict::Jump),
             name().prop_map(Verdict::Goto),
         ]
     }
     fn op() -> impl Strategy<Value = CmpOp> {
-        prop_oneof![
-            Just(CmpOp::Eq),
-            Just(CmpOp::Neq),
-            Just(CmpOp::Lt),
-            Just(CmpOp::Lte),
-            Just(CmpOp::Gt),
-            Just(CmpOp::Gte)
-        ]
+        use CmpOp::*;
+        one_of(&[Eq, Neq, Lt, Lte, Gt, Gte])
     }
     fn meta_key() -> impl Strategy<Value = MetaKey> {
+        use MetaKey::*;
         prop_oneof![
-            Just(MetaKey::IifName),
-            Just(MetaKey::OifName),
-            Just(MetaKey::Mark),
-            Just(MetaKey::L4Proto),
-            Just(MetaKey::NfProto),
+            one_of(&[IifName, OifName, Mark, L4Proto, NfProto]),
             (20u32..30).prop_map(MetaKey::Other),
         ]
     }
     fn base() -> impl Strategy<Value = PayloadBase> {
-        prop_oneof![
-            Just(PayloadBase::LinkLayer),
-            Just(PayloadBase::Network),
-            Just(PayloadBase::Transport),
-            Just(PayloadBase::Inner)
-        ]
+        use PayloadBase::*;
+        one_of(&[LinkLayer, Network, Transport, Inner])
     }
 
     pub fn expr() -> impl Strategy<Value = Expr> {
@@ -629,12 +596,7 @@ mod prop {
             (any::<u64>(), any::<u64>())
                 .prop_map(|(packets, bytes)| Expr::Counter { packets, bytes }),
             (
-                prop_oneof![
-                    Just(CtKey::State),
-                    Just(CtKey::Status),
-                    Just(CtKey::Mark),
-                    Just(CtKey::Other(8))
-                ],
+                one_of(&[CtKey::State, CtKey::Status, CtKey::Mark, CtKey::Other(8)]),
                 reg(),
                 proptest::option::of(0u8..2)
             )
@@ -686,11 +648,11 @@ mod prop {
                     over
                 }),
             (
-                prop_oneof![
-                    Just(RejectType::IcmpUnreach),
-                    Just(RejectType::TcpRst),
-                    Just(RejectType::IcmpxUnreach)
-                ],
+                one_of(&[
+                    RejectType::IcmpUnreach,
+                    RejectType::TcpRst,
+                    RejectType::IcmpxUnreach
+                ]),
                 any::<u8>()
             )
                 .prop_map(|(kind, code)| Expr::Reject { kind, code }),
@@ -727,11 +689,7 @@ mod prop {
             Just(Expr::Notrack),
             (
                 1u32..64,
-                prop_oneof![
-                    Just(FibResult::Oif),
-                    Just(FibResult::OifName),
-                    Just(FibResult::AddrType)
-                ],
+                one_of(&[FibResult::Oif, FibResult::OifName, FibResult::AddrType]),
                 reg()
             )
                 .prop_map(|(flags, result, dreg)| Expr::Fib {

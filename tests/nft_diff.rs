@@ -35,6 +35,31 @@ fn end(k: Vec<u8>) -> Element {
     }
 }
 
+/// Interval elements in order from `FROM-TO` strings of IPv4 addresses: a START element at FROM
+/// and an END element at TO, either left out when empty (`FROM-` runs to the top of the space).
+fn ipv4_intervals(spec: &[&str]) -> Vec<Element> {
+    let key = |a: &str| a.parse::<std::net::Ipv4Addr>().unwrap().octets().to_vec();
+    let mut elements = Vec::new();
+    for s in spec {
+        let (from, to) = s.split_once('-').expect("FROM-TO");
+        if !from.is_empty() {
+            elements.push(start(key(from)));
+        }
+        if !to.is_empty() {
+            elements.push(end(key(to)));
+        }
+    }
+    elements
+}
+
+/// Sync options that claim no table ownership.
+fn unowned() -> SyncOptions {
+    SyncOptions {
+        ownership: TableOwnership::Off,
+        ..Default::default()
+    }
+}
+
 fn interval_set(name: &str, elements: Vec<Element>) -> Set {
     Set {
         counter: false,
@@ -52,45 +77,26 @@ fn interval_set(name: &str, elements: Vec<Element>) -> Set {
 fn overlapping_and_adjacent_intervals_are_merged() {
     // 10.0.0.0/8 + 10.1.0.0/16 (contained) + 11.0.0.0/8 (adjacent) + 192.168.0.0/24,
     // plus nft's leading 0.0.0.0 END which bounds nothing.
-    let s = interval_set(
-        "s",
-        vec![
-            end(v4(0, 0, 0, 0)),
-            start(v4(10, 1, 0, 0)),
-            end(v4(10, 2, 0, 0)),
-            start(v4(10, 0, 0, 0)),
-            end(v4(11, 0, 0, 0)),
-            start(v4(11, 0, 0, 0)),
-            end(v4(12, 0, 0, 0)),
-            start(v4(192, 168, 0, 0)),
-            end(v4(192, 168, 1, 0)),
-        ],
-    );
+    let normalized = |name: &str, spec: &[&str]| {
+        diff::normalize_elements(&interval_set(name, ipv4_intervals(spec)))
+    };
     assert_eq!(
-        diff::normalize_elements(&s),
-        vec![
-            start(v4(10, 0, 0, 0)),
-            end(v4(12, 0, 0, 0)),
-            start(v4(192, 168, 0, 0)),
-            end(v4(192, 168, 1, 0)),
-        ]
+        normalized(
+            "s",
+            &[
+                "-0.0.0.0",
+                "10.1.0.0-10.2.0.0",
+                "10.0.0.0-11.0.0.0",
+                "11.0.0.0-12.0.0.0",
+                "192.168.0.0-192.168.1.0",
+            ]
+        ),
+        ipv4_intervals(&["10.0.0.0-12.0.0.0", "192.168.0.0-192.168.1.0"])
     );
     // A range to the top of the space has no END element.
-    let top = interval_set(
-        "t",
-        vec![
-            start(v4(200, 0, 0, 0)),
-            start(v4(0, 0, 0, 0)),
-            end(v4(1, 0, 0, 0)),
-        ],
-    );
     assert_eq!(
-        diff::normalize_elements(&top),
-        vec![
-            start(v4(0, 0, 0, 0)),
-            end(v4(1, 0, 0, 0)),
-            start(v4(200, 0, 0, 0))
-        ]
+        normalized("t", &["200.0.0.0-", "0.0.0.0-1.0.0.0"]),
+        ipv4_intervals(&["0.0.0.0-1.0.0.0", "200.0.0.0-"])
     );
 }
 
@@ -165,15 +171,7 @@ fn counters_and_handles_are_not_differences_and_empty_diff_sends_nothing() {
     assert!(diff::diff(&d, Some(&a), false).is_empty());
     let mut k = FakeNft::default();
     k.tables.insert((Family::Ip, "calico".into()), a);
-    let rep = reconcile::sync(
-        &mut k,
-        &[d],
-        &SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let rep = reconcile::sync(&mut k, &[d], &unowned()).unwrap();
     assert_eq!(rep.ops, 0);
     assert_eq!(k.commits, 0);
 }
@@ -571,13 +569,7 @@ proptest! {
 #[test]
 fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
     use felix_nft::nft::reconcile::Reconciler;
-    let mut r = Reconciler::new(
-        FakeNft::default(),
-        SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    );
+    let mut r = Reconciler::new(FakeNft::default(), unowned());
     let mut d = Table::new(Family::Ip, "calico");
     d.chains.insert("a".into(), Chain::regular("a"));
     r.apply(std::slice::from_ref(&d)).unwrap();
@@ -624,13 +616,7 @@ fn reconciler_trusts_its_believed_state_only_while_the_generation_is_its_own() {
 fn patches_are_diffed_only_where_they_touch_and_fall_back_to_a_read_when_untrusted() {
     use felix_nft::nft::model::TablePatch;
     use felix_nft::nft::reconcile::Reconciler;
-    let mut r = Reconciler::new(
-        FakeNft::default(),
-        SyncOptions {
-            ownership: TableOwnership::Off,
-            ..Default::default()
-        },
-    );
+    let mut r = Reconciler::new(FakeNft::default(), unowned());
     let key = (Family::Ip, "calico".to_owned());
     let mut first = TablePatch::new(Family::Ip, "calico");
     for n in ["a", "b", "c"] {

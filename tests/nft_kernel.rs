@@ -21,16 +21,11 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nft");
 
 /// Runs nft (test oracle) in the calling thread's network namespace.
 fn nft(args: &[&str]) -> String {
-    let out = Command::new("nft")
-        .args(args)
-        .output()
-        .expect("running nft");
-    assert!(
-        out.status.success(),
-        "nft {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(common::oracle_stdout(
+        Command::new("nft").args(args),
+        &format!("nft {args:?}"),
+    ))
+    .unwrap()
 }
 
 fn nft_status(args: &[&str]) -> (bool, String) {

@@ -5,6 +5,8 @@
 //! invalid state document changes nothing byte for byte (g), and `--dry-run` surfaces a kernel
 //! error while keeping nothing. `nft`, `ip` are oracles only.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -45,6 +47,15 @@ impl Ns {
         let mut argv = vec!["ip", "netns", "exec", self.name()];
         argv.extend_from_slice(args);
         sh(&argv)
+    }
+
+    /// A new namespace `name` with a workload veth pair per `(iface, peer)` of `veths`.
+    fn with_veths(name: &str, veths: &[(&str, &str)]) -> Ns {
+        let ns = Ns::new(name);
+        for (iface, peer) in veths {
+            ns.veth(iface, peer);
+        }
+        ns
     }
 
     /// A veth pair `name` ↔ `peer`, `peer` in the workload namespace, both up, so `name` is
@@ -104,16 +115,12 @@ impl Drop for Ns {
 }
 
 fn sh(argv: &[&str]) -> String {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{argv:?} failed (these tests need root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let what = format!("{argv:?} (these tests need root)");
+    String::from_utf8(common::oracle_stdout(
+        Command::new(argv[0]).args(&argv[1..]),
+        &what,
+    ))
+    .unwrap()
 }
 
 /// What one run of the binary said.
@@ -223,9 +230,7 @@ const GOOD: &str = r#"[
 /// A namespace with both workload interfaces of `GOOD`, and `GOOD` applied to it; returns the
 /// namespace and the document's path.
 fn ns_with_good_applied(name: &str) -> (Ns, PathBuf) {
-    let ns = Ns::new(name);
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
+    let ns = Ns::with_veths(name, &[("cali1a", "w1"), ("cali2b", "w2")]);
     let good = state_file(&format!("{name}-good"), GOOD);
     felix_nft(
         &["apply", good.to_str().unwrap(), "--netns", ns.name()],
@@ -246,9 +251,7 @@ const BAD: &str = r#"[
 
 #[test]
 fn apply_twice_is_a_no_op_the_second_time() {
-    let ns = Ns::new("twice");
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
+    let ns = Ns::with_veths("twice", &[("cali1a", "w1"), ("cali2b", "w2")]);
     let good = state_file("twice", GOOD);
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
     // Each batch sent is logged at debug.
@@ -298,9 +301,7 @@ fn apply_twice_is_a_no_op_the_second_time() {
 
 #[test]
 fn plan_lists_exactly_what_apply_changes() {
-    let ns = Ns::new("plan");
-    ns.veth("cali1a", "w1");
-    ns.veth("cali2b", "w2");
+    let ns = Ns::with_veths("plan", &[("cali1a", "w1"), ("cali2b", "w2")]);
     // Stale state of ours for apply to remove: a proto-80 route, a permanent neighbour on a
     // workload interface that no endpoint wants.
     ns.ip(&["route", "add", "10.99.0.1", "dev", "cali1a", "proto", "80"]);
@@ -368,8 +369,7 @@ fn plan_lists_exactly_what_apply_changes() {
 
 #[test]
 fn routes_of_a_missing_interface_are_parked_then_programmed() {
-    let ns = Ns::new("park");
-    ns.veth("cali1a", "w1");
+    let ns = Ns::with_veths("park", &[("cali1a", "w1")]);
     let good = state_file("park", GOOD);
     let args = ["apply", good.to_str().unwrap(), "--netns", ns.name()];
     let first = felix_nft(&args, &[]).ok();
@@ -397,8 +397,7 @@ fn routes_of_a_missing_interface_are_parked_then_programmed() {
 
 #[test]
 fn route_sync_disabled_skips_route_work() {
-    let ns = Ns::new("nosync");
-    ns.veth("cali1a", "w1");
+    let ns = Ns::with_veths("nosync", &[("cali1a", "w1")]);
     let good = state_file("nosync", GOOD);
     let run = felix_nft(
         &["apply", good.to_str().unwrap(), "--netns", ns.name()],
@@ -512,8 +511,7 @@ fn assert_rejected_listing_every_error(run: &Run) {
 
 #[test]
 fn an_invalid_document_changes_nothing() {
-    let ns = Ns::new("invalid");
-    ns.veth("cali1a", "w1");
+    let ns = Ns::with_veths("invalid", &[("cali1a", "w1")]);
     let bad = state_file("invalid-bad", BAD);
     let good = state_file("invalid-good", GOOD);
     for verb in ["apply", "plan"] {
@@ -659,8 +657,7 @@ fn a_bad_die_on_fail_value_exits_2_before_touching_anything() {
 
 #[test]
 fn dry_run_validates_in_the_kernel_and_keeps_nothing() {
-    let ns = Ns::new("dry");
-    ns.veth("cali1a", "w1");
+    let ns = Ns::with_veths("dry", &[("cali1a", "w1")]);
     let good = state_file("dry-good", GOOD);
     let dry_run = [
         "apply",

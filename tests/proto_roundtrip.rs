@@ -54,6 +54,36 @@ fn icmp_tc() -> impl Strategy<Value = IcmpTypeAndCode> {
     (any::<i32>(), any::<i32>()).prop_map(|(t, code)| IcmpTypeAndCode { r#type: t, code })
 }
 
+/// A rule's ICMP match (or its negation): none, a type alone, or a type and code.
+fn icmp<T: std::fmt::Debug>(
+    by_type: fn(i32) -> T,
+    by_type_code: fn(IcmpTypeAndCode) -> T,
+) -> impl Strategy<Value = Option<T>> {
+    option::of(prop_oneof![
+        any::<i32>().prop_map(by_type),
+        icmp_tc().prop_map(by_type_code),
+    ])
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    let rules = (vec(rule(), 0..3), vec(rule(), 0..3));
+    let flags = (any::<bool>(), any::<bool>());
+    let text = (s(), s(), strings(), s());
+    (rules, flags, text).prop_map(|((i, o), (untracked, pre_dnat), text)| {
+        let (namespace, original_selector, perf_hints, tier) = text;
+        Policy {
+            inbound_rules: i,
+            outbound_rules: o,
+            untracked,
+            pre_dnat,
+            namespace,
+            original_selector,
+            perf_hints,
+            tier,
+        }
+    })
+}
+
 fn sa_match() -> impl Strategy<Value = Option<ServiceAccountMatch>> {
     option::of(
         (s(), strings()).prop_map(|(selector, names)| ServiceAccountMatch { selector, names }),
@@ -80,10 +110,7 @@ fn rule() -> impl Strategy<Value = Rule> {
         strings(),
         ports(),
         strings(),
-        option::of(prop_oneof![
-            any::<i32>().prop_map(rule::Icmp::IcmpType),
-            icmp_tc().prop_map(rule::Icmp::IcmpTypeCode),
-        ]),
+        icmp(rule::Icmp::IcmpType, rule::Icmp::IcmpTypeCode),
         (strings(), strings(), strings()),
     );
     let negative = (
@@ -92,10 +119,7 @@ fn rule() -> impl Strategy<Value = Rule> {
         ports(),
         strings(),
         ports(),
-        option::of(prop_oneof![
-            any::<i32>().prop_map(rule::NotIcmp::NotIcmpType),
-            icmp_tc().prop_map(rule::NotIcmp::NotIcmpTypeCode),
-        ]),
+        icmp(rule::NotIcmp::NotIcmpType, rule::NotIcmp::NotIcmpTypeCode),
         (strings(), strings(), strings(), strings()),
     );
     let passthrough = (
@@ -302,44 +326,7 @@ fn to_payload() -> impl Strategy<Value = td::Payload> {
             })
         }),
         s().prop_map(|id| P::IpsetRemove(IpSetRemove { id })),
-        (
-            option::of(policy_id()),
-            option::of(
-                (
-                    rules(),
-                    rules(),
-                    any::<bool>(),
-                    any::<bool>(),
-                    s(),
-                    s(),
-                    strings(),
-                    s()
-                )
-                    .prop_map(
-                        |(
-                            i,
-                            o,
-                            untracked,
-                            pre_dnat,
-                            namespace,
-                            original_selector,
-                            perf_hints,
-                            tier,
-                        )| {
-                            Policy {
-                                inbound_rules: i,
-                                outbound_rules: o,
-                                untracked,
-                                pre_dnat,
-                                namespace,
-                                original_selector,
-                                perf_hints,
-                                tier,
-                            }
-                        }
-                    )
-            )
-        )
+        (option::of(policy_id()), option::of(policy()),)
             .prop_map(|(id, policy)| P::ActivePolicyUpdate(ActivePolicyUpdate { id, policy })),
         option::of(policy_id()).prop_map(|id| P::ActivePolicyRemove(ActivePolicyRemove { id })),
         (s(), rules(), rules()).prop_map(|(name, i, o)| {

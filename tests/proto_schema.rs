@@ -28,27 +28,36 @@ fn check(file: &str, schema: schemars::Schema) -> serde_json::Value {
     serde_json::from_str(&generated).unwrap()
 }
 
+/// Fails unless `object` has every one of `keys`.
+fn assert_has_keys(object: &serde_json::Map<String, serde_json::Value>, keys: &[&str]) {
+    for key in keys {
+        assert!(object.contains_key(*key), "no {key} in {:?}", object.keys());
+    }
+}
+
 #[test]
 fn message_schema_is_current() {
     let schema = check("message.schema.json", message_schema());
     // Every payload kind and the sequence number are described; unknown names are refused.
     let props = schema["properties"].as_object().unwrap();
     assert_eq!(props.len(), 38, "{:?}", props.keys().collect::<Vec<_>>());
-    for name in ["sequence_number", "ipset_update", "vtep_update", "in_sync"] {
-        assert!(props.contains_key(name), "{name}");
-    }
+    assert_has_keys(
+        props,
+        &["sequence_number", "ipset_update", "vtep_update", "in_sync"],
+    );
     assert_eq!(schema["additionalProperties"], false);
     let defs = schema["$defs"].as_object().unwrap();
     // Oneof members appear as fields of their message, as in proto3 JSON.
     let rule = defs["Rule"]["properties"].as_object().unwrap();
-    for name in [
-        "icmp_type",
-        "icmp_type_code",
-        "not_icmp_type",
-        "not_icmp_type_code",
-    ] {
-        assert!(rule.contains_key(name), "{name}");
-    }
+    assert_has_keys(
+        rule,
+        &[
+            "icmp_type",
+            "icmp_type_code",
+            "not_icmp_type",
+            "not_icmp_type_code",
+        ],
+    );
     // Enums by name or number; 64-bit integers as number or string.
     let t = serde_json::to_string(&defs["IpSetUpdate"]["properties"]["type"]).unwrap();
     assert!(t.contains("IP_AND_PORT") && t.contains("integer"), "{t}");

@@ -451,6 +451,20 @@ fn dangling_refs(tables: &[Table]) -> Vec<String> {
     out
 }
 
+/// Applies `ops` to `dp` in order.
+fn apply_all(dp: &mut Dataplane, ops: &[Op]) {
+    for op in ops {
+        apply(dp, op);
+    }
+}
+
+/// A dataplane without a side table after `ops`.
+fn dataplane_after(ops: &[Op]) -> Dataplane {
+    let mut dp = dataplane(0);
+    apply_all(&mut dp, ops);
+    dp
+}
+
 /// A dataplane whose side table holds at most `side` endpoints (0: no side table).
 fn dataplane(side: usize) -> Dataplane {
     let mut cfg = DataplaneConfig::default();
@@ -464,25 +478,42 @@ fn side_size() -> impl Strategy<Value = usize> {
     prop_oneof![Just(0usize), Just(2), Just(256)]
 }
 
+/// A run of updates: one to `max_ops` operations, applied so many at a time, on a dataplane
+/// with a side table of this size.
+fn runs(max_ops: usize) -> impl Strategy<Value = (Vec<Op>, usize, usize)> {
+    (
+        proptest::collection::vec(op(), 1..max_ops),
+        1usize..4,
+        side_size(),
+    )
+}
+
+/// Applies `ops` to `dp` `batch` at a time (the loop records several updates before one
+/// apply) and calls `after` after each batch.
+fn in_batches(
+    dp: &mut Dataplane,
+    ops: &[Op],
+    batch: usize,
+    mut after: impl FnMut(&mut Dataplane) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    for chunk in ops.chunks(batch) {
+        for op in chunk {
+            apply(dp, op);
+        }
+        after(dp)?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn incremental_equals_full_render_after_every_step(
-        ops in proptest::collection::vec(op(), 1..40),
-        batch in 1usize..4,
-        side in side_size(),
-    ) {
+    fn incremental_equals_full_render_after_every_step((ops, batch, side) in runs(40)) {
         let mut dp = dataplane(side);
         let mut store = Vec::new();
         check(&mut dp, &mut store)?;
-        // Several updates may be recorded before one apply (the loop batches them).
-        for chunk in ops.chunks(batch) {
-            for op in chunk {
-                apply(&mut dp, op);
-            }
-            check(&mut dp, &mut store)?;
-        }
+        in_batches(&mut dp, &ops, batch, |dp| check(dp, &mut store))?;
         // Nothing changed: nothing to patch.
         prop_assert!(dp.tables_patch().is_empty());
     }
@@ -490,22 +521,11 @@ proptest! {
 
 #[test]
 fn a_member_delta_patches_only_its_set() {
-    let mut dp = dataplane(0);
-    for op in [
+    let mut dp = dataplane_after(&[
         Op::Policy(0, 2),
         Op::IpSet(0, 0b11),
-        Op::Wep {
-            id: 0,
-            iface: 0,
-            active: true,
-            ing: 1,
-            eg: 1,
-            prof: 1,
-            spoof: false,
-        },
-    ] {
-        apply(&mut dp, &op);
-    }
+        wep_with_profile(0, 1, 1, 1),
+    ]);
     let first = dp.tables_patch();
     assert!(first.iter().map(|p| p.chains.len()).sum::<usize>() > 20);
     // Adds 192.168.0.1 and fd00::1, removes 10.0.0.1: both families change.
@@ -543,18 +563,7 @@ fn a_member_delta_patches_only_its_set() {
         "{p:?}"
     );
     // An endpoint whose policy list is unchanged re-renders its own chains and the base only.
-    apply(
-        &mut dp,
-        &Op::Wep {
-            id: 1,
-            iface: 1,
-            active: true,
-            ing: 1,
-            eg: 1,
-            prof: 1,
-            spoof: false,
-        },
-    );
+    apply(&mut dp, &wep_with_profile(1, 1, 1, 1));
     let p = dp.tables_patch();
     for t in &p {
         assert!(
@@ -584,11 +593,7 @@ proptest! {
     /// for a missing set): each batch of patches commits, and the kernel then holds exactly
     /// the full render — while the reconciler only ever diffed what the patches named.
     #[test]
-    fn patches_through_the_reconciler_converge_the_kernel(
-        ops in proptest::collection::vec(op(), 1..30),
-        batch in 1usize..4,
-        side in side_size(),
-    ) {
+    fn patches_through_the_reconciler_converge_the_kernel((ops, batch, side) in runs(30)) {
         use felix_nft::nft::diff::canonical_table;
         use felix_nft::nft::reconcile::{FakeNft, TableOwnership, Reconciler, SyncOptions};
         let mut dp = dataplane(side);
@@ -597,31 +602,35 @@ proptest! {
             SyncOptions { ownership: TableOwnership::Off, ..SyncOptions::default() },
         );
         rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        for chunk in ops.chunks(batch) {
-            for op in chunk {
-                apply(&mut dp, op);
-            }
+        in_batches(&mut dp, &ops, batch, |dp| {
             rec.apply_patches(dp.tables_patch()).map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
-            let want = oracle(&dp);
+            let want = oracle(dp);
             for w in &want {
                 let got = &rec.kernel.tables[&(w.family, w.name.clone())];
                 let (g, w) = (canonical_table(got), canonical_table(w));
                 prop_assert!(g == w, "kernel differs: {:#?}", differences(std::slice::from_ref(&g), std::slice::from_ref(&w)));
             }
-        }
+            Ok(())
+        })?;
         let tables = if side > 0 { 4 } else { 2 };
         prop_assert_eq!(rec.kernel.reads, tables, "one read at the start (one per table), none after");
     }
 }
 
 fn wep(id: u8, ing: u8, eg: u8) -> Op {
+    wep_with_profile(id, ing, eg, 0)
+}
+
+/// An active endpoint `id` on interface `id` with ingress, egress and profile variants `ing`,
+/// `eg` and `prof`.
+fn wep_with_profile(id: u8, ing: u8, eg: u8, prof: u8) -> Op {
     Op::Wep {
         id,
         iface: id,
         active: true,
         ing,
         eg,
-        prof: 0,
+        prof,
         spoof: false,
     }
 }
@@ -670,18 +679,19 @@ fn main_only_loses_objects_until_a_merge_brings_them_back() {
     let is_main = |p: &&TablePatch| p.name == felix_nft::OWNER;
     let is_side = |p: &&TablePatch| p.name == felix_nft::SIDE_TABLE;
     // Policy 0 (variant 2) uses IP sets s:0 and s:1; three endpoints use it or policy 1.
-    for op in [
-        Op::IpSet(0, 0b11),
-        Op::IpSet(1, 0b100),
-        Op::IpSet(2, 0b1),
-        Op::Policy(0, 2),
-        Op::Policy(1, 0),
-        wep(0, 0b01, 0b10),
-        wep(1, 0b01, 0b01),
-        wep(2, 0b10, 0b10),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::IpSet(0, 0b11),
+            Op::IpSet(1, 0b100),
+            Op::IpSet(2, 0b1),
+            Op::Policy(0, 2),
+            Op::Policy(1, 0),
+            wep(0, 0b01, 0b10),
+            wep(1, 0b01, 0b01),
+            wep(2, 0b10, 0b10),
+        ],
+    );
     check(&mut dp, &mut store).unwrap();
     assert!(!dp.side_pending());
 
@@ -790,14 +800,15 @@ fn an_endpoint_whose_sets_outweigh_main_goes_to_main() {
             r#type: IpSetType::Ip as i32,
         };
         dp.on_update(&msg(Payload::IpsetUpdate(big))).unwrap();
-        for op in [
-            Op::IpSet(1, 0b100),
-            Op::Policy(0, 2),
-            wep(0, 0b01, 0),
-            wep(1, 0b01, 0),
-        ] {
-            apply(&mut dp, &op);
-        }
+        apply_all(
+            &mut dp,
+            &[
+                Op::IpSet(1, 0b100),
+                Op::Policy(0, 2),
+                wep(0, 0b01, 0),
+                wep(1, 0b01, 0),
+            ],
+        );
         check(&mut dp, &mut store).unwrap();
 
         apply(&mut dp, &wep(2, 0b01, 0));
@@ -837,14 +848,15 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
         r#type: IpSetType::Ip as i32,
     })))
     .unwrap();
-    for op in [
-        Op::IpSet(1, 0b1),
-        Op::Policy(0, 2),
-        Op::Policy(1, 0),
-        wep(0, 0b01, 0),
-    ] {
-        apply(&mut dp, &op);
-    }
+    apply_all(
+        &mut dp,
+        &[
+            Op::IpSet(1, 0b1),
+            Op::Policy(0, 2),
+            Op::Policy(1, 0),
+            wep(0, 0b01, 0),
+        ],
+    );
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0));
     check(&mut dp, &mut store).unwrap();
@@ -863,11 +875,8 @@ fn an_endpoint_that_would_copy_big_sets_goes_to_main() {
 /// moves only that endpoint to another chain, and a chain nobody uses any more goes.
 #[test]
 fn endpoints_with_the_same_policies_share_one_chain() {
-    let mut dp = dataplane(0);
+    let mut dp = dataplane_after(&[Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)]);
     let mut store = Vec::new();
-    for op in [Op::Policy(0, 2), Op::Policy(1, 0), wep(0, 0b01, 0b10)] {
-        apply(&mut dp, &op);
-    }
     check(&mut dp, &mut store).unwrap();
     apply(&mut dp, &wep(1, 0b01, 0b10));
     check(&mut dp, &mut store).unwrap();
@@ -986,25 +995,14 @@ fn main_table<'t>(tables: &'t [Table], family: &str) -> &'t Table {
 
 #[test]
 fn a_set_gaining_its_first_member_of_a_family_brings_its_rules_into_that_family() {
-    let mut dp = dataplane(0);
     // pol-0 inbound: allow from s:0 unless to s:1. s:0 holds IPv4 addresses only, s:1 nothing.
     // The sets come first: a policy naming a set Felix has not sent is refused.
-    for op in [
+    let mut dp = dataplane_after(&[
         Op::IpSet(0, 0b11),
         Op::IpSet(1, 0),
         Op::Policy(0, 2),
-        Op::Wep {
-            id: 0,
-            iface: 0,
-            active: true,
-            ing: 1,
-            eg: 0,
-            prof: 0,
-            spoof: false,
-        },
-    ] {
-        apply(&mut dp, &op);
-    }
+        wep(0, 1, 0),
+    ]);
     let mut store = Vec::new();
     check(&mut dp, &mut store).unwrap();
     let has = |rules: &[String], set: &str| rules.iter().any(|r| r.contains(set));

@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use felix_nft::nft::model::{set_flags, Family};
 use felix_nft::proto::types::{
-    protocol::NumberOrName, IpSetType, Policy, PolicyId, PortRange, Profile, Protocol, Rule,
-    TierInfo, WorkloadEndpoint, WorkloadEndpointId,
+    protocol::NumberOrName, IpSetType, Policy, PolicyId, PortRange, Protocol, Rule, TierInfo,
+    WorkloadEndpoint, WorkloadEndpointId,
 };
 use felix_nft::rules::{render, render_nft, Members, Model, RulesConfig};
 
@@ -69,13 +69,8 @@ fn model(endpoints: usize) -> Model {
             },
         );
     }
-    m.profiles.insert(
-        "kns.ns".into(),
-        Profile {
-            inbound_rules: vec![Rule::default()],
-            outbound_rules: vec![Rule::default()],
-        },
-    );
+    m.profiles
+        .insert("kns.ns".into(), common::allow_all_profile());
     for e in 0..endpoints {
         let ids: Vec<PolicyId> = (0..3)
             .map(|k| PolicyId {

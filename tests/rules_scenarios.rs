@@ -80,16 +80,28 @@ fn workload(iface: &str, v4: &[&str], v6: &[&str]) -> WorkloadEndpoint {
     }
 }
 
+/// A rule with `action` alone: it applies to every packet.
+fn bare(action: &str) -> Rule {
+    Rule {
+        action: action.into(),
+        ..Default::default()
+    }
+}
+
+/// Allows `protocol` traffic to the port ranges `dst`.
+fn allow_to(protocol: &str, dst: &[(i32, i32)]) -> Rule {
+    Rule {
+        action: "allow".into(),
+        protocol: proto(protocol),
+        dst_ports: ports(dst),
+        ..Default::default()
+    }
+}
+
 fn allow_all_profile() -> Profile {
     Profile {
-        inbound_rules: vec![Rule {
-            action: "allow".into(),
-            ..Default::default()
-        }],
-        outbound_rules: vec![Rule {
-            action: "allow".into(),
-            ..Default::default()
-        }],
+        inbound_rules: vec![bare("allow")],
+        outbound_rules: vec![bare("allow")],
     }
 }
 
@@ -110,12 +122,7 @@ fn worked_example() -> Model {
     m.policies.insert(
         gnp("allow-tcp-80"),
         Policy {
-            inbound_rules: vec![Rule {
-                action: "allow".into(),
-                protocol: proto("tcp"),
-                dst_ports: ports(&[(80, 80)]),
-                ..Default::default()
-            }],
+            inbound_rules: vec![allow_to("tcp", &[(80, 80)])],
             tier: "default".into(),
             ..Default::default()
         },
@@ -164,15 +171,9 @@ fn two_tiers() -> Model {
                     src_net: strings(&["192.0.2.0/24"]),
                     ..Default::default()
                 },
-                Rule {
-                    action: "pass".into(),
-                    ..Default::default()
-                },
+                bare("pass"),
             ],
-            outbound_rules: vec![Rule {
-                action: "next-tier".into(),
-                ..Default::default()
-            }],
+            outbound_rules: vec![bare("next-tier")],
             tier: "security".into(),
             ..Default::default()
         },
@@ -180,26 +181,15 @@ fn two_tiers() -> Model {
     m.policies.insert(
         staged,
         Policy {
-            inbound_rules: vec![Rule {
-                action: "deny".into(),
-                ..Default::default()
-            }],
+            inbound_rules: vec![bare("deny")],
             ..Default::default()
         },
     );
     m.policies.insert(
         knp("default", "allow-web"),
         Policy {
-            inbound_rules: vec![Rule {
-                action: "allow".into(),
-                protocol: proto("tcp"),
-                dst_ports: ports(&[(80, 80), (443, 443)]),
-                ..Default::default()
-            }],
-            outbound_rules: vec![Rule {
-                action: "allow".into(),
-                ..Default::default()
-            }],
+            inbound_rules: vec![allow_to("tcp", &[(80, 80), (443, 443)])],
+            outbound_rules: vec![bare("allow")],
             tier: "default".into(),
             ..Default::default()
         },
@@ -242,26 +232,17 @@ fn host_endpoint() -> Model {
             ..Default::default()
         },
     );
-    let allow = |p: &str, port: i32| Rule {
-        action: "allow".into(),
-        protocol: proto(p),
-        dst_ports: ports(&[(port, port)]),
-        ..Default::default()
-    };
     m.policies.insert(
         gnp("host-ssh"),
         Policy {
-            inbound_rules: vec![allow("tcp", 22)],
+            inbound_rules: vec![allow_to("tcp", &[(22, 22)])],
             ..Default::default()
         },
     );
     m.policies.insert(
         gnp("host-out"),
         Policy {
-            outbound_rules: vec![Rule {
-                action: "allow".into(),
-                ..Default::default()
-            }],
+            outbound_rules: vec![bare("allow")],
             ..Default::default()
         },
     );
@@ -288,7 +269,7 @@ fn host_endpoint() -> Model {
                 src_ports: ports(&[(53, 53)]),
                 ..Default::default()
             }],
-            outbound_rules: vec![allow("udp", 53)],
+            outbound_rules: vec![allow_to("udp", &[(53, 53)])],
             untracked: true,
             ..Default::default()
         },
@@ -579,10 +560,7 @@ fn ipv6() -> Model {
                     ..Default::default()
                 },
             ],
-            outbound_rules: vec![Rule {
-                action: "allow".into(),
-                ..Default::default()
-            }],
+            outbound_rules: vec![bare("allow")],
             ..Default::default()
         },
     );
@@ -612,44 +590,26 @@ fn scenarios() -> BTreeMap<&'static str, Model> {
     ])
 }
 
-#[test]
-fn snapshot_worked_example() {
-    insta::assert_snapshot!(render_nft(&worked_example()).unwrap());
+/// One test per scenario, `NAME: SCENARIO`: its rendered ruleset matches the snapshot named after
+/// the test.
+macro_rules! snapshot_tests {
+    ($($name:ident: $scenario:ident,)*) => {$(
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(render_nft(&$scenario()).unwrap());
+        }
+    )*};
 }
 
-#[test]
-fn snapshot_two_tiers() {
-    insta::assert_snapshot!(render_nft(&two_tiers()).unwrap());
-}
-
-#[test]
-fn snapshot_host_endpoint() {
-    insta::assert_snapshot!(render_nft(&host_endpoint()).unwrap());
-}
-
-#[test]
-fn snapshot_nat_outgoing() {
-    insta::assert_snapshot!(render_nft(&nat_outgoing()).unwrap());
-}
-
-#[test]
-fn snapshot_floating_ips() {
-    insta::assert_snapshot!(render_nft(&floating_ips()).unwrap());
-}
-
-#[test]
-fn snapshot_every_match() {
-    insta::assert_snapshot!(render_nft(&every_match()).unwrap());
-}
-
-#[test]
-fn snapshot_admin_down() {
-    insta::assert_snapshot!(render_nft(&admin_down()).unwrap());
-}
-
-#[test]
-fn snapshot_ipv6() {
-    insta::assert_snapshot!(render_nft(&ipv6()).unwrap());
+snapshot_tests! {
+    snapshot_worked_example: worked_example,
+    snapshot_two_tiers: two_tiers,
+    snapshot_host_endpoint: host_endpoint,
+    snapshot_nat_outgoing: nat_outgoing,
+    snapshot_floating_ips: floating_ips,
+    snapshot_every_match: every_match,
+    snapshot_admin_down: admin_down,
+    snapshot_ipv6: ipv6,
 }
 
 /// What the kernel holds, read with `nft -j` (a test-only oracle): per chain, the rule comments
@@ -696,6 +656,19 @@ fn our_view(t: &Table) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
     (chains, t.sets.keys().cloned().collect())
 }
 
+/// Writes `text` to a file and loads it with `nft -f` (installed for tests) in the calling
+/// thread's network namespace.
+fn nft_load(text: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ruleset.nft");
+    std::fs::write(&path, text).expect("writing ruleset");
+    Command::new("nft")
+        .arg("-f")
+        .arg(&path)
+        .output()
+        .expect("running nft -f")
+}
+
 /// Every scenario's text is accepted by the kernel (`nft -f` in a private netns), and what the
 /// kernel then holds has exactly our chains, rules (by identity comment, in order) and sets.
 #[test]
@@ -704,14 +677,7 @@ fn kernel_accepts_every_scenario() {
         let text = render_nft(&model).unwrap();
         let tables = render(&model).unwrap();
         let result = common::in_private_netns(move || {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("ruleset.nft");
-            std::fs::write(&path, &text).expect("writing ruleset");
-            let load = Command::new("nft")
-                .arg("-f")
-                .arg(&path)
-                .output()
-                .expect("running nft (installed for tests)");
+            let load = nft_load(&text);
             let mut views = Vec::new();
             for t in &tables {
                 let out = Command::new("nft")
@@ -920,28 +886,20 @@ fn every_scenario_commits_through_our_codec_and_reads_back_unchanged() {
             sync(&mut nft, &tables, &opts).expect("committing the rendered tables");
             let (_, plans) = plan(&mut nft, &tables, false).expect("reading back");
             let leftover: usize = plans.iter().map(|p| p.ops.len()).sum();
-            let list = || {
-                let out = Command::new("nft")
-                    .args(["-s", "list", "ruleset"])
-                    .output()
-                    .expect("running nft");
-                String::from_utf8_lossy(&out.stdout).to_string()
+            let nft_oracle = |args: &[&str]| {
+                let out =
+                    common::oracle_stdout(Command::new("nft").args(args), &format!("nft {args:?}"));
+                String::from_utf8_lossy(&out).into_owned()
             };
+            let list = || nft_oracle(&["-s", "list", "ruleset"]);
             let ours = list();
-            let flush = Command::new("nft")
-                .args(["flush", "ruleset"])
-                .status()
-                .expect("running nft");
-            assert!(flush.success());
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("ruleset.nft");
-            std::fs::write(&path, &text).expect("writing ruleset");
-            let load = Command::new("nft")
-                .arg("-f")
-                .arg(&path)
-                .status()
-                .expect("running nft -f");
-            assert!(load.success());
+            nft_oracle(&["flush", "ruleset"]);
+            let load = nft_load(&text);
+            assert!(
+                load.status.success(),
+                "nft -f: {}",
+                String::from_utf8_lossy(&load.stderr)
+            );
             (ours, leftover, list())
         });
         assert_eq!(

@@ -32,6 +32,16 @@ fn strings(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// A rule with `action`, then changed by `set`.
+fn rule(action: &str, set: impl FnOnce(&mut Rule)) -> Rule {
+    let mut r = Rule {
+        action: action.into(),
+        ..Default::default()
+    };
+    set(&mut r);
+    r
+}
+
 fn tcp() -> Option<Protocol> {
     Some(Protocol {
         number_or_name: Some(NumberOrName::Name("tcp".into())),
@@ -108,20 +118,24 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
     // Decision (§9.2, §23.9): `notICMP {type 8, code 0}` excludes exactly echo-request code 0,
     // like iptables' `! --icmp-type 8/0`; it does NOT exclude every type-8 or every code-0
     // packet. One 16-bit compare of type and code together says that.
-    let pc = inbound(
-        Family::Ip,
-        vec![Rule {
-            action: "allow".into(),
-            protocol: Some(Protocol {
-                number_or_name: Some(NumberOrName::Name("icmp".into())),
-            }),
-            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
-                r#type: 8,
-                code: 0,
-            })),
-            ..Default::default()
-        }],
-    );
+    // Allow `proto` unless it is ICMP type `ty` with code 0.
+    let allow_unless_code_0 = |family, proto: &str, ty| {
+        inbound(
+            family,
+            vec![Rule {
+                action: "allow".into(),
+                protocol: Some(Protocol {
+                    number_or_name: Some(NumberOrName::Name(proto.into())),
+                }),
+                not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
+                    r#type: ty,
+                    code: 0,
+                })),
+                ..Default::default()
+            }],
+        )
+    };
+    let pc = allow_unless_code_0(Family::Ip, "icmp", 8);
     let t = texts(&pc);
     assert!(
         t[0].starts_with("meta l4proto icmp @th,0,16 != 0x0800 "),
@@ -131,20 +145,7 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
     assert!(exprs.iter().any(|e| matches!(e,
         Expr::Cmp { op: felix_nft::nft::model::CmpOp::Neq, data, .. } if data == &vec![8, 0])));
     // In the IPv6 table the same field is ICMPv6's.
-    let pc = inbound(
-        Family::Ip6,
-        vec![Rule {
-            action: "allow".into(),
-            protocol: Some(Protocol {
-                number_or_name: Some(NumberOrName::Name("icmpv6".into())),
-            }),
-            not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
-                r#type: 128,
-                code: 0,
-            })),
-            ..Default::default()
-        }],
-    );
+    let pc = allow_unless_code_0(Family::Ip6, "icmpv6", 128);
     assert!(texts(&pc)[0].starts_with("meta l4proto ipv6-icmp @th,0,16 != 0x8000 "));
 }
 
@@ -152,35 +153,17 @@ fn negated_icmp_type_and_code_is_not_the_pair() {
 fn mixed_family_rules_are_filtered_per_family() {
     let rules = vec![
         // Both families: each keeps its own CIDRs.
-        Rule {
-            action: "allow".into(),
-            src_net: strings(&["10.0.0.0/8", "fd00::/8"]),
-            ..Default::default()
-        },
+        rule("allow", |r| {
+            r.src_net = strings(&["10.0.0.0/8", "fd00::/8"])
+        }),
         // Only v6 nets: skipped in the v4 table.
-        Rule {
-            action: "deny".into(),
-            dst_net: strings(&["fd00:1::/64"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.dst_net = strings(&["fd00:1::/64"])),
         // A negated list with only the other family's nets also skips the rule (§9.1).
-        Rule {
-            action: "deny".into(),
-            not_dst_net: strings(&["fd00:2::/64"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.not_dst_net = strings(&["fd00:2::/64"])),
         // A negated catch-all can never match: skipped.
-        Rule {
-            action: "deny".into(),
-            not_src_net: strings(&["0.0.0.0/0"]),
-            ..Default::default()
-        },
+        rule("deny", |r| r.not_src_net = strings(&["0.0.0.0/0"])),
         // ip_version pins the family.
-        Rule {
-            action: "deny".into(),
-            ip_version: 6,
-            ..Default::default()
-        },
+        rule("deny", |r| r.ip_version = 6),
     ];
     let v4 = texts(&inbound(Family::Ip, rules.clone()));
     assert_eq!(

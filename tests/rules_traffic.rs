@@ -20,22 +20,19 @@ use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
 use felix_nft::proto::types::{
-    protocol::NumberOrName, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo,
+    protocol::NumberOrName, Policy, PolicyId, PortRange, Protocol, Rule, TierInfo,
     WorkloadEndpoint, WorkloadEndpointId,
 };
 use felix_nft::rules::{render_nft, render_text_placed, Model, RulesConfig};
 
 /// Runs a command (in the calling thread's namespace) and fails the test if it fails.
 fn run(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::oracle_stdout(Command::new(args[0]).args(&args[1..]), &format!("{args:?}"));
+}
+
+/// Runs a command line (words split on white space) like [`run`].
+fn sh(line: &str) {
+    run(&line.split_whitespace().collect::<Vec<_>>());
 }
 
 /// A workload namespace held by an `unshare -n sleep` child; killed on drop (also on panic).
@@ -75,75 +72,30 @@ impl Pod {
         NetNs::open(&format!("/proc/{}/ns/net", self.pid())).expect("opening pod netns")
     }
 
-    /// Runs a command inside the pod's namespace.
-    fn run(&self, args: &[&str]) {
-        let pid = self.pid().to_string();
-        let mut full = vec!["nsenter", "-t", &pid, "-n"];
-        full.extend_from_slice(args);
-        run(&full);
+    /// Runs a command line (words split on white space) inside the pod's namespace.
+    fn sh(&self, line: &str) {
+        sh(&format!("nsenter -t {} -n {line}", self.pid()));
     }
 
     /// Wires the pod like a CNI plugin: host side `iface` (MAC ee:…), pod side `eth0` with `ip`
     /// /32, default route via 169.254.1.1, static neighbours both ways, host route to `ip`.
     fn wire(&self, iface: &str, ip: &str, pod_mac: &str) {
-        let pid = self.pid().to_string();
-        run(&[
-            "ip",
-            "link",
-            "add",
-            iface,
-            "address",
-            "ee:ee:ee:ee:ee:ee",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "address",
-            pod_mac,
-            "netns",
-            &pid,
-        ]);
-        run(&["ip", "link", "set", iface, "up"]);
-        run(&["ip", "route", "add", &format!("{ip}/32"), "dev", iface]);
-        run(&[
-            "ip",
-            "neigh",
-            "replace",
-            ip,
-            "lladdr",
-            pod_mac,
-            "dev",
-            iface,
-            "nud",
-            "permanent",
-        ]);
-        self.run(&["ip", "link", "set", "lo", "up"]);
-        self.run(&["ip", "link", "set", "eth0", "up"]);
-        self.run(&["ip", "addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
-        self.run(&["ip", "route", "add", "169.254.1.1", "dev", "eth0"]);
-        self.run(&[
-            "ip",
-            "route",
-            "add",
-            "default",
-            "via",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-        ]);
-        self.run(&[
-            "ip",
-            "neigh",
-            "replace",
-            "169.254.1.1",
-            "lladdr",
-            "ee:ee:ee:ee:ee:ee",
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ]);
+        let pid = self.pid();
+        sh(&format!(
+            "ip link add {iface} address ee:ee:ee:ee:ee:ee type veth \
+             peer name eth0 address {pod_mac} netns {pid}"
+        ));
+        sh(&format!("ip link set {iface} up"));
+        sh(&format!("ip route add {ip}/32 dev {iface}"));
+        sh(&format!(
+            "ip neigh replace {ip} lladdr {pod_mac} dev {iface} nud permanent"
+        ));
+        self.sh("ip link set lo up");
+        self.sh("ip link set eth0 up");
+        self.sh(&format!("ip addr add {ip}/32 dev eth0"));
+        self.sh("ip route add 169.254.1.1 dev eth0");
+        self.sh("ip route add default via 169.254.1.1 dev eth0");
+        self.sh("ip neigh replace 169.254.1.1 lladdr ee:ee:ee:ee:ee:ee dev eth0 nud permanent");
     }
 }
 
@@ -188,13 +140,8 @@ fn model() -> Model {
             ..Default::default()
         },
     );
-    m.profiles.insert(
-        "kns.default".into(),
-        Profile {
-            inbound_rules: vec![Rule::default()],
-            outbound_rules: vec![Rule::default()],
-        },
-    );
+    m.profiles
+        .insert("kns.default".into(), common::allow_all_profile());
     for (name, ip, tiers) in [
         (
             "cali-a",

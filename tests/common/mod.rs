@@ -70,3 +70,33 @@ pub fn ip_json_array(out: &str) -> Vec<serde_json::Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// Runs `cmd`, a test oracle (`ip`, `nft`, the agent's own CLI), and returns its stdout; panics
+/// naming `what` with its stderr when it cannot start or fails.
+pub fn oracle_stdout(cmd: &mut std::process::Command, what: &str) -> Vec<u8> {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {what} (test oracle): {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Asserts that `text` contains every one of `needles`, showing `text` when one is missing.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
+
+/// A profile with one rule each way that matches every packet (no action is allow).
+pub fn allow_all_profile() -> felix_nft::proto::types::Profile {
+    use felix_nft::proto::types::{Profile, Rule};
+    Profile {
+        inbound_rules: vec![Rule::default()],
+        outbound_rules: vec![Rule::default()],
+    }
+}

@@ -12,7 +12,9 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
-use felix_nft::testbed::probe::{run_matrix, Flow, MatrixReport, Proto, Verdict};
+use felix_nft::testbed::probe::{
+    run_matrix, Flow, MatrixReport, Proto, TcpServer, UdpEchoServer, Verdict,
+};
 use felix_nft::testbed::topology::{ExternalSpec, Topology, TopologySpec, Workload, WorkloadSpec};
 use serde_json::{json, Value};
 
@@ -23,7 +25,7 @@ pub const STEP_DEADLINE: Duration = Duration::from_secs(20);
 
 #[path = "../common/mod.rs"]
 mod common;
-pub use common::{block_on, require_root};
+pub use common::{block_on, oracle_stdout, require_root};
 
 /// Builds a topology or panics with the error chain.
 pub fn build(spec: TopologySpec) -> Topology {
@@ -33,22 +35,71 @@ pub fn build(spec: TopologySpec) -> Topology {
     }
 }
 
-/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs`, and an external namespace as the
-/// host's default route with no routes to the workloads (a real node has one, and proxy ARP
-/// answers for 169.254.1.1 only when the host routes that address elsewhere).
-pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
+/// An external namespace as the host's default route, IPv4 only, with no routes to the
+/// workloads (a real node has one, and proxy ARP answers for 169.254.1.1 only when the host
+/// routes that address elsewhere).
+pub const UPSTREAM_V4: ExternalSpec = ExternalSpec {
+    routes_to_workloads: false,
+    ipv6: false,
+};
+
+/// A bed named after `prefix` of `workloads` and the `external` namespace.
+pub fn bed(prefix: &str, workloads: Vec<WorkloadSpec>, external: ExternalSpec) -> Topology {
     build(TopologySpec {
         prefix: prefix.into(),
-        workloads: vec![
-            WorkloadSpec::v4("a", a),
-            WorkloadSpec::v4("b", b),
-            WorkloadSpec::v4("c", c),
-        ],
-        external: Some(ExternalSpec {
-            routes_to_workloads: false,
-            ipv6: false,
-        }),
+        workloads,
+        external: Some(external),
     })
+}
+
+/// A bed of three IPv4 workloads `a`, `b` and `c` at `addrs` behind [`UPSTREAM_V4`].
+pub fn three_v4_workloads(prefix: &str, [a, b, c]: [Ipv4Addr; 3]) -> Topology {
+    let workloads = vec![
+        WorkloadSpec::v4("a", a),
+        WorkloadSpec::v4("b", b),
+        WorkloadSpec::v4("c", c),
+    ];
+    bed(prefix, workloads, UPSTREAM_V4)
+}
+
+/// Servers in every workload of a bed, listening until dropped.
+pub struct Servers {
+    _tcp: Vec<TcpServer>,
+    _udp: Vec<UdpEchoServer>,
+}
+
+/// Starts a TCP server on each of `tcp` and a UDP echo server on each of `udp` in every workload
+/// of `topo`.
+pub fn serve(topo: &Topology, tcp: &[u16], udp: &[u16]) -> Servers {
+    let mut servers = Servers {
+        _tcp: Vec::new(),
+        _udp: Vec::new(),
+    };
+    for w in topo.workloads() {
+        for &port in tcp {
+            servers._tcp.push(TcpServer::start(w.ns(), port).unwrap());
+        }
+        for &port in udp {
+            servers
+                ._udp
+                .push(UdpEchoServer::start(w.ns(), port).unwrap());
+        }
+    }
+    servers
+}
+
+/// The opening of most scenarios, as root: [`three_v4_workloads`], `servers` started in it, then
+/// an agent with the default options.
+pub fn three_v4_with_agent<S>(
+    prefix: &str,
+    addrs: [Ipv4Addr; 3],
+    servers: impl FnOnce(&Topology) -> S,
+) -> (Topology, S, Agent) {
+    require_root();
+    let topo = three_v4_workloads(prefix, addrs);
+    let servers = servers(&topo);
+    let agent = Agent::start(&topo, AgentOptions::default());
+    (topo, servers, agent)
 }
 
 /// The workloads `a`, `b` and `c` of [`three_v4_workloads`].
@@ -160,6 +211,16 @@ impl Agent {
         }
     }
 
+    /// Sends the allow-all profile, each of `workloads` as an endpoint with that profile and no
+    /// tiers, and InSync: the opening of a scenario where every flow passes.
+    pub fn send_allow_all(&mut self, workloads: &[&Workload]) {
+        self.send(&allow_all_profile());
+        for w in workloads {
+            self.send(&wep(w, &["allow-all"], json!([])));
+        }
+        self.send(&in_sync());
+    }
+
     /// What the daemon has logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
@@ -201,14 +262,14 @@ impl Agent {
         }
     }
 
-    /// Stops the daemon the way an operator does: SIGTERM (or end of stdin under strace); waits
-    /// and returns its exit status and log.
     /// Stops the agent and checks that it exited cleanly.
     pub fn stop_cleanly(self) {
         let (status, log) = self.stop();
         assert!(status.success(), "felix-nft exited with {status}:\n{log}");
     }
 
+    /// Stops the daemon the way an operator does: SIGTERM (or end of stdin under strace); waits
+    /// and returns its exit status and log.
     pub fn stop(mut self) -> (ExitStatus, String) {
         self.stdin = None;
         let mut child = self.child.take().expect("agent child");
@@ -321,6 +382,11 @@ pub fn policy(tier: &str, name: &str, inbound: Value, outbound: Value) -> Value 
         "policy": {"tier": tier, "inbound_rules": inbound, "outbound_rules": outbound}}})
 }
 
+/// A policy in tier `default` with `inbound` rules and no outbound ones.
+pub fn ingress_policy(name: &str, inbound: Value) -> Value {
+    policy("default", name, inbound, json!([]))
+}
+
 /// One tier of an endpoint: `(name, ingress policy names, egress policy names, default action)`.
 pub fn tier(name: &str, ingress: &[&str], egress: &[&str], default_action: &str) -> Value {
     let ids = |v: &[&str]| -> Vec<Value> {
@@ -348,6 +414,16 @@ pub fn wep_with(w: &Workload, state: &str, profiles: &[&str], tiers: Value, extr
 /// An active workload endpoint with profiles and tiers.
 pub fn wep(w: &Workload, profiles: &[&str], tiers: Value) -> Value {
     wep_with(w, "active", profiles, tiers, json!({}))
+}
+
+/// `w` with the allow-all profile behind tier `default` of the ingress policies `ingress`
+/// (default action Deny, no egress policies).
+pub fn wep_ingress(w: &Workload, ingress: &[&str]) -> Value {
+    wep(
+        w,
+        &["allow-all"],
+        json!([tier("default", ingress, &[], "Deny")]),
+    )
 }
 
 /// `WorkloadEndpointRemove` for a bed workload.
@@ -405,16 +481,7 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
 /// Runs `ip ARGS` (a test oracle; `ip netns exec …` for `nft`) and returns its stdout; panics
 /// naming `what` with its stderr when it fails.
 fn ip_oracle(args: &[&str], what: &str) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("running ip (test oracle)");
-    assert!(
-        out.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&oracle_stdout(Command::new("ip").args(args), what)).into_owned()
 }
 
 /// `nft -s list ruleset` in `ns` (test oracle).
