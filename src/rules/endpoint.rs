@@ -703,10 +703,12 @@ impl Renderer {
         // from its kind.
         let spec = |layer: Layer, kind: EndpointKind, which: EndpointChain, allow| {
             let (dir, failsafe) = match which {
-                EndpointChain::ToHost | EndpointChain::ToHostForward => {
-                    (Direction::Outbound, logical::FAILSAFE_OUT)
-                }
-                _ => (Direction::Inbound, logical::FAILSAFE_IN),
+                EndpointChain::ToHost
+                | EndpointChain::ToHostForward
+                | EndpointChain::FromWorkload => (Direction::Outbound, logical::FAILSAFE_OUT),
+                EndpointChain::FromHost
+                | EndpointChain::FromHostForward
+                | EndpointChain::ToWorkload => (Direction::Inbound, logical::FAILSAFE_IN),
             };
             let none: &[String] = &[];
             let (tiers, profiles) = match kind {
