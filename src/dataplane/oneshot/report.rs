@@ -88,10 +88,15 @@ impl ConvergeReport {
     /// for `plan` and `apply`), then (`plan`, `--dry-run`) the nf_tables operations.
     pub fn text(&self, mode: Mode) -> String {
         let mut s = String::new();
-        let (add, repl, del, set) = match mode {
-            Mode::Apply => ("added", "replaced", "deleted", "set"),
-            _ => ("to add", "to replace", "to delete", "to set"),
-        };
+        self.headline(mode, &mut s);
+        self.counts(mode, &mut s);
+        self.change_lines(mode, &mut s);
+        self.table_lines(mode, &mut s);
+        s
+    }
+
+    /// What the run amounts to, when one line says it all.
+    fn headline(&self, mode: Mode, s: &mut String) {
         match mode {
             Mode::Apply if self.is_empty() && self.errors.is_empty() => {
                 s.push_str("converged: nothing changed\n")
@@ -104,6 +109,14 @@ impl ConvergeReport {
             Mode::Plan if self.is_empty() => s.push_str("nothing to do\n"),
             Mode::Plan => {}
         }
+    }
+
+    /// The counts of each kind of change.
+    fn counts(&self, mode: Mode, s: &mut String) {
+        let (add, repl, del, set) = match mode {
+            Mode::Apply => ("added", "replaced", "deleted", "set"),
+            _ => ("to add", "to replace", "to delete", "to set"),
+        };
         let _ = writeln!(
             s,
             "nf_tables: {} operation(s) in {} table(s)",
@@ -157,6 +170,10 @@ impl ConvergeReport {
         if !self.errors.is_empty() {
             let _ = writeln!(s, "errors: {}", self.errors.len());
         }
+    }
+
+    /// One line per route, VXLAN device, neighbour and sysctl change, and per error.
+    fn change_lines(&self, mode: Mode, s: &mut String) {
         for r in &self.routes.add {
             let _ = writeln!(s, "route add {r}");
         }
@@ -210,6 +227,10 @@ impl ConvergeReport {
         for e in &self.errors {
             let _ = writeln!(s, "error: {e}");
         }
+    }
+
+    /// The nf_tables operations (`plan`, `--dry-run`), or a summary per table (`apply`).
+    fn table_lines(&self, mode: Mode, s: &mut String) {
         if mode != Mode::Apply {
             for p in &self.tables {
                 let _ = write!(s, "{p}");
@@ -225,7 +246,6 @@ impl ConvergeReport {
                 );
             }
         }
-        s
     }
 }
 
