@@ -218,14 +218,43 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
         Err(why) => return Ok(Attempt::Retry(why)),
     };
 
-    // Rules: one dump per chain. A table-wide GETRULE dump restarts its walk at the table's
-    // first rule for every 32 KiB reply buffer (`__nf_tables_dump_rules` skips up to its saved
-    // index): quadratic, 90 ms of kernel time at mid scale (30k rules, 370 buffers) against
-    // 30 ms for 2548 per-chain dumps, one sendmsg and two reads each (measured, 6.18).
+    if let Some(why) = read_rules(sock, &mut w, (family, name), &mut chains, &mut interrupted)? {
+        return Ok(Attempt::Retry(why));
+    }
+    if let Some(why) = read_elements(sock, &mut w, (family, name), &mut sets, &mut interrupted)? {
+        return Ok(Attempt::Retry(why));
+    }
+    if has_duplicate_elements(&sets) {
+        return Ok(Attempt::Retry("duplicate elements in a set dump"));
+    }
+    if interrupted {
+        return Ok(Attempt::Retry("NLM_F_DUMP_INTR"));
+    }
+    table.chains = chains.into_iter().map(|c| (c.name.clone(), c)).collect();
+    table.sets = sets.into_iter().map(|s| (s.name.clone(), s)).collect();
+    Ok(Attempt::Consistent(Some(TableState {
+        table,
+        owner: tmsg.owner,
+    })))
+}
+
+/// Runs one dump request for `family` with the attributes `attrs` writes; `on_msg` gets every
+/// reply borrowed from the receive buffer.
+/// Fills each chain's rules with one dump per chain; `Some(why)` when the table must be read
+/// again. A table-wide GETRULE dump restarts its walk at the table's first rule for every reply
+/// buffer (`__nf_tables_dump_rules` skips up to its saved index), so its cost grows with the
+/// square of the table's rules; a dump per chain is one request and a read or two.
+fn read_rules(
+    sock: &mut NfSocket,
+    w: &mut MsgWriter,
+    (family, name): (Family, &str),
+    chains: &mut [Chain],
+    interrupted: &mut bool,
+) -> Result<Option<&'static str>, NftError> {
     for c in chains.iter_mut() {
         let end = run_dump(
             sock,
-            &mut w,
+            w,
             NFT_MSG_GETRULE,
             family,
             |w| codec::put_rule_chain_ref(w, name, &c.name),
@@ -243,15 +272,26 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
                 Ok(())
             },
         )?;
-        if let Some(why) = check_end(end, "rules", &mut interrupted)? {
-            return Ok(Attempt::Retry(why));
+        if let Some(why) = check_end(end, "rules", interrupted)? {
+            return Ok(Some(why));
         }
     }
-    // Elements: one dump per set (the kernel has no table-wide element dump).
+    Ok(None)
+}
+
+/// Fills each set's elements with one dump per set (the kernel has no table-wide element dump);
+/// `Some(why)` when the table must be read again.
+fn read_elements(
+    sock: &mut NfSocket,
+    w: &mut MsgWriter,
+    (family, name): (Family, &str),
+    sets: &mut [Set],
+    interrupted: &mut bool,
+) -> Result<Option<&'static str>, NftError> {
     for set in sets.iter_mut() {
         let end = run_dump(
             sock,
-            &mut w,
+            w,
             NFT_MSG_GETSETELEM,
             family,
             |w| {
@@ -275,33 +315,28 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
                 Ok(())
             },
         )?;
-        if let Some(why) = check_end(end, "set elements", &mut interrupted)? {
-            return Ok(Attempt::Retry(why));
+        if let Some(why) = check_end(end, "set elements", interrupted)? {
+            return Ok(Some(why));
         }
     }
-    for set in &sets {
+    Ok(None)
+}
+
+/// A set dump that repeats an element was torn by a concurrent change.
+fn has_duplicate_elements(sets: &[Set]) -> bool {
+    for set in sets {
         let mut seen = HashSet::with_capacity(set.elements.len());
         if !set
             .elements
             .iter()
             .all(|e| seen.insert((&e.key, &e.key_end, e.flags)))
         {
-            return Ok(Attempt::Retry("duplicate elements in a set dump"));
+            return true;
         }
     }
-    if interrupted {
-        return Ok(Attempt::Retry("NLM_F_DUMP_INTR"));
-    }
-    table.chains = chains.into_iter().map(|c| (c.name.clone(), c)).collect();
-    table.sets = sets.into_iter().map(|s| (s.name.clone(), s)).collect();
-    Ok(Attempt::Consistent(Some(TableState {
-        table,
-        owner: tmsg.owner,
-    })))
+    false
 }
 
-/// Runs one dump request for `family` with the attributes `attrs` writes; `on_msg` gets every
-/// reply borrowed from the receive buffer.
 fn run_dump(
     sock: &mut NfSocket,
     w: &mut MsgWriter,
