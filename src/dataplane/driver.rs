@@ -107,6 +107,45 @@ pub struct RunSummary {
     pub drift_repairs: u64,
 }
 
+/// A deadline that never comes, for a period of zero (off).
+const FAR: Duration = Duration::from_secs(86400 * 365);
+/// How often the dataplane reports itself live to the health aggregator.
+const HEALTH_PERIOD: Duration = Duration::from_secs(10);
+
+/// A configured period, or never when it is zero.
+fn every(d: Duration) -> Duration {
+    if d.is_zero() {
+        FAR
+    } else {
+        d
+    }
+}
+
+/// The loop's own deadlines: the periodic refreshes and heartbeats, the side table's merge after
+/// a quiet spell (reset by every apply), and the end of a throttle.
+struct Deadlines {
+    nft_refresh: TokioInstant,
+    route_refresh: TokioInstant,
+    heartbeat: TokioInstant,
+    health: TokioInstant,
+    merge: Option<TokioInstant>,
+    throttled_until: Option<TokioInstant>,
+}
+
+impl Deadlines {
+    fn new(cfg: &super::DataplaneConfig, first_heartbeat: Duration) -> Deadlines {
+        let now = TokioInstant::now();
+        Deadlines {
+            nft_refresh: now + every(cfg.nft_refresh),
+            route_refresh: now + every(cfg.route_refresh),
+            heartbeat: now + first_heartbeat.min(every(cfg.reporting_interval)),
+            health: now + HEALTH_PERIOD,
+            merge: None,
+            throttled_until: None,
+        }
+    }
+}
+
 /// A token bucket for applies (on tokio's clock, so tests can pause time).
 struct Throttle {
     tokens: f64,
@@ -771,53 +810,28 @@ impl<K: Kernel> Driver<K> {
     ) -> Result<(), DriverError> {
         tokio::pin!(shutdown);
         let mut throttle = Throttle::new(self.opts.throttle_burst, self.opts.throttle_period);
-        let far = Duration::from_secs(86400 * 365);
-        let now = TokioInstant::now();
-        let every = |d: Duration| if d.is_zero() { far } else { d };
-        let mut nft_refresh = now + every(self.dp.cfg().nft_refresh);
-        let mut route_refresh = now + every(self.dp.cfg().route_refresh);
-        let hb_period = every(self.dp.cfg().reporting_interval);
-        let mut heartbeat_at = now + self.opts.first_heartbeat.min(hb_period);
-        let mut health_at = now + Duration::from_secs(10);
+        let mut at = Deadlines::new(self.dp.cfg(), self.opts.first_heartbeat);
         let mut updates_open = true;
         let mut ifaces_open = true;
-        let mut throttled_until: Option<TokioInstant> = None;
-        // The side table merges back after a quiet spell (reset by every apply).
-        let mut merge_at: Option<TokioInstant> = None;
         loop {
             // Apply when allowed.
-            let due = self.retry_at.is_none_or(|t| t <= TokioInstant::now());
-            if self.wants_apply() && due && throttled_until.is_none_or(|t| t <= TokioInstant::now())
-            {
+            let now = TokioInstant::now();
+            let due = self.retry_at.is_none_or(|t| t <= now);
+            if self.wants_apply() && due && at.throttled_until.is_none_or(|t| t <= now) {
                 match throttle.take() {
                     Ok(()) => {
-                        throttled_until = None;
+                        at.throttled_until = None;
                         self.apply().await?;
-                        merge_at = self
-                            .dp
-                            .side_pending()
+                        at.merge = (self.dp.side_pending())
                             .then(|| TokioInstant::now() + self.dp.cfg().side_merge_after);
                     }
-                    Err(wait) => throttled_until = Some(TokioInstant::now() + wait),
+                    Err(wait) => at.throttled_until = Some(TokioInstant::now() + wait),
                 }
             }
             if !updates_open && self.opts.exit_on_eof && self.input_done() {
                 return Ok(());
             }
-            let wake = [
-                Some(nft_refresh),
-                Some(route_refresh),
-                Some(heartbeat_at),
-                Some(health_at),
-                self.retry_at.filter(|_| self.wants_apply()),
-                self.grace_at,
-                merge_at,
-                throttled_until.filter(|_| self.wants_apply()),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(now + far);
+            let wake = self.next_wake(&at);
             tokio::select! {
                 biased;
                 _ = &mut shutdown => {
@@ -825,25 +839,10 @@ impl<K: Kernel> Driver<K> {
                     return Ok(());
                 }
                 r = updates.recv(), if updates_open => match r {
-                    Some(r) => {
-                        self.on_received(r);
-                        for _ in 0..self.opts.batch {
-                            match updates.try_recv() {
-                                Ok(r) => self.on_received(r),
-                                Err(_) => break,
-                            }
-                        }
-                        if let Some(ops) = &self.ops {
-                            ops.metrics.record_msg_batch(1);
-                        }
-                    }
+                    Some(r) => self.on_updates(r, &mut updates),
                     None => {
                         updates_open = false;
-                        self.input_ended = true;
-                        tracing::info!(decoded = self.summary.decoded, rejected = self.summary.rejected, "end of input");
-                        if !self.opts.exit_on_eof {
-                            tracing::info!("input ended; staying up to keep the dataplane in sync");
-                        }
+                        self.on_end_of_input();
                     }
                 },
                 ev = ifaces.recv(), if ifaces_open => match ev {
@@ -858,37 +857,85 @@ impl<K: Kernel> Driver<K> {
                         tracing::error!("interface monitor stopped");
                     }
                 },
-                _ = sleep_until(wake) => {
-                    let t = TokioInstant::now();
-                    if t >= nft_refresh {
-                        nft_refresh = t + every(self.dp.cfg().nft_refresh);
-                        self.resync_tables = true;
-                    }
-                    if merge_at.is_some_and(|m| t >= m) {
-                        merge_at = None;
-                        self.dp.request_side_merge();
-                    }
-                    if self.grace_at.is_some_and(|g| t >= g) {
-                        self.grace_at = None;
-                        self.dp.recheck_routes();
-                    }
-                    if t >= route_refresh {
-                        route_refresh = t + every(self.dp.cfg().route_refresh);
-                        self.resync_routes = true;
-                    }
-                    if t >= heartbeat_at {
-                        heartbeat_at = t + hb_period;
-                        if !self.dp.cfg().reporting_interval.is_zero() {
-                            self.heartbeat();
-                        }
-                    }
-                    if t >= health_at {
-                        health_at = t + Duration::from_secs(10);
-                        if let Some(h) = &mut self.health {
-                            h.heartbeat();
-                        }
-                    }
-                }
+                _ = sleep_until(wake) => self.on_deadlines(&mut at),
+            }
+        }
+    }
+
+    /// The earliest deadline: a refresh, a heartbeat, a retry or throttle that holds back a
+    /// wanted apply, the end of a route's grace period, or the side table's merge.
+    fn next_wake(&self, at: &Deadlines) -> TokioInstant {
+        [
+            Some(at.nft_refresh),
+            Some(at.route_refresh),
+            Some(at.heartbeat),
+            Some(at.health),
+            self.retry_at.filter(|_| self.wants_apply()),
+            self.grace_at,
+            at.merge,
+            at.throttled_until.filter(|_| self.wants_apply()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or_else(|| TokioInstant::now() + FAR)
+    }
+
+    /// `first`, and what else is already waiting in the channel (up to the batch size).
+    fn on_updates(&mut self, first: Received, updates: &mut mpsc::Receiver<Received>) {
+        self.on_received(first);
+        for _ in 0..self.opts.batch {
+            match updates.try_recv() {
+                Ok(r) => self.on_received(r),
+                Err(_) => break,
+            }
+        }
+        if let Some(ops) = &self.ops {
+            ops.metrics.record_msg_batch(1);
+        }
+    }
+
+    fn on_end_of_input(&mut self) {
+        self.input_ended = true;
+        tracing::info!(
+            decoded = self.summary.decoded,
+            rejected = self.summary.rejected,
+            "end of input"
+        );
+        if !self.opts.exit_on_eof {
+            tracing::info!("input ended; staying up to keep the dataplane in sync");
+        }
+    }
+
+    /// Does what each passed deadline calls for, and sets the periodic ones again.
+    fn on_deadlines(&mut self, at: &mut Deadlines) {
+        let t = TokioInstant::now();
+        if t >= at.nft_refresh {
+            at.nft_refresh = t + every(self.dp.cfg().nft_refresh);
+            self.resync_tables = true;
+        }
+        if at.merge.is_some_and(|m| t >= m) {
+            at.merge = None;
+            self.dp.request_side_merge();
+        }
+        if self.grace_at.is_some_and(|g| t >= g) {
+            self.grace_at = None;
+            self.dp.recheck_routes();
+        }
+        if t >= at.route_refresh {
+            at.route_refresh = t + every(self.dp.cfg().route_refresh);
+            self.resync_routes = true;
+        }
+        if t >= at.heartbeat {
+            at.heartbeat = t + every(self.dp.cfg().reporting_interval);
+            if !self.dp.cfg().reporting_interval.is_zero() {
+                self.heartbeat();
+            }
+        }
+        if t >= at.health {
+            at.health = t + HEALTH_PERIOD;
+            if let Some(h) = &mut self.health {
+                h.heartbeat();
             }
         }
     }
