@@ -926,56 +926,8 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
                 .remove(name)
                 .ok_or_else(|| err("ENOENT", format!("set {name}")))?;
         }
-        Op::AddElements { set, elements } => {
-            let s = t
-                .sets
-                .get_mut(set)
-                .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
-            for e in elements {
-                if s.flags & set_flags::INTERVAL != 0
-                    && s.elements
-                        .iter()
-                        .any(|x| x.key == e.key && x.flags == e.flags)
-                {
-                    return Err(err(
-                        "EEXIST",
-                        format!("element {} of set {set}", print::element(e)),
-                    ));
-                }
-                if !s.elements.contains(e) {
-                    if s.flags & set_flags::INTERVAL == 0
-                        && s.elements
-                            .iter()
-                            .any(|x| x.key == e.key && x.key_end == e.key_end)
-                    {
-                        return Err(err(
-                            "EEXIST",
-                            format!("element {} of set {set} with other data", print::element(e)),
-                        ));
-                    }
-                    s.elements.push(e.clone());
-                }
-            }
-        }
-        Op::DelElements { set, elements } => {
-            let s = t
-                .sets
-                .get_mut(set)
-                .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
-            for e in elements {
-                let i = s
-                    .elements
-                    .iter()
-                    .position(|x| x.key == e.key && x.flags == e.flags && x.key_end == e.key_end)
-                    .ok_or_else(|| {
-                        err(
-                            "ENOENT",
-                            format!("element {} of set {set}", print::element(e)),
-                        )
-                    })?;
-                s.elements.remove(i);
-            }
-        }
+        Op::AddElements { set, elements } => add_elements(t, set, elements)?,
+        Op::DelElements { set, elements } => del_elements(t, set, elements)?,
         Op::AddChain(c) => {
             let entry = t
                 .chains
@@ -1003,29 +955,88 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
             }
             t.chains.remove(name);
         }
-        Op::AddRule { chain, rule, .. } => {
-            for e in rule.exprs.iter() {
-                match e {
-                    Expr::Lookup { set, .. } if !t.sets.contains_key(set) => {
-                        return Err(err("ENOENT", format!("set {set} in a rule of {chain}")))
-                    }
-                    Expr::Verdict(Verdict::Jump(c) | Verdict::Goto(c))
-                        if !t.chains.contains_key(c) =>
-                    {
-                        return Err(err("ENOENT", format!("chain {c} in a rule of {chain}")))
-                    }
-                    _ => {}
-                }
+        Op::AddRule { chain, rule, .. } => add_rule(t, chain, rule)?,
+    }
+    Ok(())
+}
+
+/// Adds elements as the kernel would: an interval set refuses one it has, a hash set one it has
+/// with other data.
+fn add_elements(t: &mut Table, set: &str, elements: &[Element]) -> Result<(), ApplyError> {
+    let s = t
+        .sets
+        .get_mut(set)
+        .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
+    for e in elements {
+        if s.flags & set_flags::INTERVAL != 0
+            && s.elements
+                .iter()
+                .any(|x| x.key == e.key && x.flags == e.flags)
+        {
+            return Err(err(
+                "EEXIST",
+                format!("element {} of set {set}", print::element(e)),
+            ));
+        }
+        if !s.elements.contains(e) {
+            if s.flags & set_flags::INTERVAL == 0
+                && s.elements
+                    .iter()
+                    .any(|x| x.key == e.key && x.key_end == e.key_end)
+            {
+                return Err(err(
+                    "EEXIST",
+                    format!("element {} of set {set} with other data", print::element(e)),
+                ));
             }
-            let mut r = rule.clone();
-            r.handle = None;
-            t.chains
-                .get_mut(&**chain)
-                .ok_or_else(|| err("ENOENT", format!("chain {chain}")))?
-                .rules
-                .push(r);
+            s.elements.push(e.clone());
         }
     }
+    Ok(())
+}
+
+/// Deletes elements as the kernel would: each must be there.
+fn del_elements(t: &mut Table, set: &str, elements: &[Element]) -> Result<(), ApplyError> {
+    let s = t
+        .sets
+        .get_mut(set)
+        .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
+    for e in elements {
+        let i = s
+            .elements
+            .iter()
+            .position(|x| x.key == e.key && x.flags == e.flags && x.key_end == e.key_end)
+            .ok_or_else(|| {
+                err(
+                    "ENOENT",
+                    format!("element {} of set {set}", print::element(e)),
+                )
+            })?;
+        s.elements.remove(i);
+    }
+    Ok(())
+}
+
+/// Appends a rule as the kernel would: the sets it looks up and the chains it jumps to must exist.
+fn add_rule(t: &mut Table, chain: &str, rule: &Rule) -> Result<(), ApplyError> {
+    for e in rule.exprs.iter() {
+        match e {
+            Expr::Lookup { set, .. } if !t.sets.contains_key(set) => {
+                return Err(err("ENOENT", format!("set {set} in a rule of {chain}")))
+            }
+            Expr::Verdict(Verdict::Jump(c) | Verdict::Goto(c)) if !t.chains.contains_key(c) => {
+                return Err(err("ENOENT", format!("chain {c} in a rule of {chain}")))
+            }
+            _ => {}
+        }
+    }
+    let mut r = rule.clone();
+    r.handle = None;
+    t.chains
+        .get_mut(chain)
+        .ok_or_else(|| err("ENOENT", format!("chain {chain}")))?
+        .rules
+        .push(r);
     Ok(())
 }
 
