@@ -53,9 +53,9 @@ use std::net::IpAddr;
 use crate::nft::build::TextTable;
 use crate::nft::model::{Element, Family, Set, Table};
 use crate::proto::types::{
-    to_dataplane::Payload, HostEndpoint, HostEndpointId, HostMetadataUpdate, IpSetType, IpamPool,
-    Policy, PolicyId, Profile, ToDataplane, VxlanTunnelEndpointUpdate, WorkloadEndpoint,
-    WorkloadEndpointId,
+    to_dataplane::Payload, GlobalBgpConfigUpdate, HostEndpoint, HostEndpointId, HostMetadataUpdate,
+    IpSetDeltaUpdate, IpSetType, IpamPool, Policy, PolicyId, Profile, ToDataplane,
+    VxlanTunnelEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId,
 };
 
 pub use crate::nft::build::TextChain;
@@ -327,33 +327,7 @@ impl Model {
                 self.ipsets.insert(u.id.clone(), members);
                 Change::IpSet(u.id.clone())
             }
-            Payload::IpsetDeltaUpdate(d) => {
-                let Some(members) = self.ipsets.get_mut(&d.id) else {
-                    return Change::IpSet(d.id.clone());
-                };
-                // A hash set changes by the elements of the members touched; a NET set's
-                // members are merged into intervals, so it is rendered whole.
-                let by_element = matches!(members.kind(), IpSetType::Ip | IpSetType::IpAndPort);
-                for m in &d.removed_members {
-                    members.remove(m);
-                }
-                for m in &d.added_members {
-                    members.insert(m);
-                }
-                if by_element {
-                    Change::IpSetMembers {
-                        id: d.id.clone(),
-                        touched: d
-                            .removed_members
-                            .iter()
-                            .chain(&d.added_members)
-                            .cloned()
-                            .collect(),
-                    }
-                } else {
-                    Change::IpSet(d.id.clone())
-                }
-            }
+            Payload::IpsetDeltaUpdate(d) => self.apply_ipset_delta(d),
             Payload::IpsetRemove(r) => {
                 self.ipsets.remove(&r.id);
                 Change::IpSet(r.id.clone())
@@ -453,21 +427,53 @@ impl Model {
                 node: r.node.clone(),
                 old: self.vteps.remove(&r.node),
             },
-            Payload::GlobalBgpConfigUpdate(u) => {
-                let mut cidrs: Vec<String> = u
-                    .service_cluster_cidrs
-                    .iter()
-                    .chain(&u.service_external_cidrs)
-                    .chain(&u.service_loadbalancer_cidrs)
-                    .cloned()
-                    .collect();
-                cidrs.sort();
-                cidrs.dedup();
-                self.service_cidrs = cidrs;
-                Change::ServiceCidrs
-            }
+            Payload::GlobalBgpConfigUpdate(u) => self.set_service_cidrs(u),
             _ => Change::None,
         }
+    }
+
+    /// Adds and removes an IP set's members.
+    fn apply_ipset_delta(&mut self, d: &IpSetDeltaUpdate) -> Change {
+        let Some(members) = self.ipsets.get_mut(&d.id) else {
+            return Change::IpSet(d.id.clone());
+        };
+        // A hash set changes by the elements of the members touched; a NET set's
+        // members are merged into intervals, so it is rendered whole.
+        let by_element = matches!(members.kind(), IpSetType::Ip | IpSetType::IpAndPort);
+        for m in &d.removed_members {
+            members.remove(m);
+        }
+        for m in &d.added_members {
+            members.insert(m);
+        }
+        if by_element {
+            Change::IpSetMembers {
+                id: d.id.clone(),
+                touched: d
+                    .removed_members
+                    .iter()
+                    .chain(&d.added_members)
+                    .cloned()
+                    .collect(),
+            }
+        } else {
+            Change::IpSet(d.id.clone())
+        }
+    }
+
+    /// The service CIDRs Felix's BGP configuration lists, sorted and without repeats.
+    fn set_service_cidrs(&mut self, u: &GlobalBgpConfigUpdate) -> Change {
+        let mut cidrs: Vec<String> = u
+            .service_cluster_cidrs
+            .iter()
+            .chain(&u.service_external_cidrs)
+            .chain(&u.service_loadbalancer_cidrs)
+            .cloned()
+            .collect();
+        cidrs.sort();
+        cidrs.dedup();
+        self.service_cidrs = cidrs;
+        Change::ServiceCidrs
     }
 
     /// Sets (or, without an endpoint, leaves) a workload endpoint.
