@@ -460,8 +460,23 @@ impl Renderer {
         icmp_v6: bool,
         (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> (Vec<Clause>, Vec<Vec<Clause>>) {
-        // Positive clauses in Felix's order; port alternatives that need an OR become blocks.
-        let (proto, not_proto) = protos;
+        let (mut clauses, blocks) =
+            self.positive_clauses(family, rule, nets, protos.0, icmp_v6, (&mut *sets, empty));
+        clauses.extend(self.negated_clauses(family, rule, nets, protos, icmp_v6, (sets, empty)));
+        (clauses, blocks)
+    }
+
+    /// The positive clauses in Felix's order, and the port alternatives that need an OR as
+    /// blocks.
+    fn positive_clauses(
+        &self,
+        family: Family,
+        rule: &Rule,
+        nets: &FamilyNets,
+        proto: Option<u8>,
+        icmp_v6: bool,
+        (sets, empty): (&mut SetBag, EmptyIpSet),
+    ) -> (Vec<Clause>, Vec<Vec<Clause>>) {
         let mut clauses: Vec<Clause> = Vec::new();
         let mut blocks: Vec<Vec<Clause>> = Vec::new();
         if let Some(p) = proto {
@@ -514,8 +529,20 @@ impl Renderer {
             }
             clauses.push(icmp_clause(icmp_v6, t, c, false));
         }
+        (clauses, blocks)
+    }
 
-        // Negated clauses, same order.
+    /// The negated clauses, in the same order as the positive ones.
+    fn negated_clauses(
+        &self,
+        family: Family,
+        rule: &Rule,
+        nets: &FamilyNets,
+        (proto, not_proto): (Option<u8>, Option<u8>),
+        icmp_v6: bool,
+        (sets, empty): (&mut SetBag, EmptyIpSet),
+    ) -> Vec<Clause> {
+        let mut clauses = Vec::new();
         if let Some(p) = not_proto {
             clauses.push(Clause::Proto(p, true));
         }
@@ -570,7 +597,7 @@ impl Renderer {
             }
             clauses.push(icmp_clause(icmp_v6, t, c, true));
         }
-        (clauses, blocks)
+        clauses
     }
 
     /// OR blocks (§9.3): each block's alternatives set a scratch mark the rule then matches on.
