@@ -32,7 +32,7 @@ use crate::rtnl::monitor::IfaceEvent;
 use crate::source::outbox::Outbox;
 use crate::source::Received;
 
-use super::kernel::{Kernel, KernelError, TableMode, TablesInput};
+use super::kernel::{Kernel, KernelError, TableMode, TablesInput, TablesOutcome};
 use super::status::StatusReporter;
 use super::Dataplane;
 
@@ -619,39 +619,7 @@ impl<K: Kernel> Driver<K> {
                 Ok(out) => {
                     commit_time += out.commit_time;
                     self.record_tables(&out, true);
-                    if mode == TableMode::Resync
-                        && !model_changed
-                        && out.ops > 0
-                        && self.first_apply_done
-                    {
-                        self.summary.drift_repairs += 1;
-                        if let Some(ops) = &self.ops {
-                            ops.metrics.record_drift_repairs("nftables", out.ops as u64);
-                        }
-                        tracing::warn!(ops = out.ops, "nf_tables drifted from the desired state (changed from outside); repaired");
-                    } else if out.repaired > 0 && self.first_apply_done {
-                        // Another process wrote under an update's batch: the read-back that
-                        // followed put its change right along with the update.
-                        self.summary.drift_repairs += 1;
-                        if let Some(ops) = &self.ops {
-                            ops.metrics
-                                .record_drift_repairs("nftables", out.repaired as u64);
-                        }
-                        tracing::warn!(
-                            ops = out.repaired,
-                            update_ops = out.ops - out.repaired,
-                            "nf_tables changed from outside under an update; repaired with it"
-                        );
-                    }
-                    if mode == TableMode::Rebuild {
-                        if let Some(ops) = &self.ops {
-                            ops.metrics.record_table_rebuild();
-                        }
-                        tracing::warn!("tables rebuilt atomically after repeated failures");
-                    }
-                    if let Some(ops) = &self.ops {
-                        ops.metrics.record_nft_call(true);
-                    }
+                    self.report_table_commit(&out, mode, model_changed);
                     self.dp.tables_applied();
                     self.resync_tables = false;
                     self.table_failures = 0;
@@ -670,24 +638,8 @@ impl<K: Kernel> Driver<K> {
                     }
                     // Re-read before the next attempt: what we believe may be wrong.
                     self.resync_tables = true;
-                    let refusal = match &e {
-                        KernelError::Nft(n) if n.is_refusal() => Some(n.target().cloned()),
-                        _ => None,
-                    };
-                    if let Some(target) = refusal {
-                        let reason = chain(&e);
-                        match self.dp.isolate(target.as_ref(), &reason) {
-                            super::quarantine::Isolation::Quarantined(keys) => {
-                                self.quarantine_changed(true);
-                                tracing::warn!(
-                                    inputs = keys.len(),
-                                    "committing again without the quarantined inputs"
-                                );
-                                continue;
-                            }
-                            super::quarantine::Isolation::Bisecting { .. } => continue,
-                            super::quarantine::Isolation::NotAboutAnInput => {}
-                        }
+                    if self.isolate_refusal(&e) {
+                        continue;
                     }
                     self.table_failures += 1;
                     tracing::error!(failures = self.table_failures, mode = ?mode, error = %chain(&e), "programming nf_tables failed; will retry");
@@ -710,6 +662,67 @@ impl<K: Kernel> Driver<K> {
                 "the kernel kept refusing after {MAX_ISOLATION_ROUNDS} attempts to isolate the input at fault"
             ))),
         ))
+    }
+
+    /// Says what a successful commit repaired or rebuilt, in the log and the metrics.
+    fn report_table_commit(&mut self, out: &TablesOutcome, mode: TableMode, model_changed: bool) {
+        if mode == TableMode::Resync && !model_changed && out.ops > 0 && self.first_apply_done {
+            self.summary.drift_repairs += 1;
+            if let Some(ops) = &self.ops {
+                ops.metrics.record_drift_repairs("nftables", out.ops as u64);
+            }
+            tracing::warn!(
+                ops = out.ops,
+                "nf_tables drifted from the desired state (changed from outside); repaired"
+            );
+        } else if out.repaired > 0 && self.first_apply_done {
+            // Another process wrote under an update's batch: the read-back that
+            // followed put its change right along with the update.
+            self.summary.drift_repairs += 1;
+            if let Some(ops) = &self.ops {
+                ops.metrics
+                    .record_drift_repairs("nftables", out.repaired as u64);
+            }
+            tracing::warn!(
+                ops = out.repaired,
+                update_ops = out.ops - out.repaired,
+                "nf_tables changed from outside under an update; repaired with it"
+            );
+        }
+        if mode == TableMode::Rebuild {
+            if let Some(ops) = &self.ops {
+                ops.metrics.record_table_rebuild();
+            }
+            tracing::warn!("tables rebuilt atomically after repeated failures");
+        }
+        if let Some(ops) = &self.ops {
+            ops.metrics.record_nft_call(true);
+        }
+    }
+
+    /// Takes a refused commit to the input at fault: quarantines it, or narrows the suspects.
+    /// True when the tables are to be committed again at once.
+    fn isolate_refusal(&mut self, e: &KernelError) -> bool {
+        let refusal = match e {
+            KernelError::Nft(n) if n.is_refusal() => Some(n.target().cloned()),
+            _ => None,
+        };
+        if let Some(target) = refusal {
+            let reason = chain(e);
+            match self.dp.isolate(target.as_ref(), &reason) {
+                super::quarantine::Isolation::Quarantined(keys) => {
+                    self.quarantine_changed(true);
+                    tracing::warn!(
+                        inputs = keys.len(),
+                        "committing again without the quarantined inputs"
+                    );
+                    return true;
+                }
+                super::quarantine::Isolation::Bisecting { .. } => return true,
+                super::quarantine::Isolation::NotAboutAnInput => {}
+            }
+        }
+        false
     }
 
     /// The quarantine changed (`grew`) or may have: the metrics follow.
