@@ -18,7 +18,7 @@ use netlink_packet_route::neighbour::{
 use netlink_packet_route::route::RouteType;
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::batch::Batch;
+use super::batch::{Batch, Outcome};
 use super::link::get_link;
 use super::{Result, RtnlError, RtnlHandle};
 
@@ -320,7 +320,7 @@ impl NeighSyncer {
         } else if !wanted.is_empty() {
             report.parked.push(ifname.to_string());
         }
-        let mut outcomes = match h.write_batch(&mut batch) {
+        let outcomes = match h.write_batch(&mut batch) {
             Ok(o) => o.into_iter(),
             Err(e) => {
                 // Nothing was sent: the deletions are still to do.
@@ -333,6 +333,21 @@ impl NeighSyncer {
                 return Err(e);
             }
         };
+        if !self.settle(ifname, (delete, set), outcomes, report) {
+            self.dirty.insert(ifname.to_string());
+        }
+        Ok(())
+    }
+
+    /// Takes each write's outcome into the report; a failed delete stays to do. False when a
+    /// write failed (the interface is then looked at again).
+    fn settle(
+        &mut self,
+        ifname: &str,
+        (delete, set): (Vec<IpAddr>, Vec<IpAddr>),
+        mut outcomes: impl Iterator<Item = Outcome>,
+        report: &mut NeighReport,
+    ) -> bool {
         let mut failed = false;
         for (ip, outcome) in delete.into_iter().zip(outcomes.by_ref()) {
             match outcome {
@@ -364,10 +379,7 @@ impl NeighSyncer {
                 }
             }
         }
-        if failed {
-            self.dirty.insert(ifname.to_string());
-        }
-        Ok(())
+        !failed
     }
 }
 
