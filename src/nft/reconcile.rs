@@ -570,60 +570,8 @@ impl<K: NftKernel> Reconciler<K> {
         }
         // Fold first, so nothing we were told is lost if anything below fails.
         let mut subs: Vec<(Table, Table)> = Vec::new();
-        for mut p in patches {
-            let idx = match self
-                .desired
-                .iter()
-                .position(|t| t.family == p.family && t.name == p.name)
-            {
-                Some(i) => i,
-                None => {
-                    // A table we have not had before: the kernel must be read to know it.
-                    self.trusted = None;
-                    self.desired.push(Table::new(p.family, p.name.clone()));
-                    self.desired.len() - 1
-                }
-            };
-            let t = &mut self.desired[idx];
-            if self.trusted.is_none() || self.opts.rebuild || self.opts.dry_run {
-                // Everything is diffed against the kernel anyway: just fold.
-                p.apply_to(t);
-                continue;
-            }
-            sets_to_deltas(&mut p, t);
-            let mut new = Table {
-                flags: t.flags,
-                ..Table::new(t.family, t.name.clone())
-            };
-            new.chains = p
-                .chains
-                .iter()
-                .filter_map(|(n, c)| c.as_ref().map(|c| (n.clone(), c.clone())))
-                .collect();
-            new.sets = p
-                .sets
-                .iter()
-                .filter_map(|(n, s)| s.as_ref().map(|s| (n.clone(), s.clone())))
-                .collect();
-            // Element deltas: the added elements that are really new, as a set with the same
-            // definition; `apply_to` returns the removed ones the same way.
-            for (n, d) in &p.elements {
-                if p.sets.contains_key(n) {
-                    continue;
-                }
-                if let Some(cur) = t.sets.get(n) {
-                    let mut s = cur.clone_def();
-                    s.elements = d
-                        .add
-                        .iter()
-                        .filter(|e| cur.elements.binary_search(e).is_err())
-                        .cloned()
-                        .collect();
-                    new.sets.insert(n.clone(), s);
-                }
-            }
-            let old = p.apply_to(t);
-            subs.push((new, old));
+        for p in patches {
+            subs.extend(self.fold_patch(p));
         }
         let flags = self.table_flags()?;
         for t in &mut self.desired {
@@ -637,31 +585,74 @@ impl<K: NftKernel> Reconciler<K> {
         if let (Some(genid), false, false) = (self.trusted, self.opts.rebuild, self.opts.dry_run) {
             // No GETGEN round trip: the batch carries the generation we believe in (see
             // `apply_owned_inner`).
-            {
-                let mut plans = Vec::new();
-                let mut whole = false;
-                for (new, old) in &subs {
-                    let p = diff::diff(new, Some(old), false);
-                    if p.ops.first() == Some(&diff::Op::DelTable) {
-                        // Something the kernel cannot change in place: rebuild the whole table
-                        // atomically (diff::diff of the whole table decides that again).
-                        whole = true;
-                        break;
-                    }
-                    if !p.is_empty() {
-                        plans.push(p);
-                    }
-                }
-                if !whole {
-                    let expected = plans.iter().map(|p| p.ops.len()).sum();
-                    return match self.commit_trusted(genid, plans)? {
-                        Some(r) => Ok(r),
-                        None => self.sync_after_outside_write(expected),
-                    };
-                }
+            if let Some(plans) = in_place_plans(&subs) {
+                let expected = plans.iter().map(|p| p.ops.len()).sum();
+                return match self.commit_trusted(genid, plans)? {
+                    Some(r) => Ok(r),
+                    None => self.sync_after_outside_write(expected),
+                };
             }
         }
         self.sync_from_kernel()
+    }
+
+    /// Folds one patch into the desired state. When the kernel is trusted to hold our last
+    /// state, returns the patch's objects as a table beside what they replace, for a diff of
+    /// just those; `None` when everything is to be diffed against the kernel anyway.
+    fn fold_patch(&mut self, mut p: TablePatch) -> Option<(Table, Table)> {
+        let idx = match self
+            .desired
+            .iter()
+            .position(|t| t.family == p.family && t.name == p.name)
+        {
+            Some(i) => i,
+            None => {
+                // A table we have not had before: the kernel must be read to know it.
+                self.trusted = None;
+                self.desired.push(Table::new(p.family, p.name.clone()));
+                self.desired.len() - 1
+            }
+        };
+        let t = &mut self.desired[idx];
+        if self.trusted.is_none() || self.opts.rebuild || self.opts.dry_run {
+            // Everything is diffed against the kernel anyway: just fold.
+            p.apply_to(t);
+            return None;
+        }
+        sets_to_deltas(&mut p, t);
+        let mut new = Table {
+            flags: t.flags,
+            ..Table::new(t.family, t.name.clone())
+        };
+        new.chains = p
+            .chains
+            .iter()
+            .filter_map(|(n, c)| c.as_ref().map(|c| (n.clone(), c.clone())))
+            .collect();
+        new.sets = p
+            .sets
+            .iter()
+            .filter_map(|(n, s)| s.as_ref().map(|s| (n.clone(), s.clone())))
+            .collect();
+        // Element deltas: the added elements that are really new, as a set with the same
+        // definition; `apply_to` returns the removed ones the same way.
+        for (n, d) in &p.elements {
+            if p.sets.contains_key(n) {
+                continue;
+            }
+            if let Some(cur) = t.sets.get(n) {
+                let mut s = cur.clone_def();
+                s.elements = d
+                    .add
+                    .iter()
+                    .filter(|e| cur.elements.binary_search(e).is_err())
+                    .cloned()
+                    .collect();
+                new.sets.insert(n.clone(), s);
+            }
+        }
+        let old = p.apply_to(t);
+        Some((new, old))
     }
 
     /// Commits plans computed against the trusted state. `None`: the generation moved under
@@ -956,6 +947,23 @@ impl NftKernel for FakeNft {
     fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
         Ok(self.persist)
     }
+}
+
+/// The plans that change each patched table in place, or `None` when one cannot be: something
+/// the kernel cannot change in place makes the whole table rebuilt atomically (the diff of the
+/// whole table decides that again).
+fn in_place_plans(subs: &[(Table, Table)]) -> Option<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for (new, old) in subs {
+        let p = diff::diff(new, Some(old), false);
+        if p.ops.first() == Some(&diff::Op::DelTable) {
+            return None;
+        }
+        if !p.is_empty() {
+            plans.push(p);
+        }
+    }
+    Some(plans)
 }
 
 #[cfg(test)]
