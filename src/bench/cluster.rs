@@ -675,6 +675,64 @@ impl ClusterReport {
         wall_median(&self.results, backend, op)
     }
 
+    /// An empty report for `opts`, with the baseline's batch lines per operation.
+    fn new(opts: &ClusterOptions, inputs: &Inputs) -> Self {
+        let mut report = ClusterReport {
+            nodes: opts.nodes,
+            reps: opts.reps,
+            inc: opts.inc,
+            baseline_full_lines: inputs.full_lines,
+            checks_ok: true,
+            ..ClusterReport::default()
+        };
+        report
+            .baseline_lines
+            .insert("full".into(), inputs.full_lines);
+        if let Some(r) = inputs.rounds.first() {
+            for st in r {
+                report.baseline_lines.insert(st.op.into(), st.lines);
+            }
+        }
+        report
+    }
+
+    /// Adds one felix-nft repetition's samples, and keeps the most requests seen per operation.
+    fn add_felix_rep(&mut self, r: &FelixRep) {
+        let res = self.results.entry("felix-nft".into()).or_default();
+        for (op, s, req) in &r.samples {
+            res.entry(op.to_string()).or_default().samples.push(*s);
+            let e = self.requests.entry(op.to_string()).or_default();
+            *e = Requests {
+                writes: e.writes.max(req.writes),
+                link_gets: e.link_gets.max(req.link_gets),
+                dumps: e.dumps.max(req.dumps),
+            };
+        }
+    }
+
+    /// Checks what backend `who` left after the first sync and after the updates against the
+    /// inputs' expectations.
+    fn check_end_state(
+        &mut self,
+        who: &str,
+        after_full: &Entries,
+        after_rounds: &Entries,
+        inputs: &Inputs,
+    ) {
+        self.check(compare_entries(
+            who,
+            "after the first sync",
+            after_full,
+            &inputs.after_full,
+        ));
+        self.check(compare_entries(
+            who,
+            "after the updates",
+            after_rounds,
+            &inputs.after_rounds,
+        ));
+    }
+
     fn check(&mut self, lines: Vec<(String, bool)>) {
         for (what, good) in lines {
             self.checks_ok &= good;
@@ -808,33 +866,47 @@ impl ClusterReport {
 /// Runs the cluster comparison and writes its JSON into `opts.out_dir`.
 pub fn compare(opts: &ClusterOptions) -> Result<ClusterReport, BenchError> {
     let wanted = |b: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|x| x == b));
-    let inputs = std::sync::Arc::new(build_inputs(opts)?);
-    let mut report = ClusterReport {
-        nodes: opts.nodes,
-        reps: opts.reps,
-        inc: opts.inc,
-        baseline_full_lines: inputs.full_lines,
-        checks_ok: true,
-        ..ClusterReport::default()
+    let run = ClusterRun {
+        opts,
+        inputs: std::sync::Arc::new(build_inputs(opts)?),
+        rt: daemon_runtime()?,
     };
-    report
-        .baseline_lines
-        .insert("full".into(), inputs.full_lines);
-    if let Some(r) = inputs.rounds.first() {
-        for st in r {
-            report.baseline_lines.insert(st.op.into(), st.lines);
-        }
+    let mut report = ClusterReport::new(opts, &run.inputs);
+    if wanted("felix-nft") {
+        run.felix_nft(&mut report)?;
     }
-    // The daemon's runtime: two workers, the loop a task on one of them.
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    if wanted("ip-batch") {
+        run.ip_batch(&mut report)?;
+    }
+    run.rt.shutdown_timeout(Duration::from_millis(200));
+    report.finish();
+    report.write_file(&opts.out_dir)?;
+    Ok(report)
+}
+
+/// The daemon's runtime: two workers, the loop a task on one of them.
+fn daemon_runtime() -> Result<tokio::runtime::Runtime, BenchError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|source| BenchError::Io {
             op: "starting the async runtime".into(),
             source,
-        })?;
-    if wanted("felix-nft") {
+        })
+}
+
+/// What every backend's repetitions share: the options, the inputs and the runtime.
+struct ClusterRun<'a> {
+    opts: &'a ClusterOptions,
+    inputs: std::sync::Arc<Inputs>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl ClusterRun<'_> {
+    /// felix-nft's repetitions, each in a fresh namespace; the last one's end state checked.
+    fn felix_nft(&self, report: &mut ClusterReport) -> Result<(), BenchError> {
+        let opts = self.opts;
         eprintln!(
             "bench: cluster felix-nft ({} nodes, {} reps × {} rounds)",
             opts.nodes, opts.reps, opts.inc
@@ -847,87 +919,50 @@ pub fn compare(opts: &ClusterOptions) -> Result<ClusterReport, BenchError> {
                 source,
             })?;
             let name = ns.name();
-            let inp = inputs.clone();
+            let inp = self.inputs.clone();
             let inc = opts.inc;
-            let r = rt
+            let r = self
+                .rt
                 .block_on(async move { tokio::spawn(felix_rep(handle, name, inp, inc)).await })
                 .map_err(|e| BenchError::Refused(format!("the felix-nft task failed: {e}")))??;
-            let res = report.results.entry("felix-nft".into()).or_default();
-            for (op, s, req) in &r.samples {
-                res.entry(op.to_string()).or_default().samples.push(*s);
-                let e = report.requests.entry(op.to_string()).or_default();
-                *e = Requests {
-                    writes: e.writes.max(req.writes),
-                    link_gets: e.link_gets.max(req.link_gets),
-                    dumps: e.dumps.max(req.dumps),
-                };
-            }
+            report.add_felix_rep(&r);
             echoes.extend(r.echo.map(|s| s.wall_ms));
             if rep + 1 == opts.reps {
-                report.check(compare_entries(
-                    "felix-nft",
-                    "after the first sync",
-                    &r.after_full,
-                    &inputs.after_full,
-                ));
-                report.check(compare_entries(
-                    "felix-nft",
-                    "after the updates",
-                    &r.after_rounds,
-                    &inputs.after_rounds,
-                ));
+                report.check_end_state("felix-nft", &r.after_full, &r.after_rounds, &self.inputs);
             }
             drop(ns);
         }
         if !echoes.is_empty() {
             report.echo_median_ms = Some(super::report::median(echoes));
         }
+        Ok(())
     }
-    if wanted("ip-batch") {
-        match (which("ip"), which("bridge")) {
-            (Some(ip), Some(bridge)) => {
-                eprintln!(
-                    "bench: cluster ip-batch ({} reps × {} rounds)",
-                    opts.reps, opts.inc
-                );
-                let scratch = opts.out_dir.clone();
-                for rep in 0..opts.reps {
-                    let ns = fresh_ns()?;
-                    let r = batch_rep(
-                        &ns,
-                        &rt,
-                        &inputs,
-                        &[ip.clone(), bridge.clone()],
-                        opts.inc,
-                        &scratch,
-                    )?;
-                    let res = report.results.entry("ip-batch".into()).or_default();
-                    for (op, s) in &r.samples {
-                        res.entry(op.to_string()).or_default().samples.push(*s);
-                    }
-                    if rep + 1 == opts.reps {
-                        report.check(compare_entries(
-                            "ip-batch",
-                            "after the first sync",
-                            &r.after_full,
-                            &inputs.after_full,
-                        ));
-                        report.check(compare_entries(
-                            "ip-batch",
-                            "after the updates",
-                            &r.after_rounds,
-                            &inputs.after_rounds,
-                        ));
-                    }
-                }
-            }
-            _ => report
+
+    /// The `ip -batch` + `bridge -batch` repetitions, or a note when either tool is missing.
+    fn ip_batch(&self, report: &mut ClusterReport) -> Result<(), BenchError> {
+        let opts = self.opts;
+        let (Some(ip), Some(bridge)) = (which("ip"), which("bridge")) else {
+            report
                 .notes
-                .push("ip-batch: skipped, `ip` or `bridge` not installed".into()),
+                .push("ip-batch: skipped, `ip` or `bridge` not installed".into());
+            return Ok(());
+        };
+        eprintln!(
+            "bench: cluster ip-batch ({} reps × {} rounds)",
+            opts.reps, opts.inc
+        );
+        let tools = [ip, bridge];
+        for rep in 0..opts.reps {
+            let ns = fresh_ns()?;
+            let r = batch_rep(&ns, &self.rt, &self.inputs, &tools, opts.inc, &opts.out_dir)?;
+            let res = report.results.entry("ip-batch".into()).or_default();
+            for (op, s) in &r.samples {
+                res.entry(op.to_string()).or_default().samples.push(*s);
+            }
+            if rep + 1 == opts.reps {
+                report.check_end_state("ip-batch", &r.after_full, &r.after_rounds, &self.inputs);
+            }
         }
+        Ok(())
     }
-    rt.shutdown_timeout(Duration::from_millis(200));
-    report.finish();
-    report.write_file(&opts.out_dir)?;
-    Ok(report)
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::run::{self, InProcess, Tool};
 use super::shapes::{IptState, NftState};
-use super::workload::{Scale, Workload};
+use super::workload::{RuleSpec, Scale, Workload};
 use super::{need, write, BenchError};
 use crate::netns::NetNs;
 use crate::rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
@@ -187,131 +187,177 @@ fn workload_ip(i: usize) -> Ipv4Addr {
 /// The spot-check's workload, its topology spec, and the flows to probe.
 fn plan(prefix: &str) -> (Workload, TopologySpec, Vec<SpotFlow>) {
     let mut w = Workload::generate(SPOT_SCALE);
-    let spec = TopologySpec {
+    let spec = topology_spec(prefix, w.endpoints.len());
+    let rules = PeerRules::of(&w);
+    rules.admit_peer(&mut w);
+    let flows = rules.flows(&w);
+    (w, spec, flows)
+}
+
+/// One `cali…` veth per endpoint at [`workload_ip`], and the external peer.
+fn topology_spec(prefix: &str, endpoints: usize) -> TopologySpec {
+    TopologySpec {
         prefix: prefix.into(),
-        workloads: (0..w.endpoints.len())
+        workloads: (0..endpoints)
             .map(|i| WorkloadSpec::v4(format!("ep{i}"), workload_ip(i)))
             .collect(),
         external: Some(ExternalSpec {
             routes_to_workloads: true,
             ipv6: false,
         }),
-    };
-    let ext = crate::testbed::topology::EXTERNAL_V4;
-    // The peer joins the set of ep0's first ingress rule and of its first egress rule, and (as
-    // a /30 around it) the first hash:net set of ep0's ingress rules, so interval matching is
-    // probed too.
-    let in_rule = w.policies[w.endpoints[0].ingress[0]].rules[0].clone();
-    let out_rule = w.policies[w.endpoints[0].egress[0]].rules[0].clone();
-    let net_rule = w.endpoints[0]
-        .ingress
-        .iter()
-        .flat_map(|&p| w.policies[p].rules.iter())
-        .find(|r| w.sets[r.set].net && r.set != in_rule.set)
-        .cloned();
-    for set in [in_rule.set, out_rule.set] {
-        let m = if w.sets[set].net {
-            format!("{ext}/32")
-        } else {
-            ext.to_string()
-        };
-        if !w.sets[set].members.contains(&m) {
-            w.sets[set].members.push(m);
+    }
+}
+
+/// The external peer's address.
+const PEER: Ipv4Addr = crate::testbed::topology::EXTERNAL_V4;
+
+/// The rules of ep0 whose sets the peer joins, so that exactly the flows they allow can pass.
+struct PeerRules {
+    /// ep0's first ingress rule.
+    ingress: RuleSpec,
+    /// ep0's first egress rule.
+    egress: RuleSpec,
+    /// An ingress rule of ep0 on a hash:net set other than `ingress`'s, so interval matching
+    /// is probed too.
+    net: Option<RuleSpec>,
+}
+
+impl PeerRules {
+    fn of(w: &Workload) -> Self {
+        let ingress = w.policies[w.endpoints[0].ingress[0]].rules[0].clone();
+        let egress = w.policies[w.endpoints[0].egress[0]].rules[0].clone();
+        let net = w.endpoints[0]
+            .ingress
+            .iter()
+            .flat_map(|&p| w.policies[p].rules.iter())
+            .find(|r| w.sets[r.set].net && r.set != ingress.set)
+            .cloned();
+        PeerRules {
+            ingress,
+            egress,
+            net,
         }
     }
-    if let Some(r) = &net_rule {
-        w.sets[r.set]
-            .members
-            .push(format!("{}/30", Ipv4Addr::from(u32::from(ext) & !3)));
+
+    /// Adds the peer to the sets of the ingress and egress rules, and a /30 around it to the
+    /// net rule's set.
+    fn admit_peer(&self, w: &mut Workload) {
+        for set in [self.ingress.set, self.egress.set] {
+            let m = if w.sets[set].net {
+                format!("{PEER}/32")
+            } else {
+                PEER.to_string()
+            };
+            if !w.sets[set].members.contains(&m) {
+                w.sets[set].members.push(m);
+            }
+        }
+        if let Some(r) = &self.net {
+            w.sets[r.set]
+                .members
+                .push(format!("{}/30", Ipv4Addr::from(u32::from(PEER) & !3)));
+        }
     }
-    let ip_of = |w: &Workload, e: End| match e {
-        End::External => ext,
+
+    /// The flows to probe, each with the model's verdict on `w` (the peer already admitted).
+    fn flows(&self, w: &Workload) -> Vec<SpotFlow> {
+        use End::*;
+        let (oi, oe) = (
+            endpoint_without_peer(w, true),
+            endpoint_without_peer(w, false),
+        );
+        let oi_port = w.policies[w.endpoints[oi].ingress[0]].rules[0].ports[0];
+        let mut flows = Vec::new();
+        let mut add = |from, to, port, why| {
+            let expect = model(w, from, to, port);
+            flows.push(SpotFlow {
+                from,
+                to,
+                port,
+                expect,
+                why,
+            });
+        };
+        add(
+            External,
+            Endpoint(0),
+            self.ingress.ports[0],
+            "src in set, port ok",
+        );
+        if let Some(r) = &self.net {
+            add(External, Endpoint(0), r.ports[0], "src in net set");
+        }
+        add(External, Endpoint(0), CLOSED_PORT, "port not allowed");
+        add(External, Endpoint(oi), oi_port, "src not in set");
+        add(
+            Endpoint(0),
+            External,
+            self.egress.ports[0],
+            "egress: dst in set",
+        );
+        add(
+            Endpoint(0),
+            External,
+            CLOSED_PORT,
+            "egress: port not allowed",
+        );
+        add(
+            Endpoint(oe),
+            External,
+            self.egress.ports[0],
+            "egress: dst not in set",
+        );
+        flows
+    }
+}
+
+/// The model's verdict: allowed iff every workload end's policies have a rule for the peer
+/// address and port.
+fn model(w: &Workload, from: End, to: End, port: u16) -> Verdict {
+    let ip_of = |e: End| match e {
+        End::External => PEER,
         End::Endpoint(i) => w.endpoints[i].ip,
     };
-    // Allowed iff every workload end's policies have a rule for the peer address and port.
-    let allows = |w: &Workload, pols: &[usize], peer: Ipv4Addr, port: u16| {
-        pols.iter().any(|&p| {
-            w.policies[p]
-                .rules
-                .iter()
-                .any(|r| r.ports.contains(&port) && set_contains(&w.sets[r.set].members, peer))
-        })
+    let (src, dst) = (ip_of(from), ip_of(to));
+    let egress_ok = match from {
+        End::Endpoint(i) => allows(w, &w.endpoints[i].egress, dst, port),
+        End::External => true,
     };
-    let model = |w: &Workload, from: End, to: End, port: u16| {
-        let (src, dst) = (ip_of(w, from), ip_of(w, to));
-        let egress_ok = match from {
-            End::Endpoint(i) => allows(w, &w.endpoints[i].egress, dst, port),
-            End::External => true,
-        };
-        let ingress_ok = match to {
-            End::Endpoint(i) => allows(w, &w.endpoints[i].ingress, src, port),
-            End::External => true,
-        };
-        if egress_ok && ingress_ok {
-            Verdict::Pass
-        } else {
-            Verdict::Drop
-        }
+    let ingress_ok = match to {
+        End::Endpoint(i) => allows(w, &w.endpoints[i].ingress, src, port),
+        End::External => true,
     };
-    // An endpoint whose ingress (egress) sets do not hold the peer.
-    let other = |ingress: bool| {
-        (1..w.endpoints.len())
-            .find(|&i| {
-                let e = &w.endpoints[i];
-                let pols = if ingress { &e.ingress } else { &e.egress };
-                !pols.iter().any(|&p| {
-                    w.policies[p]
-                        .rules
-                        .iter()
-                        .any(|r| set_contains(&w.sets[r.set].members, ext))
-                })
-            })
-            .unwrap_or(1)
-    };
-    let (oi, oe) = (other(true), other(false));
-    let oi_port = w.policies[w.endpoints[oi].ingress[0]].rules[0].ports[0];
-    let mut flows = Vec::new();
-    let mut add = |from, to, port, why| {
-        let expect = model(&w, from, to, port);
-        flows.push(SpotFlow {
-            from,
-            to,
-            port,
-            expect,
-            why,
-        });
-    };
-    use End::*;
-    add(
-        External,
-        Endpoint(0),
-        in_rule.ports[0],
-        "src in set, port ok",
-    );
-    if let Some(r) = &net_rule {
-        add(External, Endpoint(0), r.ports[0], "src in net set");
+    if egress_ok && ingress_ok {
+        Verdict::Pass
+    } else {
+        Verdict::Drop
     }
-    add(External, Endpoint(0), CLOSED_PORT, "port not allowed");
-    add(External, Endpoint(oi), oi_port, "src not in set");
-    add(
-        Endpoint(0),
-        External,
-        out_rule.ports[0],
-        "egress: dst in set",
-    );
-    add(
-        Endpoint(0),
-        External,
-        CLOSED_PORT,
-        "egress: port not allowed",
-    );
-    add(
-        Endpoint(oe),
-        External,
-        out_rule.ports[0],
-        "egress: dst not in set",
-    );
-    (w, spec, flows)
+}
+
+/// Whether one of `pols` has a rule allowing `peer` on `port`.
+fn allows(w: &Workload, pols: &[usize], peer: Ipv4Addr, port: u16) -> bool {
+    pols.iter().any(|&p| {
+        w.policies[p]
+            .rules
+            .iter()
+            .any(|r| r.ports.contains(&port) && set_contains(&w.sets[r.set].members, peer))
+    })
+}
+
+/// An endpoint other than ep0 whose ingress (egress) sets do not hold the peer; ep1 if none.
+fn endpoint_without_peer(w: &Workload, ingress: bool) -> usize {
+    (1..w.endpoints.len())
+        .find(|&i| {
+            let e = &w.endpoints[i];
+            let pols = if ingress { &e.ingress } else { &e.egress };
+            !pols.iter().any(|&p| {
+                w.policies[p]
+                    .rules
+                    .iter()
+                    .any(|r| set_contains(&w.sets[r.set].members, PEER))
+            })
+        })
+        .unwrap_or(1)
 }
 
 fn set_contains(members: &[String], ip: Ipv4Addr) -> bool {

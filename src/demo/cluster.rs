@@ -19,8 +19,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use ipnet::{IpNet, Ipv4Net};
-use netlink_packet_route::link::{InfoData, InfoVxlan, LinkAttribute, LinkInfo};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteType};
+use netlink_packet_route::link::{InfoData, InfoVxlan, LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
 
 use super::agent::Agent;
 use super::{
@@ -740,6 +740,7 @@ fn wait_converged(
     }
 }
 
+/// Prints a row per node of what its overlay holds, then one node's routes and FDB in full.
 fn print_overlay(
     out: &mut dyn Write,
     rt: &tokio::runtime::Runtime,
@@ -761,7 +762,22 @@ fn print_overlay(
             continue;
         };
         let o = rt.block_on(read_overlay(node.ns()))?;
-        let dev = match o.device {
+        o.print_row(out, &me.name)?;
+        if example.is_none() {
+            example = Some((me.name.clone(), o));
+        }
+    }
+    if let Some((name, o)) = example {
+        o.print_detail(out, &name)?;
+    }
+    Ok(())
+}
+
+impl OverlayState {
+    /// One line of the table: the device, how many FDB entries, ARP entries and routes, and
+    /// the blackholes.
+    fn print_row(&self, out: &mut dyn Write, node: &str) -> Result<(), DemoError> {
+        let dev = match self.device {
             Some((vni, mtu, addr)) => format!(
                 "vni {vni}, mtu {mtu}, {}",
                 addr.map(|a| a.to_string())
@@ -772,23 +788,23 @@ fn print_overlay(
         say!(
             out,
             "   {:<7} {:<36} {:>3} {:>4} {:>7}  {}",
-            me.name,
+            node,
             dev,
-            o.fdb.len(),
-            o.arp.len(),
-            o.tunnel_routes.len(),
-            o.blackholes
+            self.fdb.len(),
+            self.arp.len(),
+            self.tunnel_routes.len(),
+            self.blackholes
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        if example.is_none() {
-            example = Some((me.name.clone(), o));
-        }
+        Ok(())
     }
-    if let Some((name, o)) = example {
-        let routes: Vec<String> = o
+
+    /// The routes through the device and the FDB entries, each listed.
+    fn print_detail(&self, out: &mut dyn Write, node: &str) -> Result<(), DemoError> {
+        let routes: Vec<String> = self
             .tunnel_routes
             .iter()
             .map(|(dst, gw)| match gw {
@@ -796,19 +812,19 @@ fn print_overlay(
                 None => dst.to_string(),
             })
             .collect();
-        let fdb: Vec<String> = o
+        let fdb: Vec<String> = self
             .fdb
             .iter()
             .map(|(m, ip)| format!("{} → {ip}", fmt_mac(m)))
             .collect();
         say!(
             out,
-            "   on {name}: routes {} (dev {VXLAN_IFACE_V4} onlink); FDB {}",
+            "   on {node}: routes {} (dev {VXLAN_IFACE_V4} onlink); FDB {}",
             routes.join(", "),
             fdb.join(", ")
         );
+        Ok(())
     }
-    Ok(())
 }
 
 /// Reads the overlay of the node namespace `ns`: the device, its FDB and permanent ARP entries,
@@ -823,6 +839,30 @@ async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
         return Ok(o);
     };
     let index = msg.header.index;
+    let (vni, mtu) = vni_and_mtu(&msg);
+    let addr = link::list_addresses(&h)
+        .await
+        .map_err(DemoError::Rtnl)?
+        .into_iter()
+        .find(|(i, _)| *i == index)
+        .map(|(_, a)| a);
+    o.device = Some((vni, mtu, addr));
+    o.fdb = dump_fdb(&h, index).await.map_err(DemoError::Rtnl)?;
+    o.arp = list_permanent(&h)
+        .await
+        .map_err(DemoError::Rtnl)?
+        .into_iter()
+        .filter(|n| n.ifindex == index)
+        .map(|n| (n.ip, n.mac))
+        .collect();
+    for m in &ipv4_routes(&h).await? {
+        o.add_route(m, index);
+    }
+    Ok(o)
+}
+
+/// The VXLAN device's VNI and MTU (0 where the message does not say).
+fn vni_and_mtu(msg: &LinkMessage) -> (u32, u32) {
     let (mut vni, mut mtu) = (0, 0);
     for a in &msg.attributes {
         match a {
@@ -841,23 +881,13 @@ async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
             _ => {}
         }
     }
-    let addr = link::list_addresses(&h)
-        .await
-        .map_err(DemoError::Rtnl)?
-        .into_iter()
-        .find(|(i, _)| *i == index)
-        .map(|(_, a)| a);
-    o.device = Some((vni, mtu, addr));
-    o.fdb = dump_fdb(&h, index).await.map_err(DemoError::Rtnl)?;
-    o.arp = list_permanent(&h)
-        .await
-        .map_err(DemoError::Rtnl)?
-        .into_iter()
-        .filter(|n| n.ifindex == index)
-        .map(|n| (n.ip, n.mac))
-        .collect();
-    let routes = ipv4_routes(&h).await?;
-    for m in &routes {
+    (vni, mtu)
+}
+
+impl OverlayState {
+    /// Keeps route `m` if it is a blackhole, or a route to a block (shorter than /32) through
+    /// the device at `index`.
+    fn add_route(&mut self, m: &RouteMessage, index: u32) {
         let (mut dst, mut oif, mut gw) = (None, None, None);
         for a in &m.attributes {
             match a {
@@ -872,15 +902,14 @@ async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
                 .ok()
                 .map(IpNet::V4)
         }) else {
-            continue;
+            return;
         };
         if m.header.kind == RouteType::BlackHole {
-            o.blackholes.push(dst);
+            self.blackholes.push(dst);
         } else if oif == Some(index) && dst.prefix_len() < 32 {
-            o.tunnel_routes.push((dst, gw));
+            self.tunnel_routes.push((dst, gw));
         }
     }
-    Ok(o)
 }
 
 type Flows<'a> = (Vec<Flow<'a>>, Vec<&'static str>);

@@ -480,108 +480,118 @@ fn endpoint_updates(topo: &Topology) -> Vec<ToDataplane> {
         .collect()
 }
 
-/// Why a flow of the demo passes or drops, printed beside it.
-fn demo_flows(topo: &Topology, db_in_set: bool) -> (Vec<Flow<'_>>, Vec<&'static str>) {
+/// One flow of the demo and why it passes or drops (printed beside it).
+struct FlowRow {
+    /// A workload's name.
+    from: &'static str,
+    /// A workload's name, or `external`.
+    to: &'static str,
+    proto: Proto,
+    port: u16,
+    expect: Verdict,
+    why: &'static str,
+}
+
+impl FlowRow {
+    const fn new(
+        (from, to): (&'static str, &'static str),
+        proto: Proto,
+        port: u16,
+        expect: Verdict,
+        why: &'static str,
+    ) -> Self {
+        FlowRow {
+            from,
+            to,
+            proto,
+            port,
+            expect,
+            why,
+        }
+    }
+}
+
+const FRONTEND_TO_BACKEND: FlowRow = FlowRow::new(
+    ("frontend", "backend"),
+    Proto::Tcp,
+    WORKLOAD_PORT,
+    Verdict::Pass,
+    "app: source in s:backend-clients",
+);
+
+/// db → backend before db joins s:backend-clients.
+const DB_OUTSIDE_SET: FlowRow = FlowRow::new(
+    ("db", "backend"),
+    Proto::Tcp,
+    WORKLOAD_PORT,
+    Verdict::Drop,
+    "app: not in the set, end of tier drops",
+);
+
+/// db → backend after db joins s:backend-clients.
+const DB_IN_SET: FlowRow = FlowRow::new(
+    ("db", "backend"),
+    Proto::Tcp,
+    WORKLOAD_PORT,
+    Verdict::Pass,
+    "app: db is in s:backend-clients now",
+);
+
+/// The flows after db → backend, the same whether db is in the set or not.
+const PLATFORM_FLOWS: [FlowRow; 6] = {
     use Proto::*;
     use Verdict::*;
-    let mut v = Vec::new();
-    let mut add = |from: &str, to: &str, proto: Proto, port: u16, expect: Verdict, why| {
-        let src = topo.workload(from);
-        let (dst, ns) = match (topo.workload(to), topo.external(), src) {
-            (Some(w), _, Some(s)) => (w.ipv4.map(IpAddr::V4), s.ns()),
-            (None, Some(e), Some(s)) => (Some(IpAddr::V4(e.ipv4)), s.ns()),
-            _ => return,
-        };
-        let Some(dst) = dst else { return };
-        v.push((
-            Flow {
-                from: from.to_string(),
-                ns,
-                to: to.to_string(),
-                dst,
-                proto,
-                port,
-                expect,
-            },
-            why,
-        ));
-    };
-    add(
-        "frontend",
-        "backend",
-        Tcp,
-        WORKLOAD_PORT,
-        Pass,
-        "app: source in s:backend-clients",
-    );
-    if db_in_set {
-        add(
-            "db",
-            "backend",
+    const DENIED: &str = "platform: tcp/9090 denied";
+    const ALLOWED: &str = "platform passes; profile allows";
+    [
+        FlowRow::new(("frontend", "backend"), Tcp, ADMIN_PORT, Drop, DENIED),
+        FlowRow::new(("db", "frontend"), Tcp, ADMIN_PORT, Drop, DENIED),
+        FlowRow::new(("backend", "frontend"), Tcp, WORKLOAD_PORT, Pass, ALLOWED),
+        FlowRow::new(("backend", "db"), Tcp, WORKLOAD_PORT, Pass, ALLOWED),
+        FlowRow::new(("frontend", "db"), Icmp, 0, Pass, ALLOWED),
+        FlowRow::new(
+            ("frontend", "external"),
             Tcp,
             WORKLOAD_PORT,
             Pass,
-            "app: db is in s:backend-clients now",
-        );
+            "egress allowed; NAT outgoing",
+        ),
+    ]
+};
+
+/// The demo's flows (db → backend as before or after db joins the set), each with why it
+/// passes or drops; flows whose ends are not in `topo` are left out.
+fn demo_flows(topo: &Topology, db_in_set: bool) -> (Vec<Flow<'_>>, Vec<&'static str>) {
+    let db = if db_in_set {
+        &DB_IN_SET
     } else {
-        add(
-            "db",
-            "backend",
-            Tcp,
-            WORKLOAD_PORT,
-            Drop,
-            "app: not in the set, end of tier drops",
-        );
-    }
-    add(
-        "frontend",
-        "backend",
-        Tcp,
-        ADMIN_PORT,
-        Drop,
-        "platform: tcp/9090 denied",
-    );
-    add(
-        "db",
-        "frontend",
-        Tcp,
-        ADMIN_PORT,
-        Drop,
-        "platform: tcp/9090 denied",
-    );
-    add(
-        "backend",
-        "frontend",
-        Tcp,
-        WORKLOAD_PORT,
-        Pass,
-        "platform passes; profile allows",
-    );
-    add(
-        "backend",
-        "db",
-        Tcp,
-        WORKLOAD_PORT,
-        Pass,
-        "platform passes; profile allows",
-    );
-    add(
-        "frontend",
-        "db",
-        Icmp,
-        0,
-        Pass,
-        "platform passes; profile allows",
-    );
-    add(
-        "frontend",
-        "external",
-        Tcp,
-        WORKLOAD_PORT,
-        Pass,
-        "egress allowed; NAT outgoing",
-    );
-    v.into_iter().unzip()
+        &DB_OUTSIDE_SET
+    };
+    [&FRONTEND_TO_BACKEND, db]
+        .into_iter()
+        .chain(&PLATFORM_FLOWS)
+        .filter_map(|row| demo_flow(topo, row))
+        .unzip()
+}
+
+/// The flow `row` describes, probed from the source workload's namespace; `None` when either
+/// end (or the destination's address) is missing from `topo`.
+fn demo_flow<'a>(topo: &'a Topology, row: &FlowRow) -> Option<(Flow<'a>, &'static str)> {
+    let src = topo.workload(row.from)?;
+    let dst = match topo.workload(row.to) {
+        Some(w) => w.ipv4.map(IpAddr::V4)?,
+        None => IpAddr::V4(topo.external()?.ipv4),
+    };
+    let flow = Flow {
+        from: row.from.to_string(),
+        ns: src.ns(),
+        to: row.to.to_string(),
+        dst,
+        proto: row.proto,
+        port: row.port,
+        expect: row.expect,
+    };
+    Some((flow, row.why))
 }
 
 fn print_matrix(
