@@ -162,6 +162,7 @@ async fn run_async(
     // Health and metrics endpoints, until shutdown.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = serve_ops(ops.clone(), config.clone(), stop_rx);
+    let (status_out, writer) = t.fd4.unzip();
     let mut driver = Driver::new(
         dp,
         kernel,
@@ -170,7 +171,7 @@ async fn run_async(
             trace_input: opts.trace_input,
             ..LoopOptions::default()
         },
-        t.status_out,
+        status_out,
         Some(ops),
     );
     let shutdown = shutdown_signal();
@@ -194,7 +195,7 @@ async fn run_async(
     drop(driver); // closes the status channel, so the fd 4 writer finishes
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
-    if let Some(w) = t.writer {
+    if let Some(w) = writer {
         let _ = tokio::task::spawn_blocking(move || w.join()).await;
     }
     match result {
@@ -236,8 +237,7 @@ struct Transport {
     /// The loop ends when the input does.
     exit_on_eof: bool,
     /// Felix's fd 4: the outbox the loop reports on, and the thread writing it.
-    status_out: Option<source::outbox::Outbox>,
-    writer: Option<std::thread::JoinHandle<Result<u64, source::SourceError>>>,
+    fd4: Option<source::felix::Writer>,
     reader: InputReader,
 }
 
@@ -271,14 +271,13 @@ impl Transport {
                 let (input, output) = felix_fds.ok_or(AgentError::NoFelixFds)?;
                 let (updates, reader) = source::felix::spawn_fd3(input, u64::from(max_message))
                     .map_err(AgentError::setup("reading fd 3"))?;
-                let (tx, handle) = source::felix::spawn_writer(output)
+                let fd4 = source::felix::spawn_writer(output)
                     .map_err(AgentError::setup("writing fd 4"))?;
                 Transport {
                     updates,
                     // Felix gone = our job is done (§1.1).
                     exit_on_eof: true,
-                    status_out: Some(tx),
-                    writer: Some(handle),
+                    fd4: Some(fd4),
                     reader: InputReader::Fd3(reader),
                 }
             }
@@ -288,8 +287,7 @@ impl Transport {
                 Transport {
                     updates,
                     exit_on_eof: !opts.keep_running,
-                    status_out: None,
-                    writer: None,
+                    fd4: None,
                     reader: InputReader::Stream(reader),
                 }
             }
@@ -301,8 +299,7 @@ impl Transport {
                 Transport {
                     updates,
                     exit_on_eof: false,
-                    status_out: None,
-                    writer: None,
+                    fd4: None,
                     reader: InputReader::None,
                 }
             }

@@ -963,10 +963,7 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), ApplyError> {
 /// Adds elements as the kernel would: an interval set refuses one it has, a hash set one it has
 /// with other data.
 fn add_elements(t: &mut Table, set: &str, elements: &[Element]) -> Result<(), ApplyError> {
-    let s = t
-        .sets
-        .get_mut(set)
-        .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
+    let s = set_mut(t, set)?;
     for e in elements {
         if s.flags & set_flags::INTERVAL != 0
             && s.elements
@@ -995,12 +992,16 @@ fn add_elements(t: &mut Table, set: &str, elements: &[Element]) -> Result<(), Ap
     Ok(())
 }
 
+/// The set named `set`, which an element op needs to exist.
+fn set_mut<'a>(t: &'a mut Table, set: &str) -> Result<&'a mut Set, ApplyError> {
+    t.sets
+        .get_mut(set)
+        .ok_or_else(|| err("ENOENT", format!("set {set}")))
+}
+
 /// Deletes elements as the kernel would: each must be there.
 fn del_elements(t: &mut Table, set: &str, elements: &[Element]) -> Result<(), ApplyError> {
-    let s = t
-        .sets
-        .get_mut(set)
-        .ok_or_else(|| err("ENOENT", format!("set {set}")))?;
+    let s = set_mut(t, set)?;
     for e in elements {
         let i = s
             .elements
