@@ -200,6 +200,24 @@ pub enum ConfigCommand {
     Schema,
 }
 
+/// The running kernel and what felix-nft decides about it (`nft::features`); the owner +
+/// persist probe is a dry run, so nothing is written.
+fn print_kernel_features() {
+    use crate::nft::features::KernelRelease;
+    let release = match KernelRelease::current() {
+        Ok(r) => r,
+        Err(e) => return println!("kernel: {e}"),
+    };
+    let supported = release.check_supported();
+    match crate::nft::reconcile::Nft::open().and_then(|mut n| n.features_dry_run()) {
+        Ok(f) => print!("{f}"),
+        Err(e) => println!("kernel {release}: features not probed ({e})"),
+    }
+    if let Err(e) = supported {
+        println!("unsupported: {e}");
+    }
+}
+
 /// Entry point used by `main.rs`.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -207,6 +225,7 @@ pub fn main() -> ExitCode {
         None => run_external_driver(),
         Some(Command::Version) => {
             println!("felix-nft {}", env!("CARGO_PKG_VERSION"));
+            print_kernel_features();
             ExitCode::SUCCESS
         }
         Some(Command::Completions { shell }) => {

@@ -18,6 +18,7 @@ use crate::dataplane::driver::{Driver, DriverError, LoopOptions};
 use crate::dataplane::kernel::RealKernel;
 use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::NetNs;
+use crate::nft::features::KernelRelease;
 use crate::ops::logging::chain;
 use crate::ops::Ops;
 use crate::rtnl::monitor::{self, MonitorConfig};
@@ -39,6 +40,9 @@ pub enum AgentError {
     /// The configuration does not render (a bad die-on-fail value, exit 2).
     #[error("invalid configuration")]
     BadConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The kernel is too old, or its release cannot be read.
+    #[error("{0}")]
+    Kernel(String),
     #[error("Felix's file descriptors 3 and 4 are not open")]
     NoFelixFds,
     /// The input ended on an error (a truncated frame, a broken pipe).
@@ -140,16 +144,56 @@ pub fn run(opts: DaemonOptions, felix_fds: Option<(File, File)>) -> u8 {
     code
 }
 
+/// Decides what the kernel offers (see [`crate::nft::features`]), logs and exports each
+/// decision, and follows it: the side table is off where every commit validates every table.
+fn follow_features(
+    kernel: &mut RealKernel,
+    dpcfg: &mut DataplaneConfig,
+    config: &Config,
+    ops: &Ops,
+) -> Result<(), AgentError> {
+    let side_table = dpcfg.rules.side_table_size;
+    let (f, ignored) = kernel
+        .decide_features(config.feature_detect_override.as_deref(), &mut dpcfg.rules)
+        .map_err(AgentError::setup("probing the kernel's nf_tables features"))?;
+    if !ignored.is_empty() {
+        tracing::info!(names = ?ignored, "FeatureDetectOverride: Felix's iptables features, not used by felix-nft");
+    }
+    for (name, d, what) in f.list() {
+        tracing::info!(kernel = %f.release, feature = name, on = d.on, decided_by = d.source.as_str(), "{what}");
+        ops.metrics
+            .set_kernel_feature(name, &f.release.text, d.source.as_str(), d.on);
+    }
+    if side_table > 0 && dpcfg.rules.side_table_size == 0 {
+        tracing::info!(
+            kernel = %f.release,
+            "this kernel validates every table at every commit: no side table (NftablesSideTableSize ignored)"
+        );
+    }
+    if !f.owner_persist_tables.on
+        && dpcfg.ownership == crate::nft::reconcile::TableOwnership::OwnerPersist
+    {
+        tracing::info!(
+            kernel = %f.release,
+            "no owned tables on this kernel (6.9+): another program's change to our tables is repaired from its event"
+        );
+    }
+    Ok(())
+}
+
 async fn run_async(
     opts: DaemonOptions,
     config: Config,
     ns: Option<NetNs>,
     felix_fds: Option<(File, File)>,
 ) -> Result<(), AgentError> {
-    let dpcfg = DataplaneConfig::from_config(&config);
+    let release = KernelRelease::current().map_err(AgentError::Kernel)?;
+    release.check_supported().map_err(AgentError::Kernel)?;
+    let mut dpcfg = DataplaneConfig::from_config(&config);
     let ops = Ops::new(&config).map_err(AgentError::setup("setting up health and metrics"))?;
-    let kernel = RealKernel::open(ns.as_ref(), &dpcfg)
+    let mut kernel = RealKernel::open(ns.as_ref(), &dpcfg)
         .map_err(AgentError::setup("opening netlink sockets"))?;
+    follow_features(&mut kernel, &mut dpcfg, &config, &ops)?;
     let rp_filter = kernel.procsys().default_rp_filter();
     let dp =
         Dataplane::new(dpcfg.clone(), rp_filter).map_err(|e| AgentError::BadConfig(Box::new(e)))?;

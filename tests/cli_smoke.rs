@@ -10,14 +10,37 @@ fn bin() -> Command {
 }
 
 #[test]
-fn version_prints_the_crate_version() {
-    let out = bin().arg("version").output().expect("running felix-nft");
+fn version_prints_the_crate_version_and_what_it_decided_about_the_kernel() {
+    // The owner + persist probe is a dry run; it still runs in a namespace of its own.
+    let mut cmd = bin();
+    cmd.arg("version");
+    common::isolate_netns(&mut cmd);
+    let out = cmd.output().expect("running felix-nft");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
     assert_eq!(
-        text.trim(),
-        format!("felix-nft {}", env!("CARGO_PKG_VERSION"))
+        lines.next(),
+        Some(format!("felix-nft {}", env!("CARGO_PKG_VERSION")).as_str())
     );
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(
+        lines.next(),
+        Some(format!("kernel {}", release.trim()).as_str())
+    );
+    // Each decision as this kernel's release calls for it (the tests' own oracle).
+    for (name, on) in [
+        ("OwnerPersistTables", common::kernel_at_least(6, 9)),
+        ("SetElementsByID", common::kernel_at_least(6, 12)),
+        ("EveryTableValidated", !common::kernel_at_least(6, 4)),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+        let said = line.split_whitespace().nth(1);
+        assert_eq!(said, Some(if on { "yes" } else { "no" }), "{line}");
+    }
 }
 
 #[test]

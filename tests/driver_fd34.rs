@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use felix_nft::proto::frame::encode_frame;
 use felix_nft::proto::{json, ToDataplane};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
+/// How long to wait for what must come (only a failure waits it out; under an emulated CPU
+/// 3,000 endpoints take tens of seconds).
+const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn pipe() -> (RawFd, RawFd) {
     let mut fds = [0; 2];

@@ -287,7 +287,16 @@ fn overrun_under_an_event_storm_resyncs_to_the_truth() {
                     if i % 4 == 0 {
                         link::delete(&h, &a).await.unwrap();
                     } else if i % 4 == 1 {
-                        link::rename(&h, &b, &format!("rn{i}")).await.unwrap();
+                        // Kernels before 6.2 refuse to rename a link that is up (EBUSY).
+                        let up = i % 3 != 0;
+                        if up {
+                            link::set_up(&h, &b, false).await.unwrap();
+                        }
+                        let new = format!("rn{i}");
+                        link::rename(&h, &b, &new).await.unwrap();
+                        if up {
+                            link::set_up(&h, &new, true).await.unwrap();
+                        }
                     }
                 }
             });

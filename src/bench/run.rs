@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use super::BenchError;
+use crate::dataplane::kernel::follow_features;
 use crate::dataplane::{Dataplane, DataplaneConfig};
 use crate::netns::NetNs;
 use crate::nft::model::{elem_flags, Family};
@@ -288,7 +289,12 @@ impl InProcess {
                 source,
             })?
         };
-        let cfg = bench_dataplane_config_for(dual_stack);
+        let mut cfg = bench_dataplane_config_for(dual_stack);
+        // As the daemon: this kernel's features, with Felix's override from the environment.
+        let overrides = std::env::var("FELIX_FEATUREDETECTOVERRIDE").ok();
+        let mut nft = nft;
+        follow_features(&mut nft, overrides.as_deref(), &mut cfg.rules)
+            .map_err(|e| BenchError::Refused(format!("deciding the kernel's features: {e}")))?;
         let dp = Dataplane::new(cfg.clone(), 1).map_err(|e| BenchError::Refused(e.to_string()))?;
         Ok(InProcess {
             dp,

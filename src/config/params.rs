@@ -545,6 +545,9 @@ params! {
     log_file_path: Option<String> = "LogFilePath", Kind::Path, "/var/log/calico/felix.log", DIE,
         "Log file; `none` = no file logging.";
 
+    feature_detect_override: Option<String> = "FeatureDetectOverride", Kind::Text, "", 0,
+        "Felix: overrides of the kernel feature detection, `Name=true|false|` comma-separated (empty = detect). felix-nft decides OwnerPersistTables, SetElementsByID and EveryTableValidated (see `felix-nft version`); Felix's other names are accepted and not used.";
+
     // --- felix-nft's own ---
     nftables_table_owner: bool = "NftablesTableOwner", Kind::Bool, "true", OURS,
         "felix-nft: create our tables with the owner+persist flags (kernel 6.9+) so no other process can change them and they outlive us; false = plain tables.";
@@ -583,7 +586,6 @@ pub const FELIX_PARAMS_NOT_USED: &[&str] = &[
     "UsageReportingIntervalSecs",
     "IptablesLockFilePath",
     "IptablesLockTimeoutSecs",
-    "FeatureDetectOverride",
     "FeatureGates",
     "PolicySyncPathPrefix",
     "IpInIpTunnelAddr",

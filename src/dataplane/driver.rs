@@ -15,12 +15,18 @@
 //! - Refresh timers re-read the kernel (tables every `NftablesRefreshInterval`, routes and
 //!   neighbours every `RouteRefreshInterval`); a refresh that finds differences repairs them and
 //!   counts a drift repair.
+//! - Another program's commit that touches our tables (seen on the nf_tables event socket: an
+//!   inserted rule, a deleted chain or table, `nft flush ruleset`) starts that refresh at once,
+//!   where the kernel cannot keep others out (no owned tables before 6.9, or ownership off);
+//!   a writer that keeps changing them is answered later and later ([`super::repair`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
@@ -33,6 +39,7 @@ use crate::source::outbox::Outbox;
 use crate::source::Received;
 
 use super::kernel::{Kernel, KernelError, TableMode, TablesInput, TablesOutcome};
+use super::repair::RepairBackoff;
 use super::status::StatusReporter;
 use super::Dataplane;
 
@@ -130,6 +137,8 @@ struct Deadlines {
     health: TokioInstant,
     merge: Option<TokioInstant>,
     throttled_until: Option<TokioInstant>,
+    /// A repair of another program's change to our tables, backed off.
+    repair: Option<TokioInstant>,
 }
 
 impl Deadlines {
@@ -142,6 +151,7 @@ impl Deadlines {
             health: now + HEALTH_PERIOD,
             merge: None,
             throttled_until: None,
+            repair: None,
         }
     }
 }
@@ -213,6 +223,8 @@ pub struct Driver<K: Kernel> {
     started: Instant,
     /// When the oldest update the next apply carries was read (its end-to-end latency).
     pending_since: Option<Instant>,
+    /// When to repair after other programs change our tables.
+    repair: RepairBackoff,
 }
 
 impl<K: Kernel> Driver<K> {
@@ -245,6 +257,7 @@ impl<K: Kernel> Driver<K> {
             summary: RunSummary::default(),
             started: Instant::now(),
             pending_since: None,
+            repair: RepairBackoff::default(),
         }
     }
 
@@ -826,6 +839,11 @@ impl<K: Kernel> Driver<K> {
         let mut at = Deadlines::new(self.dp.cfg(), self.opts.first_heartbeat);
         let mut updates_open = true;
         let mut ifaces_open = true;
+        let tables_watch = self.kernel.tables_watch().and_then(|fd| {
+            // SAFETY: an `OwnedFd` is open and stays the same descriptor until it is dropped
+            // with the `AsyncFd`.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+        });
         loop {
             // Apply when allowed.
             let now = TokioInstant::now();
@@ -870,6 +888,7 @@ impl<K: Kernel> Driver<K> {
                         tracing::error!("interface monitor stopped");
                     }
                 },
+                () = readable(tables_watch.as_ref()) => self.on_tables_event(&mut at).await,
                 _ = sleep_until(wake) => self.on_deadlines(&mut at),
             }
         }
@@ -886,12 +905,47 @@ impl<K: Kernel> Driver<K> {
             self.retry_at.filter(|_| self.wants_apply()),
             self.grace_at,
             at.merge,
+            at.repair,
             at.throttled_until.filter(|_| self.wants_apply()),
         ]
         .into_iter()
         .flatten()
         .min()
         .unwrap_or_else(|| TokioInstant::now() + FAR)
+    }
+
+    /// The nf_tables event socket has events: if another program's commit touched our tables,
+    /// repair them (a resync reads them back and puts back what differs), at once or, while it
+    /// keeps happening, after a growing delay.
+    async fn on_tables_event(&mut self, at: &mut Deadlines) {
+        if !self.kernel.tables_touched().await {
+            return;
+        }
+        let now = TokioInstant::now();
+        let r = self.repair.on_touch(now);
+        if let Some(ops) = &self.ops {
+            ops.metrics.record_table_touch();
+            ops.metrics.set_repair_backoff(r.delay);
+        }
+        if r.delay.is_zero() {
+            tracing::info!("another program changed our nf_tables tables: repairing now");
+            self.resync_tables = true;
+            at.repair = None;
+        } else {
+            // Every doubling is said once: a fight is visible in the log without flooding it.
+            if r.streak == super::repair::FREE_REPAIRS + 1
+                || r.streak.is_power_of_two()
+                || r.delay >= super::repair::MAX_BACKOFF
+            {
+                tracing::warn!(
+                    changes_in_a_row = r.streak,
+                    repair_in_ms = r.delay.as_millis() as u64,
+                    "another program keeps changing our nf_tables tables: backing off the repair"
+                );
+            }
+            let due = now + r.delay;
+            at.repair = Some(at.repair.map_or(due, |d| d.min(due)));
+        }
     }
 
     /// `first`, and what else is already waiting in the channel (up to the batch size).
@@ -927,6 +981,10 @@ impl<K: Kernel> Driver<K> {
             at.nft_refresh = t + every(self.dp.cfg().nft_refresh);
             self.resync_tables = true;
         }
+        if at.repair.is_some_and(|r| t >= r) {
+            at.repair = None;
+            self.resync_tables = true;
+        }
         if at.merge.is_some_and(|m| t >= m) {
             at.merge = None;
             self.dp.request_side_merge();
@@ -951,6 +1009,21 @@ impl<K: Kernel> Driver<K> {
                 h.heartbeat();
             }
         }
+    }
+}
+
+/// Resolves when `fd` has something to read (never without one). Readiness is cleared first, so
+/// events that arrive while the caller drains the socket wake the loop again.
+async fn readable(fd: Option<&AsyncFd<std::os::fd::OwnedFd>>) {
+    match fd {
+        Some(fd) => match fd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting on the nf_tables event socket");
+                std::future::pending::<()>().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::netns::NetNs;
+use crate::nft::features::Features;
 use crate::nft::model::{Family, Set, Table, TablePatch};
 use crate::nft::reconcile::{Nft, Reconciler, SyncOptions, TableSyncReport};
 use crate::nft::NftError;
@@ -316,6 +317,17 @@ pub trait Kernel {
     async fn conntrack_cleanup(&mut self, ips: Vec<IpAddr>);
     /// Waits for the background cleanup, if one runs; its failures: (address, error chain).
     async fn conntrack_settle(&mut self) -> Vec<(IpAddr, String)>;
+    /// A descriptor that becomes readable when another program commits to nf_tables, for the
+    /// loop to wait on (then [`Kernel::tables_touched`] says whether it was about our tables);
+    /// `None` when this kernel seam has no such watch.
+    fn tables_watch(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+    /// Whether another program's commit touched our tables since the last call (an inserted
+    /// rule, a deleted chain or table, a flushed ruleset): then a resync repairs them.
+    async fn tables_touched(&mut self) -> bool {
+        false
+    }
 }
 
 /// A background conntrack cleanup: gives the socket back, with the failures.
@@ -324,6 +336,28 @@ type ConntrackJob = tokio::task::JoinHandle<(Option<Conntrack>, Vec<(IpAddr, Str
 // ---------------------------------------------------------------------------------------------
 // The real kernel
 // ---------------------------------------------------------------------------------------------
+
+/// Decides what the kernel offers (probing owner + persist tables), applies Felix's
+/// `FeatureDetectOverride`, and makes `nft` and the renderer follow the result: where every
+/// commit validates every table, the side table is off (it would make no commit cheaper and
+/// still cost its merge). Also returns the override names felix-nft does not decide (Felix's
+/// own features).
+pub fn follow_features(
+    nft: &mut Nft,
+    overrides: Option<&str>,
+    rules: &mut crate::rules::RulesConfig,
+) -> Result<(Features, Vec<String>), KernelError> {
+    let mut f = nft.features().map_err(KernelError::Nft)?;
+    let ignored = match overrides {
+        Some(spec) => f.apply_overrides(spec).map_err(KernelError::Other)?,
+        None => Vec::new(),
+    };
+    nft.use_features(&f);
+    if f.every_table_validated.on {
+        rules.side_table_size = 0;
+    }
+    Ok((f, ignored))
+}
 
 type NftReply = Result<TablesOutcome, NftError>;
 
@@ -534,6 +568,15 @@ impl RealKernel {
         })
     }
 
+    /// [`follow_features`] for this kernel's nf_tables socket.
+    pub fn decide_features(
+        &mut self,
+        overrides: Option<&str>,
+        rules: &mut crate::rules::RulesConfig,
+    ) -> Result<(Features, Vec<String>), KernelError> {
+        follow_features(self.nft.rec.kernel_mut(), overrides, rules)
+    }
+
     /// The rtnetlink handle (for dumps in one-shot commands).
     pub fn rtnl(&self) -> &RtnlHandle {
         &self.rtnl
@@ -582,6 +625,21 @@ fn rtnl_err(op: &str) -> impl FnOnce(RtnlError) -> KernelError + '_ {
 }
 
 impl Kernel for RealKernel {
+    fn tables_watch(&self) -> Option<std::os::fd::OwnedFd> {
+        let fd = self.nft.rec.watch_fd()?;
+        // SAFETY: the watch's socket is open for as long as `self`; the duplicate is the
+        // caller's own descriptor of the same socket, used only to wait for readability.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        borrowed
+            .try_clone_to_owned()
+            .inspect_err(|e| tracing::warn!(error = %e, "duplicating the nf_tables event socket: outside changes wait for the refresh"))
+            .ok()
+    }
+
+    async fn tables_touched(&mut self) -> bool {
+        self.nft.rec.tables_touched()
+    }
+
     async fn globals(&mut self, ip_forwarding: bool, ipv6: bool) -> Result<(), KernelError> {
         if ip_forwarding {
             self.procsys

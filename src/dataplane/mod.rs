@@ -30,6 +30,7 @@ pub mod kernel;
 pub mod oneshot;
 pub mod overlay;
 pub mod quarantine;
+pub mod repair;
 pub mod status;
 pub mod validate;
 

@@ -34,6 +34,9 @@ pub struct Batch {
     /// encoded attribute is cheaper than encoding it again. Holding the body keeps its address
     /// from being reused while it is a key.
     encoded_bodies: EncodedBodies,
+    /// Element lists of a set created in this batch name it by ID alone (`true`) or by name and
+    /// ID, as `nft` does (see [`super::features`]: which is cheaper depends on the kernel).
+    elems_by_id: bool,
 }
 
 /// Encoded rule bodies of one table: (family, table) and body address → (body, byte range).
@@ -210,7 +213,14 @@ impl Batch {
             next_set_id: 1,
             set_ids: HashMap::new(),
             encoded_bodies: EncodedBodies::default(),
+            elems_by_id: true,
         }
+    }
+
+    /// How element lists name a set this batch creates: by ID alone, or by name and ID.
+    pub fn with_elems_by_id(mut self, by_id: bool) -> Batch {
+        self.elems_by_id = by_id;
+        self
     }
 
     /// Bytes so far (for capacity planning and benches).
@@ -455,6 +465,7 @@ impl Batch {
         let set_id = table_set_ids(&self.set_ids, family, table)
             .and_then(|ids| ids.get(set))
             .copied();
+        let by_id = self.elems_by_id;
         let verb = if ty == NFT_MSG_NEWSETELEM {
             "adding"
         } else {
@@ -492,8 +503,8 @@ impl Batch {
                 },
                 |w| {
                     let of = match set_id {
-                        Some(id) => codec::ElemsOf::Id(id),
-                        None => codec::ElemsOf::Name(set, None),
+                        Some(id) if by_id => codec::ElemsOf::Id(id),
+                        id => codec::ElemsOf::Name(set, id),
                     };
                     codec::put_elems(w, table, of, chunk);
                     Ok(())

@@ -7,6 +7,7 @@
 //! - [`consts`]: uapi constants. [`codec`]: encode/decode of every object and expression.
 //! - [`batch`]: one transaction's messages (BEGIN … END), with a seq → object map for errors.
 //! - [`socket`]: the blocking `NETLINK_NETFILTER` socket (on `netlink-sys`) and reply parsing.
+//! - [`features`]: the kernel release and what it offers, decided once at start.
 //! - [`txn`]: commit / dry-run and error attribution. [`dump`]: read-back of our tables.
 //! - [`diff`]: desired vs actual → ordered operations. [`print`](mod@print): `nft --debug=netlink` text.
 //! - [`reconcile`]: read → diff → one batch with the generation id → retry on ERESTART; the
@@ -23,6 +24,7 @@ pub mod consts;
 pub mod diff;
 pub mod dump;
 pub mod error;
+pub mod features;
 pub mod model;
 pub mod print;
 pub mod reconcile;

@@ -14,6 +14,7 @@ use super::batch::Batch;
 use super::diff::{self, Plan};
 use super::dump::{self, TableState};
 use super::error::NftError;
+use super::features::{Features, KernelRelease};
 use super::model::*;
 use super::socket::NfSocket;
 use super::txn;
@@ -41,6 +42,16 @@ pub trait NftKernel {
     /// We know the kernel holds our state at `genid` (read back, nothing to change): watch
     /// for other commits from there.
     fn watch_from(&mut self, _genid: u32) {}
+    /// A file descriptor that becomes readable when another process commits (the watch's
+    /// socket), for the daemon's loop to wait on; `None` without a watch.
+    fn watch_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Whether another process's commit touched `ours` since the last call (see
+    /// [`Watch::take_touched`]).
+    fn take_touched(&mut self, _ours: &[(Family, &str)]) -> bool {
+        false
+    }
     /// Bytes and netlink messages of the last batch sent.
     fn last_batch(&self) -> (usize, usize) {
         (0, 0)
@@ -54,6 +65,8 @@ pub struct Nft {
     persist: Option<bool>,
     watch: Option<Watch>,
     last_batch: (usize, usize),
+    /// How element lists name a set the same batch creates ([`Features::set_elements_by_id`]).
+    elems_by_id: bool,
 }
 
 impl Nft {
@@ -63,12 +76,59 @@ impl Nft {
         let watch = Watch::open()
             .inspect_err(|e| tracing::warn!(error = %e, "no nf_tables event socket: any other program's commit will cost a read-back of our tables"))
             .ok();
+        // Until `use_features`: what the release calls for (an unreadable release: by ID).
+        let elems_by_id = KernelRelease::current().map_or(true, |r| r.at_least(6, 12));
         Ok(Nft {
             sock: NfSocket::open()?,
             persist: None,
             watch,
             last_batch: (0, 0),
+            elems_by_id,
         })
+    }
+
+    /// The running kernel's features: the release's decisions and the owner + persist probe.
+    pub fn features(&mut self) -> Result<Features, NftError> {
+        let release = KernelRelease::current().map_err(NftError::Protocol)?;
+        let owner_persist = self.supports_owner_persist()?;
+        Ok(Features::decide(release, owner_persist))
+    }
+
+    /// The running kernel's features without committing anything: the owner + persist probe
+    /// is a dry run (the kernel checks the flags and keeps nothing), for `felix-nft version`.
+    pub fn features_dry_run(&mut self) -> Result<Features, NftError> {
+        let release = KernelRelease::current().map_err(NftError::Protocol)?;
+        let owner_persist = self.probe_owner_persist(true)?;
+        Ok(Features::decide(release, owner_persist))
+    }
+
+    /// A transaction that adds a table carrying `OWNER|PERSIST` and deletes it again: the kernel
+    /// checks the flags and keeps nothing. EOPNOTSUPP/EINVAL = not supported (kernel < 6.9).
+    /// Committed rather than a dry run at the agent's start: an aborted batch waits for an RCU
+    /// grace period in the kernel, which costs tens of milliseconds.
+    fn probe_owner_persist(&mut self, dry_run: bool) -> Result<bool, NftError> {
+        let probe = Plan {
+            family: Family::Inet,
+            // Our own name: a probe of another process at the same time is not ours to touch.
+            table: format!("felix-nft-probe-{}", self.sock.port()),
+            ops: vec![
+                diff::Op::AddTable {
+                    flags: table_flags::OWNER | table_flags::PERSIST,
+                },
+                diff::Op::DelTable,
+            ],
+        };
+        match self.send(&[probe], None, dry_run) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Follows `f` (overrides included) from now on.
+    pub fn use_features(&mut self, f: &Features) {
+        self.persist = Some(f.owner_persist_tables.on);
+        self.elems_by_id = f.set_elements_by_id.on;
     }
 
     /// The underlying socket (for tests and tools).
@@ -84,7 +144,7 @@ impl Nft {
         dry_run: bool,
     ) -> Result<usize, NftError> {
         let seq = self.sock.take_seq(0);
-        let mut b = Batch::new(seq, genid);
+        let mut b = Batch::new(seq, genid).with_elems_by_id(self.elems_by_id);
         let reserved: usize = plans.iter().map(Plan::size_hint).sum();
         b.reserve(reserved);
         for p in plans {
@@ -152,6 +212,14 @@ impl NftKernel for Nft {
         self.watch.as_mut()?.clean_since(genid, ours)
     }
 
+    fn watch_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.watch.as_ref().map(Watch::fd)
+    }
+
+    fn take_touched(&mut self, ours: &[(Family, &str)]) -> bool {
+        self.watch.as_mut().is_some_and(|w| w.take_touched(ours))
+    }
+
     fn last_batch(&self) -> (usize, usize) {
         self.last_batch
     }
@@ -167,33 +235,23 @@ impl NftKernel for Nft {
         Some(self.sock.port())
     }
 
-    /// Probes with a transaction that adds a table carrying `OWNER|PERSIST` and deletes it
-    /// again: the kernel checks the flags and keeps nothing. EOPNOTSUPP/EINVAL = not supported
-    /// (kernel < 6.9). Committed rather than a dry run: an aborted batch waits for an RCU grace
-    /// period in the kernel, which costs the agent's start tens of milliseconds.
+    /// Probed once (see `probe_owner_persist`), then remembered.
     fn supports_owner_persist(&mut self) -> Result<bool, NftError> {
         if let Some(p) = self.persist {
             return Ok(p);
         }
-        let probe = Plan {
-            family: Family::Inet,
-            // Our own name: a probe of another process at the same time is not ours to touch.
-            table: format!("felix-nft-probe-{}", self.sock.port()),
-            ops: vec![
-                diff::Op::AddTable {
-                    flags: table_flags::OWNER | table_flags::PERSIST,
-                },
-                diff::Op::DelTable,
-            ],
-        };
-        let ok = match self.send(&[probe], None, false) {
-            Ok(_) => true,
-            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => false,
-            Err(e) => return Err(e),
-        };
+        let ok = self.probe_owner_persist(false)?;
         self.persist = Some(ok);
         Ok(ok)
     }
+}
+
+/// Our tables by family and name, as the watch matches them.
+fn ours(desired: &[Table]) -> Vec<(Family, &str)> {
+    desired
+        .iter()
+        .map(|t| (t.family, t.name.as_str()))
+        .collect()
 }
 
 /// Whether our tables carry the owner flags.
@@ -395,6 +453,11 @@ impl<K: NftKernel> Reconciler<K> {
         }
     }
 
+    /// The kernel seam (to probe features or reach the socket).
+    pub fn kernel_mut(&mut self) -> &mut K {
+        &mut self.kernel
+    }
+
     /// Time spent committing batches (encode, `sendmsg`, the kernel's commit, the ACK) since
     /// the last call: the kernel's share of an apply, for the daemon's log.
     pub fn take_commit_time(&mut self) -> Duration {
@@ -445,14 +508,22 @@ impl<K: NftKernel> Reconciler<K> {
         let Some(genid) = self.trusted else {
             return;
         };
-        let ours: Vec<(Family, &str)> = self
-            .desired
-            .iter()
-            .map(|t| (t.family, t.name.as_str()))
-            .collect();
+        let ours = ours(&self.desired);
         if let Some(g) = self.kernel.quiet_since(genid, &ours) {
             self.trusted = Some(g);
         }
+    }
+
+    /// Whether another process's commit touched our tables since the last call: an inserted
+    /// rule, a deleted chain or table, a flushed ruleset. The caller repairs with a resync.
+    pub fn tables_touched(&mut self) -> bool {
+        let ours = ours(&self.desired);
+        self.kernel.take_touched(&ours)
+    }
+
+    /// The watch's socket (see [`NftKernel::watch_fd`]).
+    pub fn watch_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.kernel.watch_fd()
     }
 
     /// The desired tables as last given (ownership flags applied).

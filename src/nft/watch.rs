@@ -51,6 +51,9 @@ struct Tracker {
     state: State,
     /// An event of the commit whose `NEWGEN` has not arrived yet named one of our tables.
     pending_touch: bool,
+    /// Since the last [`Watch::take_touched`]: another process's commit touched our tables, or
+    /// events were lost (and might have said so).
+    touched: bool,
 }
 
 /// The multicast listener.
@@ -106,6 +109,7 @@ impl Watch {
             t: Tracker {
                 state: State::Unknown,
                 pending_touch: false,
+                touched: false,
             },
             buf: Vec::with_capacity(256 << 10),
         })
@@ -157,9 +161,34 @@ impl Watch {
         }
     }
 
+    /// The socket, for a poller to wait on: it is readable when events are queued.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
+
     /// Reads every queued event; returns the generation up to which every commit after
     /// `since` left the `ours` tables alone, if known.
     pub fn clean_since(&mut self, since: u32, ours: &[(Family, &str)]) -> Option<u32> {
+        self.drain(ours);
+        match self.t.state {
+            // `since` within [from, at], in the generation's wrapping order.
+            State::Clean { from, at } if since.wrapping_sub(from) <= at.wrapping_sub(from) => {
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+
+    /// Reads every queued event; true if, since the last call, a commit of another process
+    /// touched one of the `ours` tables (an inserted rule, a deleted chain or table, a flushed
+    /// ruleset) or events were lost. Our own commits are never seen: the watch is out of the
+    /// group while we commit.
+    pub fn take_touched(&mut self, ours: &[(Family, &str)]) -> bool {
+        self.drain(ours);
+        std::mem::take(&mut self.t.touched)
+    }
+
+    fn drain(&mut self, ours: &[(Family, &str)]) {
         loop {
             self.buf.clear();
             match self.sock.recv(&mut self.buf, libc::MSG_DONTWAIT) {
@@ -179,15 +208,9 @@ impl Watch {
                 Err(_) => {
                     // Events were lost (ENOBUFS): nothing is known until the next start.
                     self.t.state = State::Unknown;
+                    self.t.touched = true;
                 }
             }
-        }
-        match self.t.state {
-            // `since` within [from, at], in the generation's wrapping order.
-            State::Clean { from, at } if since.wrapping_sub(from) <= at.wrapping_sub(from) => {
-                Some(at)
-            }
-            _ => None,
         }
     }
 }
@@ -205,6 +228,7 @@ impl Tracker {
             }
             Event::NewGen(g) => {
                 let touched = std::mem::take(&mut self.pending_touch);
+                self.touched |= touched;
                 if let State::Clean { from, at } = self.state {
                     if g.wrapping_sub(at) == 0 || g.wrapping_sub(at) > u32::MAX / 2 {
                         // A commit we already counted (queued before the start).
@@ -228,6 +252,7 @@ mod tests {
         Tracker {
             state: State::Clean { from: g, at: g },
             pending_touch: false,
+            touched: false,
         }
     }
 
@@ -259,8 +284,10 @@ mod tests {
         w.on_event(Event::Object(10, "calico"), OURS);
         w.on_event(Event::NewGen(11), OURS);
         assert_eq!(at(&w), None);
+        assert!(w.touched, "a touch is reported until taken");
         let mut w = watch_at(10);
         w.on_event(Event::NewGen(12), OURS);
+        assert!(!w.touched, "a gap is not a touch by itself");
         assert_eq!(at(&w), None);
         // The same name in another family is not ours.
         let mut w = watch_at(10);

@@ -65,6 +65,9 @@ pub struct Metrics {
     route_resync: Histogram,
     route_partial_resync: Histogram,
     drift_repairs: IntCounterVec,
+    table_touches: IntCounter,
+    repair_backoff: Gauge,
+    kernel_features: IntGaugeVec,
     batch_bytes: Histogram,
     batch_messages: Histogram,
     table_rebuilds: IntCounter,
@@ -211,6 +214,26 @@ impl Metrics {
                 "Kernel objects a refresh found changed by someone else and put back, by kind.",
                 &["object"],
             )?,
+            table_touches: b.counter(
+                "felix_nft_agent_table_touches_total",
+                "Commits of other programs that changed our tables (each repaired from its event).",
+            )?,
+            repair_backoff: b.gauge(
+                "felix_nft_agent_table_repair_backoff_seconds",
+                "Delay before repairing our tables after another program's change: 0 normally, \
+                 growing while another program keeps changing them.",
+            )?,
+            kernel_features: b.add(
+                "felix_nft_agent_kernel_feature",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "felix_nft_agent_kernel_feature",
+                        "What felix-nft decided about this kernel at start (1 = on), by feature, \
+                         kernel release and how it was decided (probed, release, override).",
+                    ),
+                    &["feature", "kernel", "source"],
+                ),
+            )?,
             batch_bytes: b.histogram(
                 "felix_nft_agent_batch_bytes",
                 "Size in bytes of each nf_tables netlink batch sent to the kernel.",
@@ -334,6 +357,23 @@ impl Metrics {
         self.drift_repairs
             .with_label_values(&[object])
             .inc_by(count);
+    }
+
+    /// Another program's commit changed our tables.
+    pub fn record_table_touch(&self) {
+        self.table_touches.inc();
+    }
+
+    /// The delay now applied before repairing another program's change.
+    pub fn set_repair_backoff(&self, delay: Duration) {
+        self.repair_backoff.set(delay.as_secs_f64());
+    }
+
+    /// One kernel feature decision (see `nft::features`).
+    pub fn set_kernel_feature(&self, feature: &str, kernel: &str, source: &str, on: bool) {
+        self.kernel_features
+            .with_label_values(&[feature, kernel, source])
+            .set(i64::from(on));
     }
 
     /// One nf_tables batch of `bytes` bytes and `messages` netlink messages was sent.

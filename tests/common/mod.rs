@@ -100,3 +100,20 @@ pub fn allow_all_profile() -> felix_nft::proto::types::Profile {
         outbound_rules: vec![Rule::default()],
     }
 }
+
+/// The running kernel is at least `major.minor`, read from `/proc/sys/kernel/osrelease`: the
+/// tests' own oracle of what a kernel offers, independent of felix-nft's probes.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("the kernel release");
+    let mut nums = rel
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (maj, min) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    (maj, min) >= (major, minor)
+}
+
+/// Owned + persistent nf_tables tables (`NFT_TABLE_F_OWNER|NFT_TABLE_F_PERSIST`) exist from 6.9.
+pub fn kernel_has_owned_tables() -> bool {
+    kernel_at_least(6, 9)
+}

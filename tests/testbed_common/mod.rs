@@ -11,7 +11,8 @@ use felix_nft::testbed::topology::Topology;
 
 #[path = "../common/mod.rs"]
 mod common;
-pub use common::{block_on, require_root};
+#[allow(unused_imports)]
+pub use common::{block_on, kernel_has_owned_tables, require_root};
 
 /// Runs a command, panics unless it succeeds, returns stdout.
 pub fn run(argv: &[&str], stdin: Option<&str>) -> String {
