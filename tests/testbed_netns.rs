@@ -5,7 +5,7 @@
 mod testbed_common;
 
 use felix_nft::netns::{unique_netns_name, NetNs, NetNsError};
-use testbed_common::{assert_all_gone, ip_json, netns_present, require_root};
+use testbed_common::{assert_all_gone, ip_json, made_links, netns_present, require_root};
 
 fn ns_inode(ns: &NetNs) -> std::path::PathBuf {
     ns.run(|| std::fs::read_link("/proc/thread-self/ns/net").unwrap())
@@ -22,8 +22,7 @@ fn create_is_a_new_namespace_that_ip_sees_and_delete_leaves_nothing() {
     assert!(netns_present(&name), "/run/netns/{name} should exist");
     // A fresh namespace: only lo, and a different nsfs inode from ours.
     let links = ip_json(&name, &["link"]);
-    let names: Vec<&str> = links.iter().filter_map(|l| l["ifname"].as_str()).collect();
-    assert_eq!(names, ["lo"]);
+    assert_eq!(made_links(&links), ["lo"]);
     assert_ne!(ns_inode(guard.ns()), before);
     // The caller's thread is still where it was.
     assert_eq!(

@@ -118,6 +118,20 @@ pub fn nft_in(netns: &str, script: &str) {
 }
 
 /// True when `/run/netns/NAME` exists or is still a mount point.
+/// The links `ip -j link` listed, by name, without the fallback devices a loaded tunnel module
+/// puts in every namespace (`tunl0` of ipip, `sit0`, `ip6tnl0`, `gre0`, …): the links something
+/// made.
+pub fn made_links(links: &[serde_json::Value]) -> Vec<&str> {
+    const FALLBACK: &[&str] = &[
+        "tunl0", "sit0", "ip6tnl0", "gre0", "gretap0", "erspan0", "ip6gre0", "ip_vti0", "ip6_vti0",
+    ];
+    links
+        .iter()
+        .filter_map(|l| l["ifname"].as_str())
+        .filter(|n| !FALLBACK.contains(n))
+        .collect()
+}
+
 pub fn netns_present(name: &str) -> bool {
     let path = format!("/run/netns/{name}");
     let mounted = std::fs::read_to_string("/proc/self/mountinfo")
