@@ -8,6 +8,7 @@ use felix_nft::dataplane::driver::{Driver, DriverError, LoopOptions};
 use felix_nft::dataplane::kernel::{Call, FakeKernel, TableMode};
 use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::{json, ToDataplane};
+use felix_nft::rtnl::ipip::IpipWanted;
 use felix_nft::rtnl::monitor::IfaceEvent;
 use felix_nft::rules::Renderer;
 use felix_nft::source::Received;
@@ -85,6 +86,8 @@ async fn one_apply_runs_the_phases_in_the_fixed_order() {
                 neighbour_changes: 0,
                 resync: true
             },
+            // No IPIP, and IpInIpEnabled unset: tunl0's addresses go, as Felix clears them.
+            Call::Ipip(IpipWanted::Strip),
             Call::Routes {
                 groups: 1,
                 resync: true

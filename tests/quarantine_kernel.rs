@@ -112,6 +112,15 @@ impl Kernel for Refusing {
         self.inner.overlay(devices, changed, resync).await
     }
 
+    async fn ipip(
+        &mut self,
+        want: &felix_nft::rtnl::ipip::IpipWanted,
+        changed: &std::collections::BTreeSet<String>,
+        resync: bool,
+    ) -> Result<felix_nft::dataplane::kernel::IpipOutcome, KernelError> {
+        self.inner.ipip(want, changed, resync).await
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,

@@ -476,6 +476,8 @@ params! {
         "IP-in-IP on; unset = derived from the IP pools.";
     ipip_mtu: u16 = "IpInIpMtu", MTU, "0", 0,
         "MTU of the IP-in-IP device; 0 = auto.";
+    ipip_tunnel_addr: Option<Ipv4Addr> = "IpInIpTunnelAddr", Kind::Ipv4, "", 0,
+        "This node's IP-in-IP tunnel address, given to tunl0 as a /32.";
     allow_vxlan_packets_from_workloads: bool = "AllowVXLANPacketsFromWorkloads", Kind::Bool, "false", 0,
         "Let workloads send VXLAN packets.";
     allow_ipip_packets_from_workloads: bool = "AllowIPIPPacketsFromWorkloads", Kind::Bool, "false", 0,
@@ -588,7 +590,6 @@ pub const FELIX_PARAMS_NOT_USED: &[&str] = &[
     "IptablesLockTimeoutSecs",
     "FeatureGates",
     "PolicySyncPathPrefix",
-    "IpInIpTunnelAddr",
     "VXLANTunnelMACAddr",
     "VXLANTunnelMACAddrV6",
     "WireguardMTU",

@@ -406,7 +406,8 @@ impl<K: Kernel> Driver<K> {
         Ok(())
     }
 
-    /// The VXLAN devices and their FDB: before routes and neighbours, which live on them.
+    /// The VXLAN devices and their FDB, and tunl0: before routes and neighbours, which live on
+    /// them.
     async fn phase_overlay(&mut self, desired: &super::Desired, failed: &mut Option<KernelError>) {
         match self
             .kernel
@@ -423,6 +424,17 @@ impl<K: Kernel> Driver<K> {
                 tracing::warn!(error = %chain(&e), "VXLAN device sync failed; will retry");
                 failed.get_or_insert(e);
             }
+        }
+        let Some(want) = &desired.ipip else {
+            return;
+        };
+        if let Err(e) = self
+            .kernel
+            .ipip(want, &self.changed_ifaces, self.resync_routes)
+            .await
+        {
+            tracing::warn!(error = %chain(&e), "IPIP device sync failed; will retry");
+            failed.get_or_insert(e);
         }
     }
 

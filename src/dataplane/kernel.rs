@@ -16,6 +16,7 @@ use crate::nft::NftError;
 use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::devconf::{self, Ipv4Conf, Ipv6Conf, ProcSys};
 use crate::rtnl::handle::blocking;
+use crate::rtnl::ipip::{IpipSyncer, IpipWanted, IPIP_IFACE};
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::vxlan::{Entries, VxlanSyncer, VxlanWanted};
@@ -248,6 +249,17 @@ pub struct OverlayOutcome {
     pub parked: bool,
 }
 
+/// What the IPIP phase did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IpipOutcome {
+    /// tunl0 appeared: the routes through it are written again.
+    pub created: bool,
+    /// Corrections made to it (MTU, addresses, up).
+    pub changes: usize,
+    /// The kernel has no ipip module: nothing was done.
+    pub unsupported: bool,
+}
+
 /// A kernel failure in one phase.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -300,6 +312,15 @@ pub trait Kernel {
         changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<OverlayOutcome, KernelError>;
+    /// tunl0, before the routes through it. `changed`: interfaces reported changed (tunl0
+    /// there is looked at again); otherwise only a change of what is wanted or a resync costs
+    /// kernel I/O.
+    async fn ipip(
+        &mut self,
+        want: &IpipWanted,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<IpipOutcome, KernelError>;
     /// Permanent neighbours per interface (`only` as for routes); `changed` lists interfaces
     /// that flapped.
     async fn neighbours(
@@ -519,6 +540,9 @@ pub struct RealKernel {
     neigh: NeighSyncer,
     /// One syncer per VXLAN device, by name.
     vxlan: BTreeMap<String, VxlanSyncer>,
+    ipip: IpipSyncer,
+    /// The kernel was found without the ipip module (said once).
+    ipip_unsupported: bool,
     procsys: ProcSys,
     /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
     /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
@@ -562,6 +586,8 @@ impl RealKernel {
             routes_v6: RouteSyncer::new(IpFamily::V6, RT_TABLE_MAIN, ownership),
             neigh: NeighSyncer::new(),
             vxlan: BTreeMap::new(),
+            ipip: IpipSyncer::default(),
+            ipip_unsupported: false,
             procsys: ProcSys::new(procsys_ns),
             conntrack: None,
             conntrack_job: None,
@@ -780,6 +806,46 @@ impl Kernel for RealKernel {
         Ok(out)
     }
 
+    async fn ipip(
+        &mut self,
+        want: &IpipWanted,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<IpipOutcome, KernelError> {
+        self.ipip.set(want.clone());
+        if changed.contains(IPIP_IFACE) {
+            self.ipip.device_changed();
+        }
+        if resync {
+            self.ipip.request_resync();
+        }
+        let rep = self
+            .ipip
+            .apply(&self.rtnl)
+            .await
+            .map_err(rtnl_err("syncing the IPIP device"))?;
+        if rep.unsupported && !self.ipip_unsupported {
+            tracing::warn!(
+                "IPIP is on, but this kernel has no ipip module: {IPIP_IFACE} is not configured \
+                 and the routes through it are not programmed (load the module: modprobe ipip)"
+            );
+        }
+        self.ipip_unsupported = rep.unsupported;
+        if rep.created {
+            // A new device holds no routes: write them again.
+            self.routes_v4.iface_changed(IPIP_IFACE);
+        }
+        if rep.created || !rep.corrected.is_empty() {
+            tracing::info!(device = IPIP_IFACE, created = rep.created, corrected = ?rep.corrected,
+                "IPIP device programmed");
+        }
+        Ok(IpipOutcome {
+            created: rep.created,
+            changes: rep.corrected.len(),
+            unsupported: rep.unsupported,
+        })
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
@@ -988,6 +1054,7 @@ pub enum Call {
         neighbour_changes: usize,
         resync: bool,
     },
+    Ipip(IpipWanted),
     Neighbours {
         ifaces: usize,
         resync: bool,
@@ -1118,6 +1185,16 @@ impl Kernel for FakeKernel {
             resync,
         });
         Ok(OverlayOutcome::default())
+    }
+
+    async fn ipip(
+        &mut self,
+        want: &IpipWanted,
+        _changed: &BTreeSet<String>,
+        _resync: bool,
+    ) -> Result<IpipOutcome, KernelError> {
+        self.calls.push(Call::Ipip(want.clone()));
+        Ok(IpipOutcome::default())
     }
 
     async fn neighbours(

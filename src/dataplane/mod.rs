@@ -302,6 +302,13 @@ impl DataplaneConfig {
                     cfg::ProgramClusterRoutes::Enabled
                         | cfg::ProgramClusterRoutes::EnabledNoEncapOnly
                 ),
+                ipip_enabled: c.ipip_enabled,
+                ipip_mtu: (c.ipip_mtu != 0).then_some(u32::from(c.ipip_mtu)),
+                ipip_addr: c.ipip_tunnel_addr,
+                ipip_routes: matches!(
+                    c.program_cluster_routes,
+                    cfg::ProgramClusterRoutes::Enabled | cfg::ProgramClusterRoutes::EnabledIpipOnly
+                ),
             },
         }
     }
@@ -403,6 +410,8 @@ pub struct Desired {
     /// The VXLAN devices of the families whose VXLAN is on, with their FDB entries (all, or
     /// when only remote nodes changed, the changed ones).
     pub vxlan: Vec<crate::rtnl::vxlan::VxlanWanted>,
+    /// tunl0, when the whole overlay is stated (`None`: as it was).
+    pub ipip: Option<crate::rtnl::ipip::IpipWanted>,
     /// When only remote nodes and blocks changed: the route groups (in `routes`) they touch,
     /// to restate besides the scope's interfaces.
     pub overlay_groups: BTreeSet<String>,
@@ -545,6 +554,7 @@ impl Dataplane {
             }
             Some(Payload::Encapsulation(e)) => {
                 self.overlay.encap = Some(e.clone());
+                self.overlay.warn_ipip(&self.model.pools);
                 self.dirty.overlay_changed();
                 return Some(true);
             }
@@ -604,15 +614,14 @@ impl Dataplane {
                     self.changes
                         .internal_member(rules::statics::internal_sets::ALL_HOSTS_NET, a);
                 }
-                if self.overlay.cfg.noencap_routes {
-                    // This node's own address finds the no-encap routes' parent.
+                if self.overlay.cfg.noencap_routes || self.overlay.ipip_on(&self.model.pools) {
+                    // This node's own address finds the parent of the no-encap routes and of
+                    // tunl0; the other nodes' are the IPIP routes' gateways.
                     self.dirty.overlay_changed();
                 }
             }
-            Change::Pool { updated } => {
-                if let Some(pool) = updated.and_then(|id| self.model.pools.get_key_value(&id)) {
-                    self.overlay.warn_pool(pool.0, pool.1);
-                }
+            Change::Pool { .. } => {
+                self.overlay.warn_ipip(&self.model.pools);
                 self.changes.base = true;
                 self.dirty.overlay_changed();
                 return true;
@@ -675,9 +684,11 @@ impl Dataplane {
     /// `Encapsulation` when the configuration does not set them. A change re-renders the base.
     fn sync_rules_encap(&mut self) {
         let (v4, v6) = self.vxlan_families();
-        let (t4, t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
+        let ipip = self.overlay.ipip_on(&self.model.pools);
+        let (mut t4, t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
+        t4.extend(self.overlay.ipip_tunnel_iface(&self.model.pools));
         let c = self.inc.config();
-        if (c.vxlan_enabled, c.vxlan_enabled_v6) == (v4, v6)
+        if (c.vxlan_enabled, c.vxlan_enabled_v6, c.ipip_enabled) == (v4, v6, ipip)
             && c.tunnel_ifaces_v4 == t4
             && c.tunnel_ifaces_v6 == t6
         {
@@ -686,6 +697,7 @@ impl Dataplane {
         let mut cfg = c.clone();
         cfg.vxlan_enabled = v4;
         cfg.vxlan_enabled_v6 = v6;
+        cfg.ipip_enabled = ipip;
         cfg.tunnel_ifaces_v4 = t4;
         cfg.tunnel_ifaces_v6 = t6;
         self.model.config = cfg.clone();
@@ -759,8 +771,11 @@ impl Dataplane {
                 e.mtu = l.mtu;
                 if changed {
                     self.iface_changed(&l.name, came_up);
-                } else if mtu_changed && !self.cfg.is_workload_iface(&l.name) && self.vxlan_on() {
-                    // The VXLAN MTU follows its parent's.
+                } else if mtu_changed
+                    && !self.cfg.is_workload_iface(&l.name)
+                    && (self.vxlan_on() || self.overlay.ipip_on(&self.model.pools))
+                {
+                    // The tunnels' MTU follows their parent's.
                     self.dirty.overlay_changed();
                 }
             }
@@ -786,7 +801,7 @@ impl Dataplane {
                 let e = self.ifaces.entry(name.clone()).or_default();
                 if &e.addrs != addrs {
                     e.addrs = addrs.clone();
-                    if name == overlay::VXLAN_IFACE_V4 || name == overlay::VXLAN_IFACE_V6 {
+                    if overlay::is_tunnel_iface(name) {
                         // Our device's address is ours to keep: look at the device again.
                         self.dirty.overlay_changed();
                     }
@@ -802,8 +817,9 @@ impl Dataplane {
     /// Recomputes `this-host` from the host's interfaces; host endpoints without a name may
     /// resolve differently now.
     fn host_addrs_changed(&mut self) {
-        // The VXLAN parent is the interface that holds this node's address.
-        if self.refresh_this_host() && self.vxlan_on() {
+        // The tunnels' parent is the interface that holds this node's address.
+        if self.refresh_this_host() && (self.vxlan_on() || self.overlay.ipip_on(&self.model.pools))
+        {
             self.dirty.overlay_changed();
         }
         if !self.model.host_endpoints.is_empty() {
@@ -849,7 +865,7 @@ impl Dataplane {
 
     fn iface_changed(&mut self, name: &str, came_up: bool) {
         self.status_of_iface(name);
-        if name == overlay::VXLAN_IFACE_V4 || name == overlay::VXLAN_IFACE_V6 {
+        if overlay::is_tunnel_iface(name) {
             // Created, deleted or flapped: look at the device, re-assert what lives on it.
             self.dirty.overlay_changed();
         } else if self.cfg.is_workload_iface(name) {
@@ -1257,6 +1273,10 @@ impl Dataplane {
             d.routes
                 .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
         }
+        if !o.ipip_routes.is_empty() {
+            d.routes.insert(overlay::IPIP_GROUP.into(), o.ipip_routes);
+        }
+        d.ipip = Some(o.ipip);
         for dev in o.devices {
             for r in dev.tunnel_routes.into_iter().chain(dev.same_subnet_routes) {
                 d.routes

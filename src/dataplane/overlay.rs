@@ -16,16 +16,25 @@
 //! - per remote VXLAN block: `via <VTEP tunnel IP> dev <device> onlink`, or in cross-subnet mode
 //!   `via <node IP> dev <parent> onlink proto 80`; a remote tunnel address in its own block (or
 //!   borrowed) goes straight onto the device. No VTEP yet: no route until it comes.
-//! - IPIP and WireGuard are not built here: their pools and routes are reported once as
-//!   unsupported and otherwise ignored.
+//!
+//! IPIP (IPv4 only) is Felix's `tunl0`, the kernel's fallback tunnel, configured once this
+//! node's address is found on an interface (the parent): its MTU is `IpInIpMtu` or the parent's
+//! less 20, its one IPv4 address `IpInIpTunnelAddr`, and it is up. When Felix programs IPIP
+//! routes (`ProgramClusterRoutes` `Enabled` or `EnabledIPIPOnly`), each remote block of an IPIP
+//! pool goes `via <node's host IP> dev tunl0 onlink proto 80 mtu …`, or in cross-subnet mode
+//! straight via the parent as VXLAN's do. IPIP off without `IpInIpEnabled` set strips tunl0's
+//! IPv4 addresses (the kernel owns the device).
+//!
+//! WireGuard is not built here: its routes are reported once as unsupported and ignored.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
 
 use crate::proto::{Encapsulation, IpPoolType, IpamPool, RouteType, RouteUpdate};
 use crate::proto::{HostMetadataUpdate, VxlanTunnelEndpointUpdate};
+use crate::rtnl::ipip::{IpipSpec, IpipWanted, IPIP_IFACE};
 use crate::rtnl::neigh::Mac;
 use crate::rtnl::routes::{RouteSpec, RouteTarget};
 use crate::rtnl::vxlan::{Entries, VxlanSpec, VxlanWanted};
@@ -43,8 +52,20 @@ pub fn block_group(dst: &IpNet) -> String {
     format!("overlay {dst}")
 }
 
+/// Whether `name` is one of the tunnel devices the overlay keeps (their state, addresses
+/// and routes are ours to restore).
+pub fn is_tunnel_iface(name: &str) -> bool {
+    name == VXLAN_IFACE_V4 || name == VXLAN_IFACE_V6 || name == IPIP_IFACE
+}
+
 /// The route group of no-encap cluster routes (remote blocks of pools without encapsulation).
 pub const NOENCAP_GROUP: &str = "noencap";
+
+/// The route group of IPIP cluster routes (through tunl0, or same-subnet via the parent).
+pub const IPIP_GROUP: &str = "ipip";
+
+/// What IPIP adds to the header: the device's MTU is the parent's less this.
+const IPIP_OVERHEAD: u32 = 20;
 
 /// The overlay's configuration.
 #[derive(Debug, Clone)]
@@ -66,6 +87,15 @@ pub struct OverlayConfig {
     /// `ProgramClusterRoutes` is `Enabled` or `EnabledNoEncapOnly`: Felix, not BIRD, routes
     /// the blocks of pools without encapsulation.
     pub noencap_routes: bool,
+    /// `IpInIpEnabled`; `None`: derived (and tunl0's addresses are stripped while IPIP is off).
+    pub ipip_enabled: Option<bool>,
+    /// `IpInIpMtu`; `None` (0): the parent's MTU less 20.
+    pub ipip_mtu: Option<u32>,
+    /// `IpInIpTunnelAddr`: tunl0's address; `None`: tunl0 is not configured.
+    pub ipip_addr: Option<Ipv4Addr>,
+    /// `ProgramClusterRoutes` is `Enabled` or `EnabledIPIPOnly`: Felix, not BIRD, routes the
+    /// remote blocks of IPIP pools.
+    pub ipip_routes: bool,
 }
 
 impl Default for OverlayConfig {
@@ -79,6 +109,10 @@ impl Default for OverlayConfig {
             mtu: None,
             mtu_v6: None,
             noencap_routes: false,
+            ipip_enabled: None,
+            ipip_mtu: None,
+            ipip_addr: None,
+            ipip_routes: false,
         }
     }
 }
@@ -100,12 +134,14 @@ pub struct DeviceDesired {
     pub same_subnet_routes: Vec<RouteSpec>,
 }
 
-/// What the overlay wants in the kernel: one entry per family whose VXLAN is on, and the
-/// no-encap cluster routes (both families).
+/// What the overlay wants in the kernel: one entry per family whose VXLAN is on, the no-encap
+/// cluster routes (both families), tunl0 and the IPIP cluster routes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OverlayDesired {
     pub devices: Vec<DeviceDesired>,
     pub noencap_routes: Vec<RouteSpec>,
+    pub ipip: IpipWanted,
+    pub ipip_routes: Vec<RouteSpec>,
 }
 
 impl OverlayDesired {
@@ -262,12 +298,63 @@ fn parent_iface<'i>(
         !is_workload_iface(name)
             && name.as_str() != VXLAN_IFACE_V4
             && name.as_str() != VXLAN_IFACE_V6
+            && name.as_str() != IPIP_IFACE
             && i.addrs.iter().any(|a| a.addr() == own)
     })
 }
 
 fn strip(s: &str) -> Option<IpAddr> {
     s.split('/').next()?.parse().ok()
+}
+
+/// The route of one remote IPIP block (Felix's route manager with the IPIP manager's tunnel
+/// route): a remote workload block, or a remote tunnel address in its own block or borrowed.
+/// Same subnet with the parent known: straight via the node's address on the parent.
+/// Otherwise through tunl0 to the node's host address, once its host metadata is known.
+fn ipip_route(
+    r: &RouteUpdate,
+    hosts: &BTreeMap<String, HostMetadataUpdate>,
+    parent: Option<&str>,
+    mtu: Option<u32>,
+    p: RouteParams,
+) -> Option<RouteSpec> {
+    if r.ip_pool_type != IpPoolType::Ipip as i32 {
+        return None;
+    }
+    let dst = r
+        .dst
+        .parse::<IpNet>()
+        .ok()
+        .filter(|d| d.addr().is_ipv4())?
+        .trunc();
+    let remote_workload = r.types & RouteType::RemoteWorkload as i32 != 0;
+    let borrowed_tunnel = r.types & RouteType::RemoteTunnel as i32 != 0 && r.borrowed;
+    if !remote_workload && !borrowed_tunnel {
+        return None;
+    }
+    let node_ip = strip(&r.dst_node_ip).filter(IpAddr::is_ipv4);
+    let (via, dev, mtu) = match (r.same_subnet, parent, node_ip) {
+        (true, Some(parent), Some(gw)) => (gw, parent, None),
+        _ => {
+            let gw = hosts
+                .get(&r.dst_node_name)
+                .and_then(|h| strip(&h.ipv4_addr))
+                .filter(IpAddr::is_ipv4)?;
+            (gw, IPIP_IFACE, mtu)
+        }
+    };
+    Some(RouteSpec {
+        dst,
+        target: RouteTarget::Gateway {
+            via,
+            dev: Some(dev.to_string()),
+            onlink: true,
+        },
+        protocol: p.felix_protocol(),
+        metric: p.metric(false),
+        src: None,
+        mtu,
+    })
 }
 
 fn mode_on(m: &str) -> bool {
@@ -396,28 +483,97 @@ impl Overlay {
         }
     }
 
-    /// Reports, once, a pool this build cannot program: IPIP.
-    pub fn warn_pool(&mut self, id: &str, p: &IpamPool) {
-        if mode_on(&p.ipip_mode) && !mode_on(&p.vxlan_mode) {
-            self.warn_once(format!("pool {id}"), || {
-                tracing::warn!(pool = %id, cidr = %p.cidr, ipip_mode = %p.ipip_mode,
-                    "IPIP is not supported by this build (no ipip kernel module): the pool's routes are not programmed");
+    /// Reports, once, IPIP on without `IpInIpTunnelAddr`: tunl0 cannot be configured, and the
+    /// routes through it wait for it.
+    pub fn warn_ipip(&mut self, pools: &BTreeMap<String, IpamPool>) {
+        if self.ipip_on(pools) && self.cfg.ipip_addr.is_none() {
+            self.warn_once("ipip address".into(), || {
+                tracing::warn!(
+                    "IPIP is on but IpInIpTunnelAddr is not set: tunl0 is not configured, \
+                     and the IPIP routes through it wait for it"
+                );
             });
         }
     }
 
-    /// Reports, once, a route this build cannot program: one through WireGuard or IPIP.
+    /// Reports, once, a route this build cannot program: one through WireGuard.
     pub fn warn_route(&mut self, r: &RouteUpdate) {
-        let wg = r.tunnel_type.as_ref().is_some_and(|t| t.wireguard);
-        let ipip = r.ip_pool_type == IpPoolType::Ipip as i32
-            && r.types & (RouteType::RemoteWorkload as i32) != 0;
-        if wg || ipip {
-            let what = if wg { "WireGuard" } else { "IPIP" };
-            self.warn_once(format!("route {what} {}", r.dst), || {
+        if r.tunnel_type.as_ref().is_some_and(|t| t.wireguard) {
+            self.warn_once(format!("route WireGuard {}", r.dst), || {
                 tracing::warn!(dst = %r.dst, node = %r.dst_node_name,
-                    "a route needs {what}, which this build does not support: not programmed");
+                    "a route needs WireGuard, which this build does not support: not programmed");
             });
         }
+    }
+
+    /// Whether IPIP is on: `IpInIpEnabled`, else Felix's `Encapsulation`, else an IPv4 pool
+    /// with IPIP.
+    pub fn ipip_on(&self, pools: &BTreeMap<String, IpamPool>) -> bool {
+        if let Some(v) = self.cfg.ipip_enabled {
+            return v;
+        }
+        if let Some(e) = &self.encap {
+            return e.ipip_enabled;
+        }
+        pools.values().any(|p| {
+            mode_on(&p.ipip_mode) && p.cidr.parse::<IpNet>().is_ok_and(|n| n.addr().is_ipv4())
+        })
+    }
+
+    /// Whether the IPIP routes depend on the nodes' host addresses (their gateways).
+    pub fn ipip_routes_on(&self, pools: &BTreeMap<String, IpamPool>) -> bool {
+        self.cfg.ipip_routes && self.ipip_on(pools)
+    }
+
+    /// tunl0 when it carries this node's tunnel address: host traffic leaving it from another
+    /// local address is masqueraded (§7.11).
+    pub fn ipip_tunnel_iface(&self, pools: &BTreeMap<String, IpamPool>) -> Option<String> {
+        (self.ipip_on(pools) && self.cfg.ipip_addr.is_some()).then(|| IPIP_IFACE.to_string())
+    }
+
+    /// tunl0 and the IPIP cluster routes (Felix's IPIP manager, reference overlay §3).
+    fn ipip_desired(
+        &self,
+        pools: &BTreeMap<String, IpamPool>,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        routes: &BTreeMap<String, RouteUpdate>,
+        ifaces: &BTreeMap<String, IfaceInfo>,
+        is_workload_iface: &impl Fn(&str) -> bool,
+        p: RouteParams,
+    ) -> (IpipWanted, Vec<RouteSpec>) {
+        if !self.ipip_on(pools) {
+            let want = if self.cfg.ipip_enabled.is_none() {
+                IpipWanted::Strip
+            } else {
+                IpipWanted::Leave
+            };
+            return (want, Vec::new());
+        }
+        // The parent: the interface holding this node's IPv4 address.
+        let own = hosts
+            .get(&self.cfg.hostname)
+            .and_then(|h| strip(&h.ipv4_addr))
+            .filter(IpAddr::is_ipv4);
+        let parent = own.and_then(|a| parent_iface(ifaces, a, is_workload_iface));
+        let mtu = self.cfg.ipip_mtu.or_else(|| {
+            parent
+                .map(|(_, i)| i.mtu)
+                .filter(|&m| m > IPIP_OVERHEAD)
+                .map(|m| m - IPIP_OVERHEAD)
+        });
+        let want = match (parent, mtu, self.cfg.ipip_addr) {
+            (Some(_), Some(mtu), Some(addr)) => IpipWanted::Configure(IpipSpec { mtu, addr }),
+            _ => IpipWanted::Leave,
+        };
+        if !self.cfg.ipip_routes {
+            return (want, Vec::new());
+        }
+        let parent = parent.map(|(name, _)| name.as_str());
+        let routes = routes
+            .values()
+            .filter_map(|r| ipip_route(r, hosts, parent, mtu, p))
+            .collect();
+        (want, routes)
     }
 
     fn warn_once(&mut self, key: String, f: impl FnOnce()) {
@@ -443,6 +599,8 @@ impl Overlay {
             .filter(|&f| self.enabled(f, pools, vteps))
             .map(|f| self.device_desired(f, vteps, routes, ifaces, &is_workload_iface, p))
             .collect();
+        let (ipip, ipip_routes) =
+            self.ipip_desired(pools, hosts, routes, ifaces, &is_workload_iface, p);
         OverlayDesired {
             devices,
             noencap_routes: self.noencap_routes(
@@ -453,6 +611,8 @@ impl Overlay {
                 &is_workload_iface,
                 p,
             ),
+            ipip,
+            ipip_routes,
         }
     }
 
@@ -1029,6 +1189,149 @@ mod tests {
         // BIRD's job unless ProgramClusterRoutes says otherwise.
         o.cfg.noencap_routes = false;
         assert!(want(&o, &hosts).is_empty());
+    }
+
+    fn host(name: &str, ip: &str) -> (String, HostMetadataUpdate) {
+        (
+            name.to_string(),
+            HostMetadataUpdate {
+                hostname: name.into(),
+                ipv4_addr: ip.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn ipip_pool() -> BTreeMap<String, IpamPool> {
+        BTreeMap::from([(
+            "10.65.0.0-16".to_string(),
+            IpamPool {
+                cidr: "10.65.0.0/16".into(),
+                ipip_mode: "Always".into(),
+                ..Default::default()
+            },
+        )])
+    }
+
+    #[test]
+    fn ipip_configures_tunl0_once_the_parent_is_found_and_routes_via_the_nodes() {
+        let mut o = Overlay::new(OverlayConfig {
+            hostname: "n0".into(),
+            ipip_addr: Some("10.65.0.1".parse().unwrap()),
+            ipip_routes: true,
+            ..OverlayConfig::default()
+        });
+        let pools = ipip_pool();
+        let mut hosts: BTreeMap<_, _> =
+            [host("n0", "172.31.0.10/24"), host("n1", "172.31.0.11")].into();
+        let ipip = |n: &str, i: u8, types: RouteType, same_subnet: bool| RouteUpdate {
+            ip_pool_type: IpPoolType::Ipip as i32,
+            ..block(n, i, types, same_subnet)
+        };
+        let routes: BTreeMap<_, _> = [
+            ipip("n1", 1, RouteType::RemoteWorkload, false),
+            ipip("n2", 2, RouteType::RemoteWorkload, true),
+            // No host metadata for n3: no route.
+            ipip("n3", 3, RouteType::RemoteWorkload, false),
+            ipip("n0", 0, RouteType::LocalWorkload, false),
+            // Another pool type is not IPIP's.
+            block("n1", 9, RouteType::RemoteWorkload, false),
+        ]
+        .into_iter()
+        .map(|r| (r.dst.clone(), r))
+        .collect();
+        let want = |o: &Overlay, hosts: &BTreeMap<String, HostMetadataUpdate>| {
+            let d = o.desired(
+                &pools,
+                &none_vteps(),
+                hosts,
+                &routes,
+                &eth0("172.31.0.10"),
+                |n| n.starts_with("cali"),
+                P,
+            );
+            let routes: Vec<String> = d.ipip_routes.iter().map(ToString::to_string).collect();
+            (d.ipip, routes)
+        };
+        let (dev, routes_now) = want(&o, &hosts);
+        assert_eq!(
+            dev,
+            IpipWanted::Configure(IpipSpec {
+                mtu: 1480,
+                addr: "10.65.0.1".parse().unwrap()
+            }),
+            "the parent's 1500 less 20"
+        );
+        assert_eq!(
+            routes_now,
+            [
+                "10.65.1.0/26 metric 1024 via 172.31.0.11 dev tunl0 onlink mtu 1480 proto 80",
+                "10.65.2.0/26 metric 1024 via 172.31.0.12 dev eth0 onlink proto 80",
+            ]
+        );
+        // This node's address not on an interface: tunl0 waits; same-subnet routes fall back
+        // to the tunnel (with the node's host IP unknown, none).
+        hosts.insert("n0".into(), host("n0", "172.31.9.9").1);
+        hosts.insert("n2".into(), host("n2", "172.31.0.12").1);
+        let (dev, routes_now) = want(&o, &hosts);
+        assert_eq!(dev, IpipWanted::Leave);
+        assert_eq!(
+            routes_now,
+            [
+                "10.65.1.0/26 metric 1024 via 172.31.0.11 dev tunl0 onlink proto 80",
+                "10.65.2.0/26 metric 1024 via 172.31.0.12 dev tunl0 onlink proto 80",
+            ]
+        );
+        // BIRD's routes unless ProgramClusterRoutes gives them to Felix.
+        o.cfg.ipip_routes = false;
+        assert!(want(&o, &hosts).1.is_empty());
+        // IPIP off: tunl0's addresses go unless IpInIpEnabled says off.
+        o.encap = Some(Encapsulation::default());
+        assert_eq!(want(&o, &hosts).0, IpipWanted::Strip);
+        o.cfg.ipip_enabled = Some(false);
+        assert_eq!(want(&o, &hosts).0, IpipWanted::Leave);
+        // Configured on, without a tunnel address: tunl0 is left alone.
+        o.cfg.ipip_enabled = Some(true);
+        o.cfg.ipip_addr = None;
+        hosts.insert("n0".into(), host("n0", "172.31.0.10").1);
+        assert_eq!(want(&o, &hosts).0, IpipWanted::Leave);
+        o.cfg.ipip_addr = Some("10.65.0.1".parse().unwrap());
+        o.cfg.ipip_mtu = Some(1400);
+        assert!(matches!(
+            want(&o, &hosts).0,
+            IpipWanted::Configure(IpipSpec { mtu: 1400, .. })
+        ));
+    }
+
+    #[test]
+    fn ipip_is_on_by_config_encapsulation_or_an_ipv4_pool() {
+        let mut o = Overlay::default();
+        assert!(!o.ipip_on(&BTreeMap::new()));
+        assert!(o.ipip_on(&ipip_pool()));
+        let v6_pool = BTreeMap::from([(
+            "fd00-48".to_string(),
+            IpamPool {
+                cidr: "fd00::/48".into(),
+                ipip_mode: "Always".into(),
+                ..Default::default()
+            },
+        )]);
+        assert!(!o.ipip_on(&v6_pool), "IPIP is IPv4 only");
+        o.encap = Some(Encapsulation {
+            ipip_enabled: true,
+            ..Default::default()
+        });
+        assert!(o.ipip_on(&BTreeMap::new()));
+        o.cfg.ipip_enabled = Some(false);
+        assert!(!o.ipip_on(&ipip_pool()));
+        assert_eq!(o.ipip_tunnel_iface(&ipip_pool()), None);
+        o.cfg.ipip_enabled = Some(true);
+        assert_eq!(o.ipip_tunnel_iface(&ipip_pool()), None, "no tunnel address");
+        o.cfg.ipip_addr = Some("10.65.0.1".parse().unwrap());
+        assert_eq!(
+            o.ipip_tunnel_iface(&ipip_pool()).as_deref(),
+            Some(IPIP_IFACE)
+        );
     }
 
     fn none_vteps() -> BTreeMap<String, VxlanTunnelEndpointUpdate> {

@@ -16,12 +16,14 @@
 //! - [`devconf`]: per-interface and global sysctls (netlink where the kernel allows, /proc/sys).
 //! - [`monitor`]: the interface monitor with a bounded, coalescing event channel.
 //! - [`vxlan`]: a VXLAN device created or corrected from a spec, and its permanent FDB entries.
+//! - [`ipip`]: `tunl0`, the IPIP device: made to appear, configured, or stripped of addresses.
 //! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
 
 pub mod batch;
 pub mod conntrack;
 pub mod devconf;
 pub mod handle;
+pub mod ipip;
 pub mod link;
 pub mod monitor;
 pub mod neigh;

@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::dataplane::kernel::{
-    Kernel, KernelError, OverlayOutcome, RealKernel, RoutesOutcome, TableMode, TablesInput,
-    TablesOutcome,
+    IpipOutcome, Kernel, KernelError, OverlayOutcome, RealKernel, RoutesOutcome, TableMode,
+    TablesInput, TablesOutcome,
 };
 use crate::dataplane::{DataplaneConfig, IfaceConf};
 use crate::nft::model::TablePatch;
 use crate::ops::logging::chain;
+use crate::rtnl::ipip::IpipWanted;
 use crate::rtnl::link::LinkState;
 use crate::rtnl::neigh::{list_permanent, Mac};
 use crate::rtnl::routes::{RoutePlan, RouteSpec};
@@ -319,6 +320,26 @@ impl Kernel for OneShotKernel {
             }
         }
         Ok(out)
+    }
+
+    async fn ipip(
+        &mut self,
+        want: &IpipWanted,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<IpipOutcome, KernelError> {
+        // A plan does not show tunl0: it is the kernel's own device, configured in place.
+        if self.host_skipped() || !self.writes() {
+            return Ok(IpipOutcome::default());
+        }
+        self.real
+            .ipip(want, changed, resync)
+            .await
+            .inspect_err(|e| {
+                self.report
+                    .errors
+                    .push(format!("programming the IPIP device: {}", chain(e)));
+            })
     }
 
     async fn neighbours(

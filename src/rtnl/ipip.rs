@@ -1,0 +1,274 @@
+//! The IPv4-in-IPv4 device `tunl0`: the namespace's fallback tunnel, which the kernel's `ipip`
+//! module creates in every namespace once it is loaded. Made to appear (a link of kind `ipip`
+//! named `tunl0` is requested: the module loads and creates the fallback, so the answer EEXIST
+//! is the expected one), then given its MTU, one IPv4 address (a /32) and brought up; or, when
+//! the caller says so, stripped of its IPv4 addresses and otherwise left as it is (the kernel
+//! owns the device and it cannot be deleted). Knows the device, not who wants it.
+//!
+//! Invariants:
+//! - Nothing touches the kernel before [`IpipSyncer::apply`].
+//! - The device is looked at (one RTM_GETLINK and one address dump) only when what is wanted
+//!   changed, the caller reports the device changed, or on a resync.
+//! - A link named `tunl0` of another kind is an error, never deleted.
+//! - A kernel without the module answers the create with EOPNOTSUPP: the report says
+//!   `unsupported` and the syncer waits for the next resync instead of retrying at once.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::{LinkIpIp, LinkUnspec};
+
+use super::link::{address_of, get_link_message};
+use super::{Result, RtnlError, RtnlHandle};
+
+/// The kernel's IPIP fallback device, Felix's IPIP device.
+pub const IPIP_IFACE: &str = "tunl0";
+
+/// How `tunl0` should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpipSpec {
+    pub mtu: u32,
+    /// The device's one IPv4 address, as a /32; others go (IPv6 ones stay).
+    pub addr: Ipv4Addr,
+}
+
+/// What the caller wants of `tunl0`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum IpipWanted {
+    /// Leave it as it is (IPIP on but not configurable yet, or off by configuration).
+    #[default]
+    Leave,
+    /// Remove its IPv4 addresses, if it exists (IPIP off without being configured off).
+    Strip,
+    /// Create it if needed, and correct it to the spec.
+    Configure(IpipSpec),
+}
+
+/// What one apply did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct IpipReport {
+    /// `tunl0` appeared (the module was loaded by the request).
+    pub created: bool,
+    /// What was corrected on it: `mtu 1480`, `+10.65.0.1/32`, `-10.0.0.9/32`, `up`.
+    pub corrected: Vec<String>,
+    /// The kernel has no `ipip` module.
+    pub unsupported: bool,
+}
+
+/// `tunl0`: what is wanted, and the kernel writes to get there.
+#[derive(Debug)]
+pub struct IpipSyncer {
+    want: IpipWanted,
+    dirty: bool,
+    resync: bool,
+}
+
+impl Default for IpipSyncer {
+    /// Nothing wanted yet; the first apply with something wanted looks at the device.
+    fn default() -> IpipSyncer {
+        IpipSyncer {
+            want: IpipWanted::Leave,
+            dirty: false,
+            resync: true,
+        }
+    }
+}
+
+impl IpipSyncer {
+    /// Sets what is wanted. No kernel I/O.
+    pub fn set(&mut self, want: IpipWanted) {
+        if self.want != want {
+            self.want = want;
+            self.dirty = true;
+        }
+    }
+
+    /// What is wanted.
+    pub fn wanted(&self) -> &IpipWanted {
+        &self.want
+    }
+
+    /// The device was reported changed (appeared, went down, its addresses changed).
+    pub fn device_changed(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Look at the device again on the next apply.
+    pub fn request_resync(&mut self) {
+        self.resync = true;
+    }
+
+    /// True when an apply has work to do.
+    pub fn needs_apply(&self) -> bool {
+        self.want != IpipWanted::Leave && (self.dirty || self.resync)
+    }
+
+    /// Brings `tunl0` to what is wanted. On an error the next apply looks again.
+    pub async fn apply(&mut self, h: &RtnlHandle) -> Result<IpipReport> {
+        let mut report = IpipReport::default();
+        if !self.needs_apply() {
+            return Ok(report);
+        }
+        let res = match self.want.clone() {
+            IpipWanted::Leave => Ok(()),
+            IpipWanted::Strip => strip(h, &mut report).await,
+            IpipWanted::Configure(spec) => configure(h, &spec, &mut report).await,
+        };
+        match res {
+            Ok(()) => {
+                self.dirty = false;
+                self.resync = false;
+                Ok(report)
+            }
+            Err(e) => {
+                self.resync = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The parts of `tunl0` the spec compares.
+struct Existing {
+    index: u32,
+    is_ipip: bool,
+    admin_up: bool,
+    mtu: Option<u32>,
+}
+
+fn existing(msg: &LinkMessage) -> Existing {
+    let mut e = Existing {
+        index: msg.header.index,
+        is_ipip: false,
+        admin_up: msg.header.flags.contains(LinkFlags::Up),
+        mtu: None,
+    };
+    for a in &msg.attributes {
+        match a {
+            LinkAttribute::Mtu(m) => e.mtu = Some(*m),
+            LinkAttribute::LinkInfo(infos) => {
+                e.is_ipip |= infos
+                    .iter()
+                    .any(|i| matches!(i, LinkInfo::Kind(InfoKind::IpIp)));
+            }
+            _ => {}
+        }
+    }
+    e
+}
+
+async fn configure(h: &RtnlHandle, spec: &IpipSpec, report: &mut IpipReport) -> Result<()> {
+    let mut msg = get_link_message(h, IPIP_IFACE).await?;
+    if msg.is_none() {
+        let res = h
+            .handle()
+            .link()
+            .add(LinkIpIp::new(IPIP_IFACE).build())
+            .execute()
+            .await;
+        match res.map_err(|e| RtnlError::kernel("creating IPIP device", IPIP_IFACE, e)) {
+            Ok(()) => {}
+            Err(e) if e.errno() == Some(libc::EEXIST) => {}
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
+                report.unsupported = true;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        report.created = true;
+        msg = get_link_message(h, IPIP_IFACE).await?;
+    }
+    let Some(e) = msg.as_ref().map(existing) else {
+        return Err(RtnlError::Unexpected {
+            op: "creating IPIP device",
+            what: format!("{IPIP_IFACE} is missing right after it was created"),
+        });
+    };
+    if !e.is_ipip {
+        return Err(RtnlError::Unexpected {
+            op: "configuring IPIP device",
+            what: format!("{IPIP_IFACE} exists and is not an ipip device"),
+        });
+    }
+    if e.mtu != Some(spec.mtu) {
+        h.handle()
+            .link()
+            .set(LinkUnspec::new_with_index(e.index).mtu(spec.mtu).build())
+            .execute()
+            .await
+            .map_err(|err| RtnlError::kernel("setting MTU of", IPIP_IFACE, err))?;
+        report.corrected.push(format!("mtu {}", spec.mtu));
+    }
+    let want = IpNet::from(IpAddr::V4(spec.addr));
+    let present = ipv4_addresses(h, e.index, Some(want), report).await?;
+    if !present {
+        h.handle()
+            .address()
+            .add(e.index, want.addr(), want.prefix_len())
+            .execute()
+            .await
+            .map_err(|err| {
+                RtnlError::kernel("adding address", format!("{want} on {IPIP_IFACE}"), err)
+            })?;
+        report.corrected.push(format!("+{want}"));
+    }
+    if !e.admin_up {
+        h.handle()
+            .link()
+            .set(LinkUnspec::new_with_index(e.index).up().build())
+            .execute()
+            .await
+            .map_err(|err| RtnlError::kernel("setting link up", IPIP_IFACE, err))?;
+        report.corrected.push("up".into());
+    }
+    Ok(())
+}
+
+/// Removes every IPv4 address of `tunl0`, if it exists.
+async fn strip(h: &RtnlHandle, report: &mut IpipReport) -> Result<()> {
+    let Some(e) = get_link_message(h, IPIP_IFACE)
+        .await?
+        .as_ref()
+        .map(existing)
+    else {
+        return Ok(());
+    };
+    ipv4_addresses(h, e.index, None, report).await?;
+    Ok(())
+}
+
+/// Deletes the IPv4 addresses of device `index` other than `keep`; whether `keep` is there.
+async fn ipv4_addresses(
+    h: &RtnlHandle,
+    index: u32,
+    keep: Option<IpNet>,
+    report: &mut IpipReport,
+) -> Result<bool> {
+    let msgs: Vec<_> = h
+        .handle()
+        .address()
+        .get()
+        .set_link_index_filter(index)
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping addresses of", IPIP_IFACE, e))?;
+    let mut present = false;
+    for msg in msgs {
+        let Some(a) = address_of(&msg) else { continue };
+        if a.addr().is_ipv6() {
+            continue;
+        }
+        if Some(a) == keep {
+            present = true;
+            continue;
+        }
+        h.handle().address().del(msg).execute().await.map_err(|e| {
+            RtnlError::kernel("deleting address", format!("{a} on {IPIP_IFACE}"), e)
+        })?;
+        report.corrected.push(format!("-{a}"));
+    }
+    Ok(present)
+}
