@@ -17,6 +17,7 @@
 //! - [`monitor`]: the interface monitor with a bounded, coalescing event channel.
 //! - [`vxlan`]: a VXLAN device created or corrected from a spec, and its permanent FDB entries.
 //! - [`ipip`]: `tunl0`, the IPIP device: made to appear, configured, or stripped of addresses.
+//! - [`wireguard`]: WireGuard devices over generic netlink: keys, port, fwmark, peers.
 //! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
 
 pub mod batch;
@@ -30,6 +31,7 @@ pub mod neigh;
 pub mod nexthop;
 pub mod routes;
 pub mod vxlan;
+pub mod wireguard;
 
 use std::io;
 use std::path::PathBuf;
@@ -87,6 +89,21 @@ pub enum RtnlError {
         #[source]
         source: io::Error,
     },
+    /// A generic-netlink request (WireGuard's family) failed.
+    #[error("{op} {object}")]
+    Genl {
+        op: &'static str,
+        object: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel lacks what a request needs (a generic-netlink family whose module is not
+    /// loaded).
+    #[error("{op}: this kernel has no {what}")]
+    Unsupported {
+        op: &'static str,
+        what: &'static str,
+    },
     /// A ctnetlink request failed.
     #[error("{op} {object}")]
     Conntrack {
@@ -111,6 +128,7 @@ impl RtnlError {
             RtnlError::Sysctl { source, .. }
             | RtnlError::Socket { source, .. }
             | RtnlError::Conntrack { source, .. }
+            | RtnlError::Genl { source, .. }
             | RtnlError::Unanswered { source, .. } => source.raw_os_error(),
             _ => None,
         }
@@ -124,6 +142,11 @@ impl RtnlError {
             RtnlError::Kernel { errno, .. } => VANISHED_ERRNOS.contains(errno),
             _ => false,
         }
+    }
+
+    /// True when the kernel lacks the module a request needs.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, RtnlError::Unsupported { .. })
     }
 
     /// Wraps an `rtnetlink` error with the operation and object it belongs to.
