@@ -35,7 +35,7 @@ use felix_nft::testbed::cluster::{Cluster as Underlay, ClusterSpec, NodeSpec};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::{json, Value};
-use testbed_common::{block_on, require_root, NodeDaemon};
+use testbed_common::{block_on, ip_n as ip, nft_n as nft, require_root, sh, try_sh, NodeDaemon};
 
 const CONVERGE: Duration = Duration::from_secs(20);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -44,34 +44,6 @@ const PORT: u16 = 8080;
 const MTU: u32 = 1480;
 /// An address on the underlay that no node holds: the host that is not a node.
 const OUTSIDER: &str = "172.31.0.99";
-
-fn sh(argv: &[&str]) -> String {
-    try_sh(argv).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn try_sh(argv: &[&str]) -> Result<String, String> {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{argv:?} failed: {err}"));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn ip(ns: &str, args: &[&str]) -> String {
-    let mut argv = vec!["ip", "-n", ns];
-    argv.extend_from_slice(args);
-    sh(&argv)
-}
-
-fn nft(ns: &str, args: &[&str]) -> String {
-    let mut argv = vec!["ip", "netns", "exec", ns, "nft"];
-    argv.extend_from_slice(args);
-    sh(&argv)
-}
 
 /// Whether this kernel can make IPIP devices: the module loaded (as a distribution's boot
 /// would load it; felix-nft itself never loads modules).

@@ -37,7 +37,7 @@ use felix_nft::testbed::cluster::{Cluster as Underlay, ClusterSpec, NodeSpec};
 use felix_nft::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft::testbed::topology::WorkloadSpec;
 use serde_json::{json, Value};
-use testbed_common::{block_on, require_root, NodeDaemon};
+use testbed_common::{block_on, ip_n as ip, nft_n as nft, require_root, sh, try_sh, NodeDaemon};
 
 /// How long the cluster gets to converge after a change.
 const CONVERGE: Duration = Duration::from_secs(20);
@@ -46,38 +46,6 @@ const CONVERGE: Duration = Duration::from_secs(20);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The port pods' TCP servers listen on.
 const PORT: u16 = 8080;
-
-fn sh(argv: &[&str]) -> String {
-    try_sh(argv).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Runs an oracle whose object may not exist yet (a device, a table): its failure is an
-/// answer to poll again on, not an error.
-fn try_sh(argv: &[&str]) -> Result<String, String> {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{argv:?} failed: {err}"));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `ip -n NS ARGS`, stdout.
-fn ip(ns: &str, args: &[&str]) -> String {
-    let mut argv = vec!["ip", "-n", ns];
-    argv.extend_from_slice(args);
-    sh(&argv)
-}
-
-/// `nft ARGS` inside `ns`, stdout.
-fn nft(ns: &str, args: &[&str]) -> String {
-    let mut argv = vec!["ip", "netns", "exec", ns, "nft"];
-    argv.extend_from_slice(args);
-    sh(&argv)
-}
 
 /// Whether an nft set element list (`nft -j` form) holds the address `ip` (either family).
 fn in_set(elems: &[Value], ip: &str) -> bool {

@@ -520,11 +520,6 @@ impl Overlay {
         })
     }
 
-    /// Whether the IPIP routes depend on the nodes' host addresses (their gateways).
-    pub fn ipip_routes_on(&self, pools: &BTreeMap<String, IpamPool>) -> bool {
-        self.cfg.ipip_routes && self.ipip_on(pools)
-    }
-
     /// tunl0 when it carries this node's tunnel address: host traffic leaving it from another
     /// local address is masqueraded (§7.11).
     pub fn ipip_tunnel_iface(&self, pools: &BTreeMap<String, IpamPool>) -> Option<String> {

@@ -15,12 +15,11 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use rtnetlink::{LinkIpIp, LinkUnspec};
 
-use super::link::{address_of, get_link_message};
+use super::link::{get_link_message, set_sole_address, SoleAddress};
 use super::{Result, RtnlError, RtnlHandle};
 
 /// The kernel's IPIP fallback device, Felix's IPIP device.
@@ -83,11 +82,6 @@ impl IpipSyncer {
             self.want = want;
             self.dirty = true;
         }
-    }
-
-    /// What is wanted.
-    pub fn wanted(&self) -> &IpipWanted {
-        &self.want
     }
 
     /// The device was reported changed (appeared, went down, its addresses changed).
@@ -202,16 +196,9 @@ async fn configure(h: &RtnlHandle, spec: &IpipSpec, report: &mut IpipReport) -> 
         report.corrected.push(format!("mtu {}", spec.mtu));
     }
     let want = IpNet::from(IpAddr::V4(spec.addr));
-    let present = ipv4_addresses(h, e.index, Some(want), report).await?;
-    if !present {
-        h.handle()
-            .address()
-            .add(e.index, want.addr(), want.prefix_len())
-            .execute()
-            .await
-            .map_err(|err| {
-                RtnlError::kernel("adding address", format!("{want} on {IPIP_IFACE}"), err)
-            })?;
+    let done = set_sole_address(h, IPIP_IFACE, e.index, false, Some(want)).await?;
+    note_addresses(&done, report);
+    if done.added {
         report.corrected.push(format!("+{want}"));
     }
     if !e.admin_up {
@@ -235,40 +222,13 @@ async fn strip(h: &RtnlHandle, report: &mut IpipReport) -> Result<()> {
     else {
         return Ok(());
     };
-    ipv4_addresses(h, e.index, None, report).await?;
+    let done = set_sole_address(h, IPIP_IFACE, e.index, false, None).await?;
+    note_addresses(&done, report);
     Ok(())
 }
 
-/// Deletes the IPv4 addresses of device `index` other than `keep`; whether `keep` is there.
-async fn ipv4_addresses(
-    h: &RtnlHandle,
-    index: u32,
-    keep: Option<IpNet>,
-    report: &mut IpipReport,
-) -> Result<bool> {
-    let msgs: Vec<_> = h
-        .handle()
-        .address()
-        .get()
-        .set_link_index_filter(index)
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| RtnlError::kernel("dumping addresses of", IPIP_IFACE, e))?;
-    let mut present = false;
-    for msg in msgs {
-        let Some(a) = address_of(&msg) else { continue };
-        if a.addr().is_ipv6() {
-            continue;
-        }
-        if Some(a) == keep {
-            present = true;
-            continue;
-        }
-        h.handle().address().del(msg).execute().await.map_err(|e| {
-            RtnlError::kernel("deleting address", format!("{a} on {IPIP_IFACE}"), e)
-        })?;
-        report.corrected.push(format!("-{a}"));
-    }
-    Ok(present)
+fn note_addresses(done: &SoleAddress, report: &mut IpipReport) {
+    report
+        .corrected
+        .extend(done.removed.iter().map(|a| format!("-{a}")));
 }

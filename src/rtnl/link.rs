@@ -243,6 +243,74 @@ pub async fn delete_address(h: &RtnlHandle, name: &str, addr: IpNet) -> Result<(
     Ok(())
 }
 
+/// What [`set_sole_address`] changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SoleAddress {
+    /// Addresses of the family deleted.
+    pub removed: Vec<IpNet>,
+    /// The wanted address was missing and added.
+    pub added: bool,
+}
+
+/// Makes `want` the only address of its family on the link `index` (called `name` in errors),
+/// or with `want` `None` removes every address of the family `v6` says; IPv6 link-local
+/// addresses stay. One address dump, then a request per change.
+pub async fn set_sole_address(
+    h: &RtnlHandle,
+    name: &str,
+    index: u32,
+    v6: bool,
+    want: Option<IpNet>,
+) -> Result<SoleAddress> {
+    let msgs: Vec<AddressMessage> = h
+        .handle()
+        .address()
+        .get()
+        .set_link_index_filter(index)
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| RtnlError::kernel("dumping addresses of", name, e))?;
+    let mut out = SoleAddress::default();
+    let mut present = false;
+    for msg in msgs {
+        let Some(a) = address_of(&msg) else { continue };
+        if a.addr().is_ipv6() != v6 {
+            continue;
+        }
+        if Some(a) == want {
+            present = true;
+            continue;
+        }
+        if matches!(a.addr(), IpAddr::V6(v6) if v6.is_unicast_link_local()) {
+            continue;
+        }
+        h.handle()
+            .address()
+            .del(msg)
+            .execute()
+            .await
+            .map_err(|e| RtnlError::kernel("deleting address", format!("{a} on {name}"), e))?;
+        out.removed.push(a);
+    }
+    if let (Some(want), false) = (want, present) {
+        let mut req = h
+            .handle()
+            .address()
+            .add(index, want.addr(), want.prefix_len());
+        if want.addr().is_ipv6() {
+            req.message_mut()
+                .attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
+        req.execute()
+            .await
+            .map_err(|e| RtnlError::kernel("adding address", format!("{want} on {name}"), e))?;
+        out.added = true;
+    }
+    Ok(out)
+}
+
 /// The address (with prefix length) an address message describes. IFA_LOCAL is the interface's
 /// own address on point-to-point links; IFA_ADDRESS otherwise.
 pub fn address_of(msg: &AddressMessage) -> Option<IpNet> {

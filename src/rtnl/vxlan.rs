@@ -32,7 +32,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{LinkUnspec, LinkVxlan};
 
 use super::batch::Batch;
-use super::link::{address_of, get_link};
+use super::link::{get_link, set_sole_address};
 use super::neigh::Mac;
 use super::{Result, RtnlError, RtnlHandle};
 
@@ -579,51 +579,12 @@ async fn ensure_address(
     report: &mut VxlanReport,
 ) -> Result<()> {
     let want = IpNet::from(spec.addr);
-    let msgs: Vec<_> = h
-        .handle()
-        .address()
-        .get()
-        .set_link_index_filter(index)
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| RtnlError::kernel("dumping addresses of", &spec.name, e))?;
-    let mut present = false;
-    for msg in msgs {
-        let Some(a) = address_of(&msg) else { continue };
-        if a.addr().is_ipv6() != want.addr().is_ipv6() {
-            continue;
-        }
-        if a == want {
-            present = true;
-            continue;
-        }
-        if matches!(a.addr(), IpAddr::V6(v6) if v6.is_unicast_link_local()) {
-            continue;
-        }
-        h.handle().address().del(msg).execute().await.map_err(|e| {
-            RtnlError::kernel("deleting address", format!("{a} on {}", spec.name), e)
-        })?;
-        report.corrected.push(format!("-{a}"));
-    }
-    if !present {
-        let mut req = h
-            .handle()
-            .address()
-            .add(index, want.addr(), want.prefix_len());
-        if want.addr().is_ipv6() {
-            req.message_mut().attributes.push(
-                netlink_packet_route::address::AddressAttribute::Flags(
-                    netlink_packet_route::address::AddressFlags::Nodad,
-                ),
-            );
-        }
-        req.execute().await.map_err(|e| {
-            RtnlError::kernel("adding address", format!("{want} on {}", spec.name), e)
-        })?;
-        if !report.created {
-            report.corrected.push(format!("+{want}"));
-        }
+    let done = set_sole_address(h, &spec.name, index, want.addr().is_ipv6(), Some(want)).await?;
+    report
+        .corrected
+        .extend(done.removed.iter().map(|a| format!("-{a}")));
+    if done.added && !report.created {
+        report.corrected.push(format!("+{want}"));
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! are `netlink-packet-wireguard`'s, sent on a plain blocking `NETLINK_GENERIC` socket made in
 //! the target namespace (run calls on a blocking thread).
 //!
-//! Large changes are cut as the kernel needs them ([`chunks`]): one `WG_CMD_SET_DEVICE` carries
+//! Large changes are cut as the kernel needs them (`chunks`): one `WG_CMD_SET_DEVICE` carries
 //! the device's own attributes and at most [`ALLOWED_IPS_PER_MESSAGE`] allowed IPs; a peer whose
 //! list does not fit continues in the next message by its key alone, without
 //! `REPLACE_ALLOWEDIPS` (which would drop what the earlier part added). A device read back comes
@@ -387,7 +387,7 @@ fn allowed_ip_attr(n: &IpNet) -> WireguardAllowedIp {
 /// The attributes of each `WG_CMD_SET_DEVICE` that `update` needs (module doc): the device's
 /// own in the first, at most [`ALLOWED_IPS_PER_MESSAGE`] allowed IPs (and as many peers) in
 /// each.
-pub fn chunks(ifname: &str, update: &WgUpdate) -> Vec<Vec<WireguardAttribute>> {
+fn chunks(ifname: &str, update: &WgUpdate) -> Vec<Vec<WireguardAttribute>> {
     let mut first = vec![WireguardAttribute::IfName(ifname.to_string())];
     if let Some(k) = update.private_key {
         first.push(WireguardAttribute::PrivateKey(k));

@@ -102,6 +102,39 @@ impl Drop for NodeDaemon {
     }
 }
 
+/// Runs an oracle, panics unless it succeeds, returns stdout.
+pub fn sh(argv: &[&str]) -> String {
+    try_sh(argv).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs an oracle whose object may not exist yet (a device, a table): its failure is an
+/// answer to poll again on, not an error.
+pub fn try_sh(argv: &[&str]) -> Result<String, String> {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("running {argv:?}: {e}"));
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{argv:?} failed: {err}"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip -n NETNS ARGS`, stdout.
+pub fn ip_n(netns: &str, args: &[&str]) -> String {
+    let mut argv = vec!["ip", "-n", netns];
+    argv.extend_from_slice(args);
+    sh(&argv)
+}
+
+/// `nft ARGS` inside the named namespace, stdout.
+pub fn nft_n(netns: &str, args: &[&str]) -> String {
+    let mut argv = vec!["ip", "netns", "exec", netns, "nft"];
+    argv.extend_from_slice(args);
+    sh(&argv)
+}
+
 /// `ip -n NETNS -j ARGS` parsed as a JSON array.
 pub fn ip_json(netns: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let mut argv = vec!["ip", "-n", netns, "-j"];
