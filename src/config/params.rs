@@ -503,6 +503,15 @@ params! {
         "Priority of the Wireguard routing rule.";
     wireguard_host_encryption_enabled: bool = "WireguardHostEncryptionEnabled", Kind::Bool, "false", 0,
         "Encrypt host-to-host traffic too.";
+    wireguard_mtu: u16 = "WireguardMTU", MTU, "0", 0,
+        "MTU of the IPv4 Wireguard device; 0 = the host's MTU less 60.";
+    wireguard_mtu_v6: u16 = "WireguardMTUV6", MTU, "0", 0,
+        "MTU of the IPv6 Wireguard device; 0 = the host's MTU less 80.";
+    #[serde(with = "secs_f64")] #[schemars(with = "f64")]
+    wireguard_persistent_keep_alive: Duration = "WireguardPersistentKeepAlive", Kind::Seconds, "0", 0,
+        "Seconds between keepalives sent to each Wireguard peer; 0 = none.";
+    wireguard_threading_enabled: bool = "WireguardThreadingEnabled", Kind::Bool, "false", 0,
+        "Threaded NAPI on the Wireguard devices.";
 
     // --- Workloads / OpenStack / Istio ---
     workload_source_spoofing: WorkloadSourceSpoofing = "WorkloadSourceSpoofing",
@@ -592,11 +601,7 @@ pub const FELIX_PARAMS_NOT_USED: &[&str] = &[
     "PolicySyncPathPrefix",
     "VXLANTunnelMACAddr",
     "VXLANTunnelMACAddrV6",
-    "WireguardMTU",
-    "WireguardMTUV6",
-    "WireguardPersistentKeepAlive",
     "WireguardRoutingTableIndex",
-    "WireguardThreadingEnabled",
     "XDPEnabled",
     "GenericXDPEnabled",
     "BPFLogLevel",

@@ -18,6 +18,8 @@ pub struct Dirty {
     overlay_keys: OverlayKeys,
     routes: bool,
     neighbours: bool,
+    /// The WireGuard devices, peers, table and rule.
+    wireguard: bool,
     /// Interfaces to (re)configure.
     ifaces: BTreeSet<String>,
     /// The workload interfaces whose routes and neighbours may have changed since the host
@@ -35,6 +37,7 @@ impl Dirty {
             overlay_keys: OverlayKeys::default(),
             routes: true,
             neighbours: true,
+            wireguard: true,
             ifaces: BTreeSet::new(),
             host_scope: None,
         }
@@ -55,6 +58,7 @@ impl Dirty {
             || !self.overlay_keys.is_empty()
             || self.routes
             || self.neighbours
+            || self.wireguard
             || !self.ifaces.is_empty()
     }
 
@@ -78,6 +82,11 @@ impl Dirty {
         self.neighbours
     }
 
+    /// The WireGuard phase has work.
+    pub fn wireguard(&self) -> bool {
+        self.wireguard
+    }
+
     /// The interfaces to (re)configure.
     pub fn ifaces(&self) -> &BTreeSet<String> {
         &self.ifaces
@@ -98,6 +107,15 @@ impl Dirty {
     /// The tables are to be re-rendered.
     pub(super) fn tables_changed(&mut self) {
         self.tables = true;
+    }
+
+    /// What WireGuard wants may have changed.
+    pub(super) fn wireguard_changed(&mut self) {
+        self.wireguard = true;
+    }
+
+    pub(super) fn wireguard_applied(&mut self) {
+        self.wireguard = false;
     }
 
     /// The VXLAN device, its FDB, ARP entries and routes may have changed.

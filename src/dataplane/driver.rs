@@ -33,12 +33,14 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 use crate::ops::logging::chain;
 use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
-use crate::proto::{DataplaneInSync, FromDataplane, ProcessStatusUpdate};
+use crate::proto::{
+    DataplaneInSync, FromDataplane, IpVersion, ProcessStatusUpdate, WireguardStatusUpdate,
+};
 use crate::rtnl::monitor::IfaceEvent;
 use crate::source::outbox::Outbox;
 use crate::source::Received;
 
-use super::kernel::{Kernel, KernelError, TableMode, TablesInput, TablesOutcome};
+use super::kernel::{Kernel, KernelError, TableMode, TablesInput, TablesOutcome, WgOutcome};
 use super::repair::RepairBackoff;
 use super::status::StatusReporter;
 use super::Dataplane;
@@ -225,6 +227,10 @@ pub struct Driver<K: Kernel> {
     pending_since: Option<Instant>,
     /// When to repair after other programs change our tables.
     repair: RepairBackoff,
+    /// The WireGuard key last reported per family (`""`: none).
+    wg_reported: std::collections::BTreeMap<crate::rtnl::IpFamily, String>,
+    /// The nodes last reported as claiming one key.
+    wg_conflicts: Vec<String>,
 }
 
 impl<K: Kernel> Driver<K> {
@@ -258,6 +264,8 @@ impl<K: Kernel> Driver<K> {
             started: Instant::now(),
             pending_since: None,
             repair: RepairBackoff::default(),
+            wg_reported: Default::default(),
+            wg_conflicts: Vec::new(),
         }
     }
 
@@ -395,6 +403,10 @@ impl<K: Kernel> Driver<K> {
         } else {
             self.dp.host_routes_skipped();
         }
+        let echo = self.dp.take_wireguard_echo();
+        if self.dp.dirty().wireguard() || self.resync_routes || echo {
+            self.phase_wireguard(echo, &mut failed).await;
+        }
         if self.dp.finish_host_phases() {
             self.resync_routes = false;
         }
@@ -435,6 +447,72 @@ impl<K: Kernel> Driver<K> {
         {
             tracing::warn!(error = %chain(&e), "IPIP device sync failed; will retry");
             failed.get_or_insert(e);
+        }
+    }
+
+    /// WireGuard's devices, peers, table and rule; then the keys to Felix. `echo`: Felix
+    /// echoed another key for this node than before, so the device is read again and its key
+    /// reported even if unchanged (Felix's auto-heal of the node's published key).
+    async fn phase_wireguard(&mut self, echo: bool, failed: &mut Option<KernelError>) {
+        let want = self.dp.wireguard_desired();
+        let cfg = &self.dp.cfg().wireguard;
+        let src_valid_mark = cfg.host_encryption && cfg.v4.enabled;
+        let conflicts: Vec<String> = [crate::rtnl::IpFamily::V4, crate::rtnl::IpFamily::V6]
+            .into_iter()
+            .flat_map(|f| self.dp.wireguard().conflicts(f))
+            .collect();
+        if conflicts != self.wg_conflicts {
+            if !conflicts.is_empty() {
+                tracing::warn!(nodes = ?conflicts, "WireGuard: nodes claim the same public key; \
+                    none of them is a peer until the conflict clears (their traffic is not encrypted)");
+            }
+            self.wg_conflicts = conflicts;
+        }
+        match self
+            .kernel
+            .wireguard(
+                &want,
+                src_valid_mark,
+                &self.changed_ifaces,
+                self.resync_routes || echo,
+            )
+            .await
+        {
+            Ok(out) => {
+                self.dp.wireguard_applied();
+                self.report_wireguard(&out, echo);
+            }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "WireGuard sync failed; will retry");
+                failed.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Tells Felix each family's key when it differs from the one last told (the first apply
+    /// always tells, `""` for none), or when Felix echoed another one for this node.
+    fn report_wireguard(&mut self, out: &WgOutcome, echo: bool) {
+        use super::wireguard::format_key;
+        for (family, key) in &out.keys {
+            let key = key.as_ref().map(format_key).unwrap_or_default();
+            let echoed = self.dp.wireguard().own_echo(*family);
+            let heal = echo && echoed.as_ref().map(format_key).unwrap_or_default() != key;
+            if self.wg_reported.get(family) == Some(&key) && !heal {
+                continue;
+            }
+            let ip_version = match family {
+                crate::rtnl::IpFamily::V4 => IpVersion::Ipv4,
+                crate::rtnl::IpFamily::V6 => IpVersion::Ipv6,
+            };
+            tracing::info!(family = ?family, public_key = %key, "WireGuard key reported");
+            self.send(FromDataplane {
+                sequence_number: 0,
+                payload: Some(Out::WireguardStatusUpdate(WireguardStatusUpdate {
+                    public_key: key.clone(),
+                    ip_version: ip_version as i32,
+                })),
+            });
+            self.wg_reported.insert(*family, key);
         }
     }
 

@@ -20,6 +20,8 @@ use crate::rtnl::ipip::{IpipSyncer, IpipWanted, IPIP_IFACE};
 use crate::rtnl::neigh::{Mac, NeighSyncer};
 use crate::rtnl::routes::{RouteSpec, RouteSyncer, RT_TABLE_MAIN};
 use crate::rtnl::vxlan::{Entries, VxlanSyncer, VxlanWanted};
+use crate::rtnl::wgsync::{WgSyncer, WgWanted};
+use crate::rtnl::wireguard::Key;
 use crate::rtnl::{IpFamily, RtnlError, RtnlHandle};
 
 use super::{DataplaneConfig, IfaceConf};
@@ -260,6 +262,17 @@ pub struct IpipOutcome {
     pub unsupported: bool,
 }
 
+/// What the WireGuard phase did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WgOutcome {
+    /// Each managed family's device key after the phase (`None`: no device, or disabled).
+    pub keys: Vec<(IpFamily, Option<Key>)>,
+    /// Device, peer, route and rule changes made.
+    pub changes: usize,
+    /// The kernel has no WireGuard: nothing was done.
+    pub unsupported: bool,
+}
+
 /// A kernel failure in one phase.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -321,6 +334,17 @@ pub trait Kernel {
         changed: &BTreeSet<String>,
         resync: bool,
     ) -> Result<IpipOutcome, KernelError>;
+    /// The WireGuard devices of each managed family, their peers, table and rule (the rule
+    /// last), and `src_valid_mark` when host encryption needs it. `changed`: interfaces
+    /// reported changed (a device there is read again); otherwise only a change of what is
+    /// wanted or a resync costs kernel I/O.
+    async fn wireguard(
+        &mut self,
+        want: &[(IpFamily, WgWanted)],
+        src_valid_mark: bool,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<WgOutcome, KernelError>;
     /// Permanent neighbours per interface (`only` as for routes); `changed` lists interfaces
     /// that flapped.
     async fn neighbours(
@@ -543,6 +567,10 @@ pub struct RealKernel {
     ipip: IpipSyncer,
     /// The kernel was found without the ipip module (said once).
     ipip_unsupported: bool,
+    /// WireGuard's devices, IPv4 and IPv6.
+    wg: [WgSyncer; 2],
+    /// The kernel was found without WireGuard (said once).
+    wg_unsupported: bool,
     procsys: ProcSys,
     /// The ctnetlink socket, opened at the first cleanup and kept (closing one costs an RCU
     /// grace period; see [`Conntrack`]). Lent to the blocking thread during a cleanup.
@@ -588,6 +616,8 @@ impl RealKernel {
             vxlan: BTreeMap::new(),
             ipip: IpipSyncer::default(),
             ipip_unsupported: false,
+            wg: [WgSyncer::new(IpFamily::V4), WgSyncer::new(IpFamily::V6)],
+            wg_unsupported: false,
             procsys: ProcSys::new(procsys_ns),
             conntrack: None,
             conntrack_job: None,
@@ -846,6 +876,59 @@ impl Kernel for RealKernel {
         })
     }
 
+    async fn wireguard(
+        &mut self,
+        want: &[(IpFamily, WgWanted)],
+        src_valid_mark: bool,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<WgOutcome, KernelError> {
+        let mut out = WgOutcome::default();
+        if src_valid_mark {
+            // Host encryption: the reverse-path check of a marked packet uses its mark, so it
+            // skips WireGuard's table.
+            self.procsys
+                .write("net/ipv4/conf/all/src_valid_mark", "1")
+                .map_err(rtnl_err("enabling net.ipv4.conf.all.src_valid_mark"))?;
+        }
+        let mut unsupported = false;
+        for (family, w) in want {
+            let syncer = &mut self.wg[usize::from(*family == IpFamily::V6)];
+            let name = match w {
+                WgWanted::Disabled { name, .. } => name,
+                WgWanted::Enabled(s) => &s.name,
+            };
+            syncer.set(w.clone());
+            if changed.contains(name) {
+                syncer.device_changed();
+            }
+            if resync {
+                syncer.request_resync();
+            }
+            let rep = syncer
+                .apply(&self.rtnl, self.ns.as_ref())
+                .await
+                .map_err(rtnl_err("syncing the WireGuard device"))?;
+            unsupported |= rep.unsupported;
+            if rep.new_key || rep.deleted || !rep.corrected.is_empty() {
+                tracing::info!(device = %name, created = rep.created, deleted = rep.deleted,
+                    new_key = rep.new_key, corrected = ?rep.corrected, "WireGuard device programmed");
+            }
+            out.changes += rep.corrected.len() + rep.peer_changes + rep.route_changes;
+            out.keys.push((*family, syncer.public_key()));
+        }
+        if unsupported && !self.wg_unsupported {
+            tracing::warn!(
+                "WireGuard is on, but this kernel has no wireguard module: no device, peers, \
+                 table or rule are programmed, traffic between nodes is not encrypted, and the \
+                 key reported is empty (load the module: modprobe wireguard)"
+            );
+        }
+        self.wg_unsupported = unsupported;
+        out.unsupported = unsupported;
+        Ok(out)
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
@@ -1055,6 +1138,7 @@ pub enum Call {
         resync: bool,
     },
     Ipip(IpipWanted),
+    Wireguard(Vec<WgWanted>),
     Neighbours {
         ifaces: usize,
         resync: bool,
@@ -1084,6 +1168,8 @@ pub struct FakeKernel {
     pub refuse_comment: Option<String>,
     /// Name the refused chain in the error (the kernel's extended ACK does); else name nothing.
     pub name_refused: bool,
+    /// The key an enabled WireGuard device reports.
+    pub wg_key: Key,
 }
 
 impl FakeKernel {
@@ -1195,6 +1281,25 @@ impl Kernel for FakeKernel {
     ) -> Result<IpipOutcome, KernelError> {
         self.calls.push(Call::Ipip(want.clone()));
         Ok(IpipOutcome::default())
+    }
+
+    async fn wireguard(
+        &mut self,
+        want: &[(IpFamily, WgWanted)],
+        _src_valid_mark: bool,
+        _changed: &BTreeSet<String>,
+        _resync: bool,
+    ) -> Result<WgOutcome, KernelError> {
+        self.calls.push(Call::Wireguard(
+            want.iter().map(|(_, w)| w.clone()).collect(),
+        ));
+        Ok(WgOutcome {
+            keys: want
+                .iter()
+                .map(|(f, w)| (*f, matches!(w, WgWanted::Enabled(_)).then_some(self.wg_key)))
+                .collect(),
+            ..WgOutcome::default()
+        })
     }
 
     async fn neighbours(

@@ -15,6 +15,8 @@
 //!   both through methods named for what happened.
 //! - [`overlay`]: cross-node networking: the VXLAN device, its FDB and ARP entries, cluster
 //!   routes, from VTEPs, route updates, pools and the host's interfaces.
+//! - [`wireguard`]: WireGuard between nodes: devices, peers, their routing table and rule, from
+//!   the nodes' keys, addresses and routes.
 //! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
 //! - [`driver`]: the event loop — batching, InSync gating, throttling, the apply order, retries,
 //!   refresh timers, rebuild and fail-closed exit, status back to Felix.
@@ -33,6 +35,7 @@ pub mod quarantine;
 pub mod repair;
 pub mod status;
 pub mod validate;
+pub mod wireguard;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -140,6 +143,8 @@ pub struct DataplaneConfig {
     pub side_merge_after: Duration,
     /// Cross-node networking: this node's name and the VXLAN parameters.
     pub overlay: overlay::OverlayConfig,
+    /// WireGuard between nodes.
+    pub wireguard: wireguard::WgConfig,
 }
 
 impl Default for DataplaneConfig {
@@ -167,6 +172,7 @@ impl Default for DataplaneConfig {
             endpoint_reporting: true,
             side_merge_after: Duration::from_secs(2),
             overlay: overlay::OverlayConfig::default(),
+            wireguard: wireguard::WgConfig::default(),
         }
     }
 }
@@ -198,6 +204,7 @@ impl DataplaneConfig {
     pub fn from_config(c: &Config) -> DataplaneConfig {
         use crate::config as cfg;
         let hostname = c.felix_hostname.clone().unwrap_or_else(os_hostname);
+        let wireguard = wireguard_config(c, &hostname);
         let rules = RulesConfig {
             mark_mask: c.nftables_mark_mask,
             filter_allow_action: c.nftables_filter_allow_action.into(),
@@ -235,10 +242,23 @@ impl DataplaneConfig {
             wireguard_port_v6: c
                 .wireguard_enabled_v6
                 .then_some(c.wireguard_listening_port_v6),
+            wireguard_ifaces: vec![
+                c.wireguard_interface_name.clone(),
+                c.wireguard_interface_name_v6.clone(),
+            ],
+            wireguard_host_encryption: c.wireguard_host_encryption_enabled,
             allow_vxlan_from_workloads: c.allow_vxlan_packets_from_workloads,
             allow_ipip_from_workloads: c.allow_ipip_packets_from_workloads,
-            tunnel_ifaces_v4: Vec::new(),
-            tunnel_ifaces_v6: Vec::new(),
+            tunnel_ifaces_v4: wireguard
+                .v4
+                .enabled
+                .then(|| wireguard.v4.iface.clone())
+                .into_iter()
+                .collect(),
+            tunnel_ifaces_v6: (wireguard.ipv6 && wireguard.v6.enabled)
+                .then(|| wireguard.v6.iface.clone())
+                .into_iter()
+                .collect(),
             log_prefix: c.log_prefix.clone(),
             log_rate_limit: c.log_action_rate_limit.map(|r| rules::RateLimit {
                 rate: u64::from(r.count),
@@ -310,6 +330,7 @@ impl DataplaneConfig {
                     cfg::ProgramClusterRoutes::Enabled | cfg::ProgramClusterRoutes::EnabledIpipOnly
                 ),
             },
+            wireguard,
         }
     }
 
@@ -359,6 +380,49 @@ impl DataplaneConfig {
 }
 
 /// The kernel's host name (Felix's default for `FelixHostname`).
+/// WireGuard's settings: the table is the lowest index of `RouteTableRanges` outside the
+/// kernel's reserved 253–255 (both families use it, as Felix does); the mark is the bit the
+/// renderer allocates after Calico's own.
+fn wireguard_config(c: &Config, hostname: &str) -> wireguard::WgConfig {
+    let fam = |enabled, iface: &str, port, mtu: u16| wireguard::WgFamilyConfig {
+        enabled,
+        iface: iface.to_string(),
+        port,
+        mtu: (mtu != 0).then_some(u32::from(mtu)),
+    };
+    let on = c.wireguard_enabled || c.wireguard_enabled_v6;
+    let table = c
+        .route_table_indices()
+        .iter()
+        .flat_map(|r| r.min..=r.max)
+        .find(|t| !(253..=255).contains(t))
+        .unwrap_or(1);
+    wireguard::WgConfig {
+        hostname: hostname.to_string(),
+        v4: fam(
+            c.wireguard_enabled,
+            &c.wireguard_interface_name,
+            c.wireguard_listening_port,
+            c.wireguard_mtu,
+        ),
+        v6: fam(
+            c.wireguard_enabled_v6,
+            &c.wireguard_interface_name_v6,
+            c.wireguard_listening_port_v6,
+            c.wireguard_mtu_v6,
+        ),
+        ipv6: c.ipv6_support,
+        priority: c.wireguard_routing_rule_priority,
+        table,
+        mark: rules::MarkBits::allocate(c.nftables_mark_mask, on)
+            .map(|m| m.wireguard)
+            .unwrap_or(0),
+        protocol: c.device_route_protocol,
+        host_encryption: c.wireguard_host_encryption_enabled,
+        keepalive: c.wireguard_persistent_keep_alive.as_secs().min(65535) as u16,
+    }
+}
+
 fn os_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -436,6 +500,8 @@ pub struct Dataplane {
     routes: BTreeMap<String, RouteUpdate>,
     /// Cross-node networking state besides the model's VTEPs, pools and routes.
     overlay: overlay::Overlay,
+    /// WireGuard's nodes, keys and CIDRs.
+    wg: wireguard::Wireguard,
     /// How many VTEPs have a tunnel address of each family (IPv4, IPv6).
     vteps_with: [usize; 2],
     ifaces: BTreeMap<String, IfaceInfo>,
@@ -466,6 +532,7 @@ impl Dataplane {
             heps_resolved: BTreeMap::new(),
             status_dirty: status::StatusScope::everything(),
             overlay: overlay::Overlay::new(cfg.overlay.clone()),
+            wg: wireguard::Wireguard::new(cfg.wireguard.clone()),
             vteps_with: [0; 2],
             cfg,
             routes: BTreeMap::new(),
@@ -497,6 +564,9 @@ impl Dataplane {
             self.unquarantine_for(p);
             self.remember(p);
         }
+        if self.wg.on_message(msg) {
+            self.dirty.wireguard_changed();
+        }
         if self.record(msg, members) {
             self.sync_rules_encap();
         }
@@ -511,6 +581,9 @@ impl Dataplane {
     pub fn on_validated_update(&mut self, valid: validate::Valid) {
         if let Some(p) = &valid.msg.payload {
             self.remember(p);
+        }
+        if self.wg.on_message(&valid.msg) {
+            self.dirty.wireguard_changed();
         }
         let encap = match self.note_own(&valid.msg) {
             Some(encap) => encap,
@@ -550,7 +623,6 @@ impl Dataplane {
             Some(Payload::RouteUpdate(u)) => {
                 let old = self.routes.insert(u.dst.clone(), u.clone());
                 self.route_changed(old.as_ref(), Some(u));
-                self.overlay.warn_route(u);
             }
             Some(Payload::Encapsulation(e)) => {
                 self.overlay.encap = Some(e.clone());
@@ -685,8 +757,11 @@ impl Dataplane {
     fn sync_rules_encap(&mut self) {
         let (v4, v6) = self.vxlan_families();
         let ipip = self.overlay.ipip_on(&self.model.pools);
-        let (mut t4, t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
+        let (mut t4, mut t6) = self.overlay.tunnel_ifaces(&self.model.vteps, (v4, v6));
         t4.extend(self.overlay.ipip_tunnel_iface(&self.model.pools));
+        let wg = &self.cfg.wireguard;
+        t4.extend(wg.v4.enabled.then(|| wg.v4.iface.clone()));
+        t6.extend((wg.ipv6 && wg.v6.enabled).then(|| wg.v6.iface.clone()));
         let c = self.inc.config();
         if (c.vxlan_enabled, c.vxlan_enabled_v6, c.ipip_enabled) == (v4, v6, ipip)
             && c.tunnel_ifaces_v4 == t4
@@ -754,6 +829,18 @@ impl Dataplane {
         use crate::rtnl::monitor::IfaceEvent as E;
         // Host endpoints resolve by interface names and addresses; they are few.
         self.status_dirty.hosts = true;
+        if self.wg.cfg.any_enabled() {
+            let name = match ev {
+                E::Link(l) => Some(&l.name),
+                E::Renamed { new_name, .. } => Some(new_name),
+                E::Removed { name, .. } | E::Addrs { name, .. } => Some(name),
+                E::InSync => None,
+            };
+            // The device itself, or the host's MTU and address WireGuard follows.
+            if name.is_some_and(|n| !self.cfg.is_workload_iface(n)) {
+                self.dirty.wireguard_changed();
+            }
+        }
         match ev {
             E::InSync => {
                 self.ifaces_in_sync = true;
@@ -915,6 +1002,42 @@ impl Dataplane {
     /// The nf_tables phase committed what was rendered.
     pub fn tables_applied(&mut self) {
         self.dirty.tables_applied();
+    }
+
+    /// What WireGuard wants of each family it manages.
+    pub fn wireguard_desired(&self) -> Vec<(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)> {
+        self.wg.desired(&self.model.hosts, self.host_mtu())
+    }
+
+    /// WireGuard's state (keys, conflicts).
+    pub fn wireguard(&self) -> &wireguard::Wireguard {
+        &self.wg
+    }
+
+    /// Takes "Felix echoed another key for this node": the device is read again and its key
+    /// reported.
+    pub fn take_wireguard_echo(&mut self) -> bool {
+        self.wg.take_echo_changed()
+    }
+
+    /// The WireGuard phase completed.
+    pub fn wireguard_applied(&mut self) {
+        self.dirty.wireguard_applied();
+    }
+
+    /// The MTU of the interface holding this node's address (1500 while none does): the
+    /// tunnels' MTU is derived from it.
+    fn host_mtu(&self) -> u32 {
+        let me = self.model.hosts.get(&self.cfg.overlay.hostname);
+        let mine: Vec<IpAddr> = me
+            .into_iter()
+            .flat_map(|h| [&h.ipv4_addr, &h.ipv6_addr])
+            .filter_map(|a| rules::host_ip(a))
+            .collect();
+        self.ifaces
+            .values()
+            .find(|i| i.addrs.iter().any(|a| mine.contains(&a.addr())))
+            .map_or(1500, |i| i.mtu)
     }
 
     /// The VXLAN devices are as desired; `created`: one was just created, and its routes and

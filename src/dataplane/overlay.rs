@@ -25,7 +25,8 @@
 //! straight via the parent as VXLAN's do. IPIP off without `IpInIpEnabled` set strips tunl0's
 //! IPv4 addresses (the kernel owns the device).
 //!
-//! WireGuard is not built here: its routes are reported once as unsupported and ignored.
+//! WireGuard's table and peers are [`super::wireguard`]'s: the main table's routes here are the
+//! fallback for nodes WireGuard does not encrypt to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -492,16 +493,6 @@ impl Overlay {
                     "IPIP is on but IpInIpTunnelAddr is not set: tunl0 is not configured, \
                      and the IPIP routes through it wait for it"
                 );
-            });
-        }
-    }
-
-    /// Reports, once, a route this build cannot program: one through WireGuard.
-    pub fn warn_route(&mut self, r: &RouteUpdate) {
-        if r.tunnel_type.as_ref().is_some_and(|t| t.wireguard) {
-            self.warn_once(format!("route WireGuard {}", r.dst), || {
-                tracing::warn!(dst = %r.dst, node = %r.dst_node_name,
-                    "a route needs WireGuard, which this build does not support: not programmed");
             });
         }
     }

@@ -605,6 +605,23 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
                 return Err(c.err("pool.cidr", cidr, "not a CIDR"));
             }
         }
+        Payload::WireguardEndpointUpdate(u) => {
+            wireguard_endpoint(&mut c, &u.hostname, "public_key", &u.public_key)?;
+            c.family_addr("interface_ipv4_addr", &u.interface_ipv4_addr, false)?;
+        }
+        Payload::WireguardEndpointV6Update(u) => {
+            wireguard_endpoint(&mut c, &u.hostname, "public_key_v6", &u.public_key_v6)?;
+            c.family_addr("interface_ipv6_addr", &u.interface_ipv6_addr, true)?;
+        }
+        Payload::WireguardEndpointRemove(crate::proto::WireguardEndpointRemove { hostname })
+        | Payload::WireguardEndpointV6Remove(crate::proto::WireguardEndpointV6Remove {
+            hostname,
+        }) => {
+            c.id = hostname.clone();
+            if hostname.is_empty() {
+                return Err(c.err("hostname", "", "a node name is required"));
+            }
+        }
         Payload::GlobalBgpConfigUpdate(u) => {
             c.id = "global".into();
             c.cidrs(&"service_cluster_cidrs", &u.service_cluster_cidrs)?;
@@ -614,6 +631,23 @@ pub fn validate(model: &Model, msg: &ToDataplane) -> Result<Option<Members>, Inp
         _ => {}
     }
     Ok(None)
+}
+
+/// A node's WireGuard key: a node name, and a key that is empty (none) or 32 bytes of
+/// standard base64.
+fn wireguard_endpoint(
+    c: &mut Ctx<'_>,
+    hostname: &str,
+    field: &str,
+    key: &str,
+) -> Result<(), InputError> {
+    c.id = hostname.to_string();
+    if hostname.is_empty() {
+        return Err(c.err("hostname", "", "a node name is required"));
+    }
+    super::wireguard::parse_key(key)
+        .map(|_| ())
+        .map_err(|why| c.err(field, key, why))
 }
 
 /// An IP set's whole membership: a known type, members of that type, the size bound; a set still

@@ -18,6 +18,8 @@
 //! - [`vxlan`]: a VXLAN device created or corrected from a spec, and its permanent FDB entries.
 //! - [`ipip`]: `tunl0`, the IPIP device: made to appear, configured, or stripped of addresses.
 //! - [`wireguard`]: WireGuard devices over generic netlink: keys, port, fwmark, peers.
+//! - [`wgsync`]: one WireGuard device brought to a spec, with its routing table and rule.
+//! - [`rule`]: the policy-routing rules that point at a table the caller owns.
 //! - [`conntrack`]: deleting conntrack entries by source address over ctnetlink.
 
 pub mod batch;
@@ -30,7 +32,9 @@ pub mod monitor;
 pub mod neigh;
 pub mod nexthop;
 pub mod routes;
+pub mod rule;
 pub mod vxlan;
+pub mod wgsync;
 pub mod wireguard;
 
 use std::io;

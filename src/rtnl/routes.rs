@@ -77,6 +77,9 @@ pub enum RouteTarget {
     },
     /// `blackhole DST` (local IPAM blocks).
     Blackhole,
+    /// `throw DST`: the lookup leaves this table and goes on with the next rule (WireGuard's
+    /// table, for destinations it does not encrypt).
+    Throw,
 }
 
 impl RouteTarget {
@@ -85,7 +88,7 @@ impl RouteTarget {
         match self {
             RouteTarget::Device(d) => Some(d),
             RouteTarget::Gateway { dev, .. } => dev.as_deref(),
-            RouteTarget::Blackhole => None,
+            RouteTarget::Blackhole | RouteTarget::Throw => None,
         }
     }
 }
@@ -164,6 +167,9 @@ pub struct RouteOwnership {
     /// Interfaces every route on which is ours, whatever its protocol and at once (no grace
     /// period): the caller's own devices, such as a tunnel device it creates.
     pub device_ifaces: BTreeSet<String>,
+    /// Routes without an interface (throw, blackhole, unreachable) are ours whatever their
+    /// protocol: a table the caller owns outright.
+    pub no_iface: bool,
 }
 
 impl RouteOwnership {
@@ -181,6 +187,18 @@ impl RouteOwnership {
             }),
             workload_protocols,
             device_ifaces: BTreeSet::new(),
+            no_iface: false,
+        }
+    }
+
+    /// A table owned outright: every route on `ifaces` and every route without an interface.
+    pub fn exclusive(ifaces: impl IntoIterator<Item = String>) -> RouteOwnership {
+        RouteOwnership {
+            protocols: BTreeSet::new(),
+            is_workload_iface: Arc::new(|_: &str| false),
+            workload_protocols: None,
+            device_ifaces: ifaces.into_iter().collect(),
+            no_iface: true,
         }
     }
 
@@ -195,6 +213,9 @@ impl RouteOwnership {
             return true;
         }
         if ifname.is_some_and(|n| self.device_ifaces.contains(n)) {
+            return true;
+        }
+        if ifname.is_none() && self.no_iface {
             return true;
         }
         match ifname {
@@ -311,8 +332,10 @@ impl fmt::Display for OwnedRoute {
 
 impl fmt::Display for RouteSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.target == RouteTarget::Blackhole {
-            write!(f, "blackhole ")?;
+        match self.target {
+            RouteTarget::Blackhole => write!(f, "blackhole ")?,
+            RouteTarget::Throw => write!(f, "throw ")?,
+            _ => {}
         }
         write!(f, "{} metric {}", self.dst, self.metric)?;
         match &self.target {
@@ -326,7 +349,7 @@ impl fmt::Display for RouteSpec {
                     write!(f, " onlink")?;
                 }
             }
-            RouteTarget::Blackhole => {}
+            RouteTarget::Blackhole | RouteTarget::Throw => {}
         }
         if let Some(src) = self.src {
             write!(f, " src {src}")?;
@@ -438,6 +461,7 @@ impl KernelRoute {
                 RouteType::BlackHole => "blackhole".to_string(),
                 RouteType::Unreachable => "unreachable".to_string(),
                 RouteType::Prohibit => "prohibit".to_string(),
+                RouteType::Throw => "throw".to_string(),
                 other => format!("{other:?}").to_lowercase(),
             },
             gateway: self.gateway,
@@ -1423,8 +1447,8 @@ impl RouteSyncer {
         oif: Option<u32>,
         nh: Option<u32>,
     ) -> bool {
-        // An IPv6 blackhole is reported on `lo`; a blackhole has no interface of ours.
-        let oif_ok = spec.target == RouteTarget::Blackhole || k.oif == oif;
+        // An IPv6 blackhole or throw is reported on `lo`; neither has an interface of ours.
+        let oif_ok = spec.target.ifname().is_none() || k.oif == oif;
         if k.protocol != spec.protocol || k.src != spec.src || k.mtu != spec.mtu || !oif_ok {
             return false;
         }
@@ -1441,6 +1465,7 @@ impl RouteSyncer {
                 k.kind == RouteType::Unicast && k.gateway == Some(*via) && k.onlink == *onlink
             }
             RouteTarget::Blackhole => k.kind == RouteType::BlackHole,
+            RouteTarget::Throw => k.kind == RouteType::Throw,
         }
     }
 
@@ -1476,6 +1501,9 @@ impl RouteSyncer {
             }
             RouteTarget::Blackhole => {
                 b = b.scope(RouteScope::Universe).kind(RouteType::BlackHole);
+            }
+            RouteTarget::Throw => {
+                b = b.scope(RouteScope::Universe).kind(RouteType::Throw);
             }
         }
         if let (Some(oif), None) = (oif, nh) {

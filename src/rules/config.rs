@@ -140,6 +140,12 @@ pub struct RulesConfig {
     pub wireguard_port: Option<u16>,
     /// `WireguardEnabledV6` with `WireguardListeningPortV6` (51821).
     pub wireguard_port_v6: Option<u16>,
+    /// `WireguardInterfaceName` and `WireguardInterfaceNameV6`: packets arriving on them are
+    /// not marked as host traffic to encrypt.
+    pub wireguard_ifaces: Vec<String>,
+    /// `WireguardHostEncryptionEnabled`: host traffic arriving unencrypted is marked so that
+    /// its reverse-path check and replies skip WireGuard's table.
+    pub wireguard_host_encryption: bool,
     /// `AllowVXLANPacketsFromWorkloads`.
     pub allow_vxlan_from_workloads: bool,
     /// `AllowIPIPPacketsFromWorkloads`.
@@ -211,6 +217,8 @@ impl Default for RulesConfig {
             max_ipset_size: 1 << 20,
             wireguard_port: None,
             wireguard_port_v6: None,
+            wireguard_ifaces: Vec::new(),
+            wireguard_host_encryption: false,
             allow_vxlan_from_workloads: false,
             allow_ipip_from_workloads: false,
             tunnel_ifaces_v4: Vec::new(),

@@ -103,7 +103,10 @@ pub struct Renderer {
 impl Renderer {
     /// Allocates the mark bits; fails when the mark mask is too small.
     pub fn new(cfg: RulesConfig) -> Result<Renderer, RulesError> {
-        let marks = MarkBits::allocate(cfg.mark_mask)?;
+        let marks = MarkBits::allocate(
+            cfg.mark_mask,
+            cfg.wireguard_port.is_some() || cfg.wireguard_port_v6.is_some(),
+        )?;
         Ok(Renderer { cfg, marks })
     }
 

@@ -58,6 +58,7 @@ pub mod logical {
     pub const FROM_HEP_FORWARD: &str = "cali-from-hep-forward";
     pub const TO_HEP_FORWARD: &str = "cali-to-hep-forward";
     pub const RPF_SKIP: &str = "cali-rpf-skip";
+    pub const WIREGUARD_INCOMING_MARK: &str = "cali-wireguard-incoming-mark";
     pub const NAT_OUTGOING: &str = "cali-nat-outgoing";
     pub const FIP_DNAT: &str = "cali-fip-dnat";
     pub const FIP_SNAT: &str = "cali-fip-snat";

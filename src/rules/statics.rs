@@ -442,6 +442,7 @@ impl Renderer {
         out.push(self.mangle_postrouting(&s));
         out.push(self.raw_prerouting(&s));
         out.push(self.raw_output(&s));
+        out.extend(self.raw_wireguard_incoming_mark(&s));
         out.extend(self.nat(&s));
         out
     }
@@ -668,6 +669,15 @@ impl Renderer {
     fn raw_prerouting(&self, s: &Statics) -> TextChain {
         let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::PREROUTING));
         c.push(s.rule().counter().mark_clear(self.marks.all()).build(), &[]);
+        if self.cfg.wireguard_host_encryption && self.marks.wireguard != 0 {
+            c.push(
+                s.rule()
+                    .counter()
+                    .jump(&Layer::Raw.chain(logical::WIREGUARD_INCOMING_MARK))
+                    .build(),
+                &[],
+            );
+        }
         self.untrack_vxlan(s, &mut c);
         for p in &s.prefixes {
             c.push(
@@ -708,6 +718,27 @@ impl Renderer {
         );
         c.push(self.accept_mark(s, Verdict::Accept), &[]);
         c.finish()
+    }
+
+    /// raw cali-wireguard-incoming-mark (wireguard.md §2.11), while WireGuard is on: packets
+    /// that did not come through WireGuard, from a workload or from this host get WireGuard's
+    /// mark, so that (with `src_valid_mark`) their reverse-path check skips WireGuard's table.
+    fn raw_wireguard_incoming_mark(&self, s: &Statics) -> Option<TextChain> {
+        if self.marks.wireguard == 0 {
+            return None;
+        }
+        let mut c = ChainBuilder::new(&Layer::Raw.chain(logical::WIREGUARD_INCOMING_MARK));
+        let skip = std::iter::once("lo")
+            .chain(self.cfg.wireguard_ifaces.iter().map(String::as_str))
+            .chain(s.prefixes.iter().map(String::as_str));
+        for iface in skip {
+            c.push(s.rule().iifname(iface).counter().ret().build(), &[]);
+        }
+        c.push(
+            s.rule().counter().mark_set_or(self.marks.wireguard).build(),
+            &[],
+        );
+        Some(c.finish())
     }
 
     /// VXLAN uses other source ports each way, so tracking it would only make unreplied flows
@@ -776,7 +807,8 @@ impl Renderer {
                 b.fib_saddr_oif_type_local(true)
                     .fib_addr_type_local(Dir::Src, false)
             };
-            if t.starts_with("vxlan") {
+            let wireguard = self.cfg.wireguard_ifaces.contains(t);
+            if t.starts_with("vxlan") || (wireguard && s.vxlan) {
                 // Keep the source port off the VXLAN port (calico#12244): the wider side of
                 // [1024, 65535] around it.
                 let p = self.cfg.vxlan_port;

@@ -342,6 +342,28 @@ impl Kernel for OneShotKernel {
             })
     }
 
+    async fn wireguard(
+        &mut self,
+        want: &[(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)],
+        src_valid_mark: bool,
+        changed: &BTreeSet<String>,
+        resync: bool,
+    ) -> Result<super::super::kernel::WgOutcome, KernelError> {
+        // A plan does not show WireGuard's devices and table: they are read and written over
+        // their own sockets, not planned.
+        if self.host_skipped() || !self.writes() {
+            return Ok(Default::default());
+        }
+        self.real
+            .wireguard(want, src_valid_mark, changed, resync)
+            .await
+            .inspect_err(|e| {
+                self.report
+                    .errors
+                    .push(format!("programming WireGuard: {}", chain(e)));
+            })
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,
