@@ -206,7 +206,7 @@ async fn run_async(
     // Health and metrics endpoints, until shutdown.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = serve_ops(ops.clone(), config.clone(), stop_rx);
-    let (status_out, writer) = t.fd4.unzip();
+    let (status_out, writer) = (t.status_out, t.writer);
     let mut driver = Driver::new(
         dp,
         kernel,
@@ -280,8 +280,10 @@ struct Transport {
     updates: mpsc::Receiver<Received>,
     /// The loop ends when the input does.
     exit_on_eof: bool,
-    /// Felix's fd 4: the outbox the loop reports on, and the thread writing it.
-    fd4: Option<source::felix::Writer>,
+    /// Where the loop reports (Felix's fd 4; standard output or the socket's clients in the
+    /// stream modes), and the thread writing it, if one does.
+    status_out: Option<source::outbox::Outbox>,
+    writer: Option<std::thread::JoinHandle<Result<u64, source::SourceError>>>,
     reader: InputReader,
 }
 
@@ -315,23 +317,27 @@ impl Transport {
                 let (input, output) = felix_fds.ok_or(AgentError::NoFelixFds)?;
                 let (updates, reader) = source::felix::spawn_fd3(input, u64::from(max_message))
                     .map_err(AgentError::setup("reading fd 3"))?;
-                let fd4 = source::felix::spawn_writer(output)
+                let (out, writer) = source::felix::spawn_writer(output)
                     .map_err(AgentError::setup("writing fd 4"))?;
                 Transport {
                     updates,
                     // Felix gone = our job is done (§1.1).
                     exit_on_eof: true,
-                    fd4: Some(fd4),
+                    status_out: Some(out),
+                    writer: Some(writer),
                     reader: InputReader::Fd3(reader),
                 }
             }
             SourceSpec::Stdin => {
                 let (updates, reader) = source::stream::spawn_stdin(max_message as usize)
                     .map_err(AgentError::setup("reading standard input"))?;
+                let (out, writer) = source::stream::spawn_json_writer(std::io::stdout())
+                    .map_err(AgentError::setup("writing standard output"))?;
                 Transport {
                     updates,
                     exit_on_eof: !opts.keep_running,
-                    fd4: None,
+                    status_out: Some(out),
+                    writer: Some(writer),
                     reader: InputReader::Stream(reader),
                 }
             }
@@ -339,11 +345,13 @@ impl Transport {
                 let l = source::stream::UnixSource::bind(path)
                     .map_err(AgentError::setup("binding the unix socket"))?;
                 tracing::info!(path = %path.display(), "listening for JSON lines");
-                let (updates, _server) = l.with_max_len(max_message as usize).spawn();
+                let (l, out) = l.with_max_len(max_message as usize).with_replies();
+                let (updates, _server) = l.spawn();
                 Transport {
                     updates,
                     exit_on_eof: false,
-                    fd4: None,
+                    status_out: Some(out),
+                    writer: None,
                     reader: InputReader::None,
                 }
             }

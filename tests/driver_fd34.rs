@@ -182,8 +182,9 @@ fn driver_decodes_frames_and_exits_zero_when_fd3_closes() {
     );
     d.expect_line(&["end of input", "decoded=3", "rejected=0"]);
 
-    // After its first apply the driver told Felix it is in sync (one `DataplaneInSync` frame),
-    // then closed fd 4 cleanly, with no stray bytes.
+    // Its first apply told Felix each family's WireGuard key (empty: WireGuard is off, as
+    // Felix's own dataplane reports it), then that it is in sync (one `DataplaneInSync`
+    // frame); then it closed fd 4 cleanly, with no stray bytes.
     let mut rest = Vec::new();
     d.from_fd4.read_to_end(&mut rest).unwrap();
     let mut frames = felix_nft::proto::frame::FrameReader::new(&rest[..]);
@@ -191,7 +192,15 @@ fn driver_decodes_frames_and_exits_zero_when_fd3_closes() {
     while let Some(f) = frames.read_frame().unwrap() {
         kinds.push(felix_nft::proto::decode_from_dataplane(&f).unwrap().kind());
     }
-    assert_eq!(kinds, ["dataplane_in_sync"], "frames on fd 4");
+    assert_eq!(
+        kinds,
+        [
+            "wireguard_status_update",
+            "wireguard_status_update",
+            "dataplane_in_sync"
+        ],
+        "frames on fd 4"
+    );
 }
 
 #[test]

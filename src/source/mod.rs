@@ -109,6 +109,8 @@ pub enum SourceError {
     Frame(#[source] FrameError),
     #[error("writing a message to Felix on fd 4")]
     WriteFd4(#[source] std::io::Error),
+    #[error("writing a message to standard output")]
+    WriteStdout(#[source] std::io::Error),
     #[error("reading {stream}")]
     Read {
         stream: String,

@@ -8,6 +8,13 @@
 //! of it is dropped as it arrives and reading resumes after its newline, so one client cannot
 //! exhaust memory and the stream never stops silently.
 //!
+//! What the agent says back (`FromDataplane`: endpoint statuses, WireGuard keys, in-sync) goes
+//! the same way, one JSON line per message in the input's field names: to standard output for
+//! `stdin`, and to every client of the unix socket connected when it is written (a client
+//! that half-closes its end keeps reading). Like fd 4's, the queue never blocks the loop:
+//! statuses waiting are coalesced per endpoint, and a client that does not read loses lines
+//! (counted in the log), never the agent's time.
+//!
 //! The unix socket is created with mode 0600 without a window in which it is reachable with
 //! looser permissions: it is bound inside a fresh 0700 directory, chmodded, then renamed into
 //! place (rename keeps the inode and its mode).
@@ -18,17 +25,18 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
+use super::outbox::{outbox, Outbox};
 use super::{
     input, Input, Origin, Reader, Received, RejectReason, Rejected, SourceError, Update,
     CHANNEL_CAPACITY,
 };
 use crate::proto::frame::BlockingRead;
-use crate::proto::{json, ToDataplane};
+use crate::proto::{json, FromDataplane, ToDataplane};
 
 /// The default longest line (64 MiB, the same bound as an fd 3 frame): an IP set update of
 /// 1,000,000 IPv6 members with ports is about 57 MB of JSON.
@@ -239,11 +247,62 @@ pub fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
     (rx, handle)
 }
 
+/// How many reply lines a slow client may fall behind before it loses some.
+const REPLY_BACKLOG: usize = 4096;
+
+/// One message as the line written back: proto3 JSON, `sequence_number` counted per stream.
+fn reply_line(mut msg: FromDataplane, seq: &mut u64) -> String {
+    msg.sequence_number = *seq;
+    *seq += 1;
+    let mut line = json::encode(&msg);
+    line.push('\n');
+    line
+}
+
+/// Writes each `FromDataplane` pushed to the returned outbox as one JSON line to `output`
+/// (standard output in `--source stdin` mode), flushing after each batch. Ends when every
+/// outbox handle is dropped (`Ok(lines written)`) or a write fails (`Err`, logged once; later
+/// messages are dropped).
+pub fn spawn_json_writer<W: std::io::Write + Send + 'static>(
+    output: W,
+) -> Result<super::felix::Writer, SourceError> {
+    let (tx, rx) = outbox();
+    let handle = std::thread::Builder::new()
+        .name("json-replies".into())
+        .spawn(move || {
+            let mut output = output;
+            let mut seq = 0u64;
+            while let Some(batch) = rx.blocking_take() {
+                let lines: String = batch.into_iter().map(|m| reply_line(m, &mut seq)).collect();
+                if let Err(e) = output
+                    .write_all(lines.as_bytes())
+                    .and_then(|()| output.flush())
+                {
+                    rx.break_off();
+                    let e = SourceError::WriteStdout(e);
+                    tracing::warn!(
+                        error = %crate::ops::logging::chain(&e),
+                        "standard output is closed: the agent's statuses are no longer written"
+                    );
+                    return Err(e);
+                }
+            }
+            Ok(seq)
+        })
+        .map_err(|source| SourceError::Spawn {
+            what: "JSON reply writer",
+            source,
+        })?;
+    Ok((tx, handle))
+}
+
 /// A bound unix socket; the socket file is removed when this is dropped.
 pub struct UnixSource {
     listener: UnixListener,
     path: PathBuf,
     max_len: usize,
+    /// The reply lines every connected client is sent.
+    replies: Option<broadcast::Sender<Arc<str>>>,
 }
 
 impl UnixSource {
@@ -298,6 +357,7 @@ impl UnixSource {
             listener: result?,
             path: path.to_path_buf(),
             max_len: MAX_LINE_LEN,
+            replies: None,
         })
     }
 
@@ -305,6 +365,26 @@ impl UnixSource {
     pub fn with_max_len(mut self, max_len: usize) -> Self {
         self.max_len = max_len;
         self
+    }
+
+    /// Sends each `FromDataplane` pushed to the returned outbox, as one JSON line, to every
+    /// client connected when it is written; the forwarding task ends when every outbox handle
+    /// is dropped. Needs a tokio runtime.
+    pub fn with_replies(mut self) -> (Self, Outbox) {
+        let (tx, rx) = outbox();
+        let (lines, _) = broadcast::channel::<Arc<str>>(REPLY_BACKLOG);
+        let out = lines.clone();
+        tokio::spawn(async move {
+            let mut seq = 0u64;
+            while let Some(batch) = rx.take().await {
+                for m in batch {
+                    // No client connected: nobody to tell.
+                    let _ = out.send(Arc::from(reply_line(m, &mut seq)));
+                }
+            }
+        });
+        self.replies = Some(lines);
+        (self, tx)
     }
 
     /// The socket's path.
@@ -335,6 +415,10 @@ impl UnixSource {
             let name: Arc<str> = Arc::from(format!("unix:{}#{client}", self.path.display()));
             let tx = tx.clone();
             let max_len = self.max_len;
+            let (conn, out) = conn.into_split();
+            if let Some(lines) = &self.replies {
+                tokio::spawn(write_replies(out, lines.subscribe(), name.clone()));
+            }
             clients.spawn(async move {
                 match read_lines(conn, name.clone(), &tx, max_len).await {
                     Ok(s) => tracing::debug!(stream = %name, lines = s.lines, "client done"),
@@ -358,6 +442,27 @@ impl UnixSource {
     ) {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         (rx, tokio::spawn(self.serve(tx)))
+    }
+}
+
+/// Writes the reply lines to one client until it goes away or the agent stops.
+async fn write_replies(
+    mut out: tokio::net::unix::OwnedWriteHalf,
+    mut lines: broadcast::Receiver<Arc<str>>,
+    name: Arc<str>,
+) {
+    loop {
+        match lines.recv().await {
+            Ok(line) => {
+                if out.write_all(line.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(stream = %name, lost = n, "a client reads too slowly: reply lines dropped");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 

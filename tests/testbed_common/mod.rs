@@ -51,12 +51,15 @@ pub struct NodeDaemon {
     pub child: Child,
     stdin: ChildStdin,
     log: tempfile::NamedTempFile,
+    /// What it said back (JSON lines on standard output).
+    out: tempfile::NamedTempFile,
 }
 
 impl NodeDaemon {
     /// Starts it in the namespace `netns` as node `hostname`, with extra `FELIX_*` environment.
     pub fn start(netns: &str, hostname: &str, env: &[(&str, &str)]) -> NodeDaemon {
         let log = tempfile::NamedTempFile::new().expect("a log file");
+        let out = tempfile::NamedTempFile::new().expect("a file for its replies");
         let mut child = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
             .args([
                 "run",
@@ -72,12 +75,17 @@ impl NodeDaemon {
             .env_remove("FELIX_NFT_LOG_FORMAT")
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(out.reopen().expect("reopening the replies file"))
             .stderr(log.reopen().expect("reopening the log"))
             .spawn()
             .expect("spawning felix-nft run");
         let stdin = child.stdin.take().expect("the daemon's stdin");
-        NodeDaemon { child, stdin, log }
+        NodeDaemon {
+            child,
+            stdin,
+            log,
+            out,
+        }
     }
 
     /// Writes each message as one JSON line.
@@ -92,6 +100,15 @@ impl NodeDaemon {
     /// What it logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// What it said back so far (`FromDataplane` messages, one JSON line each).
+    pub fn replies(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.out.path())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a reply line is JSON"))
+            .collect()
     }
 }
 
