@@ -98,10 +98,14 @@ pub enum Command {
         /// Leave the topology in place for inspection.
         #[arg(long)]
         keep: bool,
-        /// A three-node cluster over VXLAN, one agent per node, and a fourth node joining and
-        /// leaving, instead of the single node.
+        /// A three-node cluster, one agent per node, and a fourth node joining and leaving,
+        /// instead of the single node.
         #[arg(long)]
         cluster: bool,
+        /// How the cluster's nodes carry pod traffic: VXLAN, IPIP, or WireGuard (pool without
+        /// encapsulation, encrypted between nodes). IPIP and WireGuard need their kernel module.
+        #[arg(long, value_enum, default_value = "vxlan", requires = "cluster")]
+        encap: crate::demo::cluster::Encap,
     },
     /// Benchmarks.
     #[cfg(feature = "lab")]
@@ -273,7 +277,11 @@ pub fn main() -> ExitCode {
         Some(Command::Dump { json, target }) => finish(oneshot::dump_command(json, &target.into())),
         Some(Command::Cleanup { target }) => finish(oneshot::cleanup_command(&target.into())),
         #[cfg(feature = "lab")]
-        Some(Command::Demo { keep, cluster }) => demo(keep, cluster),
+        Some(Command::Demo {
+            keep,
+            cluster,
+            encap,
+        }) => demo(keep, cluster, encap),
         #[cfg(feature = "lab")]
         Some(Command::Bench { command }) => bench_compare(command),
         Some(Command::Config { command }) => ExitCode::from(match command {
@@ -288,11 +296,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `felix-nft demo [--cluster]`: exit 0 when every flow did what the policy says (and, for the
-/// cluster, every node held what it should), 1 otherwise or on error.
+/// `felix-nft demo [--cluster [--encap E]]`: exit 0 when every flow did what the policy says
+/// (and, for the cluster, every node held what it should), 1 otherwise or on error (a kernel
+/// without the encapsulation's module included).
 #[cfg(feature = "lab")]
-fn demo(keep: bool, cluster: bool) -> ExitCode {
-    let opts = crate::demo::DemoOptions { keep };
+fn demo(keep: bool, cluster: bool, encap: crate::demo::cluster::Encap) -> ExitCode {
+    let opts = crate::demo::DemoOptions { keep, encap };
     let out = &mut std::io::stdout();
     let result = if cluster {
         crate::demo::cluster::run(&opts, out).map(|o| o.all_match())

@@ -10,6 +10,7 @@ use felix_nft::dataplane::{Dataplane, DataplaneConfig};
 use felix_nft::proto::{json, ToDataplane};
 use felix_nft::rtnl::ipip::IpipWanted;
 use felix_nft::rtnl::monitor::IfaceEvent;
+use felix_nft::rtnl::wgsync::WgWanted;
 use felix_nft::rules::Renderer;
 use felix_nft::source::Received;
 use tokio::sync::mpsc;
@@ -66,7 +67,8 @@ async fn nothing_touches_the_kernel_before_both_in_syncs() {
 
 #[tokio::test(start_paused = true)]
 async fn one_apply_runs_the_phases_in_the_fixed_order() {
-    // §10.3: globals (first apply) → tables → overlay → routes → neighbours → interface sysctls.
+    // §10.3: globals (first apply) → tables → overlay → routes → neighbours → WireGuard →
+    // interface sysctls.
     let mut d = driver(FakeKernel::default());
     run_one_endpoint(&mut d).await.unwrap();
     let calls = &d.kernel.calls;
@@ -96,6 +98,18 @@ async fn one_apply_runs_the_phases_in_the_fixed_order() {
                 ifaces: 1,
                 resync: true
             },
+            // WireGuard off: each family's device, rule and table routes are removed (and
+            // the empty key reported), as Felix cleans up.
+            Call::Wireguard(vec![
+                WgWanted::Disabled {
+                    name: "wireguard.cali".into(),
+                    table: 1
+                },
+                WgWanted::Disabled {
+                    name: "wg-v6.cali".into(),
+                    table: 1
+                },
+            ]),
             Call::IfaceConf("cali0000000001".into()),
         ],
         "{calls:#?}"

@@ -121,6 +121,18 @@ impl Kernel for Refusing {
         self.inner.ipip(want, changed, resync).await
     }
 
+    async fn wireguard(
+        &mut self,
+        want: &[(felix_nft::rtnl::IpFamily, felix_nft::rtnl::wgsync::WgWanted)],
+        src_valid_mark: bool,
+        changed: &std::collections::BTreeSet<String>,
+        resync: bool,
+    ) -> Result<felix_nft::dataplane::kernel::WgOutcome, KernelError> {
+        self.inner
+            .wireguard(want, src_valid_mark, changed, resync)
+            .await
+    }
+
     async fn neighbours(
         &mut self,
         neigh: &BTreeMap<String, Vec<(IpAddr, Mac)>>,

@@ -644,3 +644,59 @@ fn log_prefixes_are_truncated_to_what_the_kernel_accepts() {
     assert_eq!(prefix.len(), 127);
     assert!(prefix.starts_with("calico-packet-nnn"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// WireGuard
+// ---------------------------------------------------------------------------------------------
+
+/// With WireGuard on, its port is accepted, host traffic leaving the device is masqueraded,
+/// and in host-encryption mode raw PREROUTING marks host traffic that did not come through
+/// WireGuard with the sixth mark bit (wireguard.md §2.11).
+#[test]
+fn wireguard_firewall_follows_felix() {
+    let cfg = |host_encryption| RulesConfig {
+        wireguard_port: Some(51820),
+        wireguard_ifaces: vec!["wireguard.cali".into(), "wg-v6.cali".into()],
+        wireguard_host_encryption: host_encryption,
+        tunnel_ifaces_v4: vec!["wireguard.cali".into()],
+        ..RulesConfig::default()
+    };
+    let ip = |tables: Vec<felix_nft::nft::build::TextTable>| {
+        tables
+            .into_iter()
+            .find(|t| t.table.family == Family::Ip && t.table.name == felix_nft::OWNER)
+            .expect("the ip table")
+            .texts
+    };
+    let texts = ip(felix_nft::rules::render_text(&Model::new(cfg(true))).unwrap());
+    let mark = &texts["raw-cali-wireguard-incoming-mark"];
+    assert_eq!(mark.len(), 5, "{mark:#?}");
+    for (rule, iface) in mark
+        .iter()
+        .zip(["lo", "wireguard.cali", "wg-v6.cali", "cali*"])
+    {
+        assert!(
+            rule.contains(&format!("iifname \"{iface}\"")) && rule.ends_with("return"),
+            "{rule}"
+        );
+    }
+    assert!(mark[4].contains("0x00200000"), "{}", mark[4]);
+    let pre = &texts["raw-cali-PREROUTING"];
+    assert!(
+        pre[1].ends_with("jump raw-cali-wireguard-incoming-mark"),
+        "{pre:#?}"
+    );
+    let input = texts["filter-cali-INPUT"].join("\n");
+    assert!(input.contains("l4proto udp th dport 51820"), "{input}");
+    let post = texts["nat-cali-POSTROUTING"].join("\n");
+    assert!(
+        post.contains("oifname \"wireguard.cali\"") && post.contains("masquerade"),
+        "{post}"
+    );
+    // Without host encryption the chain is there, not jumped to.
+    let texts = ip(felix_nft::rules::render_text(&Model::new(cfg(false))).unwrap());
+    assert!(texts.contains_key("raw-cali-wireguard-incoming-mark"));
+    assert!(!texts["raw-cali-PREROUTING"]
+        .iter()
+        .any(|r| r.contains("wireguard")));
+}

@@ -86,14 +86,23 @@ impl Agent {
         Ok(())
     }
 
-    pub(crate) fn wait_in_sync(&self, timeout: Duration) -> Result<(), DemoError> {
+    /// Waits for the agent's `DataplaneInSync`; returns the IPv4 WireGuard key it reported on
+    /// the way, if one (non-empty).
+    pub(crate) fn wait_in_sync(&self, timeout: Duration) -> Result<Option<String>, DemoError> {
         let deadline = Instant::now() + timeout;
+        let mut key = None;
         while Instant::now() < deadline {
             match self.status.recv_timeout(Duration::from_millis(20)) {
                 Ok(FromDataplane {
                     payload: Some(Out::DataplaneInSync(_)),
                     ..
-                }) => return Ok(()),
+                }) => return Ok(key.filter(|k: &String| !k.is_empty())),
+                Ok(FromDataplane {
+                    payload: Some(Out::WireguardStatusUpdate(u)),
+                    ..
+                }) if u.ip_version == crate::proto::IpVersion::Ipv4 as i32 => {
+                    key = Some(u.public_key);
+                }
                 Ok(_) | Err(std_mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(DemoError::AgentGone {

@@ -1,8 +1,16 @@
-//! `felix-nft demo --cluster`: three nodes on one underlay segment, a felix-nft agent on each,
-//! pods on each node, and a policy that matters across nodes; then a fourth node joins and
-//! leaves. It shows what each agent programmed for the overlay (read back from the kernel) and
-//! which cross-node flows pass, measured with real connections, and removes every namespace it
-//! made (unless `--keep`).
+//! `felix-nft demo --cluster [--encap vxlan|ipip|wireguard]`: three nodes on one underlay
+//! segment, a felix-nft agent on each, pods on each node, and a policy that matters across
+//! nodes; then a fourth node joins and leaves. It shows what each agent programmed for the
+//! overlay (read back from the kernel) and which cross-node flows pass, measured with real
+//! connections, and removes every namespace it made (unless `--keep`).
+//!
+//! The encapsulation decides the pool and what is read back: VXLAN (a pool with VXLAN always:
+//! `vxlan.calico`, its FDB and ARP entries, the routes through it), IPIP (IPIP always: `tunl0`
+//! and the routes through it) or WireGuard (a pool without encapsulation whose routes Felix
+//! programs, and WireGuard on: each agent reports its key, the controller hands every node
+//! every key as calico-node and the calculation graph would, and `wireguard.cali`, its peers
+//! and table 1 are read back). A kernel without the module IPIP or WireGuard needs is said at
+//! once, and the demo fails.
 //!
 //! The nodes come from [`testbed::cluster`](crate::testbed::cluster), their messages from
 //! [`testbed::controller`](crate::testbed::controller) (what Felix's calculation graph would send
@@ -35,8 +43,10 @@ use crate::proto::protocol::NumberOrName;
 use crate::proto::{
     IpamPool, Policy, PolicyId, PortRange, Profile, Protocol, Rule, TierInfo, ToDataplane,
 };
+use crate::rtnl::ipip::IPIP_IFACE;
 use crate::rtnl::neigh::{list_permanent, Mac};
 use crate::rtnl::vxlan::{dump_fdb, fmt_mac};
+use crate::rtnl::wireguard::WgSocket;
 use crate::rtnl::{link, RtnlHandle};
 use crate::testbed::cluster::{Cluster, ClusterSpec, NodeSpec};
 use crate::testbed::controller::{Controller, IpSetSource, NodeInfo, PodInfo};
@@ -50,6 +60,69 @@ const CLIENTS_SET: &str = "s:clients";
 const PROFILE: &str = "kns.default";
 const PORT: u16 = 8080;
 const UNDERLAY_PREFIX: u8 = 24;
+/// Felix's WireGuard device and table.
+const WG_IFACE: &str = "wireguard.cali";
+const WG_TABLE: u32 = 1;
+
+/// How the demo's nodes carry pod traffic between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Encap {
+    #[default]
+    Vxlan,
+    Ipip,
+    Wireguard,
+}
+
+impl Encap {
+    fn name(self) -> &'static str {
+        match self {
+            Encap::Vxlan => "vxlan",
+            Encap::Ipip => "ipip",
+            Encap::Wireguard => "wireguard",
+        }
+    }
+
+    /// The device pod traffic between nodes goes through.
+    fn device(self) -> &'static str {
+        match self {
+            Encap::Vxlan => VXLAN_IFACE_V4,
+            Encap::Ipip => IPIP_IFACE,
+            Encap::Wireguard => WG_IFACE,
+        }
+    }
+
+    /// The routing table the routes through it are in.
+    fn table(self) -> u32 {
+        match self {
+            Encap::Wireguard => WG_TABLE,
+            _ => crate::rtnl::routes::RT_TABLE_MAIN,
+        }
+    }
+
+    fn pool(self) -> IpamPool {
+        let (vxlan, ipip) = match self {
+            Encap::Vxlan => ("Always", "Never"),
+            Encap::Ipip => ("Never", "Always"),
+            Encap::Wireguard => ("Never", "Never"),
+        };
+        IpamPool {
+            cidr: POOL.to_string(),
+            vxlan_mode: vxlan.to_string(),
+            ipip_mode: ipip.to_string(),
+            ..IpamPool::default()
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Encap::Vxlan => "VXLAN always",
+            Encap::Ipip => "IPIP always",
+            Encap::Wireguard => {
+                "no encapsulation (Felix programs the routes), WireGuard between the nodes"
+            }
+        }
+    }
+}
 
 /// One node of the demo: its name, index (its address is `172.31.0.1<k>`, its block
 /// `10.65.<k>.0/26`) and its one pod (name, role label).
@@ -120,11 +193,15 @@ impl ClusterOutcome {
 /// The overlay of one node, read back from its kernel.
 #[derive(Debug, Clone, Default)]
 struct OverlayState {
-    /// `vxlan.calico`: VNI, MTU, its address.
-    device: Option<(u32, u32, Option<IpNet>)>,
+    encap: Encap,
+    /// The device: what sets it apart (`vni 4096`, `port 51820`), its MTU, its address.
+    device: Option<(String, u32, Option<IpNet>)>,
+    /// VXLAN: the FDB and permanent ARP entries.
     fdb: BTreeMap<Mac, IpAddr>,
     arp: Vec<(IpAddr, Option<Mac>)>,
-    /// `dst via gw` on the device.
+    /// WireGuard: each peer's endpoint and allowed IPs.
+    peers: Vec<(Option<std::net::SocketAddr>, Vec<IpNet>)>,
+    /// Routes to blocks through the device (`dst via gw`; WireGuard's in its table).
     tunnel_routes: Vec<(IpNet, Option<IpAddr>)>,
     blackholes: Vec<IpNet>,
 }
@@ -132,38 +209,59 @@ struct OverlayState {
 impl OverlayState {
     /// Whether this node holds exactly the overlay for `peers` (the other nodes).
     fn holds(&self, peers: &[&NodeInfo]) -> bool {
-        let fdb_ok = self.fdb.len() == peers.len()
-            && peers.iter().all(|p| {
-                parse_mac(&p.vtep_mac).is_some_and(|m| self.fdb.get(&m) == Some(&IpAddr::V4(p.ip)))
-            });
-        let arp_ok = self.arp.len() == peers.len()
-            && peers.iter().all(|p| {
-                self.arp
-                    .iter()
-                    .any(|(ip, _)| *ip == IpAddr::V4(p.tunnel_ip))
-            });
         let routes_ok = self.tunnel_routes.len() == peers.len()
             && peers.iter().all(|p| {
-                self.tunnel_routes
-                    .iter()
-                    .any(|(dst, _)| *dst == IpNet::V4(p.block))
+                self.tunnel_routes.iter().any(|(dst, gw)| {
+                    *dst == IpNet::V4(p.block)
+                        && (self.encap != Encap::Ipip || *gw == Some(IpAddr::V4(p.ip)))
+                })
             });
-        self.device.is_some() && fdb_ok && arp_ok && routes_ok
+        let extra_ok = match self.encap {
+            Encap::Vxlan => {
+                self.fdb.len() == peers.len()
+                    && peers.iter().all(|p| {
+                        parse_mac(&p.vtep_mac)
+                            .is_some_and(|m| self.fdb.get(&m) == Some(&IpAddr::V4(p.ip)))
+                    })
+                    && self.arp.len() == peers.len()
+                    && peers.iter().all(|p| {
+                        self.arp
+                            .iter()
+                            .any(|(ip, _)| *ip == IpAddr::V4(p.tunnel_ip))
+                    })
+            }
+            Encap::Ipip => true,
+            Encap::Wireguard => {
+                self.peers.len() == peers.len()
+                    && peers.iter().all(|p| {
+                        self.peers.iter().any(|(ep, ips)| {
+                            ep.is_some_and(|e| e.ip() == IpAddr::V4(p.ip))
+                                && ips.contains(&IpNet::V4(p.block))
+                        })
+                    })
+            }
+        };
+        self.device.is_some() && routes_ok && extra_ok
     }
 
     /// Whether anything of `gone` is still here.
     fn remembers(&self, gone: &NodeInfo) -> bool {
         let mac = parse_mac(&gone.vtep_mac);
+        let ip = IpAddr::V4(gone.ip);
         mac.is_some_and(|m| self.fdb.contains_key(&m))
-            || self.fdb.values().any(|ip| *ip == IpAddr::V4(gone.ip))
+            || self.fdb.values().any(|i| *i == ip)
             || self
                 .arp
                 .iter()
-                .any(|(ip, _)| *ip == IpAddr::V4(gone.tunnel_ip))
+                .any(|(a, _)| *a == IpAddr::V4(gone.tunnel_ip))
             || self
                 .tunnel_routes
                 .iter()
-                .any(|(dst, _)| *dst == IpNet::V4(gone.block))
+                .any(|(dst, gw)| *dst == IpNet::V4(gone.block) || *gw == Some(ip))
+            || self
+                .peers
+                .iter()
+                .any(|(ep, _)| ep.is_some_and(|e| e.ip() == ip))
     }
 }
 
@@ -185,11 +283,12 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<ClusterOutcome, De
     let rt = super::runtime()?;
     say!(
         out,
-        "felix-nft demo --cluster: nodes and pods in network namespaces, one felix-nft agent per \
-         node; nothing on this host is changed"
+        "felix-nft demo --cluster --encap {}: nodes and pods in network namespaces, one felix-nft \
+         agent per node; nothing on this host is changed",
+        opts.encap.name()
     );
     say!(out);
-    let mut lab = Lab::build(rt, out)?;
+    let mut lab = Lab::build(rt, opts.encap, out)?;
     let mut converged = lab.sync_three_nodes(out)?;
     lab.show_overlay(out)?;
     let m1 = lab.measure_across_nodes(out)?;
@@ -215,13 +314,18 @@ struct Lab {
     agents: BTreeMap<&'static str, Agent>,
     ctl: Controller,
     cluster: Cluster,
+    encap: Encap,
     rt: tokio::runtime::Runtime,
 }
 
 impl Lab {
     /// Builds the underlay and the first three nodes, each with its pod and a listener in it, and
     /// shows them.
-    fn build(rt: tokio::runtime::Runtime, out: &mut dyn Write) -> Result<Lab, DemoError> {
+    fn build(
+        rt: tokio::runtime::Runtime,
+        encap: Encap,
+        out: &mut dyn Write,
+    ) -> Result<Lab, DemoError> {
         let bed = |op| move |source| DemoError::Testbed { op, source };
         let spec = ClusterSpec {
             prefix: NETNS_PREFIX.to_string(),
@@ -230,7 +334,8 @@ impl Lab {
         let mut cluster = rt
             .block_on(Cluster::build(&spec))
             .map_err(bed("building the underlay"))?;
-        let mut ctl = controller();
+        rt.block_on(kernel_has(cluster.lan(), encap))?;
+        let mut ctl = controller(encap);
         let mut servers = Vec::new();
         for p in &PLAN[..3] {
             add_node(&rt, &mut cluster, &mut ctl, p)?;
@@ -238,10 +343,11 @@ impl Lab {
         }
         say!(
             out,
-            "cluster: underlay {} on a bridge (namespace {}); IP pool {POOL}, VXLAN always; one \
-             /26 block per node",
+            "cluster: underlay {} on a bridge (namespace {}); IP pool {POOL}, {}; one /26 block \
+             per node",
             spec.underlay,
-            cluster.lan_netns_name()
+            cluster.lan_netns_name(),
+            encap.describe()
         );
         for p in &PLAN[..3] {
             print_node(out, &ctl, p)?;
@@ -252,6 +358,7 @@ impl Lab {
             agents: BTreeMap::new(),
             ctl,
             cluster,
+            encap,
             rt,
         })
     }
@@ -283,21 +390,58 @@ impl Lab {
         );
         let t_sync = Instant::now();
         for p in &PLAN[..3] {
-            let agent = start_agent(&self.cluster, p)?;
+            let agent = start_agent(&self.cluster, p, self.encap)?;
             agent.send(first.get(p.node).cloned().unwrap_or_default())?;
             self.agents.insert(p.node, agent);
         }
-        for a in self.agents.values() {
-            a.wait_in_sync(APPLY_TIMEOUT)?;
+        let mut keys = Vec::new();
+        for (node, a) in &self.agents {
+            if let Some(key) = a.wait_in_sync(APPLY_TIMEOUT)? {
+                keys.push((*node, key));
+            }
         }
         say!(
             out,
             "   all three agents in sync after {} ms (each its DataplaneInSync)",
             t_sync.elapsed().as_millis()
         );
-        let converged = wait_converged(&self.rt, &self.cluster, &self.ctl)?;
+        if self.encap == Encap::Wireguard {
+            self.publish_keys(out, &keys)?;
+        }
+        let converged = wait_converged(&self.rt, &self.cluster, &self.ctl, self.encap)?;
         say!(out);
         Ok(converged)
+    }
+
+    /// WireGuard: each agent reported its public key with its first apply; the controller
+    /// publishes them (calico-node writes a node's key to its Node, the calculation graph sends
+    /// every node every key), and every agent is sent its news.
+    fn publish_keys(
+        &mut self,
+        out: &mut dyn Write,
+        keys: &[(&'static str, String)],
+    ) -> Result<(), DemoError> {
+        say!(
+            out,
+            "   each agent made a private key in its kernel and reported the public one (as \
+             WireguardStatusUpdate):"
+        );
+        for (node, key) in keys {
+            say!(out, "     {node}: {key}");
+            self.ctl.set_wireguard_key(node, Some(key.clone()));
+        }
+        let news = self.ctl.flush();
+        for (n, msgs) in &news {
+            if let Some(a) = self.agents.get(n.as_str()) {
+                a.send(msgs.clone())?;
+            }
+        }
+        say!(
+            out,
+            "   the controller publishes them: every node is sent every node's \
+             wireguard_endpoint_update (key and WireGuard address), its own included"
+        );
+        Ok(())
     }
 
     /// Step 2: what each agent programmed for the overlay, read back from its kernel.
@@ -306,7 +450,7 @@ impl Lab {
             out,
             "2. what each agent programmed for the overlay (read back from its kernel):"
         );
-        print_overlay(out, &self.rt, &self.cluster, &self.ctl)?;
+        print_overlay(out, &self.rt, &self.cluster, &self.ctl, self.encap)?;
         say!(out);
         Ok(())
     }
@@ -317,7 +461,8 @@ impl Lab {
         let m1 = settled_matrix(&flows);
         say!(
             out,
-            "3. traffic across nodes, real TCP/ICMP pod to pod over vxlan.calico ({} ms timeout):",
+            "3. traffic across nodes, real TCP/ICMP pod to pod over {} ({} ms timeout):",
+            self.encap.device(),
             PROBE_TIMEOUT.as_millis()
         );
         print_matrix(out, &flows, &why, &m1, None)?;
@@ -345,13 +490,25 @@ impl Lab {
             say!(out, "   {n}: {}", kinds(msgs));
         }
         let t_join = Instant::now();
-        let agent4 = start_agent(&self.cluster, p4)?;
+        let agent4 = start_agent(&self.cluster, p4, self.encap)?;
         agent4.send(join.get(p4.node).cloned().unwrap_or_default())?;
+        let mut join: BTreeMap<String, Vec<ToDataplane>> =
+            join.into_iter().filter(|(n, _)| n != p4.node).collect();
+        if self.encap == Encap::Wireguard {
+            // Its key comes with its first apply; then every node learns it, node-4 included.
+            if let Some(key) = agent4.wait_in_sync(APPLY_TIMEOUT)? {
+                say!(out, "   {} reported its key {key}", p4.node);
+                self.ctl.set_wireguard_key(p4.node, Some(key));
+            }
+            for (n, msgs) in self.ctl.flush() {
+                say!(out, "   then {n}: {}", kinds(&msgs));
+                join.entry(n).or_default().extend(msgs);
+            }
+        }
         self.agents.insert(p4.node, agent4);
-        let others = join.iter().filter(|(n, _)| *n != p4.node);
-        let at = (&self.cluster, &self.ctl);
-        let converged = deliver(out, &self.rt, at, &self.agents, others, t_join)?;
-        let (flows, why) = flows_joined(&self.cluster, true);
+        let at = (&self.cluster, &self.ctl, self.encap);
+        let converged = deliver(out, &self.rt, at, &self.agents, join.iter(), t_join)?;
+        let (flows, why) = flows_joined(&self.cluster, true, self.encap);
         let m2 = settled_matrix(&flows);
         print_matrix(out, &flows, &why, &m2, None)?;
         say!(out);
@@ -381,13 +538,13 @@ impl Lab {
             say!(out, "   {n}: {}", kinds(msgs));
         }
         let t_leave = Instant::now();
-        let at = (&self.cluster, &self.ctl);
+        let at = (&self.cluster, &self.ctl, self.encap);
         let mut converged = deliver(out, &self.rt, at, &self.agents, leave.iter(), t_leave)?;
         if let Some(gone) = &gone {
             converged &= self.nothing_left_of(out, gone)?;
         }
         // One round, no warm-up: a warm-up towards the leaver would only prime a failed ARP.
-        let (flows, why) = flows_joined(&self.cluster, false);
+        let (flows, why) = flows_joined(&self.cluster, false, self.encap);
         let m3 = run_matrix(&flows, PROBE_TIMEOUT);
         print_matrix(out, &flows, &why, &m3, Some(joined))?;
         if let Some(a) = self.agents.remove(p4.node) {
@@ -412,19 +569,24 @@ impl Lab {
             let Some(node) = self.cluster.node(p.node) else {
                 continue;
             };
-            if self.rt.block_on(read_overlay(node.ns()))?.remembers(gone) {
+            if self
+                .rt
+                .block_on(read_overlay(node.ns(), self.encap))?
+                .remembers(gone)
+            {
                 stray.push(p.node);
             }
         }
         if stray.is_empty() {
-            say!(
-                out,
-                "   nothing of {} is left anywhere: its MAC in no FDB, {} in no ARP table, {} in \
-                 no route",
-                gone.name,
-                gone.tunnel_ip,
-                gone.block
-            );
+            let what = match self.encap {
+                Encap::Vxlan => format!(
+                    "its MAC in no FDB, {} in no ARP table, {} in no route",
+                    gone.tunnel_ip, gone.block
+                ),
+                Encap::Ipip => format!("{} in no route", gone.block),
+                Encap::Wireguard => format!("no peer, {} in no route", gone.block),
+            };
+            say!(out, "   nothing of {} is left anywhere: {what}", gone.name);
         } else {
             say!(
                 out,
@@ -458,8 +620,17 @@ impl Lab {
                  Look with"
             );
             let node = kept.get(1).map_or("NODE", String::as_str);
-            say!(out, "     ip -n {node} -d link show {VXLAN_IFACE_V4}");
-            say!(out, "     bridge -n {node} fdb show dev {VXLAN_IFACE_V4}");
+            let dev = self.encap.device();
+            say!(out, "     ip -n {node} -d link show {dev}");
+            match self.encap {
+                Encap::Vxlan => say!(out, "     bridge -n {node} fdb show dev {dev}"),
+                Encap::Ipip => say!(out, "     ip -n {node} route show dev {dev}"),
+                Encap::Wireguard => {
+                    say!(out, "     ip netns exec {node} wg show {dev}");
+                    say!(out, "     ip -n {node} route show table {WG_TABLE}");
+                    say!(out, "     ip -n {node} rule show");
+                }
+            }
             say!(out, "     ip netns exec {node} nft list ruleset");
             say!(out, "   and remove them with");
             for n in &kept {
@@ -503,16 +674,9 @@ fn print_verdict(
 
 /// The cluster-wide model: the pool, the profile every pod has, the IP set of clients and the
 /// server's policy.
-fn controller() -> Controller {
+fn controller(encap: Encap) -> Controller {
     let mut c = Controller::new();
-    c.set_pool(
-        POOL_ID,
-        IpamPool {
-            cidr: POOL.to_string(),
-            vxlan_mode: "Always".to_string(),
-            ..IpamPool::default()
-        },
-    );
+    c.set_pool(POOL_ID, encap.pool());
     let allow = || Rule {
         action: "allow".to_string(),
         ..Rule::default()
@@ -610,16 +774,77 @@ fn listener(cluster: &Cluster, p: &Plan) -> Result<TcpServer, DemoError> {
     })
 }
 
-/// The agent for node `p`, on defaults (hermetic: no config file, no environment) with the
-/// node's name as `FelixHostname`, which tells it which VTEP is its own.
-fn start_agent(cluster: &Cluster, p: &Plan) -> Result<Agent, DemoError> {
+/// The agent for node `p`, on defaults (hermetic: no config file, no environment) but for the
+/// node's name as `FelixHostname` (which tells it which VTEP and key are its own) and what the
+/// encapsulation needs: for IPIP the node's tunnel address (`IpInIpTunnelAddr`), for WireGuard
+/// `WireguardEnabled` and `ProgramClusterRoutes=Enabled` (the routes of a pool without
+/// encapsulation, which a node without a key is reached through).
+fn start_agent(cluster: &Cluster, p: &Plan, encap: Encap) -> Result<Agent, DemoError> {
+    use crate::config::{resolve, RawValue, Source};
     let node = cluster.node(p.node).ok_or_else(|| DemoError::Testbed {
         op: "finding a node",
         source: TestbedError::Spec(format!("no node {}", p.node)),
     })?;
-    let mut cfg = DataplaneConfig::from_config(&Config::default());
-    cfg.overlay.hostname = p.node.to_string();
-    Agent::start(node.ns(), cfg)
+    let mut raw = vec![("FelixHostname", p.node.to_string())];
+    match encap {
+        Encap::Vxlan => {}
+        Encap::Ipip => raw.push(("IpInIpTunnelAddr", p.block().network().to_string())),
+        Encap::Wireguard => {
+            raw.push(("WireguardEnabled", "true".to_string()));
+            raw.push(("ProgramClusterRoutes", "Enabled".to_string()));
+        }
+    }
+    let raw = raw
+        .into_iter()
+        .map(|(key, value)| RawValue {
+            key: key.to_string(),
+            value,
+            source: Source::ConfigUpdate,
+        })
+        .collect();
+    let config: Config = resolve(raw)
+        .map_err(|e| DemoError::Config(crate::ops::logging::chain(&e)))?
+        .config;
+    Agent::start(node.ns(), DataplaneConfig::from_config(&config))
+}
+
+/// Whether this kernel can make the encapsulation's device: a link of its kind is made in the
+/// underlay's namespace and deleted (the kernel loads the module on demand if it has one, as
+/// for the agents' own devices). A kernel that cannot is [`DemoError::MissingModule`].
+async fn kernel_has(ns: &NetNs, encap: Encap) -> Result<(), DemoError> {
+    let h = RtnlHandle::connect(Some(ns)).map_err(DemoError::Rtnl)?;
+    const PROBE: &str = "fnt-probe";
+    let made = match encap {
+        Encap::Vxlan => return Ok(()),
+        Encap::Ipip => h
+            .handle()
+            .link()
+            .add(rtnetlink::LinkIpIp::new(PROBE).build())
+            .execute()
+            .await
+            .map_err(|e| crate::rtnl::RtnlError::kernel("creating", PROBE, e)),
+        Encap::Wireguard => crate::rtnl::wireguard::create_device(&h, PROBE).await,
+    };
+    match made {
+        Ok(()) => {
+            if let Some(m) = link::get_link_message(&h, PROBE)
+                .await
+                .map_err(DemoError::Rtnl)?
+            {
+                let _ = h.handle().link().del(m.header.index).execute().await;
+            }
+            Ok(())
+        }
+        // The ipip module's fallback device already has these (empty) endpoints: loaded.
+        Err(e) if e.errno() == Some(libc::EEXIST) => Ok(()),
+        Err(e) if e.is_unsupported() || e.errno() == Some(libc::EOPNOTSUPP) => {
+            Err(DemoError::MissingModule {
+                module: encap.name(),
+                encap: encap.name(),
+            })
+        }
+        Err(e) => Err(DemoError::Rtnl(e)),
+    }
 }
 
 fn print_node(out: &mut dyn Write, ctl: &Controller, p: &Plan) -> Result<(), DemoError> {
@@ -664,6 +889,12 @@ fn kinds(msgs: &[ToDataplane]) -> String {
             Some(Payload::RouteRemove(u)) => format!("route_remove {}", u.dst),
             Some(Payload::HostMetadataUpdate(u)) => format!("host_metadata_update {}", u.hostname),
             Some(Payload::HostMetadataRemove(u)) => format!("host_metadata_remove {}", u.hostname),
+            Some(Payload::WireguardEndpointUpdate(u)) => {
+                format!("wireguard_endpoint_update {}", u.hostname)
+            }
+            Some(Payload::WireguardEndpointRemove(u)) => {
+                format!("wireguard_endpoint_remove {}", u.hostname)
+            }
             Some(Payload::IpsetDeltaUpdate(u)) => {
                 let mut s = format!("ipset_delta_update {}", u.id);
                 for a in &u.added_members {
@@ -690,7 +921,7 @@ fn kinds(msgs: &[ToDataplane]) -> String {
 fn deliver<'a>(
     out: &mut dyn Write,
     rt: &tokio::runtime::Runtime,
-    (cluster, ctl): (&Cluster, &Controller),
+    (cluster, ctl, encap): (&Cluster, &Controller, Encap),
     agents: &BTreeMap<&str, Agent>,
     msgs: impl Iterator<Item = (&'a String, &'a Vec<ToDataplane>)>,
     since: Instant,
@@ -700,13 +931,13 @@ fn deliver<'a>(
             a.send(msgs.clone())?;
         }
     }
-    let converged = wait_converged(rt, cluster, ctl)?;
+    let converged = wait_converged(rt, cluster, ctl, encap)?;
     say!(
         out,
         "   every node converged after {} ms:",
         since.elapsed().as_millis()
     );
-    print_overlay(out, rt, cluster, ctl)?;
+    print_overlay(out, rt, cluster, ctl, encap)?;
     Ok(converged)
 }
 
@@ -716,6 +947,7 @@ fn wait_converged(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     ctl: &Controller,
+    encap: Encap,
 ) -> Result<bool, DemoError> {
     let deadline = Instant::now() + APPLY_TIMEOUT;
     loop {
@@ -725,7 +957,7 @@ fn wait_converged(
                 continue;
             };
             let peers: Vec<&NodeInfo> = ctl.nodes().filter(|n| n.name != me.name).collect();
-            if !rt.block_on(read_overlay(node.ns()))?.holds(&peers) {
+            if !rt.block_on(read_overlay(node.ns(), encap))?.holds(&peers) {
                 all = false;
                 break;
             }
@@ -746,22 +978,32 @@ fn print_overlay(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     ctl: &Controller,
+    encap: Encap,
 ) -> Result<(), DemoError> {
+    let (a, b) = match encap {
+        Encap::Vxlan => ("FDB", "ARP"),
+        Encap::Ipip => ("", ""),
+        Encap::Wireguard => ("", "peer"),
+    };
+    let routes = match encap {
+        Encap::Wireguard => "table 1",
+        _ => "routes",
+    };
     say!(
         out,
         "   {:<7} {:<36} {:>3} {:>4} {:>7}  blackhole",
         "node",
-        VXLAN_IFACE_V4,
-        "FDB",
-        "ARP",
-        "routes"
+        encap.device(),
+        a,
+        b,
+        routes
     );
     let mut example = None;
     for me in ctl.nodes() {
         let Some(node) = cluster.node(&me.name) else {
             continue;
         };
-        let o = rt.block_on(read_overlay(node.ns()))?;
+        let o = rt.block_on(read_overlay(node.ns(), encap))?;
         o.print_row(out, &me.name)?;
         if example.is_none() {
             example = Some((me.name.clone(), o));
@@ -774,24 +1016,29 @@ fn print_overlay(
 }
 
 impl OverlayState {
-    /// One line of the table: the device, how many FDB entries, ARP entries and routes, and
-    /// the blackholes.
+    /// One line of the table: the device, the counts that matter for the encapsulation, the
+    /// routes through it, and the blackholes.
     fn print_row(&self, out: &mut dyn Write, node: &str) -> Result<(), DemoError> {
-        let dev = match self.device {
-            Some((vni, mtu, addr)) => format!(
-                "vni {vni}, mtu {mtu}, {}",
+        let dev = match &self.device {
+            Some((what, mtu, addr)) => format!(
+                "{what}mtu {mtu}, {}",
                 addr.map(|a| a.to_string())
                     .unwrap_or_else(|| "no address".into())
             ),
             None => "missing".to_string(),
+        };
+        let (a, b) = match self.encap {
+            Encap::Vxlan => (self.fdb.len().to_string(), self.arp.len().to_string()),
+            Encap::Ipip => (String::new(), String::new()),
+            Encap::Wireguard => (String::new(), self.peers.len().to_string()),
         };
         say!(
             out,
             "   {:<7} {:<36} {:>3} {:>4} {:>7}  {}",
             node,
             dev,
-            self.fdb.len(),
-            self.arp.len(),
+            a,
+            b,
             self.tunnel_routes.len(),
             self.blackholes
                 .iter()
@@ -802,7 +1049,7 @@ impl OverlayState {
         Ok(())
     }
 
-    /// The routes through the device and the FDB entries, each listed.
+    /// The routes through the device and what the encapsulation adds, each listed.
     fn print_detail(&self, out: &mut dyn Write, node: &str) -> Result<(), DemoError> {
         let routes: Vec<String> = self
             .tunnel_routes
@@ -812,30 +1059,68 @@ impl OverlayState {
                 None => dst.to_string(),
             })
             .collect();
-        let fdb: Vec<String> = self
-            .fdb
-            .iter()
-            .map(|(m, ip)| format!("{} → {ip}", fmt_mac(m)))
-            .collect();
-        say!(
-            out,
-            "   on {node}: routes {} (dev {VXLAN_IFACE_V4} onlink); FDB {}",
-            routes.join(", "),
-            fdb.join(", ")
-        );
+        let dev = self.encap.device();
+        match self.encap {
+            Encap::Vxlan => {
+                let fdb: Vec<String> = self
+                    .fdb
+                    .iter()
+                    .map(|(m, ip)| format!("{} → {ip}", fmt_mac(m)))
+                    .collect();
+                say!(
+                    out,
+                    "   on {node}: routes {} (dev {dev} onlink); FDB {}",
+                    routes.join(", "),
+                    fdb.join(", ")
+                );
+            }
+            Encap::Ipip => say!(
+                out,
+                "   on {node}: routes {} (dev {dev} onlink proto 80)",
+                routes.join(", ")
+            ),
+            Encap::Wireguard => {
+                let peers: Vec<String> = self
+                    .peers
+                    .iter()
+                    .map(|(ep, ips)| {
+                        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+                        format!(
+                            "{} allowed {}",
+                            ep.map_or("no endpoint".to_string(), |e| e.to_string()),
+                            ips.join(" ")
+                        )
+                    })
+                    .collect();
+                say!(
+                    out,
+                    "   on {node}: peers {}; table {WG_TABLE}: {} dev {dev}; rule `not fwmark \
+                     0x200000/0x200000 lookup {WG_TABLE}`",
+                    peers.join(", "),
+                    routes.join(", ")
+                );
+            }
+        }
         Ok(())
     }
 }
 
-/// Reads the overlay of the node namespace `ns`: the device, its FDB and permanent ARP entries,
-/// the routes through it and the blackholes.
-async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
+/// Reads the overlay of the node namespace `ns`: the device, the routes through it and the
+/// blackholes; for VXLAN its FDB and permanent ARP entries, for WireGuard its peers.
+async fn read_overlay(ns: &NetNs, encap: Encap) -> Result<OverlayState, DemoError> {
     let h = RtnlHandle::connect(Some(ns)).map_err(DemoError::Rtnl)?;
-    let mut o = OverlayState::default();
-    let Some(msg) = link::get_link_message(&h, VXLAN_IFACE_V4)
+    let mut o = OverlayState {
+        encap,
+        ..OverlayState::default()
+    };
+    let routes = ipv4_routes(&h).await?;
+    let Some(msg) = link::get_link_message(&h, encap.device())
         .await
         .map_err(DemoError::Rtnl)?
     else {
+        for m in &routes {
+            o.add_route(m, None);
+        }
         return Ok(o);
     };
     let index = msg.header.index;
@@ -846,17 +1131,35 @@ async fn read_overlay(ns: &NetNs) -> Result<OverlayState, DemoError> {
         .into_iter()
         .find(|(i, _)| *i == index)
         .map(|(_, a)| a);
-    o.device = Some((vni, mtu, addr));
-    o.fdb = dump_fdb(&h, index).await.map_err(DemoError::Rtnl)?;
-    o.arp = list_permanent(&h)
-        .await
-        .map_err(DemoError::Rtnl)?
-        .into_iter()
-        .filter(|n| n.ifindex == index)
-        .map(|n| (n.ip, n.mac))
-        .collect();
-    for m in &ipv4_routes(&h).await? {
-        o.add_route(m, index);
+    let mut what = String::new();
+    match encap {
+        Encap::Vxlan => {
+            what = format!("vni {vni}, ");
+            o.fdb = dump_fdb(&h, index).await.map_err(DemoError::Rtnl)?;
+            o.arp = list_permanent(&h)
+                .await
+                .map_err(DemoError::Rtnl)?
+                .into_iter()
+                .filter(|n| n.ifindex == index)
+                .map(|n| (n.ip, n.mac))
+                .collect();
+        }
+        Encap::Ipip => {}
+        Encap::Wireguard => {
+            let dev = WgSocket::open(Some(ns))
+                .and_then(|mut s| s.get_device(WG_IFACE))
+                .map_err(DemoError::Rtnl)?;
+            what = format!("port {}, ", dev.listen_port);
+            o.peers = dev
+                .peers
+                .into_iter()
+                .map(|p| (p.endpoint, p.allowed_ips))
+                .collect();
+        }
+    }
+    o.device = Some((what, mtu, addr));
+    for m in &routes {
+        o.add_route(m, Some(index));
     }
     Ok(o)
 }
@@ -885,15 +1188,17 @@ fn vni_and_mtu(msg: &LinkMessage) -> (u32, u32) {
 }
 
 impl OverlayState {
-    /// Keeps route `m` if it is a blackhole, or a route to a block (shorter than /32) through
-    /// the device at `index`.
-    fn add_route(&mut self, m: &RouteMessage, index: u32) {
+    /// Keeps route `m` if it is a blackhole of the main table, or a route to a block (shorter
+    /// than /32) through the device at `index` in the encapsulation's table.
+    fn add_route(&mut self, m: &RouteMessage, index: Option<u32>) {
         let (mut dst, mut oif, mut gw) = (None, None, None);
+        let mut table = u32::from(m.header.table);
         for a in &m.attributes {
             match a {
                 RouteAttribute::Destination(RouteAddress::Inet(v4)) => dst = Some(*v4),
                 RouteAttribute::Oif(i) => oif = Some(*i),
                 RouteAttribute::Gateway(RouteAddress::Inet(v4)) => gw = Some(IpAddr::V4(*v4)),
+                RouteAttribute::Table(t) => table = *t,
                 _ => {}
             }
         }
@@ -904,10 +1209,13 @@ impl OverlayState {
         }) else {
             return;
         };
-        if m.header.kind == RouteType::BlackHole {
+        let main = table == crate::rtnl::routes::RT_TABLE_MAIN;
+        if m.header.kind == RouteType::BlackHole && main {
             self.blackholes.push(dst);
-        } else if oif == Some(index) && dst.prefix_len() < 32 {
-            self.tunnel_routes.push((dst, gw));
+        } else if index.is_some() && oif == index && dst.prefix_len() < 32 {
+            if table == self.encap.table() {
+                self.tunnel_routes.push((dst, gw));
+            }
         }
     }
 }
@@ -970,9 +1278,26 @@ fn flows_three(cluster: &Cluster) -> Flows<'_> {
 }
 
 /// The flows to and from node-4's pod while it is a member (`joined`) and after it left.
-fn flows_joined(cluster: &Cluster, joined: bool) -> Flows<'_> {
+fn flows_joined(cluster: &Cluster, joined: bool, encap: Encap) -> Flows<'_> {
     use Proto::*;
     use Verdict::*;
+    let (learned, n2_left, n1_left) = match encap {
+        Encap::Vxlan => (
+            "node-3 learned node-4's VTEP and block",
+            "node-2 drops VXLAN from node-4, no longer a known VTEP",
+            "node-1 drops VXLAN from node-4, no longer a known VTEP",
+        ),
+        Encap::Ipip => (
+            "node-3 learned node-4's block and host",
+            "node-2 drops IPIP from node-4, no longer in all-hosts-net",
+            "node-1 drops IPIP from node-4, no longer in all-hosts-net",
+        ),
+        Encap::Wireguard => (
+            "node-3 learned node-4's block, host and key",
+            "node-2 has no WireGuard peer node-4 any more",
+            "node-1 has no WireGuard peer node-4 any more",
+        ),
+    };
     let [n1, n2, n3, n4] = &PLAN;
     // (from, to, protocol, why it passes while node-4 is a member, why it drops once it left)
     let rows = [
@@ -981,13 +1306,13 @@ fn flows_joined(cluster: &Cluster, joined: bool) -> Flows<'_> {
             n2,
             Tcp,
             "node-2's s:clients gained client-4 (an IP set delta)",
-            "node-2 drops VXLAN from node-4, no longer a known VTEP",
+            n2_left,
         ),
         (
             n3,
             n4,
             Icmp,
-            "node-3 learned node-4's VTEP and block",
+            learned,
             "node-3 has no route to 10.65.4.0/26 any more",
         ),
         (
@@ -995,7 +1320,7 @@ fn flows_joined(cluster: &Cluster, joined: bool) -> Flows<'_> {
             n1,
             Icmp,
             "node-4 learned the others' from its snapshot",
-            "node-1 drops VXLAN from node-4, no longer a known VTEP",
+            n1_left,
         ),
     ];
     let mut v: Vec<_> = rows

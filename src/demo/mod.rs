@@ -63,6 +63,8 @@ const DB: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 pub struct DemoOptions {
     /// Leave the namespaces (and what felix-nft programmed in them) in place for inspection.
     pub keep: bool,
+    /// How the cluster demo's nodes carry pod traffic between them.
+    pub encap: cluster::Encap,
 }
 
 /// What a finished demo found.
@@ -121,6 +123,16 @@ pub enum DemoError {
     Runtime(#[source] io::Error),
     #[error("writing the demo's output")]
     Output(#[source] io::Error),
+    #[error(
+        "this kernel has no {module} module, which the {encap} cluster demo needs \
+         (load it: modprobe {module})"
+    )]
+    MissingModule {
+        module: &'static str,
+        encap: &'static str,
+    },
+    #[error("configuring the agents: {0}")]
+    Config(String),
 }
 
 impl From<AgentError> for DemoError {
@@ -293,7 +305,7 @@ impl Scratch {
         );
         let t_apply = Instant::now();
         self.agent.send(messages)?;
-        self.agent.wait_in_sync(APPLY_TIMEOUT)?;
+        let _ = self.agent.wait_in_sync(APPLY_TIMEOUT)?;
         say!(
             out,
             "   in sync after {} ms (the agent's DataplaneInSync)",

@@ -10,8 +10,11 @@
 //! - its own workload endpoints; the policies and profiles they use; the IP sets those rules
 //!   refer to, with members from the whole cluster (a set may select pods of any node);
 //! - every IP pool, and `Encapsulation` derived from the pools;
-//! - every node's VTEP (`VXLANTunnelEndpointUpdate`: node, MAC, tunnel address, node IP), its own
-//!   included (the agent builds its device from it);
+//! - while a VXLAN pool exists, every node's VTEP (`VXLANTunnelEndpointUpdate`: node, MAC,
+//!   tunnel address, node IP), its own included (the agent builds its device from it);
+//! - every node's WireGuard key that was published ([`Controller::set_wireguard_key`], as
+//!   calico-node writes the key the node's agent reports), with the node's tunnel address as its
+//!   WireGuard address, its own included; a withdrawn key is a `WireguardEndpointRemove`;
 //! - every node's host metadata (its address in CIDR form, as Felix ≥ 3.33 sends it);
 //! - every node's IPAM block as a route: its own `LOCAL_WORKLOAD` (a blackhole on the node), the
 //!   others' `REMOTE_WORKLOAD`, with the pool's type, the owner's name and address, and
@@ -20,12 +23,13 @@
 //! Messages go in the order of Felix's event sequencer (`Flush`): IP set adds and deltas,
 //! policies, profiles, endpoints, then endpoint/profile/policy/IP set removals, then route
 //! removes → VTEP removes → VTEP adds → route adds (no route without its VTEP), host metadata,
-//! pools, and `Encapsulation` last. A changed VTEP is sent as remove then update, as Felix does.
+//! WireGuard removes and updates, pools, and `Encapsulation` last. A changed VTEP is sent as remove then update, as Felix does.
 //! A node's first flush ends with `InSync`, so the agent's first apply is the whole node (the
 //! agent programs nothing before `InSync`).
 //!
 //! Not modelled: host endpoints, service accounts, namespaces, `/32` routes of local workloads
-//! and tunnel addresses, borrowed IPs, IPv6, WireGuard, selectors beyond label equality.
+//! and tunnel addresses, borrowed IPs, IPv6, WireGuard host encryption, selectors beyond label
+//! equality.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -39,8 +43,9 @@ use crate::proto::{
     Encapsulation, HostMetadataRemove, HostMetadataUpdate, InSync, IpPoolType, IpSetDeltaUpdate,
     IpSetRemove, IpSetType, IpSetUpdate, IpamPool, IpamPoolRemove, IpamPoolUpdate, Policy,
     PolicyId, Profile, ProfileId, RouteRemove, RouteType, RouteUpdate, Rule, ToDataplane,
-    VxlanTunnelEndpointRemove, VxlanTunnelEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId,
-    WorkloadEndpointRemove, WorkloadEndpointUpdate,
+    VxlanTunnelEndpointRemove, VxlanTunnelEndpointUpdate, WireguardEndpointRemove,
+    WireguardEndpointUpdate, WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointRemove,
+    WorkloadEndpointUpdate,
 };
 
 /// One node as the cluster's datastore knows it.
@@ -131,6 +136,8 @@ struct NodeView {
     hosts: BTreeMap<String, HostMetadataUpdate>,
     pools: BTreeMap<String, IpamPool>,
     encap: Encapsulation,
+    /// Nodes' WireGuard keys and addresses (only nodes that published a key).
+    wireguard: BTreeMap<String, WireguardEndpointUpdate>,
 }
 
 /// The cluster model and what each node was sent (module doc).
@@ -142,6 +149,8 @@ pub struct Controller {
     policies: BTreeMap<PolicyId, Policy>,
     profiles: BTreeMap<String, Profile>,
     ipsets: BTreeMap<String, IpSetSource>,
+    /// WireGuard public keys the nodes published.
+    wg_keys: BTreeMap<String, String>,
     sent: BTreeMap<String, NodeView>,
 }
 
@@ -208,6 +217,7 @@ impl Controller {
     /// pod addresses. Returns false when there is no such node.
     pub fn remove_node(&mut self, name: &str) -> bool {
         self.pods.remove(name);
+        self.wg_keys.remove(name);
         self.nodes.remove(name).is_some()
     }
 
@@ -223,6 +233,20 @@ impl Controller {
     }
 
     /// A pod starts on `node` (or changes). False: no such node.
+    /// Node `name` published WireGuard key `key` (`None`: withdrew it), as calico-node writes
+    /// the key a node's agent reports; every node learns it, with the node's tunnel address as
+    /// its WireGuard address. False when the node is unknown.
+    pub fn set_wireguard_key(&mut self, name: &str, key: Option<String>) -> bool {
+        if !self.nodes.contains_key(name) {
+            return false;
+        }
+        match key {
+            Some(k) => self.wg_keys.insert(name.to_string(), k),
+            None => self.wg_keys.remove(name),
+        };
+        true
+    }
+
     pub fn add_pod(&mut self, node: &str, pod: PodInfo) -> bool {
         if !self.nodes.contains_key(node) {
             return false;
@@ -316,8 +340,10 @@ impl Controller {
                     .or_insert_with(|| self.members(src));
             }
         }
+        let mut vxlan = false;
         for (id, pool) in &self.pools {
             v.pools.insert(id.clone(), pool.clone());
+            vxlan |= pool.cidr.parse::<Ipv4Net>().is_ok() && mode_on(&pool.vxlan_mode);
             let v4 = pool.cidr.parse::<Ipv4Net>().is_ok();
             if v4 && mode_on(&pool.vxlan_mode) {
                 v.encap.vxlan_enabled = true;
@@ -327,16 +353,29 @@ impl Controller {
             }
         }
         for n in self.nodes.values() {
-            v.vteps.insert(
-                n.name.clone(),
-                VxlanTunnelEndpointUpdate {
-                    node: n.name.clone(),
-                    mac: n.vtep_mac.clone(),
-                    ipv4_addr: n.tunnel_ip.to_string(),
-                    parent_device_ip: n.ip.to_string(),
-                    ..VxlanTunnelEndpointUpdate::default()
-                },
-            );
+            // Felix's VXLAN resolver sends VTEPs only while a VXLAN pool exists.
+            if vxlan {
+                v.vteps.insert(
+                    n.name.clone(),
+                    VxlanTunnelEndpointUpdate {
+                        node: n.name.clone(),
+                        mac: n.vtep_mac.clone(),
+                        ipv4_addr: n.tunnel_ip.to_string(),
+                        parent_device_ip: n.ip.to_string(),
+                        ..VxlanTunnelEndpointUpdate::default()
+                    },
+                );
+            }
+            if let Some(key) = self.wg_keys.get(&n.name) {
+                v.wireguard.insert(
+                    n.name.clone(),
+                    WireguardEndpointUpdate {
+                        hostname: n.name.clone(),
+                        public_key: key.clone(),
+                        interface_ipv4_addr: n.tunnel_ip.to_string(),
+                    },
+                );
+            }
             v.hosts.insert(
                 n.name.clone(),
                 HostMetadataUpdate {
@@ -550,6 +589,16 @@ fn diff(old: Option<&NodeView>, new: &NodeView) -> Vec<ToDataplane> {
     }
     for (_, h) in changed(&old.hosts, &new.hosts) {
         out.push(msg(Payload::HostMetadataUpdate(h.clone())));
+    }
+    for host in gone(&old.wireguard, &new.wireguard) {
+        out.push(msg(Payload::WireguardEndpointRemove(
+            WireguardEndpointRemove {
+                hostname: host.clone(),
+            },
+        )));
+    }
+    for (_, w) in changed(&old.wireguard, &new.wireguard) {
+        out.push(msg(Payload::WireguardEndpointUpdate(w.clone())));
     }
     for id in gone(&old.pools, &new.pools) {
         out.push(msg(Payload::IpamPoolRemove(IpamPoolRemove {
