@@ -159,7 +159,9 @@ pub enum BenchCommand {
     /// Program the same workload with each backend and compare.
     Compare {
         /// small, mid, large, W,P,R,S,M,K; or `cluster` (a node learning 1,000 remote VXLAN
-        /// nodes, against `ip -batch` + `bridge -batch`) and `cluster:N`.
+        /// nodes, against `ip -batch` + `bridge -batch`) and `cluster:N`; `cluster-ipip[:N]`
+        /// (against `ip -batch`) and `cluster-wireguard[:N]` (against `ip -batch` + `wg set`),
+        /// which need their kernel module.
         #[arg(long, default_value = "small")]
         scale: String,
         /// Full syncs (fresh namespaces) per backend (default by scale: 5 / 3 / 1; cluster 5).
@@ -332,6 +334,37 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
         felix_exe,
         dual_stack,
     } = command;
+    if let Some(t) = bench::tunnels::TunnelOptions::parse(&scale, out.clone()) {
+        let mut opts = match t {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("felix-nft: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        opts.reps = reps.unwrap_or(opts.reps).max(1);
+        opts.inc = inc.unwrap_or(opts.inc);
+        opts.only = only;
+        if spot_check || felix_exe.is_some() || dual_stack {
+            eprintln!(
+                "felix-nft: --spot-check, --felix-exe and --dual-stack do not apply to the cluster scales"
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+        return match bench::tunnels::compare(&opts) {
+            Ok(r) => {
+                println!("{}", r.table());
+                println!("(JSON in {})", opts.out_dir.display());
+                if r.checks_ok {
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!("felix-nft: the kernel does not hold what the cluster asked for (see checks)");
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => bench_failed(&e),
+        };
+    }
     if let Some(c) = bench::cluster::ClusterOptions::parse(&scale, out.clone()) {
         let mut opts = match c {
             Ok(o) => o,

@@ -94,7 +94,7 @@ fn node_name(i: usize) -> String {
 }
 
 /// The node's underlay address: 172.16.0.1 upwards.
-fn node_ip(i: usize) -> Ipv4Addr {
+pub(super) fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(172, 16, 0, 1)) + i as u32)
 }
 
@@ -329,7 +329,7 @@ fn build_inputs(opts: &ClusterOptions) -> Result<Inputs, BenchError> {
 }
 
 /// The scratch node's underlay: a veth whose `eth0` end holds the node's address, both ends up.
-async fn underlay(ns: &NetNs) -> Result<(), BenchError> {
+pub(super) async fn underlay(ns: &NetNs) -> Result<(), BenchError> {
     let rtnl = |op: &'static str| {
         move |source| BenchError::Rtnl {
             op: op.into(),
@@ -471,7 +471,7 @@ impl Requests {
 }
 
 /// Wall time and the process's CPU (the loop's and rtnetlink's threads) around `f`.
-async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Sample) {
+pub(super) async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Sample) {
     let cpu = || {
         // SAFETY: plain old data filled by getrusage for this process.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -508,7 +508,7 @@ struct FelixRep {
 
 /// Feeds the monitor's pending events to the dataplane, as the loop does between applies, and
 /// applies what they made dirty (not timed as an operation).
-async fn settle(
+pub(super) async fn settle(
     d: &mut Driver<RealKernel>,
     mon: &mut monitor::EventReceiver,
 ) -> Result<Option<Sample>, BenchError> {
@@ -524,7 +524,7 @@ async fn settle(
 }
 
 /// Feeds `msgs` to the dataplane, then applies what they made dirty (one batch of the loop).
-async fn update_and_apply(
+pub(super) async fn update_and_apply(
     d: &mut Driver<RealKernel>,
     msgs: &[ToDataplane],
 ) -> Result<(), BenchError> {
@@ -885,7 +885,7 @@ pub fn compare(opts: &ClusterOptions) -> Result<ClusterReport, BenchError> {
 }
 
 /// The daemon's runtime: two workers, the loop a task on one of them.
-fn daemon_runtime() -> Result<tokio::runtime::Runtime, BenchError> {
+pub(super) fn daemon_runtime() -> Result<tokio::runtime::Runtime, BenchError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -19,6 +19,7 @@ pub mod report;
 pub mod run;
 pub mod shapes;
 pub mod spot;
+pub mod tunnels;
 pub mod workload;
 
 use std::path::{Path, PathBuf};

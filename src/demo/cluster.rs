@@ -113,6 +113,15 @@ impl Encap {
         }
     }
 
+    /// What every node learns of each node, besides its pods' business.
+    fn node_news(self) -> &'static str {
+        match self {
+            Encap::Vxlan => "VTEP, block and host address",
+            Encap::Ipip => "block and host address",
+            Encap::Wireguard => "block and host address (and, once published, its WireGuard key)",
+        }
+    }
+
     fn describe(self) -> &'static str {
         match self {
             Encap::Vxlan => "VXLAN always",
@@ -350,7 +359,7 @@ impl Lab {
             encap.describe()
         );
         for p in &PLAN[..3] {
-            print_node(out, &ctl, p)?;
+            print_node(out, &ctl, p, encap)?;
         }
         say!(out);
         Ok(Lab {
@@ -372,7 +381,8 @@ impl Lab {
             out,
             "1. the controller computes each node's messages as Felix's calculation graph would: \
              its own pod, the policy, profile and IP set that pod uses; the pool; every node's \
-             VTEP, block and host address"
+             {}",
+            self.encap.node_news()
         );
         say!(
             out,
@@ -481,10 +491,11 @@ impl Lab {
         say!(
             out,
             "4. {} joins with pod {} (role=client, {}): the controller sends it its snapshot, and \
-             every other node its VTEP, block and host",
+             every other node its {}",
             p4.node,
             p4.pod,
-            p4.pod_ip()
+            p4.pod_ip(),
+            self.encap.node_news()
         );
         for (n, msgs) in join.iter().filter(|(n, _)| *n != p4.node) {
             say!(out, "   {n}: {}", kinds(msgs));
@@ -530,9 +541,12 @@ impl Lab {
         let leave = self.ctl.flush();
         say!(
             out,
-            "5. {} leaves: the controller withdraws it from every node (route before VTEP, as \
-             Felix orders them)",
-            p4.node
+            "5. {} leaves: the controller withdraws it from every node{}",
+            p4.node,
+            match self.encap {
+                Encap::Vxlan => " (route before VTEP, as Felix orders them)",
+                _ => ", in Felix's order",
+            }
         );
         for (n, msgs) in &leave {
             say!(out, "   {n}: {}", kinds(msgs));
@@ -847,16 +861,24 @@ async fn kernel_has(ns: &NetNs, encap: Encap) -> Result<(), DemoError> {
     }
 }
 
-fn print_node(out: &mut dyn Write, ctl: &Controller, p: &Plan) -> Result<(), DemoError> {
+fn print_node(
+    out: &mut dyn Write,
+    ctl: &Controller,
+    p: &Plan,
+    encap: Encap,
+) -> Result<(), DemoError> {
     if let Some(n) = ctl.node(p.node) {
+        let tunnel = match encap {
+            Encap::Vxlan => format!("VTEP {} {}", n.tunnel_ip, n.vtep_mac),
+            Encap::Ipip => format!("tunl0 {:<28}", n.tunnel_ip),
+            Encap::Wireguard => format!("WireGuard {:<24}", n.tunnel_ip),
+        };
         say!(
             out,
-            "  {:<7} {:<12} block {:<13} VTEP {} {}   pod {:<9} {:<10} role={}",
+            "  {:<7} {:<12} block {:<13} {tunnel}   pod {:<9} {:<10} role={}",
             n.name,
             n.ip.to_string(),
             n.block.to_string(),
-            n.tunnel_ip,
-            n.vtep_mac,
             p.pod,
             p.pod_ip().to_string(),
             p.role
@@ -1212,10 +1234,12 @@ impl OverlayState {
         let main = table == crate::rtnl::routes::RT_TABLE_MAIN;
         if m.header.kind == RouteType::BlackHole && main {
             self.blackholes.push(dst);
-        } else if index.is_some() && oif == index && dst.prefix_len() < 32 {
-            if table == self.encap.table() {
-                self.tunnel_routes.push((dst, gw));
-            }
+        } else if index.is_some()
+            && oif == index
+            && dst.prefix_len() < 32
+            && table == self.encap.table()
+        {
+            self.tunnel_routes.push((dst, gw));
         }
     }
 }
