@@ -647,7 +647,7 @@ fn pods_on_three_nodes_talk_only_through_wireguard() {
 #[test]
 fn a_node_without_wireguard_is_reached_unencrypted() {
     if !kernel_has_wireguard() {
-        return;
+        return without_the_module();
     }
     // n2 runs without WireGuard: it reports no key, so n0 and n1 throw its CIDRs to the main
     // table, and reach it directly.
@@ -693,6 +693,27 @@ fn a_node_without_wireguard_is_reached_unencrypted() {
     c.wait_ping(2, 1, Verdict::Pass);
     assert!(c.on_the_wire("plain") > 0, "p0 ↔ p2 goes unencrypted");
     c.daemons_alive();
+
+    // `felix-nft cleanup` on a stopped node removes WireGuard's device, rule and table routes.
+    let n0 = c.ns(0);
+    let d = &mut c.node_mut(0).daemon;
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let out = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["cleanup", "--netns", &n0])
+        .env("FELIX_CONFIGFILE", "/nonexistent/felix.cfg")
+        .output()
+        .expect("running felix-nft cleanup");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("link delete {DEV}")), "{text}");
+    let links = ip(&n0, &["link", "show"]);
+    let rules = ip(&n0, &["rule", "show", "pref", "99"]);
+    let table = ip(&n0, &["route", "show", "table", "1"]);
+    assert!(
+        !links.contains(DEV) && rules.trim().is_empty() && table.trim().is_empty(),
+        "{links}\n{rules}\n{table}"
+    );
 }
 
 fn host_ip6(k: u8) -> String {
@@ -708,7 +729,7 @@ fn block6(k: u8) -> String {
 #[test]
 fn host_encryption_and_ipv6_as_felix_does_them() {
     if !kernel_has_wireguard() {
-        return;
+        return without_the_module();
     }
     // Two nodes with WireGuard of both families and host encryption. Felix allocates no
     // WireGuard address in host-encryption mode: the devices carry the host's own address.

@@ -123,7 +123,7 @@ impl Kernel for Refusing {
 
     async fn wireguard(
         &mut self,
-        want: &[(felix_nft::rtnl::IpFamily, felix_nft::rtnl::wgsync::WgWanted)],
+        want: Vec<(felix_nft::rtnl::IpFamily, felix_nft::rtnl::wgsync::WgWanted)>,
         src_valid_mark: bool,
         changed: &std::collections::BTreeSet<String>,
         resync: bool,

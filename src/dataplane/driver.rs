@@ -471,7 +471,7 @@ impl<K: Kernel> Driver<K> {
         match self
             .kernel
             .wireguard(
-                &want,
+                want,
                 src_valid_mark,
                 &self.changed_ifaces,
                 self.resync_routes || echo,

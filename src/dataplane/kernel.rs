@@ -340,7 +340,7 @@ pub trait Kernel {
     /// wanted or a resync costs kernel I/O.
     async fn wireguard(
         &mut self,
-        want: &[(IpFamily, WgWanted)],
+        want: Vec<(IpFamily, WgWanted)>,
         src_valid_mark: bool,
         changed: &BTreeSet<String>,
         resync: bool,
@@ -878,7 +878,7 @@ impl Kernel for RealKernel {
 
     async fn wireguard(
         &mut self,
-        want: &[(IpFamily, WgWanted)],
+        want: Vec<(IpFamily, WgWanted)>,
         src_valid_mark: bool,
         changed: &BTreeSet<String>,
         resync: bool,
@@ -893,13 +893,13 @@ impl Kernel for RealKernel {
         }
         let mut unsupported = false;
         for (family, w) in want {
-            let syncer = &mut self.wg[usize::from(*family == IpFamily::V6)];
-            let name = match w {
-                WgWanted::Disabled { name, .. } => name,
-                WgWanted::Enabled(s) => &s.name,
+            let syncer = &mut self.wg[usize::from(family == IpFamily::V6)];
+            let name = match &w {
+                WgWanted::Disabled { name, .. } => name.clone(),
+                WgWanted::Enabled(s) => s.name.clone(),
             };
-            syncer.set(w.clone());
-            if changed.contains(name) {
+            syncer.set(w);
+            if changed.contains(&name) {
                 syncer.device_changed();
             }
             if resync {
@@ -915,7 +915,7 @@ impl Kernel for RealKernel {
                     new_key = rep.new_key, corrected = ?rep.corrected, "WireGuard device programmed");
             }
             out.changes += rep.corrected.len() + rep.peer_changes + rep.route_changes;
-            out.keys.push((*family, syncer.public_key()));
+            out.keys.push((family, syncer.public_key()));
         }
         if unsupported && !self.wg_unsupported {
             tracing::warn!(
@@ -1285,19 +1285,19 @@ impl Kernel for FakeKernel {
 
     async fn wireguard(
         &mut self,
-        want: &[(IpFamily, WgWanted)],
+        want: Vec<(IpFamily, WgWanted)>,
         _src_valid_mark: bool,
         _changed: &BTreeSet<String>,
         _resync: bool,
     ) -> Result<WgOutcome, KernelError> {
-        self.calls.push(Call::Wireguard(
-            want.iter().map(|(_, w)| w.clone()).collect(),
-        ));
+        let keys = want
+            .iter()
+            .map(|(f, w)| (*f, matches!(w, WgWanted::Enabled(_)).then_some(self.wg_key)))
+            .collect();
+        self.calls
+            .push(Call::Wireguard(want.into_iter().map(|(_, w)| w).collect()));
         Ok(WgOutcome {
-            keys: want
-                .iter()
-                .map(|(f, w)| (*f, matches!(w, WgWanted::Enabled(_)).then_some(self.wg_key)))
-                .collect(),
+            keys,
             ..WgOutcome::default()
         })
     }

@@ -1360,4 +1360,63 @@ mod tests {
             vec![(0, "node".to_string(), String::new())]
         );
     }
+
+    /// WireGuard endpoints: a node name, a key that is empty or 32 bytes of base64, a bare
+    /// address of the message's family; anything else is refused with the field and value.
+    #[test]
+    fn wireguard_endpoints_are_checked() {
+        let key = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+        let good = [
+            format!(
+                r#"{{"wireguard_endpoint_update":{{"hostname":"n1","public_key":"{key}","interface_ipv4_addr":"10.65.1.1"}}}}"#
+            ),
+            r#"{"wireguard_endpoint_update":{"hostname":"n1"}}"#.to_string(),
+            format!(
+                r#"{{"wireguard_endpoint_v6_update":{{"hostname":"n1","public_key_v6":"{key}","interface_ipv6_addr":"fd00::1"}}}}"#
+            ),
+            r#"{"wireguard_endpoint_remove":{"hostname":"n1"}}"#.to_string(),
+        ];
+        let good: Vec<&str> = good.iter().map(String::as_str).collect();
+        assert_eq!(errors(&good), Vec::new());
+        let bad = [
+            (
+                r#"{"wireguard_endpoint_update":{"hostname":"n1","public_key":"not-a-key"}}"#,
+                "public_key",
+                "not-a-key",
+            ),
+            (
+                r#"{"wireguard_endpoint_update":{"hostname":"n1","public_key":"AAAA"}}"#,
+                "public_key",
+                "AAAA",
+            ),
+            (
+                r#"{"wireguard_endpoint_update":{"hostname":"n1","interface_ipv4_addr":"fd00::1"}}"#,
+                "interface_ipv4_addr",
+                "fd00::1",
+            ),
+            (
+                r#"{"wireguard_endpoint_update":{"hostname":"n1","interface_ipv4_addr":"nope"}}"#,
+                "interface_ipv4_addr",
+                "nope",
+            ),
+            (
+                r#"{"wireguard_endpoint_v6_update":{"hostname":"n1","interface_ipv6_addr":"10.0.0.1"}}"#,
+                "interface_ipv6_addr",
+                "10.0.0.1",
+            ),
+            (
+                r#"{"wireguard_endpoint_update":{"public_key":""}}"#,
+                "hostname",
+                "",
+            ),
+            (r#"{"wireguard_endpoint_remove":{}}"#, "hostname", ""),
+        ];
+        for (line, field, value) in bad {
+            assert_eq!(
+                errors(&[line]),
+                vec![(0, field.to_string(), value.to_string())],
+                "{line}"
+            );
+        }
+    }
 }

@@ -95,8 +95,10 @@ pub struct WgSyncer {
     sock: Option<WgSocket>,
     /// Read everything back and repair on the next apply.
     resync: bool,
-    /// The peers the device holds, when not resyncing.
+    /// The peers the device holds, when not resyncing and not `believed_is_want`.
     believed: BTreeMap<Key, PeerSpec>,
+    /// The device holds exactly the wanted peers (kept so instead of a copy of them).
+    believed_is_want: bool,
     /// The device's address, rule and link as last written (`None`: unknown).
     believed_addr: Option<Option<IpNet>>,
     believed_rule: Option<RuleSpec>,
@@ -118,6 +120,7 @@ impl WgSyncer {
             sock: None,
             resync: true,
             believed: BTreeMap::new(),
+            believed_is_want: false,
             believed_addr: None,
             believed_rule: None,
             link: None,
@@ -133,12 +136,11 @@ impl WgSyncer {
         if self.want.as_ref() == Some(&want) {
             return;
         }
-        let spec_of = |w: &Option<WgWanted>| match w {
+        let spec_of = |w: Option<&WgWanted>| match w {
             Some(WgWanted::Enabled(s)) => Some((s.name.clone(), s.mtu, s.rule.table)),
             _ => None,
         };
-        let was = spec_of(&self.want);
-        let now = spec_of(&Some(want.clone()));
+        let (was, now) = (spec_of(self.want.as_ref()), spec_of(Some(&want)));
         if was.as_ref().map(|w| (&w.0, w.1)) != now.as_ref().map(|n| (&n.0, n.1)) {
             // Another device or MTU: look at the link again.
             self.link = None;
@@ -147,6 +149,11 @@ impl WgSyncer {
             self.routes = None;
             self.resync = true;
         }
+        if let (true, Some(WgWanted::Enabled(old))) = (self.believed_is_want, self.want.take()) {
+            // What the device holds is what was wanted until now.
+            self.believed = old.peers;
+        }
+        self.believed_is_want = false;
         self.want = Some(want);
         self.disabled_done = false;
     }
@@ -177,11 +184,22 @@ impl WgSyncer {
     /// Brings the kernel to what is wanted (`ns`: where `h` is, for the generic-netlink
     /// socket). On an error the next apply resyncs.
     pub async fn apply(&mut self, h: &RtnlHandle, ns: Option<&NetNs>) -> Result<WgReport> {
-        let mut report = WgReport::default();
-        let Some(want) = self.want.clone() else {
-            return Ok(report);
+        let Some(want) = self.want.take() else {
+            return Ok(WgReport::default());
         };
-        let res = match &want {
+        let res = self.apply_wanted(h, ns, &want).await;
+        self.want = Some(want);
+        res
+    }
+
+    async fn apply_wanted(
+        &mut self,
+        h: &RtnlHandle,
+        ns: Option<&NetNs>,
+        want: &WgWanted,
+    ) -> Result<WgReport> {
+        let mut report = WgReport::default();
+        let res = match want {
             WgWanted::Disabled { name, table } => {
                 if self.disabled_done {
                     return Ok(report);
@@ -247,6 +265,7 @@ impl WgSyncer {
         }
         self.public_key = None;
         self.believed.clear();
+        self.believed_is_want = false;
         self.believed_addr = None;
         self.believed_rule = None;
         self.link = None;
@@ -369,6 +388,7 @@ impl WgSyncer {
         if report.created {
             self.resync = true;
             self.believed.clear();
+            self.believed_is_want = false;
             self.believed_addr = None;
         }
         if e.mtu != Some(spec.mtu) {
@@ -397,15 +417,6 @@ impl WgSyncer {
     fn resync_device(&mut self, spec: &WgSpec, report: &mut WgReport) -> Result<()> {
         let dev = self.socket()?.get_device(&spec.name)?;
         let mut update = WgUpdate::default();
-        if dev.private_key.is_none() || dev.public_key.is_none() {
-            update.private_key =
-                Some(generate_private_key().map_err(|source| RtnlError::Genl {
-                    op: "generating a private key for",
-                    object: spec.name.clone(),
-                    source,
-                })?);
-            report.new_key = true;
-        }
         if dev.listen_port != spec.port {
             update.listen_port = Some(spec.port);
             report.corrected.push(format!("port {}", spec.port));
@@ -414,33 +425,48 @@ impl WgSyncer {
             update.fwmark = Some(spec.fwmark);
             report.corrected.push(format!("fwmark {:#x}", spec.fwmark));
         }
+        self.public_key = dev.public_key;
+        if dev.private_key.is_none() || dev.public_key.is_none() {
+            // A device without a key (a new one): the key first, alone with port and fwmark,
+            // and the public key the kernel derived read back before any peer is there to be
+            // read with it.
+            update.private_key =
+                Some(generate_private_key().map_err(|source| RtnlError::Genl {
+                    op: "generating a private key for",
+                    object: spec.name.clone(),
+                    source,
+                })?);
+            report.new_key = true;
+            self.socket()?.set_device(&spec.name, &update)?;
+            update = WgUpdate::default();
+            self.public_key = self.socket()?.get_device(&spec.name)?.public_key;
+        }
         let have = device_peers(&dev);
         update.peers = peer_changes(&have, &spec.peers);
         report.peer_changes += update.peers.len();
         if update != WgUpdate::default() {
             self.socket()?.set_device(&spec.name, &update)?;
         }
-        self.public_key = if report.new_key {
-            self.socket()?.get_device(&spec.name)?.public_key
-        } else {
-            dev.public_key
-        };
-        self.believed = spec.peers.clone();
+        self.believed.clear();
+        self.believed_is_want = true;
         Ok(())
     }
 
     /// Writes the difference between the believed peers and the wanted ones.
     fn delta_device(&mut self, spec: &WgSpec, report: &mut WgReport) -> Result<()> {
-        if self.believed == spec.peers {
+        if self.believed_is_want {
             return Ok(());
         }
         let update = WgUpdate {
             peers: peer_changes(&self.believed, &spec.peers),
             ..WgUpdate::default()
         };
-        report.peer_changes += update.peers.len();
-        self.socket()?.set_device(&spec.name, &update)?;
-        self.believed = spec.peers.clone();
+        if !update.peers.is_empty() {
+            report.peer_changes += update.peers.len();
+            self.socket()?.set_device(&spec.name, &update)?;
+        }
+        self.believed.clear();
+        self.believed_is_want = true;
         Ok(())
     }
 }
@@ -524,7 +550,7 @@ fn peer_changes<P: AsPeer>(
             u.replace_allowed_ips = true;
             u.allowed_ips = w.allowed_ips.iter().copied().collect();
         } else {
-            u.allowed_ips = w.allowed_ips.difference(&have_ips).copied().collect();
+            u.allowed_ips = w.allowed_ips.difference(have_ips).copied().collect();
         }
         if h.endpoint() != Some(w.endpoint) {
             u.endpoint = Some(w.endpoint);
@@ -545,14 +571,14 @@ fn peer_changes<P: AsPeer>(
 
 /// A peer as held (believed, or read from the device).
 trait AsPeer {
-    fn allowed_ips(&self) -> BTreeSet<IpNet>;
+    fn allowed_ips(&self) -> &BTreeSet<IpNet>;
     fn endpoint(&self) -> Option<SocketAddr>;
     fn keepalive(&self) -> u16;
 }
 
 impl AsPeer for PeerSpec {
-    fn allowed_ips(&self) -> BTreeSet<IpNet> {
-        self.allowed_ips.clone()
+    fn allowed_ips(&self) -> &BTreeSet<IpNet> {
+        &self.allowed_ips
     }
     fn endpoint(&self) -> Option<SocketAddr> {
         Some(self.endpoint)
@@ -562,11 +588,12 @@ impl AsPeer for PeerSpec {
     }
 }
 
+/// The allowed IPs of a peer the kernel holds without an endpoint.
+static NO_IPS: BTreeSet<IpNet> = BTreeSet::new();
+
 impl AsPeer for Option<PeerSpec> {
-    fn allowed_ips(&self) -> BTreeSet<IpNet> {
-        self.as_ref()
-            .map(|p| p.allowed_ips.clone())
-            .unwrap_or_default()
+    fn allowed_ips(&self) -> &BTreeSet<IpNet> {
+        self.as_ref().map_or(&NO_IPS, |p| &p.allowed_ips)
     }
     fn endpoint(&self) -> Option<SocketAddr> {
         self.as_ref().map(|p| p.endpoint)

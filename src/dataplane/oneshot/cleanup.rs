@@ -1,4 +1,5 @@
-//! `cleanup`: removes our tables, routes, permanent neighbours and VXLAN devices.
+//! `cleanup`: removes our tables, routes, permanent neighbours, VXLAN devices, and WireGuard's
+//! devices with their rules and table routes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,7 +12,8 @@ use crate::netns::NetNs;
 use crate::nft::reconcile;
 use crate::rtnl::link;
 use crate::rtnl::neigh::{Mac, NeighSyncer};
-use crate::rtnl::RtnlHandle;
+use crate::rtnl::wgsync::{WgSyncer, WgWanted};
+use crate::rtnl::{IpFamily, RtnlHandle};
 
 use super::dump::{open_nft, our_neighbours, OUR_TABLES};
 use super::{route_syncers, rtnl, OneShotError};
@@ -25,8 +27,12 @@ pub struct CleanupReport {
     pub routes: Vec<String>,
     /// Permanent neighbours deleted: (interface, address).
     pub neighbours: Vec<(String, IpAddr)>,
-    /// VXLAN devices deleted (with their FDB, neighbours and routes).
+    /// VXLAN and WireGuard devices deleted (with their FDB, neighbours and routes).
     pub devices: Vec<String>,
+    /// Policy-routing rules deleted (WireGuard's: the ones that look up its table).
+    pub rules: usize,
+    /// Routes deleted from WireGuard's table (those not on a deleted device).
+    pub table_routes: usize,
     /// Route and neighbour work was skipped (`RouteSyncDisabled`).
     pub route_sync_disabled: bool,
     /// Failures of single routes or neighbours; any makes the exit code non-zero.
@@ -41,6 +47,8 @@ impl CleanupReport {
             && self.routes.is_empty()
             && self.neighbours.is_empty()
             && self.devices.is_empty()
+            && self.rules == 0
+            && self.table_routes == 0
             && self.errors.is_empty()
         {
             s.push_str("nothing to do\n");
@@ -64,6 +72,13 @@ impl CleanupReport {
         for d in &self.devices {
             let _ = writeln!(s, "link delete {d}");
         }
+        if self.rules > 0 || self.table_routes > 0 {
+            let _ = writeln!(
+                s,
+                "WireGuard: {} rule(s) and {} route(s) of its table deleted",
+                self.rules, self.table_routes
+            );
+        }
         for e in &self.errors {
             let _ = writeln!(s, "error: {e}");
         }
@@ -72,7 +87,8 @@ impl CleanupReport {
 }
 
 /// Removes our tables (one transaction), our routes (no grace period), our permanent
-/// neighbours on workload interfaces and our VXLAN devices. Idempotent.
+/// neighbours on workload interfaces, our VXLAN devices and WireGuard's devices, rules and table
+/// routes. Idempotent.
 pub async fn cleanup(
     ns: Option<&NetNs>,
     cfg: &DataplaneConfig,
@@ -128,6 +144,30 @@ pub async fn cleanup(
         };
         match gone {
             Ok(()) => rep.devices.push(name.to_string()),
+            Err(e) => rep.errors.push(crate::ops::logging::chain(&e)),
+        }
+    }
+    // WireGuard's devices, the rules that send traffic to its table and our routes in it, as a
+    // disabled WireGuard leaves them: whatever the configuration says now.
+    let wg = &cfg.wireguard;
+    let mut families = vec![(IpFamily::V4, wg.v4.iface.clone())];
+    if wg.ipv6 {
+        families.push((IpFamily::V6, wg.v6.iface.clone()));
+    }
+    for (family, name) in families {
+        let mut syncer = WgSyncer::new(family);
+        syncer.set(WgWanted::Disabled {
+            name: name.clone(),
+            table: wg.table,
+        });
+        match syncer.apply(&h, ns).await {
+            Ok(r) => {
+                if r.deleted {
+                    rep.devices.push(name);
+                }
+                rep.rules += r.corrected.iter().filter(|c| *c == "-rule").count();
+                rep.table_routes += r.route_changes;
+            }
             Err(e) => rep.errors.push(crate::ops::logging::chain(&e)),
         }
     }

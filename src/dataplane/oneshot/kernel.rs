@@ -344,7 +344,7 @@ impl Kernel for OneShotKernel {
 
     async fn wireguard(
         &mut self,
-        want: &[(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)],
+        want: Vec<(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)>,
         src_valid_mark: bool,
         changed: &BTreeSet<String>,
         resync: bool,
