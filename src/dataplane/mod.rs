@@ -379,7 +379,6 @@ impl DataplaneConfig {
     }
 }
 
-/// The kernel's host name (Felix's default for `FelixHostname`).
 /// WireGuard's settings: the table is the lowest index of `RouteTableRanges` outside the
 /// kernel's reserved 253–255 (both families use it, as Felix does); the mark is the bit the
 /// renderer allocates after Calico's own.
@@ -423,6 +422,7 @@ fn wireguard_config(c: &Config, hostname: &str) -> wireguard::WgConfig {
     }
 }
 
+/// The kernel's host name (Felix's default for `FelixHostname`).
 fn os_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
