@@ -62,16 +62,65 @@ async fn reader_delivers_good_lines_around_a_bad_one() {
 /// `felix-nft run --trace-input --source SOURCE` in a namespace of its own, with the default log
 /// format; its stderr piped.
 fn spawn_run(source: &str, stdin: Stdio) -> Child {
+    spawn_run_to(source, stdin, Stdio::null())
+}
+
+fn spawn_run_to(source: &str, stdin: Stdio, stdout: Stdio) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_felix-nft"));
     common::isolate_netns(&mut cmd);
     cmd.args(["run", "--trace-input", "--source", source])
         .env_remove("FELIX_NFT_LOG")
         .env_remove("FELIX_NFT_LOG_FORMAT")
         .stdin(stdin)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning felix-nft")
+}
+
+/// The kinds of `FromDataplane` JSON lines (each must decode as one).
+fn reply_kinds(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}"));
+            let m: felix_nft::proto::FromDataplane = felix_nft::proto::json::decode(l)
+                .unwrap_or_else(|e| panic!("{l:?} is not a FromDataplane: {e}"));
+            assert!(m.payload.is_some(), "{l}");
+            let obj = v.as_object().expect("an object");
+            obj.keys()
+                .find(|k| *k != "sequence_number")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// In the stream modes the agent says what Felix would hear on fd 4, as JSON lines on
+/// standard output: each family's WireGuard key (empty: WireGuard is off), then in-sync.
+#[test]
+fn stdin_mode_answers_with_json_lines_on_stdout() {
+    let mut child = spawn_run_to("stdin", Stdio::piped(), Stdio::piped());
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin.write_all(b"{\"in_sync\":{}}\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kinds = reply_kinds(&text);
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("dataplane_in_sync"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""wireguard_status_update":{"ip_version":"IPV4"}"#),
+        "{text}"
+    );
 }
 
 #[test]
@@ -233,7 +282,24 @@ fn unix_socket_through_the_binary_until_sigterm() {
     let mut c = UnixStream::connect(&path).unwrap();
     c.write_all(b"{\"sequence_number\":9,\"in_sync\":{}}\n{\"in_sync\":{\"x\":1}}\n")
         .unwrap();
-    drop(c);
+    // Half-closed: the client still hears what the agent says, as JSON lines.
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut replies = String::new();
+    let mut reader = BufReader::new(c);
+    while !replies.contains("dataplane_in_sync") {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap_or(0) > 0,
+            "the socket ended before in-sync: {replies}"
+        );
+        replies.push_str(&line);
+    }
+    assert_eq!(
+        reply_kinds(&replies).last().map(String::as_str),
+        Some("dataplane_in_sync")
+    );
+    drop(reader);
 
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
