@@ -16,10 +16,10 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::{LinkIpIp, LinkUnspec};
+use netlink_packet_route::link::InfoKind;
+use rtnetlink::LinkIpIp;
 
-use super::link::{get_link_message, set_sole_address, SoleAddress};
+use super::link::{get_link_message, set_sole_address, DeviceState, SoleAddress};
 use super::{Result, RtnlError, RtnlHandle};
 
 /// The kernel's IPIP fallback device, Felix's IPIP device.
@@ -124,35 +124,6 @@ impl IpipSyncer {
     }
 }
 
-/// The parts of `tunl0` the spec compares.
-struct Existing {
-    index: u32,
-    is_ipip: bool,
-    admin_up: bool,
-    mtu: Option<u32>,
-}
-
-fn existing(msg: &LinkMessage) -> Existing {
-    let mut e = Existing {
-        index: msg.header.index,
-        is_ipip: false,
-        admin_up: msg.header.flags.contains(LinkFlags::Up),
-        mtu: None,
-    };
-    for a in &msg.attributes {
-        match a {
-            LinkAttribute::Mtu(m) => e.mtu = Some(*m),
-            LinkAttribute::LinkInfo(infos) => {
-                e.is_ipip |= infos
-                    .iter()
-                    .any(|i| matches!(i, LinkInfo::Kind(InfoKind::IpIp)));
-            }
-            _ => {}
-        }
-    }
-    e
-}
-
 async fn configure(h: &RtnlHandle, spec: &IpipSpec, report: &mut IpipReport) -> Result<()> {
     let mut msg = get_link_message(h, IPIP_IFACE).await?;
     if msg.is_none() {
@@ -174,26 +145,17 @@ async fn configure(h: &RtnlHandle, spec: &IpipSpec, report: &mut IpipReport) -> 
         report.created = true;
         msg = get_link_message(h, IPIP_IFACE).await?;
     }
-    let Some(e) = msg.as_ref().map(existing) else {
+    let Some(e) = msg.as_ref().map(DeviceState::of) else {
         return Err(RtnlError::Unexpected {
             op: "creating IPIP device",
             what: format!("{IPIP_IFACE} is missing right after it was created"),
         });
     };
-    if !e.is_ipip {
+    if e.kind != Some(InfoKind::IpIp) {
         return Err(RtnlError::Unexpected {
             op: "configuring IPIP device",
             what: format!("{IPIP_IFACE} exists and is not an ipip device"),
         });
-    }
-    if e.mtu != Some(spec.mtu) {
-        h.handle()
-            .link()
-            .set(LinkUnspec::new_with_index(e.index).mtu(spec.mtu).build())
-            .execute()
-            .await
-            .map_err(|err| RtnlError::kernel("setting MTU of", IPIP_IFACE, err))?;
-        report.corrected.push(format!("mtu {}", spec.mtu));
     }
     let want = IpNet::from(IpAddr::V4(spec.addr));
     let done = set_sole_address(h, IPIP_IFACE, e.index, false, Some(want)).await?;
@@ -201,15 +163,8 @@ async fn configure(h: &RtnlHandle, spec: &IpipSpec, report: &mut IpipReport) -> 
     if done.added {
         report.corrected.push(format!("+{want}"));
     }
-    if !e.admin_up {
-        h.handle()
-            .link()
-            .set(LinkUnspec::new_with_index(e.index).up().build())
-            .execute()
-            .await
-            .map_err(|err| RtnlError::kernel("setting link up", IPIP_IFACE, err))?;
-        report.corrected.push("up".into());
-    }
+    let fixed = e.correct_mtu_and_up(h, IPIP_IFACE, spec.mtu).await?;
+    report.corrected.extend(fixed);
     Ok(())
 }
 
@@ -218,7 +173,7 @@ async fn strip(h: &RtnlHandle, report: &mut IpipReport) -> Result<()> {
     let Some(e) = get_link_message(h, IPIP_IFACE)
         .await?
         .as_ref()
-        .map(existing)
+        .map(DeviceState::of)
     else {
         return Ok(());
     };

@@ -12,7 +12,7 @@ use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_core::Parseable;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::route::RouteScope;
 use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
 
@@ -98,6 +98,69 @@ pub async fn get_link(h: &RtnlHandle, name: &str) -> Result<Option<LinkState>> {
 }
 
 /// The kernel's message for the link `name`; `Ok(None)` when it does not exist.
+/// The parts of a device its syncer compares with a spec: index, kind, admin state, MTU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeviceState {
+    pub(crate) index: u32,
+    pub(crate) kind: Option<InfoKind>,
+    pub(crate) admin_up: bool,
+    pub(crate) mtu: Option<u32>,
+}
+
+impl DeviceState {
+    pub(crate) fn of(msg: &LinkMessage) -> DeviceState {
+        let mut d = DeviceState {
+            index: msg.header.index,
+            kind: None,
+            admin_up: msg.header.flags.contains(LinkFlags::Up),
+            mtu: None,
+        };
+        for a in &msg.attributes {
+            match a {
+                LinkAttribute::Mtu(m) => d.mtu = Some(*m),
+                LinkAttribute::LinkInfo(infos) => {
+                    d.kind = infos.iter().find_map(|i| match i {
+                        LinkInfo::Kind(k) => Some(k.clone()),
+                        _ => None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        d
+    }
+
+    /// Gives the device `mtu` and brings it up where it differs; the corrections made
+    /// (`mtu N`, `up`). `name` names it in errors.
+    pub(crate) async fn correct_mtu_and_up(
+        &self,
+        h: &RtnlHandle,
+        name: &str,
+        mtu: u32,
+    ) -> Result<Vec<String>> {
+        let mut done = Vec::new();
+        if self.mtu != Some(mtu) {
+            h.handle()
+                .link()
+                .set(LinkUnspec::new_with_index(self.index).mtu(mtu).build())
+                .execute()
+                .await
+                .map_err(|err| RtnlError::kernel("setting MTU of", name, err))?;
+            done.push(format!("mtu {mtu}"));
+        }
+        if !self.admin_up {
+            h.handle()
+                .link()
+                .set(LinkUnspec::new_with_index(self.index).up().build())
+                .execute()
+                .await
+                .map_err(|err| RtnlError::kernel("setting link up", name, err))?;
+            done.push("up".into());
+        }
+        Ok(done)
+    }
+}
+
 pub(crate) async fn get_link_message(h: &RtnlHandle, name: &str) -> Result<Option<LinkMessage>> {
     let res: std::result::Result<Vec<LinkMessage>, _> = h
         .handle()

@@ -21,10 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::LinkUnspec;
+use netlink_packet_route::link::InfoKind;
 
-use super::link::{get_link_message, set_sole_address};
+use super::link::{get_link_message, set_sole_address, DeviceState};
 use super::routes::{RouteOwnership, RouteSpec, RouteSyncer};
 use super::rule::{sync_table_rules, RuleSpec};
 use super::wireguard::{
@@ -374,8 +373,8 @@ impl WgSyncer {
                 what: format!("{} is missing right after it was created", spec.name),
             });
         };
-        let e = existing(&msg);
-        if !e.is_wireguard {
+        let e = DeviceState::of(&msg);
+        if e.kind != Some(InfoKind::Wireguard) {
             return Err(RtnlError::Unexpected {
                 op: "configuring WireGuard device",
                 what: format!("{} exists and is not a wireguard device", spec.name),
@@ -391,24 +390,8 @@ impl WgSyncer {
             self.believed_is_want = false;
             self.believed_addr = None;
         }
-        if e.mtu != Some(spec.mtu) {
-            h.handle()
-                .link()
-                .set(LinkUnspec::new_with_index(e.index).mtu(spec.mtu).build())
-                .execute()
-                .await
-                .map_err(|err| RtnlError::kernel("setting MTU of", spec.name.clone(), err))?;
-            report.corrected.push(format!("mtu {}", spec.mtu));
-        }
-        if !e.admin_up {
-            h.handle()
-                .link()
-                .set(LinkUnspec::new_with_index(e.index).up().build())
-                .execute()
-                .await
-                .map_err(|err| RtnlError::kernel("setting link up", spec.name.clone(), err))?;
-            report.corrected.push("up".into());
-        }
+        let fixed = e.correct_mtu_and_up(h, &spec.name, spec.mtu).await?;
+        report.corrected.extend(fixed);
         self.link = Some(e.index);
         Ok(e.index)
     }
@@ -473,35 +456,6 @@ impl WgSyncer {
 
 /// The route group of a WireGuard table (one per syncer).
 const GROUP: &str = "wireguard";
-
-/// The link attributes the spec compares.
-struct Existing {
-    index: u32,
-    is_wireguard: bool,
-    admin_up: bool,
-    mtu: Option<u32>,
-}
-
-fn existing(msg: &LinkMessage) -> Existing {
-    let mut e = Existing {
-        index: msg.header.index,
-        is_wireguard: false,
-        admin_up: msg.header.flags.contains(LinkFlags::Up),
-        mtu: None,
-    };
-    for a in &msg.attributes {
-        match a {
-            LinkAttribute::Mtu(m) => e.mtu = Some(*m),
-            LinkAttribute::LinkInfo(infos) => {
-                e.is_wireguard |= infos
-                    .iter()
-                    .any(|i| matches!(i, LinkInfo::Kind(InfoKind::Wireguard)));
-            }
-            _ => {}
-        }
-    }
-    e
-}
 
 /// The device's peers in the shape of the spec's.
 fn device_peers(dev: &WgDevice) -> BTreeMap<Key, Option<PeerSpec>> {
