@@ -320,6 +320,44 @@ fn demo(keep: bool, cluster: bool, encap: crate::demo::cluster::Encap) -> ExitCo
     }
 }
 
+/// A cluster scale's run: refuses the flags that do not apply to it, runs it, prints its table
+/// and fails when the kernel did not hold what the cluster asked for.
+#[cfg(feature = "lab")]
+fn cluster_scale<O>(
+    parsed: Result<O, String>,
+    other_flags: bool,
+    run: impl FnOnce(O) -> Result<(String, bool, std::path::PathBuf), crate::bench::BenchError>,
+) -> ExitCode {
+    let opts = match parsed {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if other_flags {
+        eprintln!(
+            "felix-nft: --spot-check, --felix-exe and --dual-stack do not apply to the cluster scales"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    match run(opts) {
+        Ok((table, checks_ok, dir)) => {
+            println!("{table}");
+            println!("(JSON in {})", dir.display());
+            if checks_ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "felix-nft: the kernel does not hold what the cluster asked for (see checks)"
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => bench_failed(&e),
+    }
+}
+
 /// `felix-nft bench compare`.
 #[cfg(feature = "lab")]
 fn bench_compare(command: BenchCommand) -> ExitCode {
@@ -334,67 +372,21 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
         felix_exe,
         dual_stack,
     } = command;
+    // The cluster scales: their own options, a table and the kernel's checks.
+    let cluster_only = spot_check || felix_exe.is_some() || dual_stack;
     if let Some(t) = bench::tunnels::TunnelOptions::parse(&scale, out.clone()) {
-        let mut opts = match t {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("felix-nft: {e}");
-                return ExitCode::from(EXIT_USAGE);
-            }
-        };
-        opts.reps = reps.unwrap_or(opts.reps).max(1);
-        opts.inc = inc.unwrap_or(opts.inc);
-        opts.only = only;
-        if spot_check || felix_exe.is_some() || dual_stack {
-            eprintln!(
-                "felix-nft: --spot-check, --felix-exe and --dual-stack do not apply to the cluster scales"
-            );
-            return ExitCode::from(EXIT_USAGE);
-        }
-        return match bench::tunnels::compare(&opts) {
-            Ok(r) => {
-                println!("{}", r.table());
-                println!("(JSON in {})", opts.out_dir.display());
-                if r.checks_ok {
-                    ExitCode::SUCCESS
-                } else {
-                    eprintln!("felix-nft: the kernel does not hold what the cluster asked for (see checks)");
-                    ExitCode::FAILURE
-                }
-            }
-            Err(e) => bench_failed(&e),
-        };
+        return cluster_scale(t, cluster_only, |mut o| {
+            (o.reps, o.inc, o.only) = (reps.unwrap_or(o.reps).max(1), inc.unwrap_or(o.inc), only);
+            let r = bench::tunnels::compare(&o)?;
+            Ok((r.table(), r.checks_ok, o.out_dir))
+        });
     }
     if let Some(c) = bench::cluster::ClusterOptions::parse(&scale, out.clone()) {
-        let mut opts = match c {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("felix-nft: {e}");
-                return ExitCode::from(EXIT_USAGE);
-            }
-        };
-        opts.reps = reps.unwrap_or(opts.reps).max(1);
-        opts.inc = inc.unwrap_or(opts.inc);
-        opts.only = only;
-        if spot_check || felix_exe.is_some() || dual_stack {
-            eprintln!(
-                "felix-nft: --spot-check, --felix-exe and --dual-stack do not apply to the cluster scale"
-            );
-            return ExitCode::from(EXIT_USAGE);
-        }
-        return match bench::cluster::compare(&opts) {
-            Ok(r) => {
-                println!("{}", r.table());
-                println!("(JSON in {})", opts.out_dir.display());
-                if r.checks_ok {
-                    ExitCode::SUCCESS
-                } else {
-                    eprintln!("felix-nft: the kernel does not hold what the cluster asked for (see checks)");
-                    ExitCode::FAILURE
-                }
-            }
-            Err(e) => bench_failed(&e),
-        };
+        return cluster_scale(c, cluster_only, |mut o| {
+            (o.reps, o.inc, o.only) = (reps.unwrap_or(o.reps).max(1), inc.unwrap_or(o.inc), only);
+            let r = bench::cluster::compare(&o)?;
+            Ok((r.table(), r.checks_ok, o.out_dir))
+        });
     }
     let scale = match scale.parse::<bench::workload::Scale>() {
         Ok(s) => s,
