@@ -537,21 +537,25 @@ pub(super) async fn update_and_apply(
         .map_err(|e| BenchError::Refused(format!("apply: {}", crate::ops::logging::chain(&e))))
 }
 
-async fn felix_rep(
-    ns: NetNs,
-    ns_name: String,
-    inputs: std::sync::Arc<Inputs>,
-    inc: usize,
-) -> Result<FelixRep, BenchError> {
-    underlay(&ns).await?;
-    let mut cfg = run::bench_dataplane_config();
-    cfg.overlay.hostname = node_name(LOCAL);
-    let kernel = RealKernel::open(Some(&ns), &cfg)
+/// The agent's loop in `ns` (kernel sockets, dataplane, interface monitor), once the monitor's
+/// first sync is in, as the daemon starts it; the monitor's events and handle come with it.
+pub(super) async fn start_agent(
+    ns: &NetNs,
+    cfg: crate::dataplane::DataplaneConfig,
+) -> Result<
+    (
+        Driver<RealKernel>,
+        monitor::EventReceiver,
+        monitor::MonitorHandle,
+    ),
+    BenchError,
+> {
+    let kernel = RealKernel::open(Some(ns), &cfg)
         .map_err(|e| BenchError::Refused(format!("opening the kernel sockets: {e}")))?;
     let dp = Dataplane::new(cfg.clone(), kernel.procsys().default_rp_filter())
         .map_err(|e| BenchError::Refused(e.to_string()))?;
-    let (mut mon, _mon) = monitor::start(
-        Some(&ns),
+    let (mut mon, handle) = monitor::start(
+        Some(ns),
         MonitorConfig {
             exclude: cfg.iface_exclude.clone(),
             resync_interval: Duration::ZERO,
@@ -575,6 +579,19 @@ async fn felix_rep(
             None => return Err(BenchError::Refused("the interface monitor stopped".into())),
         }
     }
+    Ok((d, mon, handle))
+}
+
+async fn felix_rep(
+    ns: NetNs,
+    ns_name: String,
+    inputs: std::sync::Arc<Inputs>,
+    inc: usize,
+) -> Result<FelixRep, BenchError> {
+    underlay(&ns).await?;
+    let mut cfg = run::bench_dataplane_config();
+    cfg.overlay.hostname = node_name(LOCAL);
+    let (mut d, mut mon, _mon) = start_agent(&ns, cfg).await?;
     let mut out = FelixRep::default();
     // The first sync: every message decoded into the dataplane, then one apply (all phases).
     let before = requests(&d.kernel);

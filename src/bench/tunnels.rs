@@ -1,7 +1,7 @@
 //! `felix-nft bench compare --scale cluster-ipip[:N]` and `--scale cluster-wireguard[:N]`: one
 //! node of an IPIP or a WireGuard cluster learning N remote nodes at its first sync, then one
-//! node joining and one leaving — felix-nft through the agent's own loop ([`Driver`] over
-//! [`RealKernel`], fed the messages Felix's calculation graph sends), and the same kernel state
+//! node joining and one leaving — felix-nft through the agent's own loop (`Driver` over
+//! `RealKernel`, fed the messages Felix's calculation graph sends), and the same kernel state
 //! written in the same run by `ip -batch` (IPIP: tunl0 and the routes through it) or by
 //! `ip -batch` and `wg set` (WireGuard: the device, its peers, table 1 and the rule).
 //!
@@ -18,16 +18,15 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::cluster::{daemon_runtime, node_ip, settle, timed, underlay, update_and_apply};
+use super::cluster::{
+    daemon_runtime, node_ip, settle, start_agent, timed, underlay, update_and_apply,
+};
 use super::report::{finish_all, fmt_ms, wall_cell, wall_median, Results};
 use super::run::{self, Sample, Tool};
 use super::{create_dir, fresh_ns, output, which, write, BenchError, BenchNs};
-use crate::dataplane::driver::{Driver, LoopOptions};
-use crate::dataplane::kernel::RealKernel;
-use crate::dataplane::{Dataplane, DataplaneConfig};
+use crate::dataplane::DataplaneConfig;
 use crate::netns::NetNs;
 use crate::proto::ToDataplane;
-use crate::rtnl::monitor::{self, IfaceEvent, MonitorConfig};
 
 /// The cross-node mode under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -513,35 +512,7 @@ async fn felix_rep(
     inc: usize,
 ) -> Result<FelixRep, BenchError> {
     underlay(&ns).await?;
-    let cfg = felix_config(t)?;
-    let kernel = RealKernel::open(Some(&ns), &cfg)
-        .map_err(|e| BenchError::Refused(format!("opening the kernel sockets: {e}")))?;
-    let dp = Dataplane::new(cfg.clone(), kernel.procsys().default_rp_filter())
-        .map_err(|e| BenchError::Refused(e.to_string()))?;
-    let (mut mon, _mon) = monitor::start(
-        Some(&ns),
-        MonitorConfig {
-            exclude: cfg.iface_exclude.clone(),
-            resync_interval: Duration::ZERO,
-            ..MonitorConfig::default()
-        },
-    )
-    .map_err(|source| BenchError::Rtnl {
-        op: "starting the interface monitor".into(),
-        source: Box::new(source),
-    })?;
-    let mut d = Driver::new(dp, kernel, LoopOptions::default(), None, None);
-    loop {
-        match mon.recv().await {
-            Some(ev) => {
-                d.dp.on_iface(&ev);
-                if matches!(ev, IfaceEvent::InSync) {
-                    break;
-                }
-            }
-            None => return Err(BenchError::Refused("the interface monitor stopped".into())),
-        }
-    }
+    let (mut d, mut mon, _mon) = start_agent(&ns, felix_config(t)?).await?;
     let mut out = FelixRep::default();
     let (r, s) = timed(update_and_apply(&mut d, &inputs.full_msgs)).await;
     r?;
