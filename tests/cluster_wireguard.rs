@@ -169,20 +169,24 @@ impl Cluster {
         reported(&self.node(k).daemon, "IPV4").last().cloned()
     }
 
-    /// Waits for every node's first non-empty key.
+    /// Waits for node k's first non-empty key of `version` (`IPV4`, `IPV6`).
+    fn key(&self, k: u8, version: &str) -> String {
+        let mut key = String::new();
+        self.eventually(&format!("n{k}'s {version} key"), || {
+            key = reported(&self.node(k).daemon, version)
+                .last()
+                .filter(|k| !k.is_empty())
+                .cloned()
+                .ok_or("none yet")?;
+            Ok(())
+        });
+        key
+    }
+
+    /// Waits for every node's first non-empty IPv4 key.
     fn keys(&self) -> Vec<String> {
         (0..self.nodes.len() as u8)
-            .map(|k| {
-                let mut key = String::new();
-                self.eventually(&format!("n{k}'s key"), || {
-                    key = self
-                        .reported_key(k)
-                        .filter(|k| !k.is_empty())
-                        .ok_or("none yet")?;
-                    Ok(())
-                });
-                key
-            })
+            .map(|k| self.key(k, "IPV4"))
             .collect()
     }
 
@@ -657,17 +661,7 @@ fn a_node_without_wireguard_is_reached_unencrypted() {
         |_| Local::default(),
     );
     c.count_on_the_wire();
-    let keys: Vec<String> = [0, 1]
-        .iter()
-        .map(|&k| {
-            let mut key = String::new();
-            c.eventually(&format!("n{k}'s key"), || {
-                key = c.reported_key(k).filter(|k| !k.is_empty()).ok_or("none")?;
-                Ok(())
-            });
-            key
-        })
-        .collect();
+    let keys: Vec<String> = [0, 1].iter().map(|&k| c.key(k, "IPV4")).collect();
     c.eventually("n2 reports no key", || {
         (c.reported_key(2).as_deref() == Some(""))
             .then_some(())
@@ -800,22 +794,7 @@ fn host_encryption_and_ipv6_as_felix_does_them() {
         a.extend(["counter", "name", counter]);
         nft(&l, &a);
     }
-    let keys = |version: &str| -> Vec<String> {
-        (0..2u8)
-            .map(|k| {
-                let mut key = String::new();
-                c.eventually(&format!("n{k}'s {version} key"), || {
-                    key = reported(&c.node(k).daemon, version)
-                        .last()
-                        .filter(|k| !k.is_empty())
-                        .cloned()
-                        .ok_or("none yet")?;
-                    Ok(())
-                });
-                key
-            })
-            .collect()
-    };
+    let keys = |version: &str| -> Vec<String> { (0..2u8).map(|k| c.key(k, version)).collect() };
     let (k4, k6) = (keys("IPV4"), keys("IPV6"));
     for to in 0..2u8 {
         for k in 0..2u8 {
