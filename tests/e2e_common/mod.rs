@@ -251,9 +251,15 @@ impl Agent {
                 let log = self.log_text();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let threads = self
+                    .child
+                    .as_ref()
+                    .map(|c| threads_of(c.id()))
+                    .unwrap_or_default();
                 panic!(
                     "step {step:?}: the matrix did not converge in {STEP_DEADLINE:?}:\n{report}\n\
-                     --- felix-nft log (last 40 lines) ---\n{}",
+                     --- felix-nft log (last 40 lines) ---\n{}\n\
+                     --- felix-nft threads (what each waits in) ---\n{threads}",
                     tail.join("\n")
                 );
             }
@@ -282,6 +288,58 @@ impl Agent {
         let status = wait_for(&mut child, Duration::from_secs(30));
         (status, self.log_text())
     }
+}
+
+/// Each thread of process `pid` as the kernel sees it: name, state, the kernel function it
+/// sleeps in, its system call and the kernel stack (root may read it), so that a daemon that
+/// stopped making progress says where it waits.
+fn threads_of(pid: u32) -> String {
+    let read = |p: &std::path::Path, f: &str| {
+        std::fs::read_to_string(p.join(f))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| format!("({f}: {e})"))
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("(no /proc/{pid}/task)");
+    };
+    let mut out = String::new();
+    for t in tasks.flatten() {
+        let p = t.path();
+        let stat = read(&p, "stat");
+        // The state is the field after the parenthesised name.
+        let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next());
+        out.push_str(&format!(
+            "{} {:?} state {} wchan {} syscall [{}]\n",
+            t.file_name().to_string_lossy(),
+            read(&p, "comm"),
+            state.unwrap_or("?"),
+            read(&p, "wchan"),
+            read(&p, "syscall"),
+        ));
+        for l in read(&p, "stack").lines().take(12) {
+            out.push_str(&format!("    {l}\n"));
+        }
+    }
+    // Its netlink sockets (protocol, queued bytes, drops), from its own namespace's view.
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let netlink = std::fs::read_to_string(format!("/proc/{pid}/net/netlink")).unwrap_or_default();
+    for (i, l) in netlink.lines().enumerate() {
+        let inode = l.split_whitespace().last().unwrap_or_default();
+        if i == 0 || inodes.iter().any(|n| n == inode) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
