@@ -133,8 +133,8 @@ impl Dirty {
         self.host_scope = None;
     }
 
-    /// A remote VXLAN block's route changed: its own route group is restated (unless the
-    /// whole overlay is anyway).
+    /// A remote VXLAN or IPIP block's route changed: its own route group is restated (unless
+    /// the whole overlay is anyway).
     pub(super) fn remote_block_changed(&mut self, dst: Option<String>) {
         self.routes = true;
         if let Some(dst) = dst {
@@ -155,6 +155,15 @@ impl Dirty {
         }
         self.routes = true;
         self.neighbours = true;
+    }
+
+    /// A remote node's host address changed: the route groups of its blocks are restated (the
+    /// address is their IPIP gateway).
+    pub(super) fn remote_host_changed(&mut self, node: &str) {
+        if !self.overlay_all_pending() {
+            self.overlay_keys.hosts.insert(node.to_string());
+        }
+        self.routes = true;
     }
 
     /// Workload endpoints on these interfaces changed: their routes, neighbours and

@@ -894,10 +894,7 @@ impl Kernel for RealKernel {
         let mut unsupported = false;
         for (family, w) in want {
             let syncer = &mut self.wg[usize::from(family == IpFamily::V6)];
-            let name = match &w {
-                WgWanted::Disabled { name, .. } => name.clone(),
-                WgWanted::Enabled(s) => s.name.clone(),
-            };
+            let name = w.name().to_string();
             syncer.set(w);
             if changed.contains(&name) {
                 syncer.device_changed();
@@ -1292,7 +1289,10 @@ impl Kernel for FakeKernel {
     ) -> Result<WgOutcome, KernelError> {
         let keys = want
             .iter()
-            .map(|(f, w)| (*f, matches!(w, WgWanted::Enabled(_)).then_some(self.wg_key)))
+            .map(|(f, w)| {
+                let on = !matches!(w, WgWanted::Disabled { .. });
+                (*f, on.then_some(self.wg_key))
+            })
             .collect();
         self.calls
             .push(Call::Wireguard(want.into_iter().map(|(_, w)| w).collect()));

@@ -680,16 +680,22 @@ impl Dataplane {
                 self.changes.host_endpoints = true;
                 self.status_dirty.hosts = true;
             }
-            Change::Hosts { addrs } => {
+            Change::Hosts { node, addrs } => {
                 // The hosts set changes by element.
                 for a in addrs {
                     self.changes
                         .internal_member(rules::statics::internal_sets::ALL_HOSTS_NET, a);
                 }
-                if self.overlay.cfg.noencap_routes || self.overlay.ipip_on(&self.model.pools) {
+                let ipip = self.overlay.ipip_on(&self.model.pools);
+                if node == self.overlay.cfg.hostname {
                     // This node's own address finds the parent of the no-encap routes and of
-                    // tunl0; the other nodes' are the IPIP routes' gateways.
-                    self.dirty.overlay_changed();
+                    // tunl0.
+                    if self.overlay.cfg.noencap_routes || ipip {
+                        self.dirty.overlay_changed();
+                    }
+                } else if ipip && self.overlay.cfg.ipip_routes {
+                    // Another node's address is its IPIP routes' gateway: its blocks alone.
+                    self.dirty.remote_host_changed(&node);
                 }
             }
             Change::Pool { .. } => {
@@ -787,12 +793,13 @@ impl Dataplane {
     /// touches its own route group only; anything else (a local block's blackhole, a no-encap
     /// route) restates all routes.
     fn route_changed(&mut self, old: Option<&RouteUpdate>, new: Option<&RouteUpdate>) {
-        let remote_vxlan = |r: &RouteUpdate| {
-            r.ip_pool_type == IpPoolType::Vxlan as i32
+        let remote_block = |r: &RouteUpdate| {
+            (r.ip_pool_type == IpPoolType::Vxlan as i32
+                || r.ip_pool_type == IpPoolType::Ipip as i32)
                 && r.types & RouteType::LocalWorkload as i32 == 0
                 && !r.local_workload
         };
-        if old.into_iter().chain(new).all(remote_vxlan) {
+        if old.into_iter().chain(new).all(remote_block) {
             self.dirty
                 .remote_block_changed(new.or(old).map(|r| r.dst.clone()));
         } else {
@@ -1004,9 +1011,13 @@ impl Dataplane {
         self.dirty.tables_applied();
     }
 
-    /// What WireGuard wants of each family it manages.
-    pub fn wireguard_desired(&self) -> Vec<(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)> {
-        self.wg.desired(&self.model.hosts, self.host_mtu())
+    /// What WireGuard wants of each family it manages: whole the first time, then what
+    /// changed since the last call (each call's result must reach the kernel side).
+    pub fn wireguard_desired(
+        &mut self,
+    ) -> Vec<(crate::rtnl::IpFamily, crate::rtnl::wgsync::WgWanted)> {
+        let mtu = self.host_mtu();
+        self.wg.take_desired(&self.model.hosts, mtu)
     }
 
     /// WireGuard's state (keys, conflicts).
@@ -1286,7 +1297,9 @@ impl Dataplane {
             let (v4, v6) = self.vxlan_families();
             let delta = self.overlay.delta(
                 [v4, v6],
+                self.overlay.ipip_on(&self.model.pools),
                 &self.model.vteps,
+                &self.model.hosts,
                 &self.routes,
                 &self.ifaces,
                 |n| self.cfg.is_workload_iface(n),
@@ -1396,10 +1409,15 @@ impl Dataplane {
             d.routes
                 .insert(overlay::NOENCAP_GROUP.into(), o.noencap_routes);
         }
-        if !o.ipip_routes.is_empty() {
-            d.routes.insert(overlay::IPIP_GROUP.into(), o.ipip_routes);
-        }
         d.ipip = Some(o.ipip);
+        // A remote block's route, VXLAN or IPIP, is a group of its own, so that a node joining
+        // or leaving restates only its blocks' groups (see `Overlay::delta`).
+        for r in o.ipip_routes {
+            d.routes
+                .entry(overlay::block_group(&r.dst))
+                .or_default()
+                .push(r);
+        }
         for dev in o.devices {
             for r in dev.tunnel_routes.into_iter().chain(dev.same_subnet_routes) {
                 d.routes

@@ -62,9 +62,6 @@ pub fn is_tunnel_iface(name: &str) -> bool {
 /// The route group of no-encap cluster routes (remote blocks of pools without encapsulation).
 pub const NOENCAP_GROUP: &str = "noencap";
 
-/// The route group of IPIP cluster routes (through tunl0, or same-subnet via the parent).
-pub const IPIP_GROUP: &str = "ipip";
-
 /// What IPIP adds to the header: the device's MTU is the parent's less this.
 const IPIP_OVERHEAD: u32 = 20;
 
@@ -168,18 +165,20 @@ pub fn vtep_entries(v: Option<&VxlanTunnelEndpointUpdate>) -> VtepEntries {
 }
 
 /// What changed since the overlay was last stated, when nothing global did (pools,
-/// encapsulation, this node's VTEP, the host's interfaces): remote nodes whose VTEP changed,
-/// with its entries as they were before the first of those changes, and the destinations of
-/// the VXLAN routes that changed.
+/// encapsulation, this node's VTEP and address, the host's interfaces): remote nodes whose VTEP
+/// changed, with its entries as they were before the first of those changes; remote nodes
+/// whose host address changed (the gateway of their IPIP routes); and the destinations of the
+/// VXLAN and IPIP routes that changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OverlayKeys {
     pub nodes: BTreeMap<String, VtepEntries>,
+    pub hosts: BTreeSet<String>,
     pub dsts: BTreeSet<String>,
 }
 
 impl OverlayKeys {
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.dsts.is_empty()
+        self.nodes.is_empty() && self.hosts.is_empty() && self.dsts.is_empty()
     }
 }
 
@@ -535,7 +534,29 @@ impl Overlay {
             };
             return (want, Vec::new());
         }
-        // The parent: the interface holding this node's IPv4 address.
+        let (parent, mtu) = self.ipip_ctx(hosts, ifaces, is_workload_iface);
+        let want = match (parent, mtu, self.cfg.ipip_addr) {
+            (Some(_), Some(mtu), Some(addr)) => IpipWanted::Configure(IpipSpec { mtu, addr }),
+            _ => IpipWanted::Leave,
+        };
+        if !self.cfg.ipip_routes {
+            return (want, Vec::new());
+        }
+        let routes = routes
+            .values()
+            .filter_map(|r| ipip_route(r, hosts, parent, mtu, p))
+            .collect();
+        (want, routes)
+    }
+
+    /// What IPIP routes depend on besides the route and its node: the parent (the interface
+    /// holding this node's IPv4 address) and tunl0's MTU.
+    fn ipip_ctx<'i>(
+        &self,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        ifaces: &'i BTreeMap<String, IfaceInfo>,
+        is_workload_iface: &impl Fn(&str) -> bool,
+    ) -> (Option<&'i str>, Option<u32>) {
         let own = hosts
             .get(&self.cfg.hostname)
             .and_then(|h| strip(&h.ipv4_addr))
@@ -547,19 +568,7 @@ impl Overlay {
                 .filter(|&m| m > IPIP_OVERHEAD)
                 .map(|m| m - IPIP_OVERHEAD)
         });
-        let want = match (parent, mtu, self.cfg.ipip_addr) {
-            (Some(_), Some(mtu), Some(addr)) => IpipWanted::Configure(IpipSpec { mtu, addr }),
-            _ => IpipWanted::Leave,
-        };
-        if !self.cfg.ipip_routes {
-            return (want, Vec::new());
-        }
-        let parent = parent.map(|(name, _)| name.as_str());
-        let routes = routes
-            .values()
-            .filter_map(|r| ipip_route(r, hosts, parent, mtu, p))
-            .collect();
-        (want, routes)
+        (parent.map(|(name, _)| name.as_str()), mtu)
     }
 
     fn warn_once(&mut self, key: String, f: impl FnOnce()) {
@@ -799,14 +808,18 @@ impl Overlay {
     /// The changes [`OverlayKeys`] name, as [`Overlay::desired`] would state them: per device
     /// of a family whose VXLAN is on, the FDB and neighbour entries of the nodes named (the old
     /// ones dropped where they changed), and the route group of every destination named or
-    /// routed to a node named. The caller asks for it only when nothing global changed: this
-    /// node's own VTEP, the pools, the encapsulation and the interfaces are as last stated. `on`:
-    /// whether each family's VXLAN is on ([`Overlay::vxlan_on`]; no pass over the VTEPs).
+    /// routed to a node named (VXLAN or IPIP). The caller asks for it only when nothing global
+    /// changed: this node's own VTEP and address, the pools, the encapsulation and the
+    /// interfaces are as last stated. `on`: whether each family's VXLAN is on
+    /// ([`Overlay::vxlan_on`]; no pass over the VTEPs); `ipip`: whether IPIP is
+    /// ([`Overlay::ipip_on`]).
     #[allow(clippy::too_many_arguments)]
     pub fn delta(
         &self,
         on: [bool; 2],
+        ipip: bool,
         vteps: &BTreeMap<String, VxlanTunnelEndpointUpdate>,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
         routes: &BTreeMap<String, RouteUpdate>,
         ifaces: &BTreeMap<String, IfaceInfo>,
         is_workload_iface: impl Fn(&str) -> bool,
@@ -815,16 +828,21 @@ impl Overlay {
     ) -> OverlayDelta {
         let mut out = OverlayDelta::default();
         // The destinations whose route may change: those named, and those of the nodes named
-        // (their gateway is the node's tunnel address). One pass of string comparisons.
+        // (their gateway is the node's tunnel or host address). One pass of string comparisons.
         let mut dsts: BTreeSet<&str> = keys.dsts.iter().map(String::as_str).collect();
-        if !keys.nodes.is_empty() {
+        if !keys.nodes.is_empty() || !keys.hosts.is_empty() {
             dsts.extend(
                 routes
                     .iter()
-                    .filter(|(_, r)| keys.nodes.contains_key(&r.dst_node_name))
+                    .filter(|(_, r)| {
+                        keys.nodes.contains_key(&r.dst_node_name)
+                            || keys.hosts.contains(&r.dst_node_name)
+                    })
                     .map(|(k, _)| k.as_str()),
             );
         }
+        let ipip = (ipip && self.cfg.ipip_routes)
+            .then(|| self.ipip_ctx(hosts, ifaces, &is_workload_iface));
         let remote = |f: Fam| {
             move |node: &str| {
                 (node != self.cfg.hostname)
@@ -842,10 +860,14 @@ impl Overlay {
                 if !f.of(&net) {
                     continue;
                 }
-                let spec = ctx.as_ref().and_then(|ctx| {
-                    let r = routes.get(*dst)?;
-                    self.block_route(f, r, ctx, remote(f), p)
+                let r = routes.get(*dst);
+                let vxlan = ctx.as_ref().and_then(|ctx| {
+                    self.block_route(f, r?, ctx, remote(f), p)
                         .map(|(_, spec)| spec)
+                });
+                let spec = vxlan.or_else(|| {
+                    let (parent, mtu) = ipip?;
+                    ipip_route(r?, hosts, parent, mtu, p)
                 });
                 out.routes
                     .insert(block_group(&net.trunc()), spec.into_iter().collect());

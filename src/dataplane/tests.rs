@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use super::status::StatusReporter;
 use super::*;
 use crate::proto::{
-    FromDataplane, HostEndpointRemove, HostEndpointUpdate, WorkloadEndpointRemove,
-    WorkloadEndpointUpdate,
+    FromDataplane, HostEndpointRemove, HostEndpointUpdate, HostMetadataUpdate,
+    WorkloadEndpointRemove, WorkloadEndpointUpdate,
 };
 use crate::rtnl::link::LinkState;
 use crate::rtnl::monitor::IfaceEvent;
@@ -313,7 +313,7 @@ fn external_nodes_are_allowed_hosts_and_vteps() {
 
 #[test]
 fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
-    use crate::proto::{HostMetadataRemove, HostMetadataUpdate, HostMetadataV6};
+    use crate::proto::{HostMetadataRemove, HostMetadataV6};
     let mut dp = Dataplane::new(DataplaneConfig::default(), 1).unwrap();
     let _ = dp.tables_patch();
     let hosts_v6 = |dp: &Dataplane| {
@@ -383,8 +383,9 @@ fn host_metadata_of_every_felix_version_fills_the_host_sets_by_element() {
     assert_eq!(v4_set_elements(&dp, "cali40all-hosts-net"), "172.31.0.11");
 }
 
-/// Overlay events of the delta property: a remote node's VTEP (MAC generation `gen`) comes or
-/// goes, a block routed to a node comes or goes, moves to another node or flips same-subnet.
+/// Overlay events of the delta property: a remote node's VTEP (MAC generation `gen`) or host
+/// address (generation `gen`) comes or goes, a block of the VXLAN or the IPIP pool routed to a
+/// node comes or goes, moves to another node or flips same-subnet.
 #[derive(Clone, Debug)]
 enum Ov {
     Vtep {
@@ -392,25 +393,48 @@ enum Ov {
         gen: u8,
     },
     VtepGone(u8),
+    Host {
+        node: u8,
+        gen: u8,
+    },
+    HostGone(u8),
     Block {
         block: u8,
         node: u8,
         same_subnet: bool,
+        ipip: bool,
     },
-    BlockGone(u8),
+    BlockGone {
+        block: u8,
+        ipip: bool,
+    },
 }
 
 fn ov() -> impl Strategy<Value = Ov> {
     prop_oneof![
         (1u8..6, 0u8..3).prop_map(|(node, gen)| Ov::Vtep { node, gen }),
         (1u8..6).prop_map(Ov::VtepGone),
-        (0u8..8, 1u8..6, any::<bool>()).prop_map(|(block, node, same_subnet)| Ov::Block {
-            block,
-            node,
-            same_subnet
-        }),
-        (0u8..8).prop_map(Ov::BlockGone),
+        (1u8..6, 0u8..3).prop_map(|(node, gen)| Ov::Host { node, gen }),
+        (1u8..6).prop_map(Ov::HostGone),
+        (0u8..8, 1u8..6, any::<bool>(), any::<bool>()).prop_map(
+            |(block, node, same_subnet, ipip)| Ov::Block {
+                block,
+                node,
+                same_subnet,
+                ipip
+            }
+        ),
+        (0u8..8, any::<bool>()).prop_map(|(block, ipip)| Ov::BlockGone { block, ipip }),
     ]
+}
+
+/// The pool of the delta property's blocks (VXLAN: 10.66/16, IPIP: 10.67/16).
+fn ov_pool(ipip: bool) -> (IpPoolType, u8) {
+    if ipip {
+        (IpPoolType::Ipip, 67)
+    } else {
+        (IpPoolType::Vxlan, 66)
+    }
 }
 
 fn ov_msg(e: &Ov) -> ToDataplane {
@@ -427,21 +451,34 @@ fn ov_msg(e: &Ov) -> ToDataplane {
         Ov::VtepGone(node) => Payload::VtepRemove(VxlanTunnelEndpointRemove {
             node: format!("n{node}"),
         }),
+        Ov::Host { node, gen } => Payload::HostMetadataUpdate(HostMetadataUpdate {
+            hostname: format!("n{node}"),
+            ipv4_addr: format!("172.31.{gen}.{}", 10 + node),
+            ..Default::default()
+        }),
+        Ov::HostGone(node) => Payload::HostMetadataRemove(crate::proto::HostMetadataRemove {
+            hostname: format!("n{node}"),
+            ..Default::default()
+        }),
         Ov::Block {
             block,
             node,
             same_subnet,
-        } => Payload::RouteUpdate(RouteUpdate {
-            types: RouteType::RemoteWorkload as i32,
-            ip_pool_type: IpPoolType::Vxlan as i32,
-            dst: format!("10.66.{block}.0/26"),
-            dst_node_name: format!("n{node}"),
-            dst_node_ip: format!("172.31.0.{}", 10 + node),
-            same_subnet,
-            ..Default::default()
-        }),
-        Ov::BlockGone(block) => Payload::RouteRemove(RouteRemove {
-            dst: format!("10.66.{block}.0/26"),
+            ipip,
+        } => {
+            let (pool, b) = ov_pool(ipip);
+            Payload::RouteUpdate(RouteUpdate {
+                types: RouteType::RemoteWorkload as i32,
+                ip_pool_type: pool as i32,
+                dst: format!("10.{b}.{block}.0/26"),
+                dst_node_name: format!("n{node}"),
+                dst_node_ip: format!("172.31.0.{}", 10 + node),
+                same_subnet,
+                ..Default::default()
+            })
+        }
+        Ov::BlockGone { block, ipip } => Payload::RouteRemove(RouteRemove {
+            dst: format!("10.{}.{block}.0/26", ov_pool(ipip).1),
         }),
     })
 }
@@ -517,13 +554,14 @@ impl OverlayState {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     /// Remote nodes and blocks coming, going and changing cost deltas that add up to what the
-    /// whole overlay computed again would state.
+    /// whole overlay computed again would state, for VXLAN and IPIP blocks alike.
     #[test]
     fn overlay_deltas_add_up_to_the_whole_overlay(
         chunks in prop::collection::vec(prop::collection::vec(ov(), 1..5), 1..8),
     ) {
         let mut cfg = DataplaneConfig::default();
         cfg.overlay.hostname = "me".into();
+        cfg.overlay.ipip_routes = true;
         let mut dp = Dataplane::new(cfg, 1).unwrap();
         dp.on_iface(&IfaceEvent::Link(LinkState {
             index: 2,
@@ -547,7 +585,22 @@ proptest! {
             }),
         })))
         .unwrap();
+        dp.on_update(&msg(Payload::IpamPoolUpdate(crate::proto::IpamPoolUpdate {
+            id: "ipip".into(),
+            pool: Some(crate::proto::IpamPool {
+                cidr: "10.67.0.0/16".into(),
+                ipip_mode: "Always".into(),
+                ..Default::default()
+            }),
+        })))
+        .unwrap();
         dp.on_update(&msg(vtep("me", 0))).unwrap();
+        dp.on_update(&msg(Payload::HostMetadataUpdate(HostMetadataUpdate {
+            hostname: "me".into(),
+            ipv4_addr: "172.31.0.10".into(),
+            ..Default::default()
+        })))
+        .unwrap();
         let mut state = OverlayState::full(&dp.desired_host());
         dp.dirty = Dirty::clean();
         for chunk in &chunks {
@@ -632,6 +685,7 @@ fn the_model_says_what_an_update_changed() {
     assert_eq!(
         m.apply(&host("172.31.0.2")),
         Change::Hosts {
+            node: "h".into(),
             addrs: vec!["172.31.0.1".parse().unwrap(), "172.31.0.2".parse().unwrap()]
         }
     );

@@ -14,6 +14,10 @@
 //! - This node's device address is its own `interface_ipv*_addr`, or in host-encryption mode
 //!   its host address. Its key is the kernel's; when Felix echoes back another key for this
 //!   node, the key is read and reported again.
+//! - After the first statement of a family's device (whole), the loop is told only what
+//!   changed: the peers and the route groups (one per node) of the nodes an update touched,
+//!   and the nodes whose key one of those shared or shares. A node joining or leaving costs
+//!   O(that node), not O(nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -22,10 +26,12 @@ use base64::Engine;
 use ipnet::IpNet;
 
 use crate::proto::to_dataplane::Payload;
-use crate::proto::{HostMetadataUpdate, RouteType, ToDataplane};
+use crate::proto::{
+    HostMetadataRemove, HostMetadataUpdate, HostMetadataV6, RouteType, ToDataplane,
+};
 use crate::rtnl::routes::{RouteSpec, RouteTarget};
 use crate::rtnl::rule::RuleSpec;
-use crate::rtnl::wgsync::{PeerSpec, WgSpec, WgWanted};
+use crate::rtnl::wgsync::{PeerSpec, WgChanges, WgSpec, WgWanted};
 use crate::rtnl::wireguard::Key;
 use crate::rtnl::IpFamily;
 
@@ -114,14 +120,23 @@ struct Node {
     cidrs: BTreeSet<IpNet>,
 }
 
-/// One family's nodes.
+/// One family's nodes, and what the loop was last told of them.
 #[derive(Debug, Clone, Default)]
 struct Family {
     nodes: BTreeMap<String, Node>,
     /// Which node each CIDR is routed to.
     owner: BTreeMap<IpNet, String>,
+    /// The nodes claiming each key.
+    claims: BTreeMap<Key, BTreeSet<String>>,
     /// The key Felix last echoed for this node (`None`: none yet or withdrawn).
     own_echo: Option<Key>,
+    /// The configuration the device was last stated whole with (`None`: not stated, or stated
+    /// disabled): the next statement is whole.
+    stated: Option<WgConfig>,
+    /// The peer key each node was last stated with.
+    told: BTreeMap<String, Key>,
+    /// Nodes whose peer or routes may differ from what was last stated.
+    changed: BTreeSet<String>,
 }
 
 impl Family {
@@ -136,6 +151,7 @@ impl Family {
             .or_default()
             .cidrs
             .insert(cidr);
+        self.changed.insert(node.to_string());
         true
     }
 
@@ -149,19 +165,47 @@ impl Family {
                 self.nodes.remove(&node);
             }
         }
+        self.changed.insert(node);
         true
     }
 
     fn set_endpoint(&mut self, node: &str, key: Option<Key>, iface_addr: Option<IpAddr>) -> bool {
         let n = self.nodes.entry(node.to_string()).or_default();
         let changed = n.key != key || n.iface_addr != iface_addr;
-        n.key = key;
+        let old = std::mem::replace(&mut n.key, key);
         n.iface_addr = iface_addr;
         if *n == Node::default() {
             self.nodes.remove(node);
         }
+        if old != key {
+            // Whether a key is usable depends on who else claims it: everyone who claimed the
+            // old key or claims the new one is looked at again.
+            if let Some(k) = old {
+                if let Some(c) = self.claims.get_mut(&k) {
+                    c.remove(node);
+                    self.changed.extend(c.iter().cloned());
+                    if c.is_empty() {
+                        self.claims.remove(&k);
+                    }
+                }
+            }
+            if let Some(k) = key {
+                let c = self.claims.entry(k).or_default();
+                c.insert(node.to_string());
+                self.changed.extend(c.iter().cloned());
+            }
+        }
+        if changed {
+            self.changed.insert(node.to_string());
+        }
         changed
     }
+}
+
+/// One node's part of its family's device: its peer and its routes in the table.
+struct NodeWant {
+    peer: Option<(Key, PeerSpec)>,
+    routes: Vec<RouteSpec>,
 }
 
 /// Decodes a WireGuard key: 32 bytes in standard base64 (44 characters with padding); the
@@ -186,6 +230,20 @@ pub fn format_key(k: &Key) -> String {
 
 fn bare_ip(s: &str) -> Option<IpAddr> {
     s.split('/').next()?.trim().parse().ok()
+}
+
+/// A node's host address of family `f`.
+fn host_ip(
+    hosts: &BTreeMap<String, HostMetadataUpdate>,
+    f: IpFamily,
+    node: &str,
+) -> Option<IpAddr> {
+    let h = hosts.get(node)?;
+    let s = match f {
+        IpFamily::V4 => &h.ipv4_addr,
+        IpFamily::V6 => &h.ipv6_addr,
+    };
+    bare_ip(s).filter(|a| IpFamily::of(a) == f)
 }
 
 /// WireGuard's state: both families.
@@ -267,12 +325,19 @@ impl Wireguard {
                 }
                 Err(_) => false,
             },
-            Payload::HostMetadataUpdate(_)
-            | Payload::HostMetadataRemove(_)
-            | Payload::HostMetadataV6Update(_)
-            | Payload::HostMetadataV6Remove(_)
-            | Payload::HostMetadataV4v6Update(_)
-            | Payload::HostMetadataV4v6Remove(_) => true,
+            Payload::HostMetadataUpdate(HostMetadataUpdate { hostname, .. })
+            | Payload::HostMetadataV4v6Update(HostMetadataUpdate { hostname, .. })
+            | Payload::HostMetadataV6Update(HostMetadataV6 { hostname, .. })
+            | Payload::HostMetadataV6Remove(HostMetadataV6 { hostname, .. })
+            | Payload::HostMetadataRemove(HostMetadataRemove { hostname, .. })
+            | Payload::HostMetadataV4v6Remove(HostMetadataRemove { hostname, .. }) => {
+                // The node's endpoint (or, for this node, the device's address in
+                // host-encryption mode).
+                for fam in &mut self.fams {
+                    fam.changed.insert(hostname.clone());
+                }
+                true
+            }
             _ => false,
         }
     }
@@ -300,46 +365,195 @@ impl Wireguard {
     }
 
     /// What each managed family wants (IPv4 always; IPv6 with `Ipv6Support`), from the
-    /// recorded state, the hosts' addresses and the host's MTU.
+    /// recorded state, the hosts' addresses and the host's MTU: the whole device.
     pub fn desired(
         &self,
         hosts: &BTreeMap<String, HostMetadataUpdate>,
         host_mtu: u32,
     ) -> Vec<(IpFamily, WgWanted)> {
-        let mut out = vec![(IpFamily::V4, self.wanted(IpFamily::V4, hosts, host_mtu))];
-        if self.cfg.ipv6 {
-            out.push((IpFamily::V6, self.wanted(IpFamily::V6, hosts, host_mtu)));
-        }
-        out
+        self.families()
+            .map(|f| (f, self.whole(f, hosts, host_mtu)))
+            .collect()
     }
 
-    fn wanted(
+    /// Like [`Wireguard::desired`], as the loop needs it: a family's device whole the first
+    /// time (and after it was disabled or the configuration changed), then only what changed
+    /// since the last call ([`WgWanted::Changed`]).
+    pub fn take_desired(
+        &mut self,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        host_mtu: u32,
+    ) -> Vec<(IpFamily, WgWanted)> {
+        let fams: Vec<IpFamily> = self.families().collect();
+        fams.into_iter()
+            .map(|f| (f, self.take_family(f, hosts, host_mtu)))
+            .collect()
+    }
+
+    fn families(&self) -> impl Iterator<Item = IpFamily> {
+        let v6 = self.cfg.ipv6;
+        [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .filter(move |&f| f == IpFamily::V4 || v6)
+    }
+
+    fn take_family(
+        &mut self,
+        f: IpFamily,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        host_mtu: u32,
+    ) -> WgWanted {
+        let whole = self.fams[idx(f)].stated.as_ref() != Some(&self.cfg);
+        let want = if whole {
+            self.whole(f, hosts, host_mtu)
+        } else {
+            self.changes(f, hosts, host_mtu)
+        };
+        let fam = &mut self.fams[idx(f)];
+        fam.changed.clear();
+        match &want {
+            WgWanted::Disabled { .. } => {
+                fam.stated = None;
+                fam.told.clear();
+            }
+            WgWanted::Enabled(spec) => {
+                fam.stated = Some(self.cfg.clone());
+                fam.told = (spec.peers.keys())
+                    .filter_map(|k| Some((fam.claims.get(k)?.first()?.clone(), *k)))
+                    .collect();
+            }
+            WgWanted::Changed { .. } => {}
+        }
+        want
+    }
+
+    /// The family's whole device.
+    fn whole(
         &self,
         f: IpFamily,
         hosts: &BTreeMap<String, HostMetadataUpdate>,
         host_mtu: u32,
     ) -> WgWanted {
+        let Some(mut spec) = self.head(f, hosts, host_mtu) else {
+            return self.disabled(f);
+        };
+        for name in self.fams[idx(f)].nodes.keys() {
+            let n = self.node_want(f, name, hosts);
+            if let Some((k, p)) = n.peer {
+                spec.peers.insert(k, p);
+            }
+            if !n.routes.is_empty() {
+                spec.routes.insert(name.clone(), n.routes);
+            }
+        }
+        WgWanted::Enabled(spec)
+    }
+
+    /// What changed in the family's device since it was last stated: the nodes marked, and
+    /// the peers they were stated with.
+    fn changes(
+        &mut self,
+        f: IpFamily,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        host_mtu: u32,
+    ) -> WgWanted {
+        let Some(head) = self.head(f, hosts, host_mtu) else {
+            return self.disabled(f);
+        };
+        let mut changes = WgChanges::default();
+        let marked = std::mem::take(&mut self.fams[idx(f)].changed);
+        let wants: Vec<(String, NodeWant)> = marked
+            .into_iter()
+            .map(|name| {
+                let n = self.node_want(f, &name, hosts);
+                (name, n)
+            })
+            .collect();
+        let fam = &mut self.fams[idx(f)];
+        // Removals first, so that a key another node now holds stays set.
+        for (name, n) in &wants {
+            let now = n.peer.as_ref().map(|(k, _)| *k);
+            if let Some(old) = fam.told.get(name).filter(|&&k| Some(k) != now) {
+                changes.peers.entry(*old).or_insert(None);
+            }
+        }
+        for (name, n) in wants {
+            match n.peer {
+                Some((k, p)) => {
+                    changes.peers.insert(k, Some(p));
+                    fam.told.insert(name.clone(), k);
+                }
+                None => {
+                    fam.told.remove(&name);
+                }
+            }
+            changes.routes.insert(name, n.routes);
+        }
+        WgWanted::Changed { head, changes }
+    }
+
+    fn disabled(&self, f: IpFamily) -> WgWanted {
+        WgWanted::Disabled {
+            name: self.cfg.family(f).iface.clone(),
+            table: self.cfg.table,
+        }
+    }
+
+    /// The device without peers and routes (`None`: the family is disabled).
+    fn head(
+        &self,
+        f: IpFamily,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+        host_mtu: u32,
+    ) -> Option<WgSpec> {
         let fc = self.cfg.family(f);
         if !fc.enabled {
-            return WgWanted::Disabled {
-                name: fc.iface.clone(),
-                table: self.cfg.table,
-            };
-        }
-        let fam = &self.fams[idx(f)];
-        let host_ip = |node: &str| {
-            let h = hosts.get(node)?;
-            let s = match f {
-                IpFamily::V4 => &h.ipv4_addr,
-                IpFamily::V6 => &h.ipv6_addr,
-            };
-            bare_ip(s).filter(|a| IpFamily::of(a) == f)
-        };
-        let mut claims: BTreeMap<Key, usize> = BTreeMap::new();
-        for k in fam.nodes.values().filter_map(|n| n.key) {
-            *claims.entry(k).or_default() += 1;
+            return None;
         }
         let me = &self.cfg.hostname;
+        let own = self.fams[idx(f)].nodes.get(me);
+        let addr = own.and_then(|n| n.iface_addr).or_else(|| {
+            self.cfg
+                .host_encryption
+                .then(|| host_ip(hosts, f, me))
+                .flatten()
+        });
+        Some(WgSpec {
+            name: fc.iface.clone(),
+            mtu: fc.mtu.unwrap_or(host_mtu.saturating_sub(OVERHEAD[idx(f)])),
+            port: fc.port,
+            fwmark: self.cfg.mark,
+            addr: addr.filter(|a| IpFamily::of(a) == f).map(IpNet::from),
+            peers: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            rule: RuleSpec {
+                family: f,
+                priority: self.cfg.priority,
+                mark: self.cfg.mark,
+                mask: self.cfg.mark,
+                invert: true,
+                table: self.cfg.table,
+            },
+        })
+    }
+
+    /// One node's peer and table routes: this node's own CIDRs throw (a /32 inside one of its
+    /// blocks is left out); a node with a host address and a key no other node claims is a
+    /// peer whose CIDRs go to the device; any other node's CIDRs throw.
+    fn node_want(
+        &self,
+        f: IpFamily,
+        name: &str,
+        hosts: &BTreeMap<String, HostMetadataUpdate>,
+    ) -> NodeWant {
+        let fam = &self.fams[idx(f)];
+        let fc = self.cfg.family(f);
+        let Some(n) = fam.nodes.get(name) else {
+            return NodeWant {
+                peer: None,
+                routes: Vec::new(),
+            };
+        };
         let metric = match f {
             IpFamily::V4 => 0,
             IpFamily::V6 => 1024,
@@ -352,83 +566,50 @@ impl Wireguard {
             src: None,
             mtu: None,
         };
-        let mut peers = BTreeMap::new();
-        let mut routes = Vec::new();
-        for (name, n) in &fam.nodes {
-            if name == me {
-                let blocks: Vec<&IpNet> = n
-                    .cidrs
-                    .iter()
-                    .filter(|c| c.prefix_len() < c.max_prefix_len())
-                    .collect();
-                for c in &n.cidrs {
-                    let covered = c.prefix_len() == c.max_prefix_len()
-                        && blocks.iter().any(|b| b.contains(&c.addr()));
-                    if !covered {
-                        routes.push(route(*c, RouteTarget::Throw));
-                    }
-                }
-                continue;
-            }
-            let peer = match (n.key, host_ip(name)) {
-                (Some(k), Some(ip)) if claims.get(&k) == Some(&1) => Some((k, ip)),
-                _ => None,
-            };
-            match peer {
-                Some((key, ip)) => {
-                    peers.insert(
-                        key,
-                        PeerSpec {
-                            endpoint: SocketAddr::new(ip, fc.port),
-                            allowed_ips: n.cidrs.clone(),
-                            keepalive: self.cfg.keepalive,
-                        },
-                    );
-                    routes.extend(
-                        n.cidrs
-                            .iter()
-                            .map(|c| route(*c, RouteTarget::Device(fc.iface.clone()))),
-                    );
-                }
-                None => routes.extend(n.cidrs.iter().map(|c| route(*c, RouteTarget::Throw))),
-            }
+        if name == self.cfg.hostname {
+            let blocks: Vec<&IpNet> = n
+                .cidrs
+                .iter()
+                .filter(|c| c.prefix_len() < c.max_prefix_len())
+                .collect();
+            let routes = n
+                .cidrs
+                .iter()
+                .filter(|c| {
+                    !(c.prefix_len() == c.max_prefix_len()
+                        && blocks.iter().any(|b| b.contains(&c.addr())))
+                })
+                .map(|c| route(*c, RouteTarget::Throw))
+                .collect();
+            return NodeWant { peer: None, routes };
         }
-        let own = fam.nodes.get(me);
-        let addr = own
-            .and_then(|n| n.iface_addr)
-            .or_else(|| self.cfg.host_encryption.then(|| host_ip(me)).flatten());
-        WgWanted::Enabled(WgSpec {
-            name: fc.iface.clone(),
-            mtu: fc.mtu.unwrap_or(host_mtu.saturating_sub(OVERHEAD[idx(f)])),
-            port: fc.port,
-            fwmark: self.cfg.mark,
-            addr: addr.filter(|a| IpFamily::of(a) == f).map(IpNet::from),
-            peers,
-            routes,
-            rule: RuleSpec {
-                family: f,
-                priority: self.cfg.priority,
-                mark: self.cfg.mark,
-                mask: self.cfg.mark,
-                invert: true,
-                table: self.cfg.table,
-            },
-        })
+        let sole = |k: &Key| fam.claims.get(k).is_some_and(|c| c.len() == 1);
+        let peer = match (n.key, host_ip(hosts, f, name)) {
+            (Some(k), Some(ip)) if sole(&k) => Some((
+                k,
+                PeerSpec {
+                    endpoint: SocketAddr::new(ip, fc.port),
+                    allowed_ips: n.cidrs.clone(),
+                    keepalive: self.cfg.keepalive,
+                },
+            )),
+            _ => None,
+        };
+        let target = match peer {
+            Some(_) => RouteTarget::Device(fc.iface.clone()),
+            None => RouteTarget::Throw,
+        };
+        let routes = n.cidrs.iter().map(|c| route(*c, target.clone())).collect();
+        NodeWant { peer, routes }
     }
 
     /// Nodes (other than this one) whose key another node claims too, per family: neither is
     /// programmed, as in Felix.
     pub fn conflicts(&self, f: IpFamily) -> Vec<String> {
-        let fam = &self.fams[idx(f)];
-        let mut by_key: BTreeMap<Key, Vec<&String>> = BTreeMap::new();
-        for (name, n) in &fam.nodes {
-            if let Some(k) = n.key {
-                by_key.entry(k).or_default().push(name);
-            }
-        }
-        by_key
-            .into_values()
-            .filter(|v| v.len() > 1)
+        self.fams[idx(f)]
+            .claims
+            .values()
+            .filter(|c| c.len() > 1)
             .flatten()
             .cloned()
             .collect()
@@ -441,6 +622,7 @@ mod tests {
     use crate::proto::{
         RouteRemove, RouteUpdate, TunnelType, WireguardEndpointRemove, WireguardEndpointUpdate,
     };
+    use proptest::prelude::*;
 
     fn msg(p: Payload) -> ToDataplane {
         ToDataplane {
@@ -521,7 +703,7 @@ mod tests {
     }
 
     fn table(s: &WgSpec) -> Vec<String> {
-        s.routes.iter().map(|r| r.to_string()).collect()
+        s.routes.values().flatten().map(|r| r.to_string()).collect()
     }
 
     #[test]
@@ -631,6 +813,120 @@ mod tests {
             }
         );
         assert_eq!(d.len(), 2, "IPv6 is managed (removed) too");
+    }
+
+    /// Events of the delta property: a node's key (0: none) and interface address, its host
+    /// address (generation `gen`; none), a block routed to a node or gone.
+    #[derive(Clone, Debug)]
+    enum Ev {
+        Key(u8, u8),
+        Host(u8, u8),
+        HostGone(u8),
+        Block(u8, u8),
+        BlockGone(u8),
+    }
+
+    fn ev() -> impl Strategy<Value = Ev> {
+        prop_oneof![
+            (0u8..5, 0u8..4).prop_map(|(n, k)| Ev::Key(n, k)),
+            (0u8..5, 0u8..2).prop_map(|(n, g)| Ev::Host(n, g)),
+            (0u8..5).prop_map(Ev::HostGone),
+            (0u8..6, 0u8..5).prop_map(|(b, n)| Ev::Block(b, n)),
+            (0u8..6).prop_map(Ev::BlockGone),
+        ]
+    }
+
+    /// Folds a statement into the device as the syncer holds it.
+    fn fold(dev: &mut Option<WgSpec>, w: WgWanted) {
+        match w {
+            WgWanted::Enabled(s) => *dev = Some(s),
+            WgWanted::Changed { head, changes } => {
+                let d = dev.as_mut().expect("a change after a whole statement");
+                let (peers, routes) = (std::mem::take(&mut d.peers), std::mem::take(&mut d.routes));
+                *d = WgSpec {
+                    peers,
+                    routes,
+                    ..head
+                };
+                for (k, p) in changes.peers {
+                    match p {
+                        Some(p) => d.peers.insert(k, p),
+                        None => d.peers.remove(&k),
+                    };
+                }
+                for (g, r) in changes.routes {
+                    if r.is_empty() {
+                        d.routes.remove(&g);
+                    } else {
+                        d.routes.insert(g, r);
+                    }
+                }
+            }
+            WgWanted::Disabled { .. } => *dev = None,
+        }
+    }
+
+    proptest! {
+        /// Keys claimed, shared and withdrawn, hosts and blocks coming and going: the changes
+        /// stated after each batch add up to the whole device stated again.
+        #[test]
+        fn changes_add_up_to_the_whole_device(
+            batches in prop::collection::vec(prop::collection::vec(ev(), 1..5), 1..10),
+        ) {
+            let mut cfg = WgConfig {
+                hostname: "n0".into(),
+                mark: 0x200000,
+                ipv6: false,
+                ..WgConfig::default()
+            };
+            cfg.v4.enabled = true;
+            let mut wg = Wireguard::new(cfg);
+            let mut hosts: BTreeMap<String, HostMetadataUpdate> = BTreeMap::new();
+            let mut dev = None;
+            for batch in &batches {
+                for e in batch {
+                    let m = match *e {
+                        Ev::Key(n, k) => {
+                            let k = if k == 0 { String::new() } else { key(k) };
+                            ep(&format!("n{n}"), &k, &format!("10.65.{n}.1"))
+                        }
+                        Ev::Host(n, g) => {
+                            let h = HostMetadataUpdate {
+                                hostname: format!("n{n}"),
+                                ipv4_addr: format!("172.31.{g}.1{n}"),
+                                ..HostMetadataUpdate::default()
+                            };
+                            hosts.insert(h.hostname.clone(), h.clone());
+                            msg(Payload::HostMetadataUpdate(h))
+                        }
+                        Ev::HostGone(n) => {
+                            hosts.remove(&format!("n{n}"));
+                            msg(Payload::HostMetadataRemove(HostMetadataRemove {
+                                hostname: format!("n{n}"),
+                                ..HostMetadataRemove::default()
+                            }))
+                        }
+                        Ev::Block(b, n) => {
+                            let t = if n == 0 {
+                                RouteType::LocalWorkload
+                            } else {
+                                RouteType::RemoteWorkload
+                            };
+                            route(&format!("10.65.{b}.0/26"), &format!("n{n}"), t)
+                        }
+                        Ev::BlockGone(b) => msg(Payload::RouteRemove(RouteRemove {
+                            dst: format!("10.65.{b}.0/26"),
+                        })),
+                    };
+                    wg.on_message(&m);
+                }
+                for (_, w) in wg.take_desired(&hosts, 1500) {
+                    fold(&mut dev, w);
+                }
+                let whole = wg.desired(&hosts, 1500).remove(0).1;
+                prop_assert_eq!(dev.clone().map(WgWanted::Enabled), Some(whole), "after {:?}", batch);
+            }
+        }
     }
 
     #[test]

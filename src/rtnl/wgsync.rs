@@ -5,11 +5,12 @@
 //!
 //! Invariants:
 //! - Nothing touches the kernel before [`WgSyncer::apply`].
-//! - The steady state is O(change): the peers the device holds are believed, and a change of the
-//!   wanted peers is written as the difference (a peer added, removed, or its allowed IPs,
-//!   endpoint or keepalive changed), with no read of the device. A resync (the first apply, the
-//!   refresh timer, any failure, the device reported changed or re-created) reads the device and
-//!   repairs what differs: key, port, fwmark, peers, address, table and rule.
+//! - The steady state is O(change): the caller states the device whole once, then only the
+//!   peers and route groups that changed ([`WgWanted::Changed`]); the peers the device holds are
+//!   believed, and a change is written as the difference (a peer added, removed, or its allowed
+//!   IPs, endpoint or keepalive changed), with no read of the device. A resync (the first apply,
+//!   the refresh timer, any failure, the device reported changed or re-created) reads the device
+//!   and repairs what differs: key, port, fwmark, peers, address, table and rule.
 //! - The private key lives only in the device: a device with none gets one; a device that was
 //!   deleted comes back with a new one, and the report says so.
 //! - The rule is written only after the device, its peers and the table routes are in place, so
@@ -51,20 +52,42 @@ pub struct WgSpec {
     /// The device's one address of its family (`None`: none).
     pub addr: Option<IpNet>,
     pub peers: BTreeMap<Key, PeerSpec>,
-    /// The routes of the table (`rule.table`): on the device, or throw.
-    pub routes: Vec<RouteSpec>,
+    /// The routes of the table (`rule.table`), on the device or throw, in groups (one per
+    /// node): a group's routes are restated together.
+    pub routes: BTreeMap<String, Vec<RouteSpec>>,
     pub rule: RuleSpec,
+}
+
+/// Peers and route groups that changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WgChanges {
+    /// A peer as now wanted; `None`: not wanted.
+    pub peers: BTreeMap<Key, Option<PeerSpec>>,
+    /// A route group as now wanted; empty: the group goes.
+    pub routes: BTreeMap<String, Vec<RouteSpec>>,
 }
 
 /// What the caller wants of one family's device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WgWanted {
     /// No device: remove `name`, the rules to `table` and our routes in it.
-    Disabled {
-        name: String,
-        table: u32,
-    },
+    Disabled { name: String, table: u32 },
+    /// The whole device: peers and route groups not named are not wanted.
     Enabled(WgSpec),
+    /// The device as `head` says (its `peers` and `routes` are not read), and the peers and
+    /// route groups that changed since the last `Enabled` or `Changed`. Without an `Enabled`
+    /// before it, it is taken whole.
+    Changed { head: WgSpec, changes: WgChanges },
+}
+
+impl WgWanted {
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        match self {
+            WgWanted::Disabled { name, .. } => name,
+            WgWanted::Enabled(s) | WgWanted::Changed { head: s, .. } => &s.name,
+        }
+    }
 }
 
 /// What one apply did.
@@ -96,8 +119,16 @@ pub struct WgSyncer {
     resync: bool,
     /// The peers the device holds, when not resyncing and not `believed_is_want`.
     believed: BTreeMap<Key, PeerSpec>,
-    /// The device holds exactly the wanted peers (kept so instead of a copy of them).
+    /// The device holds the wanted peers but for those in `touched` (kept so instead of a copy
+    /// of them).
     believed_is_want: bool,
+    /// With `believed_is_want`: each peer changed since the device was last written, as it
+    /// was wanted then (and is held).
+    touched: BTreeMap<Key, Option<PeerSpec>>,
+    /// Route groups changed since they were last handed to the route syncer.
+    groups_changed: BTreeSet<String>,
+    /// The route syncer holds every wanted group but those in `groups_changed`.
+    groups_fed: bool,
     /// The device's address, rule and link as last written (`None`: unknown).
     believed_addr: Option<Option<IpNet>>,
     believed_rule: Option<RuleSpec>,
@@ -120,6 +151,9 @@ impl WgSyncer {
             resync: true,
             believed: BTreeMap::new(),
             believed_is_want: false,
+            touched: BTreeMap::new(),
+            groups_changed: BTreeSet::new(),
+            groups_fed: false,
             believed_addr: None,
             believed_rule: None,
             link: None,
@@ -132,6 +166,13 @@ impl WgSyncer {
 
     /// Sets what is wanted. No kernel I/O.
     pub fn set(&mut self, want: WgWanted) {
+        match want {
+            WgWanted::Changed { head, changes } => self.change(head, changes),
+            whole => self.set_whole(whole),
+        }
+    }
+
+    fn set_whole(&mut self, want: WgWanted) {
         if self.want.as_ref() == Some(&want) {
             return;
         }
@@ -149,11 +190,70 @@ impl WgSyncer {
             self.resync = true;
         }
         if let (true, Some(WgWanted::Enabled(old))) = (self.believed_is_want, self.want.take()) {
-            // What the device holds is what was wanted until now.
+            // What the device holds is what was wanted until now, but for the peers touched
+            // since it was last written.
             self.believed = old.peers;
+            for (k, held) in std::mem::take(&mut self.touched) {
+                match held {
+                    Some(p) => self.believed.insert(k, p),
+                    None => self.believed.remove(&k),
+                };
+            }
         }
         self.believed_is_want = false;
+        self.touched.clear();
+        self.groups_fed = false;
+        self.groups_changed.clear();
         self.want = Some(want);
+        self.disabled_done = false;
+    }
+
+    /// Takes in what changed: the head whole, the peers and route groups named.
+    fn change(&mut self, head: WgSpec, changes: WgChanges) {
+        let Some(WgWanted::Enabled(spec)) = &mut self.want else {
+            // Nothing to change: the head with the changes is the whole device.
+            let mut spec = head;
+            spec.peers = (changes.peers.into_iter())
+                .filter_map(|(k, p)| Some((k, p?)))
+                .collect();
+            spec.routes = (changes.routes.into_iter())
+                .filter(|(_, r)| !r.is_empty())
+                .collect();
+            return self.set_whole(WgWanted::Enabled(spec));
+        };
+        if (&spec.name, spec.mtu) != (&head.name, head.mtu) {
+            self.link = None;
+        }
+        if spec.rule.table != head.rule.table {
+            self.routes = None;
+            self.resync = true;
+        }
+        let (peers, routes) = (
+            std::mem::take(&mut spec.peers),
+            std::mem::take(&mut spec.routes),
+        );
+        *spec = WgSpec {
+            peers,
+            routes,
+            ..head
+        };
+        for (k, p) in changes.peers {
+            let old = match &p {
+                Some(p) => spec.peers.insert(k, p.clone()),
+                None => spec.peers.remove(&k),
+            };
+            if old != p && self.believed_is_want {
+                self.touched.entry(k).or_insert(old);
+            }
+        }
+        for (g, r) in changes.routes {
+            if r.is_empty() {
+                spec.routes.remove(&g);
+            } else {
+                spec.routes.insert(g.clone(), r);
+            }
+            self.groups_changed.insert(g);
+        }
         self.disabled_done = false;
     }
 
@@ -205,6 +305,8 @@ impl WgSyncer {
                 }
                 self.disable(h, name, *table, &mut report).await
             }
+            // Never held: `set` folds changes into the whole device.
+            WgWanted::Changed { .. } => return Ok(report),
             WgWanted::Enabled(spec) => {
                 if self.unsupported {
                     report.unsupported = true;
@@ -255,7 +357,10 @@ impl WgSyncer {
             report.deleted = true;
         }
         let routes = self.routes_for(name, table);
-        routes.set_routes(GROUP, Vec::new());
+        let groups: Vec<String> = routes.groups().map(str::to_string).collect();
+        for g in groups {
+            routes.set_routes(g, Vec::new());
+        }
         routes.request_resync();
         let rep = routes.apply(h).await?;
         report.route_changes += rep.changes();
@@ -265,6 +370,8 @@ impl WgSyncer {
         self.public_key = None;
         self.believed.clear();
         self.believed_is_want = false;
+        self.touched.clear();
+        self.groups_fed = false;
         self.believed_addr = None;
         self.believed_rule = None;
         self.link = None;
@@ -322,8 +429,27 @@ impl WgSyncer {
             }
             self.believed_addr = Some(spec.addr);
         }
+        let fed = self.groups_fed && self.routes.is_some();
+        let changed = std::mem::take(&mut self.groups_changed);
         let routes = self.routes_for(&spec.name, spec.rule.table);
-        routes.update_routes(GROUP, &spec.routes);
+        if fed {
+            for g in &changed {
+                routes.update_routes(g, spec.routes.get(g).map_or(&[][..], Vec::as_slice));
+            }
+        } else {
+            let gone: Vec<String> = (routes.groups())
+                .filter(|g| !spec.routes.contains_key(*g))
+                .map(str::to_string)
+                .collect();
+            for g in gone {
+                routes.set_routes(g, Vec::new());
+            }
+            for (g, r) in &spec.routes {
+                routes.update_routes(g, r);
+            }
+        }
+        self.groups_fed = true;
+        let routes = self.routes_for(&spec.name, spec.rule.table);
         if resync {
             routes.request_resync();
         }
@@ -388,6 +514,7 @@ impl WgSyncer {
             self.resync = true;
             self.believed.clear();
             self.believed_is_want = false;
+            self.touched.clear();
             self.believed_addr = None;
         }
         let fixed = e.correct_mtu_and_up(h, &spec.name, spec.mtu).await?;
@@ -432,30 +559,38 @@ impl WgSyncer {
         }
         self.believed.clear();
         self.believed_is_want = true;
+        self.touched.clear();
         Ok(())
     }
 
-    /// Writes the difference between the believed peers and the wanted ones.
+    /// Writes the difference between the believed peers and the wanted ones: of the touched
+    /// peers alone when the device held the wanted ones before them.
     fn delta_device(&mut self, spec: &WgSpec, report: &mut WgReport) -> Result<()> {
-        if self.believed_is_want {
-            return Ok(());
-        }
-        let update = WgUpdate {
-            peers: peer_changes(&self.believed, &spec.peers),
-            ..WgUpdate::default()
+        let peers = if self.believed_is_want {
+            let have: BTreeMap<Key, PeerSpec> = (self.touched.iter())
+                .filter_map(|(k, p)| Some((*k, p.clone()?)))
+                .collect();
+            let want: BTreeMap<Key, PeerSpec> = (self.touched.keys())
+                .filter_map(|k| Some((*k, spec.peers.get(k)?.clone())))
+                .collect();
+            peer_changes(&have, &want)
+        } else {
+            peer_changes(&self.believed, &spec.peers)
         };
-        if !update.peers.is_empty() {
-            report.peer_changes += update.peers.len();
+        if !peers.is_empty() {
+            report.peer_changes += peers.len();
+            let update = WgUpdate {
+                peers,
+                ..WgUpdate::default()
+            };
             self.socket()?.set_device(&spec.name, &update)?;
         }
         self.believed.clear();
         self.believed_is_want = true;
+        self.touched.clear();
         Ok(())
     }
 }
-
-/// The route group of a WireGuard table (one per syncer).
-const GROUP: &str = "wireguard";
 
 /// The device's peers in the shape of the spec's.
 fn device_peers(dev: &WgDevice) -> BTreeMap<Key, Option<PeerSpec>> {

@@ -215,8 +215,9 @@ pub enum Change {
         unchanged: bool,
     },
     HostEndpoint,
-    /// A Calico host: the addresses that may have joined or left the hosts set.
+    /// A Calico host (`node`): the addresses that may have joined or left the hosts set.
     Hosts {
+        node: String,
         addrs: Vec<IpAddr>,
     },
     /// An IPAM pool; `updated` names the pool the model now holds, when the update set one.
@@ -516,7 +517,10 @@ impl Model {
             .chain(named.into_iter().map(String::as_str))
             .filter_map(host_ip)
             .collect();
-        Change::Hosts { addrs }
+        Change::Hosts {
+            node: host.to_string(),
+            addrs,
+        }
     }
 
     /// Workloads by interface name; when two claim one interface the smaller ID wins (§14.1).
