@@ -194,6 +194,12 @@ async fn run_async(
     let mut kernel = RealKernel::open(ns.as_ref(), &dpcfg)
         .map_err(AgentError::setup("opening netlink sockets"))?;
     follow_features(&mut kernel, &mut dpcfg, &config, &ops)?;
+    if dpcfg.rules.flow_logs {
+        tracing::warn!(
+            "flow logs: every policy verdict, tier end and profile drop now logs to NFLOG groups 1 and 2 \
+             with Felix's prefixes; felix-nft does not read them or export flows yet"
+        );
+    }
     let rp_filter = kernel.procsys().default_rp_filter();
     let dp =
         Dataplane::new(dpcfg.clone(), rp_filter).map_err(|e| AgentError::BadConfig(Box::new(e)))?;

@@ -134,7 +134,20 @@ fn worked_example() -> Model {
 /// A workload with two tiers: `security` ends in Pass, `default` ends in the default deny; a
 /// staged policy is never programmed. It also has QoS packet-rate and connection limits.
 fn two_tiers() -> Model {
-    let mut m = Model::new(v4_only());
+    two_tiers_with(v4_only())
+}
+
+/// [`two_tiers`] with flow logs on: every allow, pass and deny, each tier's end and the drop
+/// after the profiles log to NFLOG groups 1 and 2 with Felix's prefixes.
+fn flow_logs() -> Model {
+    two_tiers_with(RulesConfig {
+        flow_logs: true,
+        ..v4_only()
+    })
+}
+
+fn two_tiers_with(cfg: RulesConfig) -> Model {
+    let mut m = Model::new(cfg);
     let mut w = workload("cali-two", &["10.65.0.3/32"], &[]);
     w.qos_controls = Some(felix_nft::proto::types::QoSControls {
         ingress_packet_rate: 1000,
@@ -581,6 +594,7 @@ fn scenarios() -> BTreeMap<&'static str, Model> {
     BTreeMap::from([
         ("worked_example", worked_example()),
         ("two_tiers", two_tiers()),
+        ("flow_logs", flow_logs()),
         ("host_endpoint", host_endpoint()),
         ("nat_outgoing", nat_outgoing()),
         ("floating_ips", floating_ips()),
@@ -604,6 +618,7 @@ macro_rules! snapshot_tests {
 snapshot_tests! {
     snapshot_worked_example: worked_example,
     snapshot_two_tiers: two_tiers,
+    snapshot_flow_logs: flow_logs,
     snapshot_host_endpoint: host_endpoint,
     snapshot_nat_outgoing: nat_outgoing,
     snapshot_floating_ips: floating_ips,

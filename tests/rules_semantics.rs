@@ -645,6 +645,97 @@ fn log_prefixes_are_truncated_to_what_the_kernel_accepts() {
     assert!(prefix.starts_with("calico-packet-nnn"));
 }
 
+/// Each NFLOG statement of a chain: (group, prefix, snaplen).
+fn nflogs(chain: &felix_nft::nft::build::TextChain) -> Vec<(u16, String, u32)> {
+    chain
+        .chain
+        .rules
+        .iter()
+        .flat_map(|r| &r.exprs)
+        .filter_map(|e| match e {
+            Expr::Log {
+                prefix: Some(p),
+                group: Some(g),
+                snaplen,
+                ..
+            } => Some((*g, p.clone(), snaplen.unwrap_or(0))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With flow logs on, every allow, pass and deny rule of a policy or profile logs to NFLOG
+/// (group 1 ingress, 2 egress, 80 bytes) with Felix's prefix: action, owner, direction and the
+/// rule's index, then the policy's id or the profile's name. A log rule does not, nor do the
+/// untracked policies of the raw layer; with flow logs off nothing logs to a group.
+#[test]
+fn flow_logs_log_every_verdict_with_felix_s_prefix() {
+    let r = |flow_logs| {
+        Renderer::new(RulesConfig {
+            flow_logs,
+            ..RulesConfig::default()
+        })
+        .unwrap()
+    };
+    let policy = Policy {
+        inbound_rules: vec![
+            rule("allow", |r| r.protocol = tcp()),
+            rule("deny", |_| {}),
+            rule("log", |_| {}),
+            rule("next-tier", |_| {}),
+        ],
+        outbound_rules: vec![rule("", |_| {})],
+        ..Default::default()
+    };
+    let id = PolicyId {
+        name: "web".into(),
+        namespace: "prod".into(),
+        kind: "NetworkPolicy".into(),
+    };
+    let both = [Direction::Inbound, Direction::Outbound];
+    let chains = |flow_logs, layer| {
+        r(flow_logs).policy_chains(Family::Ip, layer, &id, &policy, &both, &no_empty_ipsets)
+    };
+    let pc = chains(true, Layer::Filter);
+    let owned = |v: &[(u16, &str)]| -> Vec<(u16, String, u32)> {
+        v.iter().map(|(g, p)| (*g, p.to_string(), 80)).collect()
+    };
+    assert_eq!(
+        nflogs(&pc.chains[0]),
+        owned(&[
+            (1, "API0|np/prod/web"),
+            (1, "DPI1|np/prod/web"),
+            (1, "PPI3|np/prod/web")
+        ])
+    );
+    assert_eq!(nflogs(&pc.chains[1]), owned(&[(2, "APE0|np/prod/web")]));
+    // The log sits between the mark and the verdict, in the rule of the verdict.
+    let allow = texts(&pc)[0].clone();
+    assert!(
+        allow.ends_with(r#"log prefix "API0|np/prod/web" group 1 snaplen 80 return"#),
+        "{allow}"
+    );
+    // Pre-DNAT policies log too; untracked ones do not.
+    assert_eq!(nflogs(&chains(true, Layer::Mangle).chains[0]).len(), 3);
+    assert!(nflogs(&chains(true, Layer::Raw).chains[0]).is_empty());
+    assert!(nflogs(&chains(false, Layer::Filter).chains[0]).is_empty());
+    // A profile's rules are named by the profile.
+    let profile = Profile {
+        inbound_rules: vec![rule("allow", |_| {})],
+        outbound_rules: vec![rule("deny", |_| {})],
+    };
+    let pc = r(true).profile_chains(
+        Family::Ip6,
+        Layer::Filter,
+        "kns.prod",
+        &profile,
+        &both,
+        &no_empty_ipsets,
+    );
+    assert_eq!(nflogs(&pc.chains[0]), owned(&[(1, "ARI0|kns.prod")]));
+    assert_eq!(nflogs(&pc.chains[1]), owned(&[(2, "DRE0|kns.prod")]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // WireGuard
 // ---------------------------------------------------------------------------------------------

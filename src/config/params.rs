@@ -513,6 +513,12 @@ params! {
     wireguard_threading_enabled: bool = "WireguardThreadingEnabled", Kind::Bool, "false", 0,
         "Threaded NAPI on the Wireguard devices.";
 
+    // --- Flow logs ---
+    flow_logs_goldmane_server: Option<String> = "FlowLogsGoldmaneServer", Kind::Text, "", 0,
+        "Goldmane's address (host:port); set = flow logs on: every policy and profile rule, each tier's end and the no-profile drop log to NFLOG groups 1 (ingress) and 2 (egress) with Felix's prefixes.";
+    flow_logs_local_reporter: EnabledDisabled = "FlowLogsLocalReporter", ONOFF, "Disabled", 0,
+        "Enabled = flow logs on, as with FlowLogsGoldmaneServer.";
+
     // --- Workloads / OpenStack / Istio ---
     workload_source_spoofing: WorkloadSourceSpoofing = "WorkloadSourceSpoofing",
         Kind::OneOf(WorkloadSourceSpoofing::WORDS), "Disabled", 0,

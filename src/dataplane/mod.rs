@@ -270,6 +270,8 @@ impl DataplaneConfig {
                 },
                 burst: u32::from(c.log_action_rate_limit_burst),
             }),
+            flow_logs: c.flow_logs_goldmane_server.is_some()
+                || c.flow_logs_local_reporter == cfg::EnabledDisabled::Enabled,
             disable_conntrack_invalid_check: c.disable_conntrack_invalid_check,
             service_loop_prevention: c.service_loop_prevention.into(),
             ipv6_enabled: c.ipv6_support,

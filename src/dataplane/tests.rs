@@ -715,3 +715,28 @@ fn the_model_says_what_an_update_changed() {
         Change::None
     );
 }
+
+/// Flow logs are on when Felix names a Goldmane server or enables the local reporter.
+#[test]
+fn flow_logs_are_on_with_goldmane_or_the_local_reporter() {
+    use crate::config::{resolve, RawValue, Source};
+    let on = |kv: &[(&str, &str)]| {
+        let raw = kv
+            .iter()
+            .map(|(k, v)| RawValue {
+                key: k.to_string(),
+                value: v.to_string(),
+                source: Source::ConfigUpdate,
+            })
+            .collect();
+        let config = resolve(raw).expect("valid config").config;
+        DataplaneConfig::from_config(&config).rules.flow_logs
+    };
+    assert!(!on(&[]));
+    assert!(on(&[(
+        "FlowLogsGoldmaneServer",
+        "goldmane.calico-system.svc:7443"
+    )]));
+    assert!(on(&[("FlowLogsLocalReporter", "Enabled")]));
+    assert!(!on(&[("FlowLogsLocalReporter", "Disabled")]));
+}

@@ -749,6 +749,23 @@ impl RuleBuilder {
         )
     }
 
+    /// `log prefix P group G snaplen S`: the packet's first `snaplen` bytes to NFLOG group `group`.
+    pub fn nflog(self, group: u16, prefix: &str, snaplen: u32) -> Self {
+        self.push(
+            [Expr::Log {
+                prefix: Some(prefix.to_string()),
+                level: None,
+                group: Some(group),
+                snaplen: Some(snaplen),
+                flags: None,
+            }],
+            format_args!(
+                "log prefix {} group {group} snaplen {snaplen}",
+                Quoted(prefix)
+            ),
+        )
+    }
+
     /// `limit rate [over] R/UNIT burst B packets`; `unit` is in seconds (1, 60, 3600, 86400).
     pub fn limit(self, rate: u64, unit: u64, burst: u32, over: bool) -> Self {
         let unit_name = match unit {

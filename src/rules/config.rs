@@ -159,6 +159,10 @@ pub struct RulesConfig {
     pub log_prefix: String,
     /// `LogActionRateLimit` / `LogActionRateLimitBurst`.
     pub log_rate_limit: Option<RateLimit>,
+    /// Flow logs are on (`FlowLogsGoldmaneServer` set or `FlowLogsLocalReporter` enabled): every
+    /// policy and profile rule, each tier's end and the no-profile drop log to NFLOG with
+    /// Felix's groups and prefixes ([`crate::rules::nflog`]).
+    pub flow_logs: bool,
     /// `DisableConntrackInvalidCheck`.
     pub disable_conntrack_invalid_check: bool,
     /// `ServiceLoopPrevention` (Drop).
@@ -225,6 +229,7 @@ impl Default for RulesConfig {
             tunnel_ifaces_v6: Vec::new(),
             log_prefix: "calico-packet".to_string(),
             log_rate_limit: None,
+            flow_logs: false,
             disable_conntrack_invalid_check: false,
             service_loop_prevention: ServiceLoopPrevention::Drop,
             ipv6_enabled: true,

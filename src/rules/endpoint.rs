@@ -12,7 +12,7 @@ use crate::rules::names::{
     endpoint_chain, is_staged, logical, policy_chain, profile_chain, rename_chain,
     shared_endpoint_chain, ChainBuilder, Direction, EndpointChain, Layer,
 };
-use crate::rules::Renderer;
+use crate::rules::{nflog, Renderer};
 
 /// Whether a policy has no rule in the family being rendered, in a direction (see
 /// [`crate::rules::policy::renders_nothing`]). Its chain is not rendered, and a jump to it
@@ -463,16 +463,27 @@ impl Renderer {
             );
         }
         let pass_default = tier.default_action.eq_ignore_ascii_case("pass");
-        if matches!(spec.kind, EndpointKind::Normal | EndpointKind::Forward) && !pass_default {
+        if !matches!(spec.kind, EndpointKind::Normal | EndpointKind::Forward) {
+            return;
+        }
+        // Flow logs see the tier's end: the drop, or with a passing tier what goes on to the next.
+        let flow = |b: RuleBuilder, a: nflog::Action| {
+            if !self.flow_logs_in(spec.layer) {
+                return b;
+            }
+            let prefix = nflog::end_of_tier(a, spec.dir, &tier.name);
+            b.nflog(nflog::group(spec.dir), &prefix, nflog::SNAPLEN)
+        };
+        if !pass_default {
             let end = format!(
                 "End of tier {}. Drop if no policies passed packet",
                 tier.name
             );
-            c.push(
-                self.deny(r().mark_lacks(m.pass).counter(), spec.layer)
-                    .build(),
-                &[&end],
-            );
+            let b = flow(r().mark_lacks(m.pass).counter(), nflog::Action::Deny);
+            c.push(self.deny(b, spec.layer).build(), &[&end]);
+        } else if self.flow_logs_in(spec.layer) {
+            let b = flow(r().mark_lacks(m.pass).counter(), nflog::Action::Pass);
+            c.push(b.build(), &[&format!("End of tier {}: pass", tier.name)]);
         }
     }
 
@@ -499,8 +510,13 @@ impl Renderer {
                 &["Return if profile accepted"],
             );
         }
+        let mut b = r().counter();
+        if self.flow_logs_in(spec.layer) {
+            let prefix = nflog::no_profile_matched(spec.dir);
+            b = b.nflog(nflog::group(spec.dir), &prefix, nflog::SNAPLEN);
+        }
         c.push(
-            self.deny(r().counter(), spec.layer).build(),
+            self.deny(b, spec.layer).build(),
             &["Drop if no profiles matched"],
         );
     }
@@ -969,6 +985,54 @@ mod tests {
                 default_action: String::new(),
             },
         ]
+    }
+
+    /// With flow logs on, each tier's end logs to the direction's NFLOG group: the drop of a
+    /// tier that drops, what goes on from a tier that passes; so does the drop after the
+    /// profiles. Off, nothing logs to a group.
+    #[test]
+    fn flow_logs_log_each_tier_s_end_and_the_no_profile_drop() {
+        let tiers = tiers();
+        let profiles = ["default".to_string()];
+        let spec = |dir| EndpointChainSpec {
+            name: "filter-cali-tw-cali0".into(),
+            layer: Layer::Filter,
+            kind: EndpointKind::Normal,
+            dir,
+            tiers: &tiers,
+            profiles: &profiles,
+            failsafe: None,
+            admin_up: true,
+            allow: AllowAction::Accept,
+            workload_egress: false,
+            packet_rate: None,
+            max_connections: None,
+            side_exit: 0,
+        };
+        let texts = |flow_logs: bool, dir| {
+            let r = Renderer::new(RulesConfig {
+                flow_logs,
+                ..RulesConfig::default()
+            })
+            .expect("config");
+            let c = r.endpoint_chain(Family::Ip, &spec(dir), &no_noop_policies);
+            c.texts
+                .iter()
+                .filter(|t| t.contains(" group "))
+                .map(|t| t.split(" comment ").next().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        };
+        let ingress = texts(true, Direction::Inbound);
+        assert_eq!(ingress.len(), 3, "{ingress:#?}");
+        assert!(ingress[0].contains(r#"log prefix "PPI|platform" group 1 snaplen 80"#));
+        assert!(!ingress[0].contains("drop"), "{ingress:#?}");
+        assert!(ingress[1].ends_with(r#"log prefix "DPI|app" group 1 snaplen 80 drop"#));
+        assert!(ingress[2].ends_with(r#"counter log prefix "DRI" group 1 snaplen 80 drop"#));
+        let egress = texts(true, Direction::Outbound);
+        assert_eq!(egress.len(), 2, "{egress:#?}");
+        assert!(egress[0].contains(r#"log prefix "PPE|platform" group 2 snaplen 80"#));
+        assert!(egress[1].contains(r#"log prefix "DRE" group 2 snaplen 80 drop"#));
+        assert!(texts(false, Direction::Inbound).is_empty());
     }
 
     /// A policy with no rule in the family loses its jump and its return; its tier keeps its

@@ -42,6 +42,7 @@ pub mod endpoint;
 pub mod incremental;
 pub mod marks;
 pub mod names;
+pub mod nflog;
 pub mod policy;
 pub mod sets;
 pub mod side;

@@ -25,7 +25,7 @@ use crate::rules::names::{
     ipset_name, is_staged, kind_short, policy_chain, profile_chain, shared_set_name, ChainBuilder,
     Direction, Layer,
 };
-use crate::rules::{Renderer, SetBag};
+use crate::rules::{nflog, Renderer, SetBag};
 
 use crate::nft::build::TextChain;
 
@@ -55,13 +55,16 @@ pub struct PolicyChains {
     pub sets: Vec<Set>,
 }
 
-/// What a `%k/%n/%p/%t` log prefix refers to.
+/// What a `%k/%n/%p/%t` log prefix refers to, and whose rules flow logs name.
 #[derive(Clone, Debug)]
 pub(crate) struct LogCtx {
     pub kind: String,
     pub name: String,
     pub namespace: String,
     pub tier: String,
+    /// With flow logs on (and not in the untracked layer): the owner and its id in NFLOG
+    /// prefixes.
+    pub flow: Option<(nflog::Owner, String)>,
 }
 
 /// IP protocol number of a Calico protocol (name or number). In the IPv6 table the name
@@ -362,14 +365,16 @@ impl Renderer {
         alts
     }
 
-    /// Renders one policy/profile rule into `chain` (§9.2–9.4). Returns false when the rule
-    /// does not apply to this family or cannot be rendered.
+    /// Renders one policy/profile rule into `chain` (§9.2–9.4); `at`: its direction and index
+    /// there (flow logs name it by them). Returns false when the rule does not apply to this
+    /// family or cannot be rendered.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn render_rule(
         &self,
         family: Family,
         layer: Layer,
         rule: &Rule,
-        log: &LogCtx,
+        (log, at): (&LogCtx, (Direction, usize)),
         chain: &mut ChainBuilder,
         (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> bool {
@@ -445,7 +450,7 @@ impl Renderer {
         if !blocks.is_empty() {
             b = b.mark_has(self.marks.scratch0);
         }
-        self.push_verdict(layer, &action, b, log, &comment_refs, chain);
+        self.push_verdict(layer, &action, b, (log, at), &comment_refs, chain);
         true
     }
 
@@ -644,17 +649,26 @@ impl Renderer {
     }
 
     /// The rule's verdict on what matched `b`: a mark and a return for allow and pass, a mark and
-    /// a drop (or reject) for deny, a rate-limited log with the configured prefix for log.
+    /// a drop (or reject) for deny, a rate-limited log with the configured prefix for log. With
+    /// flow logs, allow, pass and deny also log to NFLOG, before their verdict.
     fn push_verdict(
         &self,
         layer: Layer,
         action: &str,
         mut b: RuleBuilder,
-        log: &LogCtx,
+        (log, (dir, idx)): (&LogCtx, (Direction, usize)),
         comment_refs: &[&str],
         chain: &mut ChainBuilder,
     ) {
         let m = self.marks;
+        let flow = |b: RuleBuilder, a: nflog::Action| match &log.flow {
+            Some((owner, id)) => b.nflog(
+                nflog::group(dir),
+                &nflog::rule_prefix(a, *owner, dir, idx, id),
+                nflog::SNAPLEN,
+            ),
+            None => b,
+        };
         // Felix's iptables rules set a bit and then test it in a second rule ("Return if policy
         // accepted", "Drop if policy denied"), because an iptables rule has one target. An
         // nftables rule sets the bit and returns (or drops) in one: the second rule could only
@@ -662,16 +676,15 @@ impl Renderer {
         // every earlier setter returned or dropped. One rule in three of a policy chain goes.
         match action {
             "" | "allow" => {
-                chain.push(
-                    b.counter().mark_set_or(m.accept).ret().build(),
-                    comment_refs,
-                );
+                let b = flow(b.counter().mark_set_or(m.accept), nflog::Action::Allow);
+                chain.push(b.ret().build(), comment_refs);
             }
             "pass" | "next-tier" => {
-                chain.push(b.counter().mark_set_or(m.pass).ret().build(), comment_refs);
+                let b = flow(b.counter().mark_set_or(m.pass), nflog::Action::Pass);
+                chain.push(b.ret().build(), comment_refs);
             }
             "deny" => {
-                let b = b.counter().mark_set_or(m.drop);
+                let b = flow(b.counter().mark_set_or(m.drop), nflog::Action::Deny);
                 chain.push(self.deny(b, layer).build(), comment_refs);
             }
             _ => {
@@ -725,15 +738,22 @@ impl Renderer {
     fn rules_chain(
         &self,
         family: Family,
-        layer: Layer,
+        (layer, dir): (Layer, Direction),
         (name, chain_comment): (&str, &str),
         rules: &[Rule],
         log: &LogCtx,
         (sets, empty): (&mut SetBag, EmptyIpSet),
     ) -> TextChain {
         let mut chain = ChainBuilder::new(name);
-        for rule in rules {
-            self.render_rule(family, layer, rule, log, &mut chain, (&mut *sets, empty));
+        for (idx, rule) in rules.iter().enumerate() {
+            self.render_rule(
+                family,
+                layer,
+                rule,
+                (log, (dir, idx)),
+                &mut chain,
+                (&mut *sets, empty),
+            );
         }
         chain.elide_trailing_return();
         if chain.is_empty() {
@@ -765,6 +785,9 @@ impl Renderer {
             name: id.name.clone(),
             namespace: id.namespace.clone(),
             tier: policy.tier.clone(),
+            flow: self
+                .flow_logs_in(layer)
+                .then(|| (nflog::Owner::Policy, nflog::policy_id(id))),
         };
         let ns_name = if id.namespace.is_empty() {
             id.name.clone()
@@ -799,6 +822,9 @@ impl Renderer {
             name: name.to_string(),
             namespace: String::new(),
             tier: String::new(),
+            flow: self
+                .flow_logs_in(layer)
+                .then(|| (nflog::Owner::Profile, name.to_string())),
         };
         let chain = |dir: Direction| {
             let rules = match dir {
@@ -825,11 +851,11 @@ impl Renderer {
         let mut sets = SetBag::new();
         let chains = dirs
             .iter()
-            .filter_map(|&dir| chain(dir))
-            .map(|(rules, name, comment)| {
+            .filter_map(|&dir| Some((dir, chain(dir)?)))
+            .map(|(dir, (rules, name, comment))| {
                 self.rules_chain(
                     family,
-                    layer,
+                    (layer, dir),
                     (&name, &comment),
                     rules,
                     log,
@@ -841,6 +867,12 @@ impl Renderer {
             chains,
             sets: sets.into_values().collect(),
         }
+    }
+
+    /// Whether rules in `layer` log to NFLOG for flow logs: not the untracked policies of the
+    /// raw layer, as in Felix (every packet reaches them, not only a connection's first).
+    pub(crate) fn flow_logs_in(&self, layer: Layer) -> bool {
+        self.cfg.flow_logs && layer != Layer::Raw
     }
 
     /// A stand-in for a policy or profile that an endpoint references but that has not been

@@ -1,0 +1,242 @@
+//! Flow logs' NFLOG prefixes, as Felix writes them: which rule of which policy or profile, or
+//! which tier's end, decided a packet, in a string Felix's collector (and ours) maps back to
+//! the policy trace. Pure: the renderer puts them in `log group` statements.
+//!
+//! - A rule: action (`A`llow, `D`eny, `P`ass), owner (`P`olicy, p`R`ofile), direction
+//!   (`I`ngress, `E`gress), the rule's index in its direction, `|`, then the policy's id
+//!   (`<kind>/<namespace>/<name>` or `<kind>/<name>`, the kind short: `np`, `gnp`, …) or the
+//!   profile's name: `API0|np/default/allow-web`.
+//! - A tier's end: `D` (or `P` when the tier passes by default), `P`, the direction, `|`, the
+//!   tier: `DPI|default`. No profile matched: `DRI` / `DRE`.
+//! - At most 63 bytes (the kernel keeps 64 with the NUL). A prefix of 63 bytes or more keeps its
+//!   first and last 10 bytes around `_` and 41 characters of the SHA-256 of the whole prefix
+//!   (base64url), so a hashed prefix can never equal an unhashed one.
+
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use crate::proto::types::PolicyId;
+use crate::rules::names::{kind_short, Direction};
+
+/// The NFLOG group of packets entering an endpoint (its ingress policy).
+pub const GROUP_INGRESS: u16 = 1;
+/// The NFLOG group of packets leaving an endpoint (its egress policy).
+pub const GROUP_EGRESS: u16 = 2;
+/// Bytes of each packet copied to the reader: the headers (Felix's `snaplen 80`).
+pub const SNAPLEN: u32 = 80;
+
+/// Longest prefix kept whole; longer ones (and one this long) are hashed.
+const MAX_LEN: usize = 63;
+/// Bytes of a hashed prefix kept from its start and from its end.
+const KEEP: usize = 10;
+/// Characters of the hash in a hashed prefix.
+const HASH_LEN: usize = MAX_LEN - 2 * KEEP - 2;
+
+/// What a logged rule did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Allow,
+    Deny,
+    Pass,
+}
+
+impl Action {
+    fn code(self) -> char {
+        match self {
+            Action::Allow => 'A',
+            Action::Deny => 'D',
+            Action::Pass => 'P',
+        }
+    }
+
+    /// The action of a policy rule's `action` field (`""` is allow, `next-tier` is pass);
+    /// `None` for `log` and anything unknown.
+    pub fn of_rule(action: &str) -> Option<Action> {
+        match action.to_ascii_lowercase().as_str() {
+            "" | "allow" => Some(Action::Allow),
+            "deny" => Some(Action::Deny),
+            "pass" | "next-tier" => Some(Action::Pass),
+            _ => None,
+        }
+    }
+}
+
+/// Whose rule it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Policy,
+    Profile,
+}
+
+impl Owner {
+    fn code(self) -> char {
+        match self {
+            Owner::Policy => 'P',
+            Owner::Profile => 'R',
+        }
+    }
+}
+
+fn dir_code(dir: Direction) -> char {
+    match dir {
+        Direction::Inbound => 'I',
+        Direction::Outbound => 'E',
+    }
+}
+
+/// The NFLOG group of a direction.
+pub fn group(dir: Direction) -> u16 {
+    match dir {
+        Direction::Inbound => GROUP_INGRESS,
+        Direction::Outbound => GROUP_EGRESS,
+    }
+}
+
+/// A policy's id in prefixes: `<kind>/<namespace>/<name>`, or `<kind>/<name>` without a
+/// namespace, the kind short.
+pub fn policy_id(id: &PolicyId) -> String {
+    if id.namespace.is_empty() {
+        format!("{}/{}", kind_short(id), id.name)
+    } else {
+        format!("{}/{}/{}", kind_short(id), id.namespace, id.name)
+    }
+}
+
+/// The prefix of rule `idx` (from 0, in its direction) of a policy (`id` from [`policy_id`])
+/// or a profile (`id` its name).
+pub fn rule_prefix(action: Action, owner: Owner, dir: Direction, idx: usize, id: &str) -> String {
+    limit(format!(
+        "{}{}{}{idx}|{id}",
+        action.code(),
+        owner.code(),
+        dir_code(dir)
+    ))
+}
+
+/// The prefix of a tier's end: `Deny` where the tier drops what no policy passed, `Pass`
+/// where it passes it on.
+pub fn end_of_tier(action: Action, dir: Direction, tier: &str) -> String {
+    limit(format!("{}P{}|{tier}", action.code(), dir_code(dir)))
+}
+
+/// The prefix of the drop after the profiles, when none matched.
+pub fn no_profile_matched(dir: Direction) -> String {
+    format!("DR{}", dir_code(dir))
+}
+
+/// `prefix` whole when shorter than 63 bytes, else hashed to 63.
+fn limit(prefix: String) -> String {
+    if prefix.len() < MAX_LEN {
+        return prefix;
+    }
+    let hash = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(&prefix));
+    let bytes = prefix.as_bytes();
+    let mut out = Vec::with_capacity(MAX_LEN);
+    out.extend_from_slice(&bytes[..KEEP]);
+    out.push(b'_');
+    out.extend_from_slice(&hash.as_bytes()[..HASH_LEN]);
+    out.push(b'_');
+    out.extend_from_slice(&bytes[bytes.len() - KEEP..]);
+    // Cutting a multi-byte character at either end leaves bytes that are not UTF-8; they
+    // become U+FFFD, which changes the prefix only for names Kubernetes does not allow.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pol(name: &str, namespace: &str, kind: &str) -> String {
+        policy_id(&PolicyId {
+            name: name.into(),
+            namespace: namespace.into(),
+            kind: kind.into(),
+        })
+    }
+
+    /// Felix's own cases (`felix/rules/nflogprefix_test.go`), byte for byte.
+    #[test]
+    fn prefixes_are_felix_s() {
+        use Direction::{Inbound as I, Outbound as E};
+        let chars62 = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let chars63 = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0";
+        let gnp = |n: &str| pol(n, "", "GlobalNetworkPolicy");
+        let cases = [
+            (
+                rule_prefix(
+                    Action::Allow,
+                    Owner::Policy,
+                    I,
+                    0,
+                    &pol("default.policy", "namespace1", "NetworkPolicy"),
+                ),
+                "API0|np/namespace1/default.policy".to_string(),
+            ),
+            (
+                rule_prefix(Action::Pass, Owner::Profile, E, 999, "short.profile.name"),
+                "PRE999|short.profile.name".into(),
+            ),
+            (
+                rule_prefix(Action::Deny, Owner::Policy, E, 88, &gnp(chars62)),
+                format!("DPE88|gnp/{chars62}"),
+            ),
+            (
+                rule_prefix(Action::Deny, Owner::Policy, I, 88, &gnp(chars63)),
+                "DPI88|gnp/_12IXaBPahNM7a7dZhI8zg6PStmHsgneYaax8LVSIq_RSTUVWXYZ0".into(),
+            ),
+            (
+                rule_prefix(
+                    Action::Deny,
+                    Owner::Policy,
+                    E,
+                    1,
+                    &gnp("this-is-still-quite-a-long-tier-name-even-though-its-not-required.quite-a-long-policy-name"),
+                ),
+                "DPE1|gnp/t_FSGxA9eGa6t_A5Rj2agPvl4aq8-eohq0An6xEW4n7_olicy-name".into(),
+            ),
+            (
+                rule_prefix(
+                    Action::Deny,
+                    Owner::Policy,
+                    E,
+                    2,
+                    &gnp("this-is-still-quite-a-long-tier-name-even-though-its-not-required.quite-a-long-policy-name2"),
+                ),
+                "DPE2|gnp/t_G4MaamO0BQNQg8Ibyy-r9qg2HIK8-7EaPOVzsy5Nv_licy-name2".into(),
+            ),
+            (end_of_tier(Action::Deny, E, "tier-1"), "DPE|tier-1".into()),
+            (
+                end_of_tier(
+                    Action::Deny,
+                    I,
+                    "tier-01234567890123456789012345678901234567890123456789012",
+                ),
+                "DPI|tier-01234567890123456789012345678901234567890123456789012".into(),
+            ),
+            (
+                end_of_tier(
+                    Action::Deny,
+                    I,
+                    "tier-012345678901234567890123456789012345678901234567890123",
+                ),
+                "DPI|tier-0_phEfG4Vhbq2xh4TQsePNa2X9YRj5peCVw1FgaNSbd_4567890123".into(),
+            ),
+            (no_profile_matched(I), "DRI".into()),
+            (no_profile_matched(E), "DRE".into()),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+            assert!(got.len() <= MAX_LEN, "{got}");
+        }
+        assert_eq!(end_of_tier(Action::Pass, I, "default"), "PPI|default");
+        assert_eq!((group(I), group(E)), (1, 2));
+    }
+
+    #[test]
+    fn actions_of_rules() {
+        assert_eq!(Action::of_rule(""), Some(Action::Allow));
+        assert_eq!(Action::of_rule("Next-Tier"), Some(Action::Pass));
+        assert_eq!(Action::of_rule("deny"), Some(Action::Deny));
+        assert_eq!(Action::of_rule("log"), None);
+    }
+}
