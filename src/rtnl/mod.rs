@@ -31,6 +31,7 @@ pub mod link;
 pub mod monitor;
 pub mod neigh;
 pub mod nexthop;
+pub mod nflog;
 pub mod routes;
 pub mod rule;
 pub mod vxlan;
@@ -116,6 +117,14 @@ pub enum RtnlError {
         #[source]
         source: io::Error,
     },
+    /// An nfnetlink_log request or read failed.
+    #[error("{op} {object}")]
+    Nflog {
+        op: &'static str,
+        object: String,
+        #[source]
+        source: io::Error,
+    },
     /// Something in a kernel answer did not parse as documented.
     #[error("{op}: unexpected kernel answer: {what}")]
     Unexpected { op: &'static str, what: String },
@@ -132,6 +141,7 @@ impl RtnlError {
             RtnlError::Sysctl { source, .. }
             | RtnlError::Socket { source, .. }
             | RtnlError::Conntrack { source, .. }
+            | RtnlError::Nflog { source, .. }
             | RtnlError::Genl { source, .. }
             | RtnlError::Unanswered { source, .. } => source.raw_os_error(),
             _ => None,
