@@ -229,6 +229,8 @@ pub struct Driver<K: Kernel> {
     repair: RepairBackoff,
     /// The WireGuard key last reported per family (`""`: none).
     wg_reported: std::collections::BTreeMap<crate::rtnl::IpFamily, String>,
+    /// The first apply's wait was said (see [`Driver::say_what_the_first_apply_waits_for`]).
+    wait_said: bool,
     /// The nodes last reported as claiming one key.
     wg_conflicts: Vec<String>,
 }
@@ -266,6 +268,7 @@ impl<K: Kernel> Driver<K> {
             repair: RepairBackoff::default(),
             wg_reported: Default::default(),
             wg_conflicts: Vec::new(),
+            wait_said: false,
         }
     }
 
@@ -1098,7 +1101,34 @@ impl<K: Kernel> Driver<K> {
             if let Some(h) = &mut self.health {
                 h.heartbeat();
             }
+            self.say_what_the_first_apply_waits_for();
         }
+    }
+
+    /// Once, when nothing has been programmed a while after the start: what the first apply
+    /// still waits for (Felix's `InSync`, the interface monitor's first listing, the retry of a
+    /// failed apply), so that a node that stays unprogrammed says why.
+    fn say_what_the_first_apply_waits_for(&mut self) {
+        if self.first_apply_done || self.wait_said || self.started.elapsed() < HEALTH_PERIOD {
+            return;
+        }
+        self.wait_said = true;
+        let waits: Vec<&str> = [
+            (!self.dp.datastore_in_sync(), "Felix's InSync"),
+            (
+                !self.dp.ifaces_in_sync(),
+                "the interface monitor's first listing",
+            ),
+            (self.last_failed, "the retry of a failed apply"),
+        ]
+        .into_iter()
+        .filter_map(|(w, what)| w.then_some(what))
+        .collect();
+        tracing::info!(
+            secs = self.started.elapsed().as_secs(),
+            waiting_for = ?waits,
+            "nothing programmed yet"
+        );
     }
 }
 

@@ -993,6 +993,11 @@ impl Dataplane {
         self.datastore_in_sync = true;
     }
 
+    /// Whether the interface monitor's first listing has been seen.
+    pub fn ifaces_in_sync(&self) -> bool {
+        self.ifaces_in_sync
+    }
+
     /// Marks the interface view complete (one-shot commands read it with a dump).
     pub fn set_ifaces_in_sync(&mut self) {
         self.ifaces_in_sync = true;
