@@ -1,6 +1,7 @@
 //! Flow logs' NFLOG prefixes, as Felix writes them: which rule of which policy or profile, or
 //! which tier's end, decided a packet, in a string Felix's collector (and ours) maps back to
-//! the policy trace. Pure: the renderer puts them in `log group` statements.
+//! the policy trace. Pure: the renderer puts them in `log group` statements; [`parse`] reads
+//! them back from logged packets.
 //!
 //! - A rule: action (`A`llow, `D`eny, `P`ass), owner (`P`olicy, p`R`ofile), direction
 //!   (`I`ngress, `E`gress), the rule's index in its direction, `|`, then the policy's id
@@ -124,6 +125,86 @@ pub fn no_profile_matched(dir: Direction) -> String {
     format!("DR{}", dir_code(dir))
 }
 
+/// What a prefix says: the rule, tier end or profile drop that logged the packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// Rule `idx` of a policy (`id` as [`policy_id`] writes it) or a profile (its name).
+    Rule {
+        action: Action,
+        owner: Owner,
+        dir: Direction,
+        idx: usize,
+        id: String,
+    },
+    /// The end of `tier`: a drop, or a pass on to the next tier.
+    TierEnd {
+        action: Action,
+        dir: Direction,
+        tier: String,
+    },
+    /// No profile matched: a drop.
+    NoProfile { dir: Direction },
+}
+
+/// Whether `prefix` is one [`limit`] hashed: its meaning is found by computing the prefixes
+/// of what is programmed, not by reading it.
+pub fn is_hashed(prefix: &[u8]) -> bool {
+    prefix.len() == MAX_LEN && prefix[KEEP] == b'_' && prefix[MAX_LEN - KEEP - 1] == b'_'
+}
+
+/// Reads a prefix this module writes; `None` for a hashed one ([`is_hashed`]) and for anything
+/// else (another program's, or damaged): the caller counts those, it never trusts them.
+pub fn parse(prefix: &[u8]) -> Option<Hit> {
+    if is_hashed(prefix) {
+        return None;
+    }
+    let s = std::str::from_utf8(prefix).ok()?;
+    let mut chars = s.chars();
+    let (a, o, d) = (chars.next()?, chars.next()?, chars.next()?);
+    let action = match a {
+        'A' => Action::Allow,
+        'D' => Action::Deny,
+        'P' => Action::Pass,
+        _ => return None,
+    };
+    let owner = match o {
+        'P' => Owner::Policy,
+        'R' => Owner::Profile,
+        _ => return None,
+    };
+    let dir = match d {
+        'I' => Direction::Inbound,
+        'E' => Direction::Outbound,
+        _ => return None,
+    };
+    let rest = &s[3..];
+    if rest.is_empty() {
+        return (action == Action::Deny && owner == Owner::Profile)
+            .then_some(Hit::NoProfile { dir });
+    }
+    let (idx, name) = rest.split_once('|')?;
+    if name.is_empty() {
+        return None;
+    }
+    if idx.is_empty() {
+        return (owner == Owner::Policy && action != Action::Allow).then(|| Hit::TierEnd {
+            action,
+            dir,
+            tier: name.to_string(),
+        });
+    }
+    if !idx.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Hit::Rule {
+        action,
+        owner,
+        dir,
+        idx: idx.parse().ok()?,
+        id: name.to_string(),
+    })
+}
+
 /// `prefix` whole when shorter than 63 bytes, else hashed to 63.
 fn limit(prefix: String) -> String {
     if prefix.len() < MAX_LEN {
@@ -230,6 +311,58 @@ mod tests {
         }
         assert_eq!(end_of_tier(Action::Pass, I, "default"), "PPI|default");
         assert_eq!((group(I), group(E)), (1, 2));
+    }
+
+    /// What the writers write, the reader reads back; hashed prefixes and other programs'
+    /// prefixes are not read.
+    #[test]
+    fn prefixes_read_back() {
+        use Direction::{Inbound as I, Outbound as E};
+        let rule = |action, owner, dir, idx, id: &str| Hit::Rule {
+            action,
+            owner,
+            dir,
+            idx,
+            id: id.into(),
+        };
+        let cases = [
+            (
+                rule_prefix(Action::Allow, Owner::Policy, I, 0, "np/prod/web"),
+                rule(Action::Allow, Owner::Policy, I, 0, "np/prod/web"),
+            ),
+            (
+                rule_prefix(Action::Deny, Owner::Profile, E, 12, "kns.prod"),
+                rule(Action::Deny, Owner::Profile, E, 12, "kns.prod"),
+            ),
+            (
+                end_of_tier(Action::Pass, E, "security"),
+                Hit::TierEnd {
+                    action: Action::Pass,
+                    dir: E,
+                    tier: "security".into(),
+                },
+            ),
+            (no_profile_matched(I), Hit::NoProfile { dir: I }),
+        ];
+        for (prefix, hit) in cases {
+            assert_eq!(parse(prefix.as_bytes()), Some(hit), "{prefix}");
+        }
+        let long = rule_prefix(Action::Deny, Owner::Policy, I, 3, &"x".repeat(80));
+        assert!(is_hashed(long.as_bytes()));
+        assert_eq!(parse(long.as_bytes()), None);
+        for foreign in [
+            &b"calico-packet: "[..],
+            b"",
+            b"AP",
+            b"XPI0|a",
+            b"API|tier",
+            b"APIx|a",
+            b"API0|",
+            b"DRIX",
+            &[0xff, 0xfe, 0x00],
+        ] {
+            assert_eq!(parse(foreign), None, "{foreign:?}");
+        }
     }
 
     #[test]
