@@ -46,7 +46,21 @@ pub fn nl_request(ty: u16, flags: u16, seq: u32, parts: &[&[u8]]) -> Vec<u8> {
 
 /// The messages of one netlink datagram: (type, payload, sequence number). Stops at the first
 /// malformed header.
-pub fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
+pub fn messages_with_seq(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u32)> {
+    messages(buf).map(|m| (m.ty, m.payload, m.seq))
+}
+
+/// One netlink message's header fields and payload.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub ty: u16,
+    pub flags: u16,
+    pub seq: u32,
+    pub payload: &'a [u8],
+}
+
+/// The messages of one netlink datagram. Stops at the first malformed header.
+pub fn messages(mut buf: &[u8]) -> impl Iterator<Item = Message<'_>> {
     std::iter::from_fn(move || {
         if buf.len() < NLMSG_HDRLEN {
             return None;
@@ -55,11 +69,14 @@ pub fn messages_with_seq(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], u3
         if len < NLMSG_HDRLEN || len > buf.len() {
             return None;
         }
-        let ty = u16::from_ne_bytes(buf[4..6].try_into().ok()?);
-        let seq = u32::from_ne_bytes(buf[8..12].try_into().ok()?);
-        let payload = &buf[NLMSG_HDRLEN..len];
+        let m = Message {
+            ty: u16::from_ne_bytes(buf[4..6].try_into().ok()?),
+            flags: u16::from_ne_bytes(buf[6..8].try_into().ok()?),
+            seq: u32::from_ne_bytes(buf[8..12].try_into().ok()?),
+            payload: &buf[NLMSG_HDRLEN..len],
+        };
         buf = &buf[((len + 3) & !3).min(buf.len())..];
-        Some((ty, payload, seq))
+        Some(m)
     })
 }
 

@@ -9,6 +9,7 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use felix_nft::netns::NetNs;
+use felix_nft::rtnl::ctevents::decode_entry;
 use felix_nft::rtnl::nflog::{LoggedPacket, NflogSocket, Received};
 use rtnl_common::{new_netns, run_in};
 
@@ -83,10 +84,9 @@ fn logged_packets_arrive_decoded_with_their_prefix_and_connection() {
     // Its connection, where the kernel has the conntrack glue (Debian's kernels do): tuples
     // present, state new (IP_CT_NEW = 2).
     if sock.with_conntrack() {
-        assert!(
-            allow.ct.as_ref().is_some_and(|ct| !ct.is_empty()),
-            "{allow:#?}"
-        );
+        let ct = decode_entry(allow.ct.as_deref().expect("the connection"));
+        let t = ct.orig.expect("its original tuple");
+        assert_eq!((t.proto, t.dport), (17, 5001), "{ct:#?}");
         assert_eq!(allow.ct_info, Some(2));
     } else {
         eprintln!(

@@ -36,6 +36,57 @@ pub fn socket_in(ns: Option<&NetNs>, protocol: isize) -> Result<Socket> {
     }
 }
 
+/// SO_RCVBUFFORCE (CAP_NET_ADMIN) so the size is not capped by rmem_max; falls back to SO_RCVBUF.
+pub(crate) fn set_rcvbuf_force(sock: &netlink_sys::Socket, size: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt with a valid fd and a pointer to a c_int that outlives the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::last_os_error())
+}
+
+/// SO_RCVTIMEO: how long a blocking receive on `sock` waits before it fails with
+/// `WouldBlock` (`None`: for ever).
+pub(crate) fn set_read_timeout(
+    sock: &netlink_sys::Socket,
+    timeout: Option<std::time::Duration>,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let t = timeout.unwrap_or_default();
+    let tv = libc::timeval {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_usec: libc::suseconds_t::from(t.subsec_micros()),
+    };
+    // SAFETY: setsockopt on an open socket with a pointer to a timeval that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// A request/response rtnetlink connection whose socket lives in one namespace. Cheap to clone;
 /// the connection task ends when the last clone is dropped.
 #[derive(Clone, Debug)]

@@ -24,6 +24,7 @@
 
 pub mod batch;
 pub mod conntrack;
+pub mod ctevents;
 pub mod devconf;
 pub mod handle;
 pub mod ipip;
@@ -117,9 +118,9 @@ pub enum RtnlError {
         #[source]
         source: io::Error,
     },
-    /// An nfnetlink_log request or read failed.
+    /// An nfnetlink request or read failed (NFLOG, conntrack events).
     #[error("{op} {object}")]
-    Nflog {
+    Nfnetlink {
         op: &'static str,
         object: String,
         #[source]
@@ -141,7 +142,7 @@ impl RtnlError {
             RtnlError::Sysctl { source, .. }
             | RtnlError::Socket { source, .. }
             | RtnlError::Conntrack { source, .. }
-            | RtnlError::Nflog { source, .. }
+            | RtnlError::Nfnetlink { source, .. }
             | RtnlError::Genl { source, .. }
             | RtnlError::Unanswered { source, .. } => source.raw_os_error(),
             _ => None,

@@ -290,7 +290,7 @@ pub fn start(ns: Option<&NetNs>, cfg: MonitorConfig) -> Result<(EventReceiver, M
         move |source| RtnlError::Socket { op, ns, source }
     };
     if let Some(size) = cfg.rcvbuf {
-        set_rcvbuf_force(&sock, size)
+        super::handle::set_rcvbuf_force(&sock, size)
             .map_err(sock_err("setting SO_RCVBUFFORCE on monitor socket"))?;
     }
     let groups = [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR]
@@ -330,28 +330,6 @@ pub fn start(ns: Option<&NetNs>, cfg: MonitorConfig) -> Result<(EventReceiver, M
             task,
         },
     ))
-}
-
-/// SO_RCVBUFFORCE (CAP_NET_ADMIN) so the size is not capped by rmem_max; falls back to SO_RCVBUF.
-fn set_rcvbuf_force(sock: &netlink_sys::Socket, size: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: setsockopt with a valid fd and a pointer to a c_int that outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-    }
-    Err(std::io::Error::last_os_error())
 }
 
 struct Task {

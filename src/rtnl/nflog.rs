@@ -24,7 +24,7 @@ use std::io;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::handle::socket_in;
+use super::handle::{set_rcvbuf_force, socket_in};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
 use crate::wire::{attrs, messages_with_seq, nl_request, nlmsg_errno, put_attr, NLMSG_ERROR};
@@ -106,7 +106,8 @@ impl NflogSocket {
         let mut sock = socket_in(ns, NETLINK_NETFILTER)?;
         sock.bind_auto()
             .map_err(|e| err("binding", "the NFLOG socket", e))?;
-        set_rcvbuf(&sock, rcvbuf).map_err(|e| err("sizing", "the NFLOG socket's buffer", e))?;
+        set_rcvbuf_force(&sock, rcvbuf)
+            .map_err(|e| err("sizing", "the NFLOG socket's buffer", e))?;
         let mut s = NflogSocket {
             sock,
             seq: 0,
@@ -185,31 +186,8 @@ impl NflogSocket {
     /// How long [`NflogSocket::recv`] waits before it returns with nothing (`None`: for ever),
     /// so that a reading thread can look up between packets.
     pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let t = timeout.unwrap_or_default();
-        let tv = libc::timeval {
-            tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_usec: libc::suseconds_t::from(t.subsec_micros()),
-        };
-        // SAFETY: setsockopt on an open socket with a pointer to a timeval that outlives the
-        // call.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(err(
-                "setting",
-                "the NFLOG socket's timeout",
-                io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
+        super::handle::set_read_timeout(&self.sock, timeout)
+            .map_err(|e| err("setting", "the NFLOG socket's timeout", e))
     }
 
     /// Waits for the next batch of logged packets and appends them to `out`. Blocking, up to
@@ -234,33 +212,11 @@ impl NflogSocket {
 }
 
 fn err(op: &'static str, object: &str, source: io::Error) -> RtnlError {
-    RtnlError::Nflog {
+    RtnlError::Nfnetlink {
         op,
         object: object.to_string(),
         source,
     }
-}
-
-/// SO_RCVBUFFORCE where the process may (CAP_NET_ADMIN), else SO_RCVBUF.
-fn set_rcvbuf(sock: &Socket, size: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: setsockopt on an open socket with a pointer to a c_int that outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-    }
-    Err(io::Error::last_os_error())
 }
 
 fn be32(v: &[u8]) -> Option<u32> {
