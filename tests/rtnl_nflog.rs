@@ -73,13 +73,9 @@ fn logged_packets_arrive_decoded_with_their_prefix_and_connection() {
     assert_eq!(allow.family, libc::AF_INET as u8);
     assert_eq!(allow.outdev, Some(1), "leaves by lo");
     // The headers: IPv4, UDP, to 127.0.0.1:5001.
-    assert_eq!(allow.payload[0] >> 4, 4);
-    assert_eq!(allow.payload[9], 17);
-    assert_eq!(&allow.payload[16..20], &[127, 0, 0, 1]);
-    assert_eq!(
-        u16::from_be_bytes([allow.payload[22], allow.payload[23]]),
-        5001
-    );
+    let t = allow.five_tuple().expect("the headers");
+    assert_eq!(t.dst, "127.0.0.1".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!((t.proto, t.dport), (17, 5001));
     assert!(allow.payload.len() <= 80);
     // Its connection, where the kernel has the conntrack glue (Debian's kernels do): tuples
     // present, state new (IP_CT_NEW = 2).

@@ -76,6 +76,86 @@ pub struct LoggedPacket {
     pub ct_info: Option<u32>,
 }
 
+/// The addresses, protocol and ports of a packet, read from its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FiveTuple {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    /// IP protocol number (for IPv6, of the header after the extension headers skipped).
+    pub proto: u8,
+    /// Ports for TCP, UDP, UDP-Lite, SCTP and DCCP; for ICMP and ICMPv6, type and code in
+    /// `sport` and the echo id in `dport` (0 for other messages); 0 otherwise.
+    pub sport: u16,
+    pub dport: u16,
+}
+
+impl LoggedPacket {
+    /// The packet's five-tuple, from the copied headers; `None` when they are cut short or are
+    /// not IPv4 or IPv6.
+    pub fn five_tuple(&self) -> Option<FiveTuple> {
+        five_tuple(&self.payload)
+    }
+}
+
+/// Reads the five-tuple from a packet starting at its network header.
+pub fn five_tuple(p: &[u8]) -> Option<FiveTuple> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let (src, dst, mut proto, mut l4) = match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p.first()? & 0x0f) * 4;
+            let frag = u16::from_be_bytes([*p.get(6)?, *p.get(7)?]) & 0x1fff;
+            let src = IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(p.get(12..16)?).ok()?));
+            let dst = IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(p.get(16..20)?).ok()?));
+            // A later fragment has no transport header.
+            let l4 = if frag == 0 { p.get(ihl..)? } else { &[][..] };
+            (src, dst, *p.get(9)?, l4)
+        }
+        6 => {
+            let src = IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(p.get(8..24)?).ok()?));
+            let dst = IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(p.get(24..40)?).ok()?));
+            (src, dst, *p.get(6)?, p.get(40..)?)
+        }
+        _ => return None,
+    };
+    // IPv6 extension headers: hop-by-hop, routing, destination options (8-byte units after
+    // the first 8), fragment (8 bytes; a later fragment has no transport header).
+    if src.is_ipv6() {
+        for _ in 0..8 {
+            match proto {
+                0 | 43 | 60 => {
+                    let len = (usize::from(*l4.get(1)?) + 1) * 8;
+                    proto = *l4.first()?;
+                    l4 = l4.get(len..)?;
+                }
+                44 => {
+                    let offset = u16::from_be_bytes([*l4.get(2)?, *l4.get(3)?]) >> 3;
+                    proto = *l4.first()?;
+                    l4 = if offset == 0 { l4.get(8..)? } else { &[][..] };
+                }
+                _ => break,
+            }
+        }
+    }
+    let port = |at: usize| Some(u16::from_be_bytes([*l4.get(at)?, *l4.get(at + 1)?]));
+    let (sport, dport) = match proto {
+        6 | 17 | 33 | 132 | 136 => (port(0).unwrap_or(0), port(2).unwrap_or(0)),
+        1 | 58 => {
+            let (ty, code) = (l4.first().copied(), l4.get(1).copied());
+            let echo = matches!((proto, ty), (1, Some(0 | 8)) | (58, Some(128 | 129)));
+            let id = if echo { port(4).unwrap_or(0) } else { 0 };
+            (u16::from_be_bytes([ty.unwrap_or(0), code.unwrap_or(0)]), id)
+        }
+        _ => (0, 0),
+    };
+    Some(FiveTuple {
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+    })
+}
+
 /// What one read brought.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received {
@@ -260,6 +340,36 @@ fn decode(payload: &[u8]) -> Option<LoggedPacket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// IPv4 UDP and ICMP echo, IPv6 TCP behind a hop-by-hop header, a later IPv4 fragment,
+    /// and headers cut short.
+    #[test]
+    fn five_tuples_come_from_the_headers() {
+        let v4 = |proto: u8, frag: u16, l4: &[u8]| {
+            let mut p = vec![0x45, 0, 0, 0, 0, 0];
+            p.extend_from_slice(&frag.to_be_bytes());
+            p.extend_from_slice(&[64, proto, 0, 0, 10, 65, 0, 2, 10, 65, 1, 7]);
+            p.extend_from_slice(l4);
+            p
+        };
+        let t = five_tuple(&v4(17, 0, &[0x9c, 0x40, 0x00, 0x35])).expect("UDP");
+        assert_eq!(t.src, "10.65.0.2".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!((t.proto, t.sport, t.dport), (17, 40000, 53));
+        let t = five_tuple(&v4(1, 0, &[8, 0, 0, 0, 0x12, 0x34])).expect("ICMP");
+        assert_eq!((t.proto, t.sport, t.dport), (1, 0x0800, 0x1234));
+        let t = five_tuple(&v4(6, 0x00b9, &[0x9c, 0x40])).expect("a later fragment");
+        assert_eq!((t.sport, t.dport), (0, 0));
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 0, 0, 64];
+        v6.extend_from_slice(&[0xfd; 16]);
+        v6.extend_from_slice(&[0xfe; 16]);
+        v6.extend_from_slice(&[6, 0, 0, 0, 0, 0, 0, 0]);
+        v6.extend_from_slice(&[0x1f, 0x90, 0x01, 0xbb]);
+        let t = five_tuple(&v6).expect("TCP over IPv6");
+        assert_eq!((t.proto, t.sport, t.dport), (6, 8080, 443));
+        assert!(five_tuple(&v6[..30]).is_none());
+        assert!(five_tuple(&[0x45, 0, 0]).is_none());
+        assert!(five_tuple(&[]).is_none());
+    }
 
     #[test]
     fn a_packet_message_decodes() {
