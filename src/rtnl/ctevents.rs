@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::handle::{set_rcvbuf_force, socket_in};
+use super::handle::{recv_datagram, set_rcvbuf_force, socket_in, Datagram};
 use super::nflog::Received;
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
@@ -242,11 +242,11 @@ impl CtEventSocket {
     /// Waits for the next batch of events and appends them to `out`. Blocking, up to the read
     /// timeout.
     pub fn recv(&mut self, out: &mut Vec<CtEvent>) -> Result<Received> {
-        let buf = match self.sock.recv_from_full() {
-            Ok((buf, _)) => buf,
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(Received::Overrun),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::Packets(0)),
-            Err(e) => return Err(err("reading", "conntrack events", e)),
+        let read = recv_datagram(&self.sock).map_err(|e| err("reading", "conntrack events", e))?;
+        let buf = match read {
+            Datagram::Bytes(buf) => buf,
+            Datagram::Overrun => return Ok(Received::Overrun),
+            Datagram::TimedOut => return Ok(Received::Packets(0)),
         };
         let before = out.len();
         for m in messages(&buf) {
@@ -273,11 +273,7 @@ impl CtEventSocket {
 }
 
 fn err(op: &'static str, object: &str, source: io::Error) -> RtnlError {
-    RtnlError::Nfnetlink {
-        op,
-        object: object.to_string(),
-        source,
-    }
+    RtnlError::nfnetlink(op, object, source)
 }
 
 #[cfg(test)]

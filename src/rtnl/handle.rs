@@ -87,6 +87,25 @@ pub(crate) fn set_read_timeout(
     }
 }
 
+/// What one read of a subscriber socket (events, logged packets) brought.
+pub(crate) enum Datagram {
+    Bytes(Vec<u8>),
+    /// The kernel dropped messages: the socket's buffer was full (ENOBUFS).
+    Overrun,
+    /// Nothing came within the socket's read timeout.
+    TimedOut,
+}
+
+/// Reads one datagram from a subscriber socket.
+pub(crate) fn recv_datagram(sock: &netlink_sys::Socket) -> std::io::Result<Datagram> {
+    match sock.recv_from_full() {
+        Ok((buf, _)) => Ok(Datagram::Bytes(buf)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Datagram::Overrun),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Datagram::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
 /// A request/response rtnetlink connection whose socket lives in one namespace. Cheap to clone;
 /// the connection task ends when the last clone is dropped.
 #[derive(Clone, Debug)]

@@ -149,6 +149,15 @@ impl RtnlError {
         }
     }
 
+    /// An nfnetlink request or read that failed.
+    pub fn nfnetlink(op: &'static str, object: &str, source: io::Error) -> RtnlError {
+        RtnlError::Nfnetlink {
+            op,
+            object: object.to_string(),
+            source,
+        }
+    }
+
     /// True when the error means the interface vanished (a benign race for interface
     /// configuration, §14.2): the caller should drop the work, not retry it.
     pub fn is_vanished_interface(&self) -> bool {

@@ -24,7 +24,7 @@ use std::io;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::handle::{set_rcvbuf_force, socket_in};
+use super::handle::{recv_datagram, set_rcvbuf_force, socket_in, Datagram};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
 use crate::wire::{attrs, messages_with_seq, nl_request, nlmsg_errno, put_attr, NLMSG_ERROR};
@@ -273,11 +273,11 @@ impl NflogSocket {
     /// Waits for the next batch of logged packets and appends them to `out`. Blocking, up to
     /// the read timeout.
     pub fn recv(&mut self, out: &mut Vec<LoggedPacket>) -> Result<Received> {
-        let buf = match self.sock.recv_from_full() {
-            Ok((buf, _)) => buf,
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(Received::Overrun),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Received::Packets(0)),
-            Err(e) => return Err(err("reading", "NFLOG packets", e)),
+        let read = recv_datagram(&self.sock).map_err(|e| err("reading", "NFLOG packets", e))?;
+        let buf = match read {
+            Datagram::Bytes(buf) => buf,
+            Datagram::Overrun => return Ok(Received::Overrun),
+            Datagram::TimedOut => return Ok(Received::Packets(0)),
         };
         let before = out.len();
         for (ty, payload, _) in messages_with_seq(&buf) {
@@ -292,11 +292,7 @@ impl NflogSocket {
 }
 
 fn err(op: &'static str, object: &str, source: io::Error) -> RtnlError {
-    RtnlError::Nfnetlink {
-        op,
-        object: object.to_string(),
-        source,
-    }
+    RtnlError::nfnetlink(op, object, source)
 }
 
 fn be32(v: &[u8]) -> Option<u32> {

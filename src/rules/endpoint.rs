@@ -987,20 +987,19 @@ mod tests {
         ]
     }
 
-    /// With flow logs on, each tier's end logs to the direction's NFLOG group: the drop of a
-    /// tier that drops, what goes on from a tier that passes; so does the drop after the
-    /// profiles. Off, nothing logs to a group.
-    #[test]
-    fn flow_logs_log_each_tier_s_end_and_the_no_profile_drop() {
-        let tiers = tiers();
-        let profiles = ["default".to_string()];
-        let spec = |dir| EndpointChainSpec {
+    /// A workload's normal filter chain in `dir` with these tiers and profiles.
+    fn normal_filter_chain<'a>(
+        tiers: &'a [TierInfo],
+        profiles: &'a [String],
+        dir: Direction,
+    ) -> EndpointChainSpec<'a> {
+        EndpointChainSpec {
             name: "filter-cali-tw-cali0".into(),
             layer: Layer::Filter,
             kind: EndpointKind::Normal,
             dir,
-            tiers: &tiers,
-            profiles: &profiles,
+            tiers,
+            profiles,
             failsafe: None,
             admin_up: true,
             allow: AllowAction::Accept,
@@ -1008,7 +1007,17 @@ mod tests {
             packet_rate: None,
             max_connections: None,
             side_exit: 0,
-        };
+        }
+    }
+
+    /// With flow logs on, each tier's end logs to the direction's NFLOG group: the drop of a
+    /// tier that drops, what goes on from a tier that passes; so does the drop after the
+    /// profiles. Off, nothing logs to a group.
+    #[test]
+    fn flow_logs_log_each_tier_s_end_and_the_no_profile_drop() {
+        let tiers = tiers();
+        let profiles = ["default".to_string()];
+        let spec = |dir| normal_filter_chain(&tiers, &profiles, dir);
         let texts = |flow_logs: bool, dir| {
             let r = Renderer::new(RulesConfig {
                 flow_logs,
@@ -1041,21 +1050,7 @@ mod tests {
     fn a_noop_policy_loses_its_jump_and_its_tier_stays() {
         let r = Renderer::new(RulesConfig::default()).expect("default config");
         let tiers = tiers();
-        let spec = EndpointChainSpec {
-            name: "filter-cali-tw-cali0".into(),
-            layer: Layer::Filter,
-            kind: EndpointKind::Normal,
-            dir: Direction::Inbound,
-            tiers: &tiers,
-            profiles: &[],
-            failsafe: None,
-            admin_up: true,
-            allow: AllowAction::Accept,
-            workload_egress: false,
-            packet_rate: None,
-            max_connections: None,
-            side_exit: 0,
-        };
+        let spec = normal_filter_chain(&tiers, &[], Direction::Inbound);
         let texts = |noop: NoopPolicy| -> Vec<String> {
             let c = r.endpoint_chain(Family::Ip, &spec, noop);
             let comment = |r: &crate::nft::model::Rule| r.comment.clone().unwrap_or_default();
