@@ -368,7 +368,6 @@ impl Renderer {
     /// Renders one policy/profile rule into `chain` (§9.2–9.4); `at`: its direction and index
     /// there (flow logs name it by them). Returns false when the rule does not apply to this
     /// family or cannot be rendered.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn render_rule(
         &self,
         family: Family,
