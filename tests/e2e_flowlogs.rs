@@ -23,18 +23,28 @@ const C4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
 const WEB: u16 = 8080;
 const OTHER: u16 = 9090;
 
-/// Everything logged until the groups stay quiet for half a second (at most five seconds).
-fn drain(sock: &mut NflogSocket) -> Vec<LoggedPacket> {
+/// What is logged until `seen` holds for it (at most ten seconds), and then for `more`: the
+/// kernel sends a group's packets in batches, each group on its own.
+fn read_until(
+    sock: &mut NflogSocket,
+    seen: impl Fn(&[LoggedPacket]) -> bool,
+    more: Duration,
+) -> Vec<LoggedPacket> {
     let mut out = Vec::new();
-    let (t0, mut quiet_since) = (Instant::now(), Instant::now());
-    while quiet_since.elapsed() < Duration::from_millis(500) && t0.elapsed().as_secs() < 5 {
-        let before = out.len();
+    let t0 = Instant::now();
+    while !seen(&out) && t0.elapsed() < Duration::from_secs(10) {
         sock.recv(&mut out).expect("reading NFLOG");
-        if out.len() > before {
-            quiet_since = Instant::now();
-        }
+    }
+    let t1 = Instant::now();
+    while t1.elapsed() < more {
+        sock.recv(&mut out).expect("reading NFLOG");
     }
     out
+}
+
+/// Whether `got` has a packet of `tuple` with `prefix` in `group`.
+fn has(got: &[LoggedPacket], tuple: FiveTuple, group: u16, prefix: &str) -> bool {
+    hits(got, tuple).contains(&(group, prefix.to_string()))
 }
 
 /// (group, prefix) of each packet of `tuple`, in arrival order.
@@ -121,7 +131,6 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
             flow(src(a), v4(c), Tcp, OTHER, Drop),
         ],
     );
-    drain(&mut nflog);
 
     // One connection, 50 round trips: logged once by each side, on its first packet.
     let (local, stream) = connect(a.ns(), A4, B4, WEB);
@@ -132,8 +141,14 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
         stream.read_exact(&mut one).expect("the echo");
     }
     drop(stream);
-    let got = drain(&mut nflog);
-    let mut seen = hits(&got, tcp(local, IpAddr::V4(B4), WEB));
+    let t = tcp(local, IpAddr::V4(B4), WEB);
+    // Both sides' logs, then long enough for any other to come too.
+    let got = read_until(
+        &mut nflog,
+        |got| has(got, t, 1, "ARI0|allow-all") && has(got, t, 2, "ARE0|allow-all"),
+        Duration::from_secs(2),
+    );
+    let mut seen = hits(&got, t);
     seen.sort();
     assert_eq!(
         seen,
@@ -144,18 +159,19 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
     // Denied by c's profile rule: its ingress logs the rule's deny (each SYN a new attempt).
     let (local, stream) = connect(a.ns(), A4, C4, WEB);
     assert!(stream.is_none(), "c denies WEB");
-    let got = drain(&mut nflog);
-    let seen = hits(&got, tcp(local, IpAddr::V4(C4), WEB));
-    assert!(
-        seen.contains(&(1, "DRI0|deny-web".into())),
-        "{seen:?} in {got:#?}"
+    let t = tcp(local, IpAddr::V4(C4), WEB);
+    let got = read_until(
+        &mut nflog,
+        |got| has(got, t, 1, "DRI0|deny-web"),
+        Duration::ZERO,
     );
+    assert!(has(&got, t, 1, "DRI0|deny-web"), "{got:#?}");
     // No rule of c's profile matches OTHER: the drop after the profiles logs.
     let (local, stream) = connect(a.ns(), A4, C4, OTHER);
     assert!(stream.is_none(), "nothing allows OTHER into c");
-    let got = drain(&mut nflog);
-    let seen = hits(&got, tcp(local, IpAddr::V4(C4), OTHER));
-    assert!(seen.contains(&(1, "DRI".into())), "{seen:?} in {got:#?}");
+    let t = tcp(local, IpAddr::V4(C4), OTHER);
+    let got = read_until(&mut nflog, |got| has(got, t, 1, "DRI"), Duration::ZERO);
+    assert!(has(&got, t, 1, "DRI"), "{got:#?}");
 
     agent.stop_cleanly();
 }

@@ -3,7 +3,8 @@
 //! (its headers) and the connection it belongs to. Knows nfnetlink_log, not Calico.
 //!
 //! Binding a group is `NFULNL_MSG_CONFIG` messages (`res_id` = the group): the bind command,
-//! the copy mode (packet, `copy_range` bytes) and the conntrack flag, which makes the kernel add
+//! the copy mode (packet, `copy_range` bytes), a flush timeout of 100 ms (the kernel batches a
+//! group's packets until then, or until 100 have come) and the conntrack flag, which makes the kernel add
 //! the entry's tuples (`NFULA_CT`, ctnetlink attributes) and state. A kernel built without
 //! `NETFILTER_NETLINK_GLUE_CT` refuses the flag (EOPNOTSUPP): the groups are bound without it
 //! and [`NflogSocket::with_conntrack`] says so. A group has one listener per namespace: binding
@@ -36,10 +37,14 @@ const NFULNL_MSG_CONFIG: u16 = 1;
 
 const NFULA_CFG_CMD: u16 = 1;
 const NFULA_CFG_MODE: u16 = 2;
+const NFULA_CFG_TIMEOUT: u16 = 4;
 const NFULA_CFG_FLAGS: u16 = 6;
 const NFULNL_CFG_CMD_BIND: u8 = 1;
 const NFULNL_COPY_PACKET: u8 = 2;
 const NFULNL_CFG_F_CONNTRACK: u16 = 0x0004;
+/// How long the kernel may hold logged packets before it sends them, in hundredths of a
+/// second: its default (1 s, or 100 packets) would delay a quiet group's packets by a second.
+const FLUSH_TIMEOUT: u32 = 10;
 
 const NFULA_PACKET_HDR: u16 = 1;
 const NFULA_MARK: u16 = 2;
@@ -213,6 +218,7 @@ impl NflogSocket {
         let mut mode = copy_range.to_be_bytes().to_vec();
         mode.extend_from_slice(&[NFULNL_COPY_PACKET, 0]);
         put_attr(&mut a, NFULA_CFG_MODE, &mode);
+        put_attr(&mut a, NFULA_CFG_TIMEOUT, &FLUSH_TIMEOUT.to_be_bytes());
         self.config(group, &a, &what)?;
         if !self.conntrack {
             return Ok(());
