@@ -18,7 +18,7 @@
 //!  CTA_TUPLE_REPLY { same shape }
 //! ```
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
@@ -30,19 +30,13 @@ use crate::wire::{
     NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-const IPCTNL_MSG_CT_NEW: u16 = 0;
+use super::ctevents::{
+    addr, CTA_IP_V4_SRC, CTA_IP_V6_SRC, CTA_TUPLE_IP, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY,
+    IPCTNL_MSG_CT_DELETE, IPCTNL_MSG_CT_NEW, NFGENMSG_LEN, NFNL_SUBSYS_CTNETLINK,
+};
+
 const IPCTNL_MSG_CT_GET: u16 = 1;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
-
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_ZONE: u16 = 18;
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V6_SRC: u16 = 3;
-
-const NFGENMSG_LEN: usize = 4;
 
 /// What a delete did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -200,11 +194,7 @@ fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> 
 /// The source address inside a `CTA_TUPLE_*` value.
 fn tuple_source(tuple: &[u8]) -> Option<IpAddr> {
     let ip = attrs(tuple).find(|(t, _)| *t == CTA_TUPLE_IP)?.1;
-    attrs(ip).find_map(|(t, v)| match t {
-        CTA_IP_V4_SRC => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?))),
-        CTA_IP_V6_SRC => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?))),
-        _ => None,
-    })
+    attrs(ip).find_map(|(t, v)| matches!(t, CTA_IP_V4_SRC | CTA_IP_V6_SRC).then(|| addr(v))?)
 }
 
 /// For a dumped entry (payload after nlmsghdr) whose original or reply source is `ip`, the

@@ -28,11 +28,11 @@ use super::handle::{recv_datagram, set_rcvbuf_force, socket_in, Datagram};
 use super::nflog::Received;
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
-use crate::wire::{attrs, messages, NLA_TYPE_MASK};
+use crate::wire::{attrs, messages};
 
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
+pub(super) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+pub(super) const IPCTNL_MSG_CT_NEW: u16 = 0;
+pub(super) const IPCTNL_MSG_CT_DELETE: u16 = 2;
 /// `NLM_F_CREATE`: a new-entry message is a creation, not an update.
 const NLM_F_CREATE: u16 = 0x400;
 
@@ -40,19 +40,19 @@ const NFNLGRP_CONNTRACK_NEW: u32 = 1;
 const NFNLGRP_CONNTRACK_UPDATE: u32 = 2;
 const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
 
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_TUPLE_REPLY: u16 = 2;
+pub(super) const CTA_TUPLE_ORIG: u16 = 1;
+pub(super) const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_STATUS: u16 = 3;
 const CTA_MARK: u16 = 8;
 const CTA_COUNTERS_ORIG: u16 = 9;
 const CTA_COUNTERS_REPLY: u16 = 10;
 const CTA_ID: u16 = 12;
 
-const CTA_TUPLE_IP: u16 = 1;
+pub(super) const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
-const CTA_IP_V4_SRC: u16 = 1;
+pub(super) const CTA_IP_V4_SRC: u16 = 1;
 const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
+pub(super) const CTA_IP_V6_SRC: u16 = 3;
 const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
@@ -60,7 +60,7 @@ const CTA_PROTO_DST_PORT: u16 = 3;
 const CTA_COUNTERS_PACKETS: u16 = 1;
 const CTA_COUNTERS_BYTES: u16 = 2;
 
-const NFGENMSG_LEN: usize = 4;
+pub(super) const NFGENMSG_LEN: usize = 4;
 
 /// One direction of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,8 @@ fn be64(v: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?))
 }
 
-fn addr(v: &[u8]) -> Option<IpAddr> {
+/// A `CTA_IP_*` value.
+pub(super) fn addr(v: &[u8]) -> Option<IpAddr> {
     match v.len() {
         4 => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?))),
         16 => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?))),
@@ -136,10 +137,10 @@ fn addr(v: &[u8]) -> Option<IpAddr> {
 fn tuple(v: &[u8]) -> Option<CtTuple> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, 0, 0);
     for (ty, a) in attrs(v) {
-        match ty & NLA_TYPE_MASK {
+        match ty {
             CTA_TUPLE_IP => {
                 for (t, ip) in attrs(a) {
-                    match t & NLA_TYPE_MASK {
+                    match t {
                         CTA_IP_V4_SRC | CTA_IP_V6_SRC => src = addr(ip),
                         CTA_IP_V4_DST | CTA_IP_V6_DST => dst = addr(ip),
                         _ => {}
@@ -148,7 +149,7 @@ fn tuple(v: &[u8]) -> Option<CtTuple> {
             }
             CTA_TUPLE_PROTO => {
                 for (t, p) in attrs(a) {
-                    match t & NLA_TYPE_MASK {
+                    match t {
                         CTA_PROTO_NUM => proto = p.first().copied(),
                         CTA_PROTO_SRC_PORT => sport = be16(p).unwrap_or(0),
                         CTA_PROTO_DST_PORT => dport = be16(p).unwrap_or(0),
@@ -171,7 +172,7 @@ fn tuple(v: &[u8]) -> Option<CtTuple> {
 fn counters(v: &[u8]) -> CtCounters {
     let mut c = CtCounters::default();
     for (ty, a) in attrs(v) {
-        match ty & NLA_TYPE_MASK {
+        match ty {
             CTA_COUNTERS_PACKETS => c.packets = be64(a).unwrap_or(0),
             CTA_COUNTERS_BYTES => c.bytes = be64(a).unwrap_or(0),
             _ => {}
@@ -184,7 +185,7 @@ fn counters(v: &[u8]) -> CtCounters {
 pub fn decode_entry(v: &[u8]) -> CtEntry {
     let mut e = CtEntry::default();
     for (ty, a) in attrs(v) {
-        match ty & NLA_TYPE_MASK {
+        match ty {
             CTA_TUPLE_ORIG => e.orig = tuple(a),
             CTA_TUPLE_REPLY => e.reply = tuple(a),
             CTA_STATUS => e.status = be32(a),

@@ -29,7 +29,7 @@ use super::handle::{recv_datagram, set_rcvbuf_force, socket_in, Datagram};
 use super::{Result, RtnlError};
 use crate::netns::NetNs;
 use crate::wire::{attrs, messages_with_seq, nl_request, nlmsg_errno, put_attr, NLMSG_ERROR};
-use crate::wire::{NLA_TYPE_MASK, NLM_F_ACK, NLM_F_REQUEST};
+use crate::wire::{NLM_F_ACK, NLM_F_REQUEST};
 
 const NFNL_SUBSYS_ULOG: u16 = 4;
 const NFULNL_MSG_PACKET: u16 = 0;
@@ -321,7 +321,7 @@ fn decode(payload: &[u8]) -> Option<LoggedPacket> {
         ct_info: None,
     };
     for (ty, v) in attrs(&payload[NFGENMSG_LEN..]) {
-        match ty & NLA_TYPE_MASK {
+        match ty {
             NFULA_PACKET_HDR => p.hook = *v.get(2)?,
             NFULA_MARK => p.mark = be32(v),
             NFULA_IFINDEX_INDEV => p.indev = be32(v),
