@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use e2e_common::{abc, require_root, three_v4_workloads, PROBE_TIMEOUT, STEP_DEADLINE};
+use e2e_common::{abc, require_root, three_v4_workloads, PROBE_TIMEOUT, step_deadline};
 use felix_nft::dataplane::driver::{Driver, LoopOptions};
 use felix_nft::dataplane::kernel::{
     Kernel, KernelError, RealKernel, RoutesOutcome, TableMode, TablesInput, TablesOutcome,
@@ -192,7 +192,7 @@ fn expect(step: &str, flows: &[Flow<'_>]) {
             eprintln!("step {step:?} after {:?}\n{r}", t0.elapsed());
             return;
         }
-        assert!(t0.elapsed() < STEP_DEADLINE, "step {step:?}:\n{r}");
+        assert!(t0.elapsed() < step_deadline(), "step {step:?}:\n{r}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -21,7 +21,15 @@ use serde_json::{json, Value};
 /// Per-probe timeout for an expected drop: short, well above a real answer on veths.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
 /// How long a step may take to show up in traffic (apply throttle + transaction + routes).
-pub const STEP_DEADLINE: Duration = Duration::from_secs(20);
+/// Under emulation (the kernel matrix's guests) a step's first apply has been seen to take
+/// over 20 s where it usually takes 3: the guest is given three times as long.
+pub fn step_deadline() -> Duration {
+    if std::env::var_os("FELIX_NFT_IN_VM").is_some() {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(20)
+    }
+}
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -139,6 +147,8 @@ pub struct Agent {
     stdin: Option<ChildStdin>,
     log: tempfile::NamedTempFile,
     under_strace: bool,
+    /// The namespace the agent programs, where its netlink sockets live.
+    netns: String,
 }
 
 impl Agent {
@@ -192,6 +202,7 @@ impl Agent {
             stdin,
             log,
             under_strace: opts.strace_to.is_some(),
+            netns: topo.host_netns_name().to_string(),
         }
     }
 
@@ -237,7 +248,7 @@ impl Agent {
         }
     }
 
-    /// Polls `flows` until every verdict is the expected one; panics after [`STEP_DEADLINE`] with
+    /// Polls `flows` until every verdict is the expected one; panics after [`step_deadline`] with
     /// the last matrix and the daemon's log. Returns the matching report.
     pub fn expect_matrix(&mut self, step: &str, flows: &[Flow<'_>]) -> MatrixReport {
         let t0 = Instant::now();
@@ -247,19 +258,20 @@ impl Agent {
                 eprintln!("step {step:?} converged after {:?}\n{report}", t0.elapsed());
                 return report;
             }
-            if t0.elapsed() > STEP_DEADLINE {
+            if t0.elapsed() > step_deadline() {
                 let log = self.log_text();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 let threads = self
                     .child
                     .as_ref()
-                    .map(|c| threads_of(c.id()))
+                    .map(|c| threads_of(c.id(), &self.netns))
                     .unwrap_or_default();
                 panic!(
-                    "step {step:?}: the matrix did not converge in {STEP_DEADLINE:?}:\n{report}\n\
+                    "step {step:?}: the matrix did not converge in {:?}:\n{report}\n\
                      --- felix-nft log (last 40 lines) ---\n{}\n\
                      --- felix-nft threads (what each waits in) ---\n{threads}",
+                    step_deadline(),
                     tail.join("\n")
                 );
             }
@@ -293,7 +305,7 @@ impl Agent {
 /// Each thread of process `pid` as the kernel sees it: name, state, the kernel function it
 /// sleeps in, its system call and the kernel stack (root may read it), so that a daemon that
 /// stopped making progress says where it waits.
-fn threads_of(pid: u32) -> String {
+fn threads_of(pid: u32, netns: &str) -> String {
     let read = |p: &std::path::Path, f: &str| {
         std::fs::read_to_string(p.join(f))
             .map(|s| s.trim().to_string())
@@ -306,18 +318,44 @@ fn threads_of(pid: u32) -> String {
     for t in tasks.flatten() {
         let p = t.path();
         let stat = read(&p, "stat");
-        // The state is the field after the parenthesised name.
-        let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next());
+        // After the parenthesised name: state (field 3), ..., utime and stime (fields 14, 15).
+        let rest: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split(' ').collect();
+        let state = rest.first().copied().unwrap_or("?");
         out.push_str(&format!(
-            "{} {:?} state {} wchan {} syscall [{}]\n",
+            "{} {:?} state {} user {} sys {} (ticks) wchan {} syscall [{}]\n",
             t.file_name().to_string_lossy(),
             read(&p, "comm"),
-            state.unwrap_or("?"),
+            state,
+            rest.get(11).unwrap_or(&"?"),
+            rest.get(12).unwrap_or(&"?"),
             read(&p, "wchan"),
             read(&p, "syscall"),
         ));
-        for l in read(&p, "stack").lines().take(12) {
+        // A running thread has no stack to show while it is on a CPU: sample until it is not.
+        let mut stack = read(&p, "stack");
+        for _ in 0..40 {
+            if state != "R" || !stack.trim().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+            stack = read(&p, "stack");
+        }
+        for l in stack.lines().take(16) {
             out.push_str(&format!("    {l}\n"));
+        }
+    }
+    // Where each thread is in user space, when a debugger is at hand.
+    if let Ok(bt) = Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-nx", "-p", &pid.to_string()])
+        .args(["-ex", "thread apply all bt 30"])
+        .output()
+    {
+        let text = String::from_utf8_lossy(&bt.stdout);
+        for l in text
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with("Thread "))
+        {
+            out.push_str(&format!("  {l}\n"));
         }
     }
     // Its netlink sockets (protocol, queued bytes, drops), from its own namespace's view.
@@ -331,7 +369,11 @@ fn threads_of(pid: u32) -> String {
             Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
         })
         .collect();
-    let netlink = std::fs::read_to_string(format!("/proc/{pid}/net/netlink")).unwrap_or_default();
+    let netlink = Command::new("ip")
+        .args(["netns", "exec", netns, "cat", "/proc/net/netlink"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
     for (i, l) in netlink.lines().enumerate() {
         let inode = l.split_whitespace().last().unwrap_or_default();
         if i == 0 || inodes.iter().any(|n| n == inode) {
@@ -523,14 +565,14 @@ pub fn ports(p: &[u16]) -> Value {
 }
 
 /// Polls `check` (which returns `Err(what is wrong)`) until it passes; panics after
-/// [`STEP_DEADLINE`] with the last complaint. For kernel state written after the tables in the
+/// [`step_deadline`] with the last complaint. For kernel state written after the tables in the
 /// same apply (routes, neighbours: §10.3 order).
 pub fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
     let t0 = Instant::now();
     loop {
         match check() {
             Ok(()) => return,
-            Err(e) if t0.elapsed() > STEP_DEADLINE => panic!("{what}: {e}"),
+            Err(e) if t0.elapsed() > step_deadline() => panic!("{what}: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
