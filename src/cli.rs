@@ -113,6 +113,9 @@ pub enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Show recent flows from the running agent, one line each, like `hubble observe` (root
+    /// only; needs FlowLogsLocalReporter=Enabled or FlowLogsGoldmaneServer set).
+    Flows(FlowsArgs),
     /// Configuration.
     Config {
         #[command(subcommand)]
@@ -151,6 +154,93 @@ pub struct RunArgs {
     pub keep_running: bool,
     #[command(flatten)]
     pub netns: NetnsArg,
+}
+
+#[derive(Debug, Args)]
+pub struct FlowsArgs {
+    /// The agent's flow socket.
+    #[arg(long, value_name = "PATH", default_value = crate::flows::serve::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// After the recent flows, print new ones as the agent flushes them, until interrupted.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Print each flow as the agent's JSON record, one per line (as `-o json`).
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, value_name = "FORMAT")]
+    pub output: Option<FlowsOutput>,
+    /// Flows from or to this pod: NAME or NAMESPACE/NAME.
+    #[arg(long, value_name = "[NAMESPACE/]NAME")]
+    pub pod: Option<String>,
+    /// Flows from or to a pod of this namespace.
+    #[arg(short, long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Flows any hit of whose policy trace is this policy or profile: NAME, TIER.NAME,
+    /// NAMESPACE/NAME or NAMESPACE/TIER.NAME.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// Flows with this final verdict.
+    #[arg(long, value_name = "allowed|denied")]
+    pub verdict: Option<crate::flows::query::FinalVerdict>,
+    /// Flows of this IP protocol (icmp is either family's).
+    #[arg(long, value_name = "tcp|udp|sctp|icmp|icmpv6|N")]
+    pub protocol: Option<crate::flows::query::Protocol>,
+    /// Flows to this destination port.
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Flows reported by this side: src (the source's egress policy) or dst (the
+    /// destination's ingress policy).
+    #[arg(long, value_name = "src|dst", value_parser = crate::flows::show::parse_reporter)]
+    pub reporter: Option<crate::flows::Reporter>,
+    /// Only flows of the last DURATION (30s, 5m, 1h, 2d, 1h30m).
+    #[arg(long, value_name = "DURATION", value_parser = crate::flows::show::parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Show each flow's whole policy trace.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// How `felix-nft flows` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlowsOutput {
+    /// One line per flow.
+    Text,
+    /// One JSON record per line.
+    Json,
+}
+
+impl FlowsArgs {
+    /// The command's options; `--pod NS/NAME` with a different `--namespace` is refused.
+    fn into_options(self) -> Result<crate::flows::show::FlowsOptions, String> {
+        use crate::flows::query::Filter;
+        let (namespace, pod) = match self.pod.as_deref().and_then(|p| p.split_once('/')) {
+            Some((ns, _)) if self.namespace.as_deref().is_some_and(|n| n != ns) => {
+                return Err(format!(
+                    "--pod {} names another namespace than --namespace",
+                    crate::clip::Clipped(self.pod.as_deref().unwrap_or_default())
+                ))
+            }
+            Some((ns, name)) => (Some(ns.to_string()), Some(name.to_string())),
+            None => (self.namespace, self.pod),
+        };
+        Ok(crate::flows::show::FlowsOptions {
+            socket: self.socket,
+            follow: self.follow,
+            since: self.since,
+            filter: Filter {
+                pod,
+                namespace,
+                policy: self.policy,
+                verdict: self.verdict,
+                protocol: self.protocol,
+                port: self.port,
+                reporter: self.reporter,
+            },
+            json: self.json || self.output == Some(FlowsOutput::Json),
+            verbose: self.verbose,
+        })
+    }
 }
 
 #[cfg(feature = "lab")]
@@ -286,6 +376,17 @@ pub fn main() -> ExitCode {
         }) => demo(keep, cluster, encap),
         #[cfg(feature = "lab")]
         Some(Command::Bench { command }) => bench_compare(command),
+        Some(Command::Flows(args)) => match args.into_options() {
+            Ok(opts) => ExitCode::from(crate::flows::show::flows_command(
+                &opts,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr(),
+            )),
+            Err(e) => {
+                eprintln!("felix-nft: {e}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
         Some(Command::Config { command }) => ExitCode::from(match command {
             ConfigCommand::Show { json, config } => crate::config::show::show_command(
                 config.as_deref(),

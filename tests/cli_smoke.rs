@@ -56,12 +56,13 @@ fn help_lists_every_subcommand() {
     }
 }
 
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 10] = [
     "run",
     "apply",
     "plan",
     "dump",
     "cleanup",
+    "flows",
     "config",
     "version",
     "completions",
