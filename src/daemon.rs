@@ -194,12 +194,6 @@ async fn run_async(
     let mut kernel = RealKernel::open(ns.as_ref(), &dpcfg)
         .map_err(AgentError::setup("opening netlink sockets"))?;
     follow_features(&mut kernel, &mut dpcfg, &config, &ops)?;
-    if dpcfg.rules.flow_logs {
-        tracing::warn!(
-            "flow logs: every policy verdict, tier end and profile drop now logs to NFLOG groups 1 and 2 \
-             with Felix's prefixes; felix-nft does not read them or export flows yet"
-        );
-    }
     let rp_filter = kernel.procsys().default_rp_filter();
     let dp =
         Dataplane::new(dpcfg.clone(), rp_filter).map_err(|e| AgentError::BadConfig(Box::new(e)))?;
@@ -211,6 +205,11 @@ async fn run_async(
 
     // Health and metrics endpoints, until shutdown.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let collector = dpcfg
+        .rules
+        .flow_logs
+        .then(|| start_flow_logs(ns.as_ref(), &config, stop_rx.clone()))
+        .flatten();
     let server = serve_ops(ops.clone(), config.clone(), stop_rx);
     let (status_out, writer) = (t.status_out, t.writer);
     let mut driver = Driver::new(
@@ -224,6 +223,10 @@ async fn run_async(
         status_out,
         Some(ops),
     );
+    if let Some(c) = &collector {
+        let c = c.clone();
+        driver = driver.with_flow_names(Box::new(move |names| c.set_names(names)));
+    }
     let shutdown = shutdown_signal();
     let result = driver.run(t.updates, iface_rx, shutdown).await;
     let s = driver.summary().clone();
@@ -252,6 +255,54 @@ async fn run_async(
         Ok(()) => input_error.map_or(Ok(()), |e| Err(AgentError::Input(e))),
         Err(e @ DriverError::GaveUp { .. }) => Err(AgentError::GaveUp(e)),
         Err(e) => Err(AgentError::Driver(e)),
+    }
+}
+
+/// Flow logs, when on: the local view's socket and the collector reading NFLOG and conntrack
+/// events into it. Either failing (another program holds NFLOG group 1 or 2, the socket's
+/// directory cannot be made) leaves the agent running without flow logs, said at warn: the
+/// dataplane does not depend on them.
+fn start_flow_logs(
+    ns: Option<&NetNs>,
+    config: &Config,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<std::sync::Arc<crate::collector::Collector>> {
+    use crate::flows::serve::{FlowServer, FlowServerConfig};
+    let serve = FlowServerConfig {
+        path: config.flow_logs_local_socket.clone().into(),
+        ..FlowServerConfig::default()
+    };
+    let mut stop = stop;
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let sink = match FlowServer::start(&serve, shutdown) {
+        Ok((sink, _task)) => sink,
+        Err(e) => {
+            tracing::warn!(error = %chain(&e), "flow logs: the local view cannot be served; flow logs are off");
+            return None;
+        }
+    };
+    let cfg = crate::collector::CollectorConfig {
+        flush_interval: config.flow_logs_flush_interval,
+        ..Default::default()
+    };
+    match crate::collector::Collector::start(ns, cfg, sink) {
+        Ok(c) => {
+            tracing::info!(
+                socket = %serve.path.display(),
+                flush_secs = config.flow_logs_flush_interval.as_secs_f64(),
+                "flow logs: reading NFLOG groups 1 and 2 and conntrack events; `felix-nft flows` shows them"
+            );
+            if let Some(g) = &config.flow_logs_goldmane_server {
+                tracing::warn!(goldmane = %g, "flow logs: the export to Goldmane is not built yet; flows are kept on the node only");
+            }
+            Some(std::sync::Arc::new(c))
+        }
+        Err(e) => {
+            tracing::warn!(error = %chain(&e), "flow logs: the readers cannot start; the rules still log, but no flows are made");
+            None
+        }
     }
 }
 

@@ -17,6 +17,11 @@
 //!   conntrack; knows nothing of Calico.
 //! - [`dataplane`]: managers (record desired state, no kernel I/O in `on_update`), the apply
 //!   loop, status; never encodes netlink bytes itself.
+//! - [`flows`]: flow logs: NFLOG hits and conntrack events joined into flows keyed as
+//!   Goldmane keys them, names from the model, and the local view's socket and filters; no
+//!   netlink.
+//! - [`collector`]: the agent's flow-log readers (NFLOG, conntrack events) on threads of their
+//!   own, feeding [`flows`]; never blocks the apply loop.
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
 //! - [`daemon`]: the running agent: transport + interface monitor + loop + ops surface.
 //! - [`netns`]: entering the network namespace the agent acts in; named namespaces.
@@ -52,11 +57,13 @@
 pub mod bench;
 pub mod cli;
 pub mod clip;
+pub mod collector;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
 #[cfg(feature = "lab")]
 pub mod demo;
+pub mod flows;
 pub mod netns;
 pub mod nft;
 pub mod ops;

@@ -97,6 +97,13 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
     require_root();
     let topo = three_v4_workloads("fnt-e2e-flow", [A4, B4, C4]);
     let _srv = serve(&topo, &[WEB, OTHER], &[]);
+    // The test holds groups 1 and 2 before the agent starts: the agent's own readers cannot
+    // have them, and it runs on, programming the log rules, without flows.
+    let host = NetNs::open(topo.host_netns_name()).expect("the host namespace");
+    let mut nflog = NflogSocket::open(Some(&host), &[1, 2], 80, 1 << 20).expect("groups 1, 2");
+    nflog
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("a read timeout");
     let env = vec![("FELIX_FLOWLOGSLOCALREPORTER".into(), "Enabled".into())];
     let mut agent = Agent::start(
         &topo,
@@ -106,11 +113,6 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
         },
     );
     let (a, b, c) = abc(&topo);
-    let host = NetNs::open(topo.host_netns_name()).expect("the host namespace");
-    let mut nflog = NflogSocket::open(Some(&host), &[1, 2], 80, 1 << 20).expect("groups 1, 2");
-    nflog
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("a read timeout");
 
     // c's profile denies WEB and allows nothing else in.
     let deny_web = json!([{"action": "deny", "protocol": {"name": "tcp"},
@@ -173,5 +175,228 @@ fn each_connection_s_verdict_is_logged_once_per_side_with_felix_s_prefix() {
     let got = read_until(&mut nflog, |got| has(got, t, 1, "DRI"), Duration::ZERO);
     assert!(has(&got, t, 1, "DRI"), "{got:#?}");
 
+    let log = agent.log_text();
+    assert!(
+        log.contains("flow logs: the readers cannot start"),
+        "the agent says it runs without flows:\n{log}"
+    );
     agent.stop_cleanly();
+}
+
+/// The agent's flow records, as `felix-nft flows --json` prints them.
+fn flow_records(socket: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["flows", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .expect("running felix-nft flows");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The records of flows from `src` to `dst:port` reported by `reporter`.
+fn records_of<'a>(
+    all: &'a [serde_json::Value],
+    src: &str,
+    dst: &str,
+    port: u16,
+    reporter: &str,
+) -> Vec<&'a serde_json::Value> {
+    all.iter()
+        .filter(|r| {
+            let k = &r["key"];
+            k["src"]["name"] == src
+                && k["dst"]["name"] == dst
+                && k["dest_port"] == port
+                && k["reporter"] == reporter
+        })
+        .collect()
+}
+
+/// Each hit of a record's trace as `kind name tier action rule`.
+fn trace(r: &serde_json::Value) -> Vec<String> {
+    r["key"]["trace"]
+        .as_array()
+        .map(|hits| {
+            hits.iter()
+                .map(|h| {
+                    format!(
+                        "{} {} {} {} {}",
+                        h["kind"].as_str().unwrap_or("?"),
+                        h["name"].as_str().unwrap_or(""),
+                        h["tier"].as_str().unwrap_or(""),
+                        h["action"].as_str().unwrap_or("?"),
+                        h["rule_index"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_shows() {
+    require_root();
+    let topo = three_v4_workloads("fnt-e2e-flows", [A4, B4, C4]);
+    let _srv = serve(&topo, &[WEB, OTHER], &[]);
+    let dir = tempfile::tempdir().expect("a directory for the flow socket");
+    let socket = dir.path().join("flows.sock");
+    let env = vec![
+        ("FELIX_FLOWLOGSLOCALREPORTER".into(), "Enabled".into()),
+        ("FELIX_FLOWLOGSFLUSHINTERVAL".into(), "1".into()),
+        (
+            "FELIX_FLOWLOGSLOCALSOCKET".into(),
+            socket.display().to_string(),
+        ),
+    ];
+    let mut agent = Agent::start(
+        &topo,
+        AgentOptions {
+            env,
+            ..AgentOptions::default()
+        },
+    );
+    let (a, b, c) = abc(&topo);
+    // c: tier `sec` passes WEB on and denies the rest at its end; its profile denies WEB.
+    let deny_web = json!([{"action": "deny", "protocol": {"name": "tcp"},
+        "dst_ports": [{"first": WEB, "last": WEB}]}]);
+    let pass_web = json!([{"action": "pass", "protocol": {"name": "tcp"},
+        "dst_ports": [{"first": WEB, "last": WEB}]}]);
+    agent.send_all(&[
+        allow_all_profile(),
+        profile("deny-web", deny_web, json!([{"action": "allow"}])),
+        policy("sec", "pass-web", pass_web, json!([])),
+        wep(a, &["allow-all"], json!([])),
+        wep(b, &["allow-all"], json!([])),
+        wep(
+            c,
+            &["deny-web"],
+            json!([tier("sec", &["pass-web"], &[], "Deny")]),
+        ),
+        in_sync(),
+    ]);
+    agent.expect_matrix(
+        "programmed",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(c), Tcp, WEB, Drop),
+            flow(src(a), v4(c), Tcp, OTHER, Drop),
+        ],
+    );
+
+    // One connection a → b with 50 round trips, closed.
+    let (_, stream) = connect(a.ns(), A4, B4, WEB);
+    let mut stream = stream.expect("a reaches b");
+    for _ in 0..50 {
+        stream.write_all(b"x").expect("sending");
+        let mut one = [0u8; 1];
+        stream.read_exact(&mut one).expect("the echo");
+    }
+    drop(stream);
+
+    // Each side's record: allowed by the profile, the round trips counted (conntrack's
+    // counters, polled while the connection is open and given by its end).
+    let t0 = Instant::now();
+    let (src_side, dst_side) = loop {
+        let all = flow_records(&socket);
+        let sum = |reporter: &str, field: &str| -> u64 {
+            records_of(&all, "a", "b", WEB, reporter)
+                .iter()
+                .filter_map(|r| r[field].as_u64())
+                .sum()
+        };
+        let (s, d) = (sum("src", "packets_out"), sum("dst", "packets_in"));
+        if s >= 50 && d >= 50 {
+            break (
+                records_of(&all, "a", "b", WEB, "src")
+                    .into_iter()
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                records_of(&all, "a", "b", WEB, "dst")
+                    .into_iter()
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert!(
+            t0.elapsed() < step_deadline(),
+            "no records of a → b with 50 packets each side (src {s}, dst {d}):\n{all:#?}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    for (side, recs) in [("src", &src_side), ("dst", &dst_side)] {
+        let started: u64 = recs
+            .iter()
+            .filter_map(|r| r["connections_started"].as_u64())
+            .sum();
+        // The matrix's probes are connections of the same flow too.
+        assert!(started >= 1, "{side}: a connection\n{recs:#?}");
+        for r in recs.iter() {
+            assert_eq!(r["key"]["action"], "allow", "{side}: {r:#}");
+            assert_eq!(r["key"]["proto"], 6);
+            assert_eq!(r["key"]["src"]["kind"], "workload");
+            assert_eq!(
+                trace(r),
+                ["profile allow-all  allow 0"],
+                "{side}: allowed by the profile's first rule"
+            );
+        }
+    }
+
+    // a → c:WEB: passed on by `sec`, denied by c's profile. a → c:OTHER: denied at the end
+    // of `sec`. Each reported by c's side alone (a's egress allows).
+    let (_, s) = connect(a.ns(), A4, C4, WEB);
+    assert!(s.is_none(), "c denies WEB");
+    let (_, s) = connect(a.ns(), A4, C4, OTHER);
+    assert!(s.is_none(), "c denies OTHER");
+    let t0 = Instant::now();
+    loop {
+        let all = flow_records(&socket);
+        let web = records_of(&all, "a", "c", WEB, "dst");
+        let other = records_of(&all, "a", "c", OTHER, "dst");
+        if !web.is_empty() && !other.is_empty() {
+            for r in &web {
+                assert_eq!(r["key"]["action"], "deny", "{r:#}");
+                assert_eq!(
+                    trace(r),
+                    [
+                        "global_network_policy pass-web sec pass 0",
+                        "profile deny-web  deny 0"
+                    ],
+                    "{r:#}"
+                );
+            }
+            for r in &other {
+                assert_eq!(r["key"]["action"], "deny", "{r:#}");
+                assert_eq!(trace(r), ["end_of_tier  sec deny -1"], "{r:#}");
+            }
+            break;
+        }
+        assert!(
+            t0.elapsed() < step_deadline(),
+            "no denied records of a → c:\n{all:#?}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // The text view names the verdict and the deciding rule.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+        .args(["flows", "--verdict", "denied", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("running felix-nft flows");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("DENIED"), "{text}");
+    assert!(!text.contains("ALLOWED"), "only denied flows:\n{text}");
+
+    agent.stop_cleanly();
+    assert!(
+        !socket.exists(),
+        "the agent removes its socket when it stops"
+    );
 }

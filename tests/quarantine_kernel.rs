@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use e2e_common::{abc, require_root, three_v4_workloads, PROBE_TIMEOUT, step_deadline};
+use e2e_common::{abc, require_root, step_deadline, three_v4_workloads, PROBE_TIMEOUT};
 use felix_nft::dataplane::driver::{Driver, LoopOptions};
 use felix_nft::dataplane::kernel::{
     Kernel, KernelError, RealKernel, RoutesOutcome, TableMode, TablesInput, TablesOutcome,

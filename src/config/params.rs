@@ -518,6 +518,11 @@ params! {
         "Goldmane's address (host:port); set = flow logs on: every policy and profile rule, each tier's end and the no-profile drop log to NFLOG groups 1 (ingress) and 2 (egress) with Felix's prefixes.";
     flow_logs_local_reporter: EnabledDisabled = "FlowLogsLocalReporter", ONOFF, "Disabled", 0,
         "Enabled = flow logs on, as with FlowLogsGoldmaneServer.";
+    #[serde(with = "secs_f64")] #[schemars(with = "f64")]
+    flow_logs_flush_interval: Duration = "FlowLogsFlushInterval", Kind::Seconds, "300", NZ,
+        "Seconds each flow record covers: flows are counted over this interval, then reported.";
+    flow_logs_local_socket: String = "FlowLogsLocalSocket", Kind::Path, "/run/felix-nft/flows.sock", OURS,
+        "The unix socket `felix-nft flows` reads the running agent's flows from (root only).";
 
     // --- Workloads / OpenStack / Istio ---
     workload_source_spoofing: WorkloadSourceSpoofing = "WorkloadSourceSpoofing",

@@ -33,6 +33,7 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 use crate::ops::logging::chain;
 use crate::ops::{DataplaneHealth, Ops};
 use crate::proto::from_dataplane::Payload as Out;
+use crate::proto::to_dataplane::Payload;
 use crate::proto::{
     DataplaneInSync, FromDataplane, IpVersion, ProcessStatusUpdate, WireguardStatusUpdate,
 };
@@ -233,7 +234,19 @@ pub struct Driver<K: Kernel> {
     wait_said: bool,
     /// The nodes last reported as claiming one key.
     wg_conflicts: Vec<String>,
+    /// Where the names flows resolve to go (the flow-log collector), when flow logs are on.
+    flow_names: Option<FlowNamesHook>,
+    /// An update may have changed those names since they were last handed over.
+    names_dirty: bool,
+    /// Not before then again: a burst of updates rebuilds them once.
+    names_at: Option<TokioInstant>,
 }
+
+/// Receives the model's flow names whenever endpoints, routes or tiers may have changed them.
+pub type FlowNamesHook = Box<dyn FnMut(crate::flows::names::FlowNames) + Send>;
+
+/// The least time between two rebuilds of the flow names.
+const NAMES_EVERY: Duration = Duration::from_secs(1);
 
 impl<K: Kernel> Driver<K> {
     pub fn new(
@@ -269,7 +282,37 @@ impl<K: Kernel> Driver<K> {
             wg_reported: Default::default(),
             wg_conflicts: Vec::new(),
             wait_said: false,
+            flow_names: None,
+            names_dirty: true,
+            names_at: None,
         }
+    }
+
+    /// Hands `hook` the names flows resolve to (endpoints, routes, tiers), now and after every
+    /// change to them, at most once a second.
+    pub fn with_flow_names(mut self, hook: FlowNamesHook) -> Self {
+        self.flow_names = Some(hook);
+        self
+    }
+
+    /// Rebuilds and hands over the flow names when they may have changed and the last rebuild
+    /// is old enough; otherwise `names_at` says when.
+    fn publish_flow_names(&mut self) {
+        let Some(hook) = self.flow_names.as_mut() else {
+            return;
+        };
+        let now = TokioInstant::now();
+        if !self.names_dirty || self.names_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let dp = &self.dp;
+        hook(crate::flows::names::FlowNames::from_model(
+            dp.model(),
+            dp.route_updates(),
+            &dp.cfg().overlay.hostname,
+        ));
+        self.names_dirty = false;
+        self.names_at = Some(now + NAMES_EVERY);
     }
 
     /// What the run did so far.
@@ -302,6 +345,16 @@ impl<K: Kernel> Driver<K> {
                         .unwrap_or("empty");
                     ops.metrics.record_message(kind);
                 }
+                if !matches!(
+                    u.message.payload,
+                    Some(
+                        Payload::IpsetUpdate(_)
+                            | Payload::IpsetDeltaUpdate(_)
+                            | Payload::IpsetRemove(_)
+                    )
+                ) {
+                    self.names_dirty = true;
+                }
                 if let Err(e) = self.dp.on_update(&u.message) {
                     self.summary.rejected += 1;
                     tracing::error!(origin = %u.origin, error = %e, "update rejected; the previous state stays programmed");
@@ -332,6 +385,8 @@ impl<K: Kernel> Driver<K> {
             }
             _ => {}
         }
+        // This host's own addresses name flows too.
+        self.names_dirty = true;
         self.dp.on_iface(&ev);
     }
 
@@ -952,6 +1007,7 @@ impl<K: Kernel> Driver<K> {
                     Err(wait) => at.throttled_until = Some(TokioInstant::now() + wait),
                 }
             }
+            self.publish_flow_names();
             if !updates_open && self.opts.exit_on_eof && self.input_done() {
                 return Ok(());
             }
@@ -1000,6 +1056,8 @@ impl<K: Kernel> Driver<K> {
             at.merge,
             at.repair,
             at.throttled_until.filter(|_| self.wants_apply()),
+            self.names_at
+                .filter(|_| self.names_dirty && self.flow_names.is_some()),
         ]
         .into_iter()
         .flatten()

@@ -553,6 +553,11 @@ impl Dataplane {
         &self.model
     }
 
+    /// Felix's route updates by destination, as last received.
+    pub fn route_updates(&self) -> &BTreeMap<String, RouteUpdate> {
+        &self.routes
+    }
+
     /// Validates and records one update; marks what it affects dirty. No kernel I/O. A rejected
     /// update changes nothing.
     pub fn on_update(&mut self, msg: &ToDataplane) -> Result<(), InputError> {

@@ -31,8 +31,8 @@ use crate::wire::{
 };
 
 use super::ctevents::{
-    addr, CTA_IP_V4_SRC, CTA_IP_V6_SRC, CTA_TUPLE_IP, CTA_TUPLE_ORIG, CTA_TUPLE_REPLY,
-    IPCTNL_MSG_CT_DELETE, IPCTNL_MSG_CT_NEW, NFGENMSG_LEN, NFNL_SUBSYS_CTNETLINK,
+    addr, decode_entry, CtEntry, CTA_IP_V4_SRC, CTA_IP_V6_SRC, CTA_TUPLE_IP, CTA_TUPLE_ORIG,
+    CTA_TUPLE_REPLY, IPCTNL_MSG_CT_DELETE, IPCTNL_MSG_CT_NEW, NFGENMSG_LEN, NFNL_SUBSYS_CTNETLINK,
 };
 
 const IPCTNL_MSG_CT_GET: u16 = 1;
@@ -136,6 +136,38 @@ impl Conntrack {
         }
         tracing::debug!(ip = %ip, matched = report.matched, deleted = report.deleted, "conntrack cleanup");
         Ok(report)
+    }
+}
+
+impl Conntrack {
+    /// Every entry of the table, both families, decoded as events decode them. Blocking. The
+    /// flow-log collector polls this for live connections' counters: conntrack's update events
+    /// carry none (only a destroy does).
+    pub fn dump(&mut self, mut each: impl FnMut(CtEntry)) -> Result<()> {
+        let seq = self.next_seq();
+        let req = message(
+            IPCTNL_MSG_CT_GET,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            seq,
+            libc::AF_UNSPEC as u8,
+            &[],
+        );
+        read_dump(
+            &self.sock,
+            &req,
+            seq,
+            NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW,
+            |payload| {
+                if let Some(body) = payload.get(NFGENMSG_LEN..) {
+                    each(decode_entry(body));
+                }
+            },
+        )
+        .map_err(|source| RtnlError::Conntrack {
+            op: "dumping",
+            object: "the conntrack table".to_string(),
+            source,
+        })
     }
 }
 

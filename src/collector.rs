@@ -1,0 +1,323 @@
+//! The flow-log collector of the running agent: reads NFLOG groups 1 and 2 and conntrack's
+//! events in the agent's namespace, joins them into flows ([`crate::flows::aggregate`]) and
+//! publishes each flush interval's records to the local view.
+//!
+//! Each socket has a reader thread of its own that only decodes and hands on through a bounded
+//! queue, so a burst is absorbed by the queue and, past it, dropped and counted rather than
+//! left to overflow the kernel's socket buffer unseen. One more thread aggregates. None of them
+//! shares a lock with the apply loop: the loop hands over endpoint names by swapping an `Arc`,
+//! and the loop never waits for the collector nor the collector for the loop.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::flows::aggregate::{Aggregator, Limits, Stats};
+use crate::flows::names::FlowNames;
+use crate::flows::serve::FlowSink;
+use crate::netns::NetNs;
+use crate::rtnl::conntrack::Conntrack;
+use crate::rtnl::ctevents::{CtEvent, CtEventSocket, CtGroups};
+use crate::rtnl::nflog::{LoggedPacket, NflogSocket, Received};
+use crate::rtnl::RtnlError;
+use crate::rules::nflog::{GROUP_EGRESS, GROUP_INGRESS, SNAPLEN};
+
+/// How the collector runs.
+#[derive(Debug, Clone)]
+pub struct CollectorConfig {
+    /// How often the flows are flushed (`FlowLogsFlushInterval`).
+    pub flush_interval: Duration,
+    /// Messages the readers may have queued for the aggregator before they drop.
+    pub queue: usize,
+    /// Each socket's receive buffer.
+    pub rcvbuf: usize,
+}
+
+impl Default for CollectorConfig {
+    fn default() -> Self {
+        CollectorConfig {
+            flush_interval: Duration::from_secs(15),
+            queue: 16_384,
+            rcvbuf: 4 << 20,
+        }
+    }
+}
+
+/// What the collector has counted since it started.
+#[derive(Debug, Default)]
+pub struct CollectorStats {
+    /// Logged packets read.
+    pub nflog_packets: AtomicU64,
+    /// Conntrack events read.
+    pub ct_events: AtomicU64,
+    /// Times the kernel said a socket's buffer overflowed (messages lost before we read them).
+    pub kernel_overruns: AtomicU64,
+    /// Messages dropped because the aggregator's queue was full.
+    pub queue_drops: AtomicU64,
+    /// Flow records published.
+    pub records: AtomicU64,
+    /// The aggregator's own counts (foreign prefixes, evictions, …), as of the last flush.
+    pub aggregator: Mutex<Stats>,
+}
+
+/// What the readers hand the aggregator.
+enum Input {
+    Packets(Vec<LoggedPacket>),
+    Events(Vec<CtEvent>),
+}
+
+/// How long a blocked read waits before the reader looks at the stop flag.
+const READ_TIMEOUT: Duration = Duration::from_millis(200);
+/// How often the counters of open connections are read from a dump of the conntrack table
+/// (as often as Felix polls it): conntrack's update events carry no counters.
+const POLL_EVERY: Duration = Duration::from_secs(5);
+/// At most one warning about lost messages per this long.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The running collector; stops its threads when dropped.
+pub struct Collector {
+    names: Arc<Mutex<Arc<FlowNames>>>,
+    stats: Arc<CollectorStats>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Opens the sockets in `ns` and starts the threads; `sink` receives every flush's records.
+    /// Fails when a socket cannot be had (another program holds group 1 or 2, or no
+    /// privilege): the agent then runs without flow logs and says so.
+    pub fn start(
+        ns: Option<&NetNs>,
+        cfg: CollectorConfig,
+        sink: FlowSink,
+    ) -> Result<Collector, RtnlError> {
+        let mut nflog = NflogSocket::open(ns, &[GROUP_INGRESS, GROUP_EGRESS], SNAPLEN, cfg.rcvbuf)?;
+        if !nflog.with_conntrack() {
+            tracing::info!(
+                "flow logs: this kernel's NFLOG carries no connection (no NETFILTER_NETLINK_GLUE_CT): \
+                 packets are matched to connections by their addresses and ports"
+            );
+        }
+        let groups = CtGroups {
+            new: false,
+            update: true,
+            destroy: true,
+        };
+        let mut ct = CtEventSocket::open(ns, groups, cfg.rcvbuf)?;
+        let mut table = Conntrack::open(ns)?;
+        nflog.set_read_timeout(Some(READ_TIMEOUT))?;
+        ct.set_read_timeout(Some(READ_TIMEOUT))?;
+        enable_conntrack_accounting(ns);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(CollectorStats::default());
+        let names = Arc::new(Mutex::new(Arc::new(FlowNames::default())));
+        let (tx, rx) = mpsc::sync_channel::<Input>(cfg.queue);
+        let mut threads = Vec::new();
+        threads.push(spawn("flows-nflog", {
+            let (tx, stop, stats) = (tx.clone(), stop.clone(), stats.clone());
+            move || {
+                read_loop(&stop, &stats, &tx, "NFLOG", |out| {
+                    let mut v = Vec::new();
+                    let r = nflog.recv(&mut v);
+                    stats
+                        .nflog_packets
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    *out = (!v.is_empty()).then_some(Input::Packets(v));
+                    r
+                })
+            }
+        })?);
+        threads.push(spawn("flows-conntrack", {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            move || {
+                read_loop(&stop, &stats, &tx, "conntrack event", |out| {
+                    let mut v = Vec::new();
+                    let r = ct.recv(&mut v);
+                    stats.ct_events.fetch_add(v.len() as u64, Ordering::Relaxed);
+                    *out = (!v.is_empty()).then_some(Input::Events(v));
+                    r
+                })
+            }
+        })?);
+        threads.push(spawn("flows", {
+            let (stop, stats, names) = (stop.clone(), stats.clone(), names.clone());
+            move || aggregate_loop(&stop, &stats, &names, &rx, &cfg, &sink, &mut table)
+        })?);
+        Ok(Collector {
+            names,
+            stats,
+            stop,
+            threads,
+        })
+    }
+
+    /// Hands the collector the names of the model as it is now. Never waits for more than the
+    /// swap of a pointer.
+    pub fn set_names(&self, names: FlowNames) {
+        if let Ok(mut n) = self.names.lock() {
+            *n = Arc::new(names);
+        }
+    }
+
+    /// What has been counted so far.
+    pub fn stats(&self) -> &CollectorStats {
+        &self.stats
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, RtnlError> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|e| RtnlError::Nfnetlink {
+            op: "starting",
+            object: format!("the {name} thread"),
+            source: e,
+        })
+}
+
+/// Reads with `read` until stopped, handing what it brought on without ever blocking on the
+/// aggregator: when the queue is full the batch is dropped and counted.
+fn read_loop(
+    stop: &AtomicBool,
+    stats: &CollectorStats,
+    tx: &SyncSender<Input>,
+    what: &str,
+    mut read: impl FnMut(&mut Option<Input>) -> Result<Received, RtnlError>,
+) {
+    let mut warned: Option<Instant> = None;
+    let mut lost = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let mut batch = None;
+        match read(&mut batch) {
+            Ok(Received::Packets(_)) => {}
+            Ok(Received::Overrun) => {
+                stats.kernel_overruns.fetch_add(1, Ordering::Relaxed);
+                lost += 1;
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::ops::logging::chain(&e), "flow logs: reading {what}s failed; the reader stops");
+                return;
+            }
+        }
+        if let Some(b) = batch {
+            match tx.try_send(b) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    stats.queue_drops.fetch_add(1, Ordering::Relaxed);
+                    lost += 1;
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+        if lost > 0 && warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            tracing::warn!(
+                batches_lost = lost,
+                "flow logs: {what}s are coming faster than they are read; some were dropped (counted)"
+            );
+            warned = Some(Instant::now());
+            lost = 0;
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Feeds the aggregator until stopped and publishes its records every flush interval.
+fn aggregate_loop(
+    stop: &AtomicBool,
+    stats: &CollectorStats,
+    names: &Mutex<Arc<FlowNames>>,
+    rx: &mpsc::Receiver<Input>,
+    cfg: &CollectorConfig,
+    sink: &FlowSink,
+    table: &mut Conntrack,
+) {
+    let mut agg = Aggregator::new(Limits::default());
+    let mut next_flush = Instant::now() + cfg.flush_interval;
+    let poll_every = cfg.flush_interval.min(POLL_EVERY);
+    let mut next_poll = Instant::now() + poll_every;
+    while !stop.load(Ordering::Relaxed) {
+        let wait = next_flush
+            .min(next_poll)
+            .saturating_duration_since(Instant::now())
+            .min(READ_TIMEOUT);
+        match rx.recv_timeout(wait) {
+            Ok(input) => {
+                let now = unix_now();
+                let current = names.lock().map(|n| n.clone()).unwrap_or_default();
+                match input {
+                    Input::Packets(ps) => {
+                        for p in &ps {
+                            agg.on_packet(now, p, current.as_ref());
+                        }
+                    }
+                    Input::Events(evs) => {
+                        for ev in &evs {
+                            agg.on_ct(now, ev);
+                        }
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if Instant::now() >= next_poll {
+            next_poll = Instant::now() + poll_every;
+            if agg.connections() > 0 {
+                let now = unix_now();
+                if let Err(e) = table.dump(|entry| agg.on_ct_polled(now, &entry)) {
+                    tracing::debug!(error = %crate::ops::logging::chain(&e), "flow logs: polling conntrack's counters");
+                }
+            }
+        }
+        if Instant::now() >= next_flush {
+            next_flush += cfg.flush_interval;
+            let records = agg.flush(unix_now());
+            stats
+                .records
+                .fetch_add(records.len() as u64, Ordering::Relaxed);
+            if let Ok(mut s) = stats.aggregator.lock() {
+                *s = agg.stats();
+            }
+            if !records.is_empty() {
+                sink.publish(records);
+            }
+        }
+    }
+}
+
+/// Conntrack counts packets and bytes per connection only with `nf_conntrack_acct` on, and
+/// only for connections made after it is; flows without it carry no counts. Set in the
+/// agent's namespace (it is per namespace); where conntrack is not loaded yet the file is
+/// missing and the counts start once a later start finds it.
+fn enable_conntrack_accounting(ns: Option<&NetNs>) {
+    const PATH: &str = "/proc/sys/net/netfilter/nf_conntrack_acct";
+    let write = || std::fs::write(PATH, "1");
+    let r = match ns {
+        Some(ns) => ns
+            .run(write)
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+        None => write(),
+    };
+    if let Err(e) = r {
+        tracing::warn!(path = PATH, error = %e, "flow logs: conntrack accounting could not be turned on; flows will carry no packet or byte counts");
+    }
+}
