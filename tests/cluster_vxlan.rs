@@ -18,7 +18,9 @@
 //! - cross-subnet: same-subnet pods talk directly over the parent interface (no VXLAN on the
 //!   wire), pods behind a router through the tunnel;
 //! - a 1 MB TCP transfer between pods on two nodes;
-//! - IPv6 beside IPv4: pods talk over `vxlan-v6.calico`, and a leaving node's IPv6 state goes.
+//! - IPv6 beside IPv4: pods talk over `vxlan-v6.calico`, and a leaving node's IPv6 state goes;
+//! - flow logs: each node reports its side of a flow between pods on two nodes, naming its own
+//!   pod and the other end by address and node.
 //!
 //! `ip`, `bridge` and `nft` are oracles and set-up tools only.
 //!
@@ -235,25 +237,33 @@ struct Cluster {
     /// subnet 1, `br1` for 172.31.1.0/24 with the underlay namespace routing between them),
     /// the nodes on it and their pods, laid out as Calico's CNI plugin leaves them.
     bed: Underlay,
+    /// With flow logs on: where each node's flow socket is (`n<k>.sock`), flushed every second.
+    flows: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     /// An underlay with the given nodes (`subnets[k]` = node k's subnet), each started with
     /// its `local(k)` state.
     fn build(mode: &'static str, subnets: &[u8], local: impl Fn(u8) -> Local) -> Cluster {
-        Self::build_with(mode, subnets, false, local)
+        Self::build_with(mode, subnets, false, false, local)
+    }
+
+    /// [`Self::build`] with flow logs on every node.
+    fn build_with_flows(mode: &'static str, subnets: &[u8]) -> Cluster {
+        Self::build_with(mode, subnets, false, true, |_| Local::default())
     }
 
     /// [`Self::build`], dual stack (one subnet only: the router has no IPv6).
     fn build_dual_stack(mode: &'static str, subnets: &[u8]) -> Cluster {
         assert!(!subnets.contains(&1), "the router speaks IPv4 only");
-        Self::build_with(mode, subnets, true, |_| Local::default())
+        Self::build_with(mode, subnets, true, false, |_| Local::default())
     }
 
     fn build_with(
         mode: &'static str,
         subnets: &[u8],
         v6: bool,
+        flows: bool,
         local: impl Fn(u8) -> Local,
     ) -> Cluster {
         require_root();
@@ -278,6 +288,7 @@ impl Cluster {
             mode,
             v6,
             bed,
+            flows: flows.then(|| tempfile::tempdir().expect("a directory for the flow sockets")),
         };
         for k in 0..subnets.len() as u8 {
             c.start(k, local(k));
@@ -391,16 +402,21 @@ impl Cluster {
         let pod = w.ns().try_clone().expect("a namespace handle");
         let pod_netns = w.netns_name().to_string();
 
-        let daemon = NodeDaemon::start(
-            &n,
-            &format!("n{k}"),
-            &[
-                ("FELIX_NFTABLESTABLEOWNER", "false"),
-                // Drift is repaired at these intervals: short, so that tests can wait for it.
-                ("FELIX_ROUTEREFRESHINTERVAL", "2"),
-                ("FELIX_NFTABLESREFRESHINTERVAL", "2"),
-            ],
-        );
+        let socket = self.flow_socket(k);
+        let mut env = vec![
+            ("FELIX_NFTABLESTABLEOWNER", "false"),
+            // Drift is repaired at these intervals: short, so that tests can wait for it.
+            ("FELIX_ROUTEREFRESHINTERVAL", "2"),
+            ("FELIX_NFTABLESREFRESHINTERVAL", "2"),
+        ];
+        if let Some(socket) = &socket {
+            env.extend([
+                ("FELIX_FLOWLOGSLOCALREPORTER", "Enabled"),
+                ("FELIX_FLOWLOGSFLUSHINTERVAL", "1"),
+                ("FELIX_FLOWLOGSLOCALSOCKET", socket.as_str()),
+            ]);
+        }
+        let daemon = NodeDaemon::start(&n, &format!("n{k}"), &env);
         let mut node = Node {
             member,
             netns: n.clone(),
@@ -501,6 +517,24 @@ impl Cluster {
         let name = format!("n{}", node.member.k);
         drop(node);
         assert!(self.bed.remove_node(&name), "{name} was on the underlay");
+    }
+
+    /// Node k's flow socket, when flow logs are on.
+    fn flow_socket(&self, k: u8) -> Option<String> {
+        (self.flows.as_ref()).map(|d| d.path().join(format!("n{k}.sock")).display().to_string())
+    }
+
+    /// Node k's flow records, as `felix-nft flows --json` prints them.
+    fn flow_records(&self, k: u8) -> Vec<Value> {
+        let socket = self.flow_socket(k).expect("flow logs are on");
+        let out = Command::new(env!("CARGO_BIN_EXE_felix-nft"))
+            .args(["flows", "--json", "--socket", &socket])
+            .output()
+            .expect("running felix-nft flows");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// A TCP server on [`PORT`] in every running node's pod.
@@ -1277,4 +1311,43 @@ fn ipv6_pods_talk_over_vxlan_v6_beside_ipv4() {
     c.wait_ping_in(1, 0, Verdict::Pass, V6);
 
     c.daemons_alive();
+}
+
+#[test]
+fn each_node_reports_its_side_of_a_flow_between_pods_on_two_nodes() {
+    let c = Cluster::build_with_flows("Always", &[0, 0]);
+    let _servers = c.servers();
+    c.wait_tcp(0, 1, Verdict::Pass);
+    // Both nodes' records of p0 → p1: n0 by p0's egress (the source), n1 by p1's ingress (the
+    // destination). Each names its own pod, and the other end by address and node (the
+    // driver protocol names no other node's pods; this node's routes say whose block it is).
+    let (p0, p1) = (V4.pod_ip(0).to_string(), V4.pod_ip(1).to_string());
+    c.eventually("both nodes report p0 → p1", || {
+        let src = c.flow_records(0);
+        let dst = c.flow_records(1);
+        let find = |all: &[Value], reporter: &str| -> Option<Value> {
+            all.iter()
+                .find(|r| r["key"]["reporter"] == reporter && r["key"]["dest_port"] == PORT)
+                .cloned()
+        };
+        let (Some(s), Some(d)) = (find(&src, "src"), find(&dst, "dst")) else {
+            return Err(format!("n0: {src:?}\nn1: {dst:?}"));
+        };
+        let want_src = json!({"kind": "workload", "name": "p0", "namespace": "default"});
+        let want_dst_remote = json!({"kind": "network", "name": p1, "node": "n1"});
+        let want_src_remote = json!({"kind": "network", "name": p0, "node": "n0"});
+        let want_dst = json!({"kind": "workload", "name": "p1", "namespace": "default"});
+        if s["key"]["src"] != want_src || s["key"]["dst"] != want_dst_remote {
+            return Err(format!("n0's record names the ends wrong: {s:#}"));
+        }
+        if d["key"]["src"] != want_src_remote || d["key"]["dst"] != want_dst {
+            return Err(format!("n1's record names the ends wrong: {d:#}"));
+        }
+        for r in [&s, &d] {
+            if r["key"]["action"] != "allow" || r["key"]["trace"][0]["name"] != "allow-all" {
+                return Err(format!("not allowed by allow-all: {r:#}"));
+            }
+        }
+        Ok(())
+    });
 }

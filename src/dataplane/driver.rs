@@ -1000,6 +1000,12 @@ impl<K: Kernel> Driver<K> {
                 match throttle.take() {
                     Ok(()) => {
                         at.throttled_until = None;
+                        // The first apply lets traffic through: the names must be whole by then,
+                        // or the first connections are named from a model still arriving.
+                        if !self.first_apply_done {
+                            self.names_at = None;
+                        }
+                        self.publish_flow_names();
                         self.apply().await?;
                         at.merge = (self.dp.side_pending())
                             .then(|| TokioInstant::now() + self.dp.cfg().side_merge_after);
