@@ -1,9 +1,15 @@
-//! Flow logs' rules through the running agent, with real traffic. With `FlowLogsLocalReporter`
-//! enabled, a connection a profile allows is logged once on each side (the source's egress,
-//! group 2, and the destination's ingress, group 1, each with Felix's prefix), however many
-//! packets it carries: only a connection's first packet reaches policy. A profile's deny logs
-//! its rule; a port no rule of the profile matches logs the drop after the profiles. An
-//! `NflogSocket` in the host namespace reads what the kernel logs.
+//! Flow logs through the running agent, with real traffic.
+//!
+//! - The rules: with `FlowLogsLocalReporter` enabled, a connection a profile allows is logged
+//!   once on each side (the source's egress, group 2, and the destination's ingress, group 1,
+//!   each with Felix's prefix), however many packets it carries: only a connection's first
+//!   packet reaches policy. A profile's deny logs its rule; a port no rule of the profile
+//!   matches logs the drop after the profiles. The test's own `NflogSocket` holds groups 1 and
+//!   2 first, so the agent's readers cannot have them: it runs on without flows and says so.
+//! - The flows: the agent's records, read with `felix-nft flows`, name each side's verdict and
+//!   trace (allowed by a policy rule, by a profile; passed by one tier then denied by a profile;
+//!   denied at a tier's end), count the packets sent (conntrack's counters), and survive NAT
+//!   outgoing.
 
 mod e2e_common;
 
@@ -14,7 +20,8 @@ use std::time::{Duration, Instant};
 use e2e_common::*;
 use felix_nft::netns::NetNs;
 use felix_nft::rtnl::nflog::{FiveTuple, LoggedPacket, NflogSocket};
-use felix_nft::testbed::probe::{Proto::*, Verdict::*};
+use felix_nft::testbed::probe::{Proto::*, TcpServer, Verdict::*};
+use felix_nft::testbed::topology::EXTERNAL_V4;
 use serde_json::json;
 
 const A4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -259,16 +266,26 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
         },
     );
     let (a, b, c) = abc(&topo);
-    // c: tier `sec` passes WEB on and denies the rest at its end; its profile denies WEB.
+    let ext = topo.external().expect("the bed's external side");
+    let _ext_srv = TcpServer::start(ext.ns(), WEB).expect("a server outside");
+    // a: tier `sec` allows its TCP out by a policy rule. c: tier `sec` passes WEB on and denies
+    // the rest at its end; c's profile denies WEB. The pool masquerades what leaves it.
     let deny_web = json!([{"action": "deny", "protocol": {"name": "tcp"},
         "dst_ports": [{"first": WEB, "last": WEB}]}]);
     let pass_web = json!([{"action": "pass", "protocol": {"name": "tcp"},
         "dst_ports": [{"first": WEB, "last": WEB}]}]);
+    let allow_tcp = json!([{"action": "allow", "protocol": {"name": "tcp"}}]);
     agent.send_all(&[
         allow_all_profile(),
         profile("deny-web", deny_web, json!([{"action": "allow"}])),
         policy("sec", "pass-web", pass_web, json!([])),
-        wep(a, &["allow-all"], json!([])),
+        policy("sec", "allow-tcp-out", json!([]), allow_tcp),
+        pool("pool-1", "198.18.0.0/24", true),
+        wep(
+            a,
+            &["allow-all"],
+            json!([tier("sec", &[], &["allow-tcp-out"], "Deny")]),
+        ),
         wep(b, &["allow-all"], json!([])),
         wep(
             c,
@@ -283,6 +300,7 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
             flow(src(a), v4(b), Tcp, WEB, Pass),
             flow(src(a), v4(c), Tcp, WEB, Drop),
             flow(src(a), v4(c), Tcp, OTHER, Drop),
+            flow(src(a), ("ext", IpAddr::V4(EXTERNAL_V4)), Tcp, WEB, Pass),
         ],
     );
 
@@ -296,8 +314,8 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
     }
     drop(stream);
 
-    // Each side's record: allowed by the profile, the round trips counted (conntrack's
-    // counters, polled while the connection is open and given by its end).
+    // Each side's record: a's allowed by its policy's rule, b's by its profile; the round trips
+    // counted (conntrack's counters, polled while the connection is open, given by its end).
     let t0 = Instant::now();
     let (src_side, dst_side) = loop {
         let all = flow_records(&socket);
@@ -338,11 +356,11 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
             assert_eq!(r["key"]["action"], "allow", "{side}: {r:#}");
             assert_eq!(r["key"]["proto"], 6);
             assert_eq!(r["key"]["src"]["kind"], "workload");
-            assert_eq!(
-                trace(r),
-                ["profile allow-all  allow 0"],
-                "{side}: allowed by the profile's first rule"
-            );
+            let want = match side {
+                "src" => "global_network_policy allow-tcp-out sec allow 0",
+                _ => "profile allow-all  allow 0",
+            };
+            assert_eq!(trace(r), [want], "{side}: {r:#}");
         }
     }
 
@@ -378,6 +396,41 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
         assert!(
             t0.elapsed() < step_deadline(),
             "no denied records of a → c:\n{all:#?}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // NAT outgoing: a's connection out leaves with the host's address; its record still names
+    // a and the server, and counts its round trips (conntrack's original tuple is a's).
+    let (_, stream) = connect(a.ns(), A4, EXTERNAL_V4, WEB);
+    let mut stream = stream.expect("a reaches the outside");
+    for _ in 0..20 {
+        stream.write_all(b"x").expect("sending");
+        let mut one = [0u8; 1];
+        stream.read_exact(&mut one).expect("the echo");
+    }
+    drop(stream);
+    let outside = EXTERNAL_V4.to_string();
+    let t0 = Instant::now();
+    loop {
+        let all = flow_records(&socket);
+        let recs = records_of(&all, "a", &outside, WEB, "src");
+        let sent: u64 = recs.iter().filter_map(|r| r["packets_out"].as_u64()).sum();
+        if sent >= 20 {
+            for r in &recs {
+                assert_eq!(r["key"]["dst"]["kind"], "network", "{r:#}");
+                assert_eq!(
+                    trace(r),
+                    ["global_network_policy allow-tcp-out sec allow 0"],
+                    "{r:#}"
+                );
+            }
+            break;
+        }
+        assert!(
+            t0.elapsed() < step_deadline(),
+            "no record of a → {outside} with 20 packets out:\n{all:#?}\n{}",
             agent.log_text()
         );
         std::thread::sleep(Duration::from_millis(300));
