@@ -11,7 +11,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::record::{Endpoint, EndpointKind};
-use crate::proto::types::{RouteUpdate, TierInfo};
+use crate::proto::types::{RouteUpdate, Rule, TierInfo};
+use crate::rules::names::Direction;
 use crate::rules::nflog::policy_id;
 use crate::rules::Model;
 
@@ -26,6 +27,9 @@ pub struct FlowNames {
     remote: Vec<(IpNet, String)>,
     /// A policy's id as its prefixes write it → its tier and its index in that tier.
     tiers: HashMap<String, (String, i64)>,
+    /// Each prefix too long for the kernel, as hashed → whole: what a hashed prefix in a log
+    /// stands for (Felix keeps the same lookup).
+    hashed: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl FlowNames {
@@ -102,6 +106,7 @@ impl FlowNames {
                 }
             }
         }
+        n.add_hashed(model);
         n.remote
             .sort_by_key(|(net, _)| std::cmp::Reverse(net.prefix_len()));
         n.local_nets
@@ -117,6 +122,66 @@ impl FlowNames {
             self.local.insert(net.addr(), ep.clone());
         } else {
             self.local_nets.push((net, ep.clone()));
+        }
+    }
+
+    /// The prefixes of `model`'s rules and tier ends that the kernel gets hashed.
+    fn add_hashed(&mut self, model: &Model) {
+        use crate::rules::nflog::{self as p, Action, Owner};
+        let mut add = |whole: String| {
+            let cut = p::cut(&whole);
+            if cut != whole {
+                self.hashed.insert(cut.into_bytes(), whole.into_bytes());
+            }
+        };
+        let rules = |owner: Owner,
+                     id: &str,
+                     inbound: &[Rule],
+                     outbound: &[Rule],
+                     add: &mut dyn FnMut(String)| {
+            for (dir, list) in [
+                (Direction::Inbound, inbound),
+                (Direction::Outbound, outbound),
+            ] {
+                for (i, r) in list.iter().enumerate() {
+                    if let Some(a) = Action::of_rule(&r.action) {
+                        add(p::whole_rule_prefix(a, owner, dir, i, id));
+                    }
+                }
+            }
+        };
+        for (id, pol) in &model.policies {
+            if !pol.untracked {
+                let id = policy_id(id);
+                rules(
+                    Owner::Policy,
+                    &id,
+                    &pol.inbound_rules,
+                    &pol.outbound_rules,
+                    &mut add,
+                );
+            }
+        }
+        for (name, prof) in &model.profiles {
+            rules(
+                Owner::Profile,
+                name,
+                &prof.inbound_rules,
+                &prof.outbound_rules,
+                &mut add,
+            );
+        }
+        let tiers: std::collections::BTreeSet<&str> = (model.workloads.values())
+            .flat_map(|w| w.tiers.iter())
+            .chain(model.host_endpoints.values().flat_map(|h| h.tiers.iter()))
+            .map(|t| t.name.as_str())
+            .collect();
+        for t in tiers {
+            for dir in [Direction::Inbound, Direction::Outbound] {
+                for a in [Action::Deny, Action::Pass] {
+                    add(p::whole_end_of_tier(a, dir, t));
+                }
+            }
         }
     }
 
@@ -167,6 +232,10 @@ impl super::aggregate::Names for FlowNames {
 
     fn policy_index(&self, policy_id: &str) -> Option<i64> {
         self.tiers.get(policy_id).map(|(_, i)| *i)
+    }
+
+    fn full_prefix(&self, hashed: &[u8]) -> Option<Vec<u8>> {
+        self.hashed.get(hashed).cloned()
     }
 }
 
@@ -257,6 +326,50 @@ mod tests {
             Some("node-b")
         );
         assert_eq!(n.endpoint("8.8.8.8".parse().unwrap()).node, None);
+    }
+
+    #[test]
+    fn a_hashed_prefix_resolves_to_the_rule_it_stands_for() {
+        use crate::flows::aggregate::Names;
+        use crate::proto::types::Policy;
+        use crate::rules::nflog::{self as p, Action, Owner};
+        let mut m = model();
+        let long = "a-policy-whose-name-is-long-enough-to-push-its-prefix-past-63-bytes";
+        let id = PolicyId {
+            name: long.into(),
+            namespace: "prod".into(),
+            kind: "NetworkPolicy".into(),
+        };
+        let rule = |action: &str| Rule {
+            action: action.into(),
+            ..Rule::default()
+        };
+        m.policies.insert(
+            id.clone(),
+            Policy {
+                inbound_rules: vec![rule("allow"), rule("deny")],
+                ..Policy::default()
+            },
+        );
+        let n = FlowNames::from_model(&m, &Default::default(), "node-a");
+        let whole = p::whole_rule_prefix(
+            Action::Deny,
+            Owner::Policy,
+            Direction::Inbound,
+            1,
+            &policy_id(&id),
+        );
+        let hashed = p::rule_prefix(
+            Action::Deny,
+            Owner::Policy,
+            Direction::Inbound,
+            1,
+            &policy_id(&id),
+        );
+        assert!(p::is_hashed(hashed.as_bytes()), "{hashed}");
+        assert_eq!(n.full_prefix(hashed.as_bytes()), Some(whole.into_bytes()));
+        // A short one is never in the lookup: it is read as it is.
+        assert_eq!(n.full_prefix(b"ARI0|allow-all"), None);
     }
 
     #[test]

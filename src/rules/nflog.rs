@@ -106,18 +106,40 @@ pub fn policy_id(id: &PolicyId) -> String {
 /// The prefix of rule `idx` (from 0, in its direction) of a policy (`id` from [`policy_id`])
 /// or a profile (`id` its name).
 pub fn rule_prefix(action: Action, owner: Owner, dir: Direction, idx: usize, id: &str) -> String {
-    limit(format!(
+    limit(whole_rule_prefix(action, owner, dir, idx, id))
+}
+
+/// [`rule_prefix`] before it is cut to the kernel's 63 bytes: what a hashed prefix stands for.
+pub fn whole_rule_prefix(
+    action: Action,
+    owner: Owner,
+    dir: Direction,
+    idx: usize,
+    id: &str,
+) -> String {
+    format!(
         "{}{}{}{idx}|{id}",
         action.code(),
         owner.code(),
         dir_code(dir)
-    ))
+    )
 }
 
 /// The prefix of a tier's end: `Deny` where the tier drops what no policy passed, `Pass`
 /// where it passes it on.
 pub fn end_of_tier(action: Action, dir: Direction, tier: &str) -> String {
-    limit(format!("{}P{}|{tier}", action.code(), dir_code(dir)))
+    limit(whole_end_of_tier(action, dir, tier))
+}
+
+/// [`end_of_tier`] before it is cut to the kernel's 63 bytes.
+pub fn whole_end_of_tier(action: Action, dir: Direction, tier: &str) -> String {
+    format!("{}P{}|{tier}", action.code(), dir_code(dir))
+}
+
+/// The prefix the kernel is given for a whole one: itself when it fits, else hashed as
+/// Felix hashes it ([`is_hashed`]).
+pub fn cut(whole: &str) -> String {
+    limit(whole.to_string())
 }
 
 /// The prefix of the drop after the profiles, when none matched.
