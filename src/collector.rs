@@ -7,6 +7,10 @@
 //! left to overflow the kernel's socket buffer unseen. One more thread aggregates. None of them
 //! shares a lock with the apply loop: the loop hands over endpoint names by swapping an `Arc`,
 //! and the loop never waits for the collector nor the collector for the loop.
+//!
+//! With metrics, the aggregating thread also records each flush's records per policy rule and,
+//! about once a second, the counts below (`ops::metrics::FlowLogMetrics`): atomics only, so a
+//! scrape never holds it up.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -16,8 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::flows::aggregate::{Aggregator, Limits, Stats};
 use crate::flows::names::FlowNames;
+use crate::flows::record::{FlowRecord, PolicyKind, Reporter, Verdict};
 use crate::flows::serve::FlowSink;
 use crate::netns::NetNs;
+use crate::ops::metrics::{FlowLogCounts, Metrics, RuleAction, RuleDirection, RuleId, RuleTraffic};
 use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::ctevents::{CtEvent, CtEventSocket, CtGroups};
 use crate::rtnl::nflog::{LoggedPacket, NflogSocket, Received};
@@ -33,6 +39,10 @@ pub struct CollectorConfig {
     pub queue: usize,
     /// Each socket's receive buffer.
     pub rcvbuf: usize,
+    /// Where the flows and the collector's counts are recorded, if anywhere.
+    pub metrics: Option<Metrics>,
+    /// The node's name, as the metrics' `instance` label.
+    pub instance: String,
 }
 
 impl Default for CollectorConfig {
@@ -41,6 +51,8 @@ impl Default for CollectorConfig {
             flush_interval: Duration::from_secs(15),
             queue: 16_384,
             rcvbuf: 4 << 20,
+            metrics: None,
+            instance: String::new(),
         }
     }
 }
@@ -75,6 +87,11 @@ const READ_TIMEOUT: Duration = Duration::from_millis(200);
 const POLL_EVERY: Duration = Duration::from_secs(5);
 /// At most one warning about lost messages per this long.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+/// How often the counts are handed to the metrics between flushes.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
+/// A policy rule's metric series that no flush has fed for this long (or two flush intervals,
+/// if longer) is removed: the rules of deleted policies must not stay forever.
+const RULE_SERIES_RETAIN: Duration = Duration::from_secs(3600);
 
 /// The running collector; stops its threads when dropped.
 pub struct Collector {
@@ -254,6 +271,13 @@ fn aggregate_loop(
     let mut next_flush = Instant::now() + cfg.flush_interval;
     let poll_every = cfg.flush_interval.min(POLL_EVERY);
     let mut next_poll = Instant::now() + poll_every;
+    let mut metrics = cfg.metrics.as_ref().map(|m| {
+        m.flow_logs(
+            &cfg.instance,
+            RULE_SERIES_RETAIN.max(cfg.flush_interval.saturating_mul(2)),
+        )
+    });
+    let mut next_metrics = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let wait = next_flush
             .min(next_poll)
@@ -288,19 +312,100 @@ fn aggregate_loop(
                 }
             }
         }
-        if Instant::now() >= next_flush {
+        let flush = Instant::now() >= next_flush;
+        if flush {
             next_flush += cfg.flush_interval;
-            let records = agg.flush(unix_now());
+            let now = unix_now();
+            let records = agg.flush(now);
             stats
                 .records
                 .fetch_add(records.len() as u64, Ordering::Relaxed);
             if let Ok(mut s) = stats.aggregator.lock() {
                 *s = agg.stats();
             }
+            // Before publishing: whoever sees a record can already scrape what it counted.
+            if let Some(m) = metrics.as_mut() {
+                m.record_flush(now, &rule_traffic(&records));
+            }
             if !records.is_empty() {
                 sink.publish(records);
             }
         }
+        if let Some(m) = metrics.as_mut() {
+            if flush || Instant::now() >= next_metrics {
+                next_metrics = Instant::now() + METRICS_EVERY;
+                m.record_counts(&counts(stats, &agg.stats(), sink.lost()));
+            }
+        }
+    }
+}
+
+/// The collector's counts as the metrics take them.
+fn counts(stats: &CollectorStats, agg: &Stats, local_lost: u64) -> FlowLogCounts {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    FlowLogCounts {
+        nflog_packets: load(&stats.nflog_packets),
+        conntrack_events: load(&stats.ct_events),
+        kernel_overruns: load(&stats.kernel_overruns),
+        queue_drops: load(&stats.queue_drops),
+        records: load(&stats.records),
+        local_lost,
+        foreign_prefixes: agg.foreign_prefixes,
+        unreadable_packets: agg.unreadable_packets,
+        pending_dropped: agg.pending_dropped,
+        pending_expired: agg.pending_expired,
+        flows_dropped: agg.flows_dropped,
+        connections_evicted: agg.conns_evicted,
+    }
+}
+
+/// Each hit of each record's trace with the record's counts, for the policy-rule metrics.
+fn rule_traffic(records: &[FlowRecord]) -> Vec<RuleTraffic> {
+    let mut out = Vec::new();
+    for r in records {
+        let direction = match r.key.reporter {
+            Reporter::Dst => RuleDirection::Ingress,
+            Reporter::Src => RuleDirection::Egress,
+        };
+        let last = r.key.trace.len().saturating_sub(1);
+        for (i, hit) in r.key.trace.iter().enumerate() {
+            out.push(RuleTraffic {
+                rule: RuleId {
+                    action: match hit.action {
+                        Verdict::Allow => RuleAction::Allow,
+                        Verdict::Deny => RuleAction::Deny,
+                        Verdict::Pass => RuleAction::Pass,
+                    },
+                    tier: hit.tier.clone(),
+                    namespace: hit.namespace.clone(),
+                    name: hit.name.clone(),
+                    kind: calico_kind(hit.kind, &hit.namespace).to_string(),
+                    direction,
+                    index: hit.rule_index,
+                },
+                deciding: i == last,
+                packets_in: r.packets_in,
+                packets_out: r.packets_out,
+                bytes_in: r.bytes_in,
+                bytes_out: r.bytes_out,
+                connections: r.connections_started,
+            });
+        }
+    }
+    out
+}
+
+/// Calico's name of a policy kind (its v3 resource kinds), empty where Calico leaves it empty:
+/// profiles, ends of tiers and no profile. A staged hit does not say which staged kind it was;
+/// a namespaced one is named as a staged Calico policy.
+fn calico_kind(kind: PolicyKind, namespace: &str) -> &'static str {
+    match kind {
+        PolicyKind::CalicoNetworkPolicy => "NetworkPolicy",
+        PolicyKind::GlobalNetworkPolicy => "GlobalNetworkPolicy",
+        PolicyKind::NetworkPolicy => "KubernetesNetworkPolicy",
+        PolicyKind::Staged if namespace.is_empty() => "StagedGlobalNetworkPolicy",
+        PolicyKind::Staged => "StagedNetworkPolicy",
+        PolicyKind::Profile | PolicyKind::EndOfTier | PolicyKind::NoProfile => "",
     }
 }
 
@@ -319,5 +424,76 @@ fn enable_conntrack_accounting(ns: Option<&NetNs>) {
     };
     if let Err(e) = r {
         tracing::warn!(path = PATH, error = %e, "flow logs: conntrack accounting could not be turned on; flows will carry no packet or byte counts");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows::record::{Endpoint, EndpointKind, FlowKey, PolicyHit};
+
+    fn hit(kind: PolicyKind, name: &str, tier: &str, action: Verdict, rule: i64) -> PolicyHit {
+        PolicyHit {
+            kind,
+            namespace: String::new(),
+            name: name.into(),
+            tier: tier.into(),
+            action,
+            policy_index: -1,
+            rule_index: rule,
+        }
+    }
+
+    #[test]
+    fn each_hit_of_a_trace_counts_the_record_and_the_last_decides() {
+        let end = |name: &str| Endpoint {
+            kind: EndpointKind::Workload,
+            name: name.into(),
+            namespace: "demo".into(),
+            node: None,
+        };
+        let record = FlowRecord {
+            key: FlowKey {
+                src: end("a"),
+                dst: end("c"),
+                proto: 6,
+                dest_port: 8080,
+                reporter: Reporter::Dst,
+                action: Verdict::Deny,
+                trace: vec![
+                    hit(
+                        PolicyKind::GlobalNetworkPolicy,
+                        "pass-web",
+                        "sec",
+                        Verdict::Pass,
+                        0,
+                    ),
+                    hit(PolicyKind::Profile, "deny-web", "", Verdict::Deny, 0),
+                ],
+            },
+            start_time: 100,
+            end_time: 101,
+            packets_in: 3,
+            packets_out: 0,
+            bytes_in: 180,
+            bytes_out: 0,
+            connections_started: 1,
+            connections_completed: 0,
+            connections_live: 0,
+        };
+        let t = rule_traffic(&[record]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(
+            (t[0].rule.action, t[0].rule.kind.as_str(), t[0].deciding),
+            (RuleAction::Pass, "GlobalNetworkPolicy", false)
+        );
+        assert_eq!(
+            (t[1].rule.action, t[1].rule.kind.as_str(), t[1].deciding),
+            (RuleAction::Deny, "", true)
+        );
+        for h in &t {
+            assert_eq!(h.rule.direction, RuleDirection::Ingress);
+            assert_eq!((h.packets_in, h.bytes_in), (3, 180));
+        }
     }
 }

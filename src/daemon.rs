@@ -208,7 +208,10 @@ async fn run_async(
     let collector = dpcfg
         .rules
         .flow_logs
-        .then(|| start_flow_logs(ns.as_ref(), &config, stop_rx.clone()))
+        .then(|| {
+            let (metrics, node) = (ops.metrics.clone(), dpcfg.overlay.hostname.as_str());
+            start_flow_logs(ns.as_ref(), &config, stop_rx.clone(), metrics, node)
+        })
         .flatten();
     let server = serve_ops(ops.clone(), config.clone(), stop_rx);
     let (status_out, writer) = (t.status_out, t.writer);
@@ -261,11 +264,14 @@ async fn run_async(
 /// Flow logs, when on: the local view's socket and the collector reading NFLOG and conntrack
 /// events into it. Either failing (another program holds NFLOG group 1 or 2, the socket's
 /// directory cannot be made) leaves the agent running without flow logs, said at warn: the
-/// dataplane does not depend on them.
+/// dataplane does not depend on them. The collector records into `metrics`, labelled with the
+/// node's name (Calico's `instance`).
 fn start_flow_logs(
     ns: Option<&NetNs>,
     config: &Config,
     stop: tokio::sync::watch::Receiver<bool>,
+    metrics: crate::ops::Metrics,
+    instance: &str,
 ) -> Option<std::sync::Arc<crate::collector::Collector>> {
     use crate::flows::serve::{FlowServer, FlowServerConfig};
     let serve = FlowServerConfig {
@@ -285,6 +291,8 @@ fn start_flow_logs(
     };
     let cfg = crate::collector::CollectorConfig {
         flush_interval: config.flow_logs_flush_interval,
+        metrics: Some(metrics),
+        instance: instance.to_string(),
         ..Default::default()
     };
     match crate::collector::Collector::start(ns, cfg, sink) {

@@ -1,5 +1,6 @@
 //! `felix-nft demo` run as a user runs it: the binary builds its scratch node,
-//! programs it, measures the matrix, flips one flow with an IP set delta and removes everything;
+//! programs it, measures the matrix, flips one flow with an IP set delta, shows the flow logs of
+//! it all and removes everything;
 //! `--cluster` does the same for three nodes over VXLAN with a fourth joining and leaving (and,
 //! where the kernel has the modules, over IPIP and WireGuard: `--encap`); with
 //! `--keep` they leave the namespaces and say how to remove them; without root the demo says so
@@ -161,6 +162,25 @@ fn demo_shows_the_matrix_flips_one_flow_and_leaves_nothing_behind() {
         assert_eq!(text.matches("flipped").count(), 1, "{text}");
         // NAT outgoing: the external host saw the host's transit address only.
         assert!(text.contains("saw connections from [192.0.2.1]"), "{text}");
+        // The flow logs of it all, as `felix-nft flows` prints them: each verdict with the rule
+        // that decided it, the flipped flow both denied at the end of `app` and allowed.
+        let flows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("5. flow logs"))
+            .take_while(|l| !l.is_empty())
+            .collect();
+        let shows = |wanted: &str| {
+            assert!(
+                flows.iter().any(|l| l.contains(wanted)),
+                "no flow {wanted:?} in\n{}",
+                flows.join("\n")
+            )
+        };
+        shows("frontend -> backend:8080 TCP ingress ALLOWED by gnp app.backend-ingress rule 0");
+        shows("frontend -> backend:9090 TCP ingress DENIED by gnp platform.guard rule 0");
+        shows("backend -> db:8080 TCP ingress ALLOWED by profile kns.demo rule 0");
+        shows("db -> backend:8080 TCP ingress DENIED by end of tier app");
+        shows("db -> backend:8080 TCP ingress ALLOWED by gnp app.backend-ingress rule 0");
         assert!(
             text.contains("every flow did what the policy says"),
             "{text}"

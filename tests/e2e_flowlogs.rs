@@ -243,6 +243,37 @@ fn trace(r: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A TCP port free on the loopback now, for the agent's metrics.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The agent's metrics, in the Prometheus text format.
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("a request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("a response");
+    body
+}
+
+/// The value of the first sample of `metric` whose labels include each of `labels`
+/// (`name="value"`); 0 when there is none.
+fn sample(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[test]
 fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_shows() {
     require_root();
@@ -250,12 +281,19 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
     let _srv = serve(&topo, &[WEB, OTHER], &[]);
     let dir = tempfile::tempdir().expect("a directory for the flow socket");
     let socket = dir.path().join("flows.sock");
+    let metrics_port = free_port();
     let env = vec![
         ("FELIX_FLOWLOGSLOCALREPORTER".into(), "Enabled".into()),
         ("FELIX_FLOWLOGSFLUSHINTERVAL".into(), "1".into()),
         (
             "FELIX_FLOWLOGSLOCALSOCKET".into(),
             socket.display().to_string(),
+        ),
+        ("FELIX_PROMETHEUSMETRICSENABLED".into(), "true".into()),
+        ("FELIX_PROMETHEUSMETRICSHOST".into(), "127.0.0.1".into()),
+        (
+            "FELIX_PROMETHEUSMETRICSPORT".into(),
+            metrics_port.to_string(),
         ),
     ];
     let mut agent = Agent::start(
@@ -446,6 +484,52 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
     assert!(out.status.success(), "{text}");
     assert!(text.contains("DENIED"), "{text}");
     assert!(!text.contains("ALLOWED"), "only denied flows:\n{text}");
+
+    // The metrics count what the records counted (recorded before each flush is published),
+    // per rule, and the denials per denying rule, by policy and not by address.
+    let m = scrape(metrics_port);
+    let rule = |labels: &[&str]| sample(&m, "cnx_policy_rule_packets", labels);
+    let denied = |policy: &str| sample(&m, "calico_denied_packets", &[policy]);
+    assert!(
+        denied(r#"policy="__PROFILE__|deny-web|0|deny""#) > 0.0,
+        "c's profile denied WEB:\n{m}"
+    );
+    assert!(
+        denied(r#"policy="sec|__NO_MATCH__|-1|deny""#) > 0.0,
+        "the end of `sec` denied OTHER:\n{m}"
+    );
+    assert!(
+        rule(&[
+            r#"action="pass""#,
+            r#"policy="pass-web""#,
+            r#"traffic_direction="inbound""#
+        ]) > 0.0,
+        "{m}"
+    );
+    // a → b (50 round trips) and a → outside (20), both allowed by a's policy's rule.
+    assert!(
+        rule(&[
+            r#"action="allow""#,
+            r#"kind="GlobalNetworkPolicy""#,
+            r#"policy="allow-tcp-out""#,
+            r#"rule_direction="egress""#,
+            r#"tier="sec""#,
+            r#"traffic_direction="outbound""#
+        ]) >= 70.0,
+        "{m}"
+    );
+    assert!(!m.contains("srcIP"), "{m}");
+    for counter in [
+        "felix_nft_agent_flowlog_nflog_packets_total",
+        "felix_nft_agent_flowlog_records_total",
+    ] {
+        assert!(sample(&m, counter, &[]) > 0.0, "{counter}:\n{m}");
+    }
+    assert_eq!(
+        sample(&m, "felix_nft_agent_flowlog_kernel_overruns_total", &[]),
+        0.0,
+        "{m}"
+    );
 
     agent.stop_cleanly();
     assert!(

@@ -1,19 +1,25 @@
 //! The dataplane agent in-process: the real loop (`Driver` + `RealKernel` + the interface
 //! monitor) on its own thread and runtime, acting in one namespace, fed from a channel exactly as
 //! `felix-nft run` feeds it from a transport. The demos run one per node; `felix-nft run` in a
-//! separate process is what the end-to-end tests drive.
+//! separate process is what the end-to-end tests drive. With flow logs asked for, the agent also
+//! runs what `felix-nft run` starts for them: the collector (reading NFLOG and conntrack in the
+//! agent's namespace, handed the model's names by the loop) and the local view's socket.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::DemoError;
+use crate::collector::{Collector, CollectorConfig};
 use crate::dataplane::driver::{Driver, DriverError, LoopOptions, RunSummary};
 use crate::dataplane::kernel::{KernelError, RealKernel};
 use crate::dataplane::{Dataplane, DataplaneConfig};
+use crate::flows::serve::{FlowServer, FlowServerConfig};
 use crate::netns::NetNs;
 use crate::proto::from_dataplane::Payload as Out;
 use crate::proto::{FromDataplane, ToDataplane};
@@ -40,6 +46,16 @@ pub enum AgentError {
     Panicked,
 }
 
+/// Flow logs for the in-process agent, as `FlowLogsLocalReporter=Enabled` turns them on for
+/// `felix-nft run` (the rules must log too: `DataplaneConfig::rules.flow_logs`).
+#[derive(Debug, Clone)]
+pub(crate) struct FlowLogsSpec {
+    /// The local view's socket (`FlowLogsLocalSocket`).
+    pub(crate) socket: PathBuf,
+    /// `FlowLogsFlushInterval`.
+    pub(crate) flush: Duration,
+}
+
 /// The dataplane loop on its own thread and runtime, acting in the scratch host namespace, fed
 /// from a channel exactly as `felix-nft run` feeds it from a transport.
 pub(crate) struct Agent {
@@ -47,27 +63,58 @@ pub(crate) struct Agent {
     status: std_mpsc::Receiver<FromDataplane>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<RunSummary, AgentError>>>,
+    /// Where the flows are served, or why they are not; `None` when not asked for.
+    flows: Option<Result<PathBuf, String>>,
 }
 
 impl Agent {
-    pub(crate) fn start(host: &NetNs, cfg: DataplaneConfig) -> Result<Agent, DemoError> {
+    /// Starts the agent in `host`. Flow logs that cannot start (another program holds NFLOG
+    /// group 1 or 2, the socket cannot be made) leave it running without them, as
+    /// `felix-nft run` does; [`Agent::flow_socket`] says why.
+    pub(crate) fn start(
+        host: &NetNs,
+        cfg: DataplaneConfig,
+        flows: Option<FlowLogsSpec>,
+    ) -> Result<Agent, DemoError> {
         let ns = host.try_clone().map_err(|source| DemoError::Testbed {
             op: "duplicating the host namespace handle",
             source: TestbedError::Io { op: "dup", source },
         })?;
+        // Built here so that the flow socket is served on it from the start.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(AgentError::Runtime)?;
+        let (collector, flows) = match flows {
+            Some(spec) => match start_flow_logs(&rt, host, &spec) {
+                Ok(c) => (Some(c), Some(Ok(spec.socket))),
+                Err(why) => (None, Some(Err(why))),
+            },
+            None => (None, None),
+        };
         let (utx, urx) = mpsc::channel(256);
         let (stx, srx) = std_mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name(format!("agent-{}", host.label()))
-            .spawn(move || agent_main(ns, cfg, urx, stx, stop_rx))
+            .spawn(move || agent_main(rt, ns, cfg, collector, urx, stx, stop_rx))
             .map_err(DemoError::Runtime)?;
         Ok(Agent {
             updates: utx,
             status: srx,
             stop: Some(stop_tx),
             thread: Some(thread),
+            flows,
         })
+    }
+
+    /// The socket the agent serves its flows on (`felix-nft flows --socket`), or why there is
+    /// none. `None` when flow logs were not asked for.
+    pub(crate) fn flow_socket(&self) -> Option<Result<&Path, &str>> {
+        self.flows
+            .as_ref()
+            .map(|f| f.as_ref().map(PathBuf::as_path).map_err(String::as_str))
     }
 
     pub(crate) fn finished(&self) -> bool {
@@ -147,18 +194,44 @@ impl Drop for Agent {
     }
 }
 
+/// The local view's socket, served on `rt` until the runtime shuts down (which removes the
+/// socket), and the collector publishing to it from `host`.
+fn start_flow_logs(
+    rt: &tokio::runtime::Runtime,
+    host: &NetNs,
+    spec: &FlowLogsSpec,
+) -> Result<Arc<Collector>, String> {
+    let serve = FlowServerConfig {
+        path: spec.socket.clone(),
+        ..FlowServerConfig::default()
+    };
+    let (sink, server) = {
+        let _in_rt = rt.enter();
+        FlowServer::start(&serve, std::future::pending())
+            .map_err(|e| crate::ops::logging::chain(&e))?
+    };
+    let cfg = CollectorConfig {
+        flush_interval: spec.flush,
+        ..CollectorConfig::default()
+    };
+    Collector::start(Some(host), cfg, sink)
+        .map(Arc::new)
+        .map_err(|e| {
+            // Nothing would publish to it.
+            server.abort();
+            crate::ops::logging::chain(&e)
+        })
+}
+
 fn agent_main(
+    rt: tokio::runtime::Runtime,
     ns: NetNs,
     cfg: DataplaneConfig,
+    collector: Option<Arc<Collector>>,
     updates: mpsc::Receiver<Received>,
     status: std_mpsc::Sender<FromDataplane>,
     stop: oneshot::Receiver<()>,
 ) -> Result<RunSummary, AgentError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(AgentError::Runtime)?;
     let r = rt.block_on(async move {
         let kernel =
             RealKernel::open(Some(&ns), &cfg).map_err(|e| AgentError::Kernel(Box::new(e)))?;
@@ -193,6 +266,9 @@ fn agent_main(
             }
         });
         let mut driver = Driver::new(dp, kernel, LoopOptions::default(), Some(out_tx), None);
+        if let Some(c) = collector {
+            driver = driver.with_flow_names(Box::new(move |names| c.set_names(names)));
+        }
         driver
             .run(updates, iface_rx, async {
                 let _ = stop.await;

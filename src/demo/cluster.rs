@@ -819,7 +819,7 @@ fn start_agent(cluster: &Cluster, p: &Plan, encap: Encap) -> Result<Agent, DemoE
     let config: Config = resolve(raw)
         .map_err(|e| DemoError::Config(crate::ops::logging::chain(&e)))?
         .config;
-    Agent::start(node.ns(), DataplaneConfig::from_config(&config))
+    Agent::start(node.ns(), DataplaneConfig::from_config(&config), None)
 }
 
 /// Whether this kernel can make the encapsulation's device: a link of its kind is made in the

@@ -4,15 +4,21 @@
 //! (`Driver` + `RealKernel` + the interface monitor, in-process, acting only in the scratch host
 //! namespace) on a bundled example state, then shows what it programmed, read back from the kernel,
 //! and which flows pass, measured with real connections. Then it changes one IP set, shows the flow
-//! that flipped, and deletes every namespace it made (unless `--keep`).
+//! that flipped, shows the flow logs the agent made of all that traffic (as `felix-nft flows`
+//! prints them), and deletes every namespace it made (unless `--keep`).
 //!
 //! Layering: this is a tool on top of the whole stack, like `daemon`; it reaches the kernel only
 //! through `dataplane`, `nft` (read-back), `rtnl` and the test bed, and runs no external program.
 //! Nothing in the caller's own network namespace is touched: every socket is opened in a namespace
-//! the demo created.
+//! the demo created. The agent's flow socket is a unix socket in a private directory the demo
+//! makes under the temporary directory and removes.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::DirBuilder;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -20,8 +26,12 @@ use netlink_packet_route::neighbour::{NeighbourMessage, NeighbourState};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use rtnetlink::RouteMessageBuilder;
 
-use crate::config::Config;
+use crate::config::{Config, EnabledDisabled};
 use crate::dataplane::DataplaneConfig;
+use crate::flows::query::Request;
+use crate::flows::serve::{FlowClient, FlowClientError, Reply};
+use crate::flows::show::format_record;
+use crate::flows::{FlowKey, FlowRecord, Reporter, Verdict as FlowVerdict};
 use crate::netns::{NetNs, NetNsError};
 use crate::nft::dump::read_table;
 use crate::nft::model::elem_flags::INTERVAL_END;
@@ -53,6 +63,9 @@ const ADMIN_PORT: u16 = 9090;
 const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
 /// How long the agent may take to reach `DataplaneInSync` or to apply the delta.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often the agent flushes its flow logs: short, so that the last matrix's flows can be
+/// shown a second or so after it.
+const FLOW_FLUSH: Duration = Duration::from_secs(1);
 
 const FRONTEND: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const BACKEND: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -143,8 +156,8 @@ impl From<AgentError> for DemoError {
 
 mod agent;
 
-use agent::Agent;
 pub use agent::AgentError;
+use agent::{Agent, FlowLogsSpec};
 
 macro_rules! say {
     ($out:expr) => { writeln!($out).map_err(DemoError::Output)? };
@@ -181,6 +194,7 @@ pub fn run(opts: &DemoOptions, out: &mut dyn Write) -> Result<DemoOutcome, DemoE
     node.show_programmed(out, &rt)?;
     let before = node.measure_traffic(out)?;
     let after = node.flip_with_ipset_delta(out, &before)?;
+    node.show_flows(out)?;
     let (kept, applies) = node.remove_or_keep(out, opts.keep)?;
     print_verdict(out, &before, &after, t0, applies)?;
     Ok(DemoOutcome {
@@ -248,12 +262,51 @@ struct Scratch {
     ext_server: TcpServer,
     servers: Vec<TcpServer>,
     topo: Topology,
+    /// Holds the agent's flow socket.
+    _flow_dir: PrivateDir,
+}
+
+/// A directory of the demo's own under the temporary directory, 0700 (the flow socket says
+/// who talks to whom), removed with what is in it on drop.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    /// A fresh one: an existing directory of the same name (someone else's) is not reused.
+    fn make() -> Result<PrivateDir, DemoError> {
+        let base = std::env::temp_dir();
+        let err = |source| DemoError::Testbed {
+            op: "making a private directory for the flow socket",
+            source: TestbedError::Io {
+                op: "mkdir",
+                source,
+            },
+        };
+        let mut taken = None;
+        for n in 0..16 {
+            let path = base.join(format!("felix-nft-demo-{}-{n}", std::process::id()));
+            match DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(PrivateDir(path)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => taken = Some(e),
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(err(
+            taken.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into())
+        ))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Scratch {
     /// Starts the listeners (every workload on the app and admin ports, the external host on the
     /// app port) and the agent, on defaults (the demo is hermetic: no config file, no
-    /// environment).
+    /// environment) but for flow logs: on, flushed every [`FLOW_FLUSH`], served in a private
+    /// directory.
     fn start(topo: Topology) -> Result<Scratch, DemoError> {
         let mut servers = Vec::new();
         for w in topo.workloads() {
@@ -273,13 +326,28 @@ impl Scratch {
                     source,
                 }
             })?;
-        let cfg = DataplaneConfig::from_config(&Config::default());
-        let agent = Agent::start(topo.host(), cfg)?;
+        let flow_dir = PrivateDir::make()?;
+        let config = Config {
+            flow_logs_local_reporter: EnabledDisabled::Enabled,
+            flow_logs_flush_interval: FLOW_FLUSH,
+            flow_logs_local_socket: flow_dir.0.join("flows.sock").display().to_string(),
+            ..Config::default()
+        };
+        let flows = FlowLogsSpec {
+            socket: PathBuf::from(&config.flow_logs_local_socket),
+            flush: config.flow_logs_flush_interval,
+        };
+        let agent = Agent::start(
+            topo.host(),
+            DataplaneConfig::from_config(&config),
+            Some(flows),
+        )?;
         Ok(Scratch {
             agent,
             ext_server,
             servers,
             topo,
+            _flow_dir: flow_dir,
         })
     }
 
@@ -398,7 +466,45 @@ impl Scratch {
         Ok(after)
     }
 
-    /// Step 5: stops the agent, closes the listeners, and deletes the namespaces or, with `keep`,
+    /// Step 5: the flow logs the agent made of steps 3 and 4, read from its flow socket as
+    /// `felix-nft flows` reads them and printed as it prints them: each flow once, its records
+    /// of every flush added up, and from the destination's side where the destination reported
+    /// it (this demo's policies are the destinations'; every source's profile allows out).
+    fn show_flows(&self, out: &mut dyn Write) -> Result<(), DemoError> {
+        let socket = match self.agent.flow_socket() {
+            Some(Ok(socket)) => socket,
+            Some(Err(why)) => {
+                say!(out, "5. flow logs: none, they could not start: {why}");
+                say!(out);
+                return Ok(());
+            }
+            None => return Ok(()),
+        };
+        say!(
+            out,
+            "5. flow logs, as `felix-nft flows` shows them (flushed every {} s): who talked to \
+             whom, the side that reported it, the verdict and the rule that decided",
+            FLOW_FLUSH.as_secs()
+        );
+        let records = match settled_flows(socket) {
+            Ok(r) => r,
+            Err(e) => {
+                say!(out, "   none: {}", crate::ops::logging::chain(&e));
+                say!(out);
+                return Ok(());
+            }
+        };
+        let n = records.len();
+        let flows = one_per_flow(records);
+        for r in &flows {
+            say!(out, "   {}", format_record(r, false));
+        }
+        say!(out, "   {} flows, from {n} records", flows.len());
+        say!(out);
+        Ok(())
+    }
+
+    /// Step 6: stops the agent, closes the listeners, and deletes the namespaces or, with `keep`,
     /// leaves them and says how to look and clean up. Returns the namespaces kept and the agent's
     /// number of applies.
     fn remove_or_keep(
@@ -414,7 +520,7 @@ impl Scratch {
             kept = self.topo.keep();
             say!(
                 out,
-                "5. kept for inspection (the agent has stopped; its rules stay). Look with"
+                "6. kept for inspection (the agent has stopped; its rules stay). Look with"
             );
             say!(out, "     ip netns exec {} nft list ruleset", kept[0]);
             say!(out, "   and clean up with");
@@ -426,7 +532,7 @@ impl Scratch {
             drop(self.topo);
             say!(
                 out,
-                "5. removed everything: the agent stopped, and all 5 namespaces are deleted"
+                "6. removed everything: the agent stopped, and all 5 namespaces are deleted"
             );
         }
         Ok((kept, summary.applies))
@@ -777,6 +883,77 @@ fn settled_matrix(flows: &[Flow<'_>]) -> MatrixReport {
     }
 }
 
+/// The agent's flow records once the last matrix's flows are in them. Each flow is in the
+/// first flush after it, within a flush interval (plus NFLOG's 100 ms batching); past that,
+/// this waits at most one more interval for an allowed and a denied record.
+fn settled_flows(socket: &Path) -> Result<Vec<FlowRecord>, FlowClientError> {
+    let settled = Instant::now() + FLOW_FLUSH + Duration::from_millis(300);
+    let deadline = settled + FLOW_FLUSH;
+    std::thread::sleep(settled.saturating_duration_since(Instant::now()));
+    loop {
+        let records = list_flows(socket)?;
+        let has = |v: FlowVerdict| records.iter().any(|r| r.key.action == v);
+        if (has(FlowVerdict::Allow) && has(FlowVerdict::Deny)) || Instant::now() >= deadline {
+            return Ok(records);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every record the agent holds, oldest first.
+fn list_flows(socket: &Path) -> Result<Vec<FlowRecord>, FlowClientError> {
+    let mut records = Vec::new();
+    for reply in FlowClient::connect(socket, &Request::default())? {
+        if let Reply::Record(r) = reply? {
+            records.push(*r);
+        }
+    }
+    Ok(records)
+}
+
+/// One record per flow key, the counts of its flushes added up (from its first start to its
+/// last end, live connections as of the last); a flow's source-side record is left out when
+/// its destination reported it too. By source, destination and port, then in the order they
+/// were first flushed (a flow whose verdict flipped within one flush interval shows its
+/// verdicts in key order: records carry no finer time).
+fn one_per_flow(records: Vec<FlowRecord>) -> Vec<FlowRecord> {
+    let mut merged: BTreeMap<FlowKey, (usize, FlowRecord)> = BTreeMap::new();
+    for (i, r) in records.into_iter().enumerate() {
+        match merged.get_mut(&r.key) {
+            None => {
+                merged.insert(r.key.clone(), (i, r));
+            }
+            Some((_, m)) => {
+                m.start_time = m.start_time.min(r.start_time);
+                if r.end_time >= m.end_time {
+                    m.end_time = r.end_time;
+                    m.connections_live = r.connections_live;
+                }
+                m.packets_in = m.packets_in.saturating_add(r.packets_in);
+                m.packets_out = m.packets_out.saturating_add(r.packets_out);
+                m.bytes_in = m.bytes_in.saturating_add(r.bytes_in);
+                m.bytes_out = m.bytes_out.saturating_add(r.bytes_out);
+                m.connections_started = m.connections_started.saturating_add(r.connections_started);
+                m.connections_completed = m
+                    .connections_completed
+                    .saturating_add(r.connections_completed);
+            }
+        }
+    }
+    let ends = |k: &FlowKey| (k.src.clone(), k.dst.clone(), k.proto, k.dest_port);
+    let by_dst: BTreeSet<_> = merged
+        .keys()
+        .filter(|k| k.reporter == Reporter::Dst)
+        .map(ends)
+        .collect();
+    let mut flows: Vec<(usize, FlowRecord)> = merged
+        .into_values()
+        .filter(|(_, r)| r.key.reporter == Reporter::Dst || !by_dst.contains(&ends(&r.key)))
+        .collect();
+    flows.sort_by_cached_key(|(first, r)| (ends(&r.key), *first));
+    flows.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Every IPv4 route in the namespace of `h`.
 async fn ipv4_routes(h: &RtnlHandle) -> Result<Vec<RouteMessage>, DemoError> {
     h.handle()
@@ -951,6 +1128,77 @@ mod tests {
             s.to_string(),
             "table ip   calico  1 chains (0 base), 0 rules, 1 sets (2 elements), 1 verdict maps (1 elements)"
         );
+    }
+
+    fn flow(src: &str, dst: &str, reporter: Reporter, action: FlowVerdict) -> FlowRecord {
+        use crate::flows::{Endpoint, EndpointKind};
+        let end = |name: &str| Endpoint {
+            kind: EndpointKind::Workload,
+            name: name.into(),
+            namespace: String::new(),
+            node: None,
+        };
+        FlowRecord {
+            key: FlowKey {
+                src: end(src),
+                dst: end(dst),
+                proto: 6,
+                dest_port: 8080,
+                reporter,
+                action,
+                trace: Vec::new(),
+            },
+            start_time: 100,
+            end_time: 101,
+            packets_in: 2,
+            packets_out: 1,
+            bytes_in: 120,
+            bytes_out: 60,
+            connections_started: 1,
+            connections_completed: 0,
+            connections_live: 1,
+        }
+    }
+
+    #[test]
+    fn flows_are_shown_once_each_from_the_destination_where_it_reported() {
+        use FlowVerdict::{Allow, Deny};
+        let mut later = flow("a", "b", Reporter::Dst, Allow);
+        (later.start_time, later.end_time) = (101, 102);
+        later.connections_live = 0;
+        // The listing is oldest first: c -> b was denied, then allowed.
+        let shown = one_per_flow(vec![
+            flow("a", "b", Reporter::Src, Allow),
+            flow("a", "b", Reporter::Dst, Allow),
+            flow("c", "b", Reporter::Dst, Deny),
+            later,
+            flow("c", "b", Reporter::Dst, Allow),
+            flow("c", "ext", Reporter::Src, Allow),
+        ]);
+        let summary: Vec<_> = shown
+            .iter()
+            .map(|r| {
+                (
+                    r.key.src.name.as_str(),
+                    r.key.dst.name.as_str(),
+                    r.key.reporter,
+                    r.key.action,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("a", "b", Reporter::Dst, Allow),
+                ("c", "b", Reporter::Dst, Deny),
+                ("c", "b", Reporter::Dst, Allow),
+                ("c", "ext", Reporter::Src, Allow),
+            ]
+        );
+        let a_b = &shown[0];
+        assert_eq!((a_b.start_time, a_b.end_time), (100, 102));
+        assert_eq!((a_b.packets_in, a_b.bytes_out), (4, 120));
+        assert_eq!((a_b.connections_started, a_b.connections_live), (2, 0));
     }
 
     #[test]

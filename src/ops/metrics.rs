@@ -7,9 +7,16 @@
 //! `_sum` and `_count` series are the same). Metrics Felix does not have are ours and named
 //! `felix_nft_agent_*`.
 //!
+//! Flow logs' metrics keep Calico Enterprise's names and labels where it has the metric:
+//! `cnx_policy_rule_packets`, `cnx_policy_rule_bytes`, `cnx_policy_rule_connections` per policy
+//! rule, and `calico_denied_packets`, `calico_denied_bytes` per denying rule — the last without
+//! Calico's `srcIP` label, so that their series are bounded by the rules, not by the addresses
+//! that send. The collector's own counts are ours, `felix_nft_agent_flowlog_*`.
+//!
 //! Recording is cheap (atomics) and never blocks the scrape; the registry is per [`Metrics`]
 //! value, not global, so tests can make as many as they like.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use prometheus::{
@@ -74,6 +81,7 @@ pub struct Metrics {
     quarantines: IntCounter,
     quarantined: IntGauge,
     last_apply: Gauge,
+    flows: FlowFamilies,
     process: ProcessGauges,
 }
 
@@ -260,6 +268,7 @@ impl Metrics {
                 "felix_nft_agent_last_apply_success_timestamp_seconds",
                 "Unix time of the last successful dataplane apply.",
             )?,
+            flows: FlowFamilies::new(&b)?,
             process: if process_metrics {
                 ProcessGauges::new(&b)?
             } else {
@@ -397,6 +406,20 @@ impl Metrics {
         self.quarantined.set(n as i64);
     }
 
+    /// The flow-log collector's recorder. `instance` is the node's name (Calico's `instance`
+    /// label); a policy rule's series that no flush has fed for `retain` are removed, so rules
+    /// of deleted policies do not stay forever.
+    pub fn flow_logs(&self, instance: &str, retain: Duration) -> FlowLogMetrics {
+        FlowLogMetrics {
+            f: self.flows.clone(),
+            instance: instance.to_string(),
+            retain_secs: i64::try_from(retain.as_secs()).unwrap_or(i64::MAX),
+            last: FlowLogCounts::default(),
+            rules: HashMap::new(),
+            denied: HashMap::new(),
+        }
+    }
+
     /// The registry, for callers that add their own collectors.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -413,6 +436,476 @@ impl Metrics {
         String::from_utf8(buf).map_err(|e| {
             MetricsError::Encode(prometheus::Error::Msg(format!("non-UTF-8 output: {e}")))
         })
+    }
+}
+
+/// What a policy rule did, as Calico's labels spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleAction {
+    Allow,
+    Deny,
+    Pass,
+}
+
+impl RuleAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Allow => "allow",
+            RuleAction::Deny => "deny",
+            RuleAction::Pass => "pass",
+        }
+    }
+}
+
+/// Which of its endpoint's directions a rule is in: ingress rules are reported by a flow's
+/// destination, egress rules by its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleDirection {
+    Ingress,
+    Egress,
+}
+
+impl RuleDirection {
+    fn as_str(self) -> &'static str {
+        match self {
+            RuleDirection::Ingress => "ingress",
+            RuleDirection::Egress => "egress",
+        }
+    }
+
+    /// Calico's `traffic_direction` of a rule's connections: inbound for ingress rules.
+    fn traffic(self) -> &'static str {
+        match self {
+            RuleDirection::Ingress => INBOUND,
+            RuleDirection::Egress => OUTBOUND,
+        }
+    }
+}
+
+const INBOUND: &str = "inbound";
+const OUTBOUND: &str = "outbound";
+
+/// One policy rule, as Calico Enterprise's `cnx_policy_rule_*` metrics label it. Empty fields
+/// are labelled as Calico labels them (`RuleID.TierString` and friends in Felix's
+/// `calc/policy_lookup_cache.go`): no tier (a profile, no profile) as `__PROFILE__`, no
+/// namespace as `__GLOBAL__`, no name (an end of tier, no profile) as `__NO_MATCH__`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RuleId {
+    pub action: RuleAction,
+    pub tier: String,
+    pub namespace: String,
+    /// The policy's or profile's name.
+    pub name: String,
+    /// Calico's kind of the policy (`GlobalNetworkPolicy`, `NetworkPolicy`,
+    /// `KubernetesNetworkPolicy`, …); empty for a profile, an end of tier and no profile, as
+    /// Calico leaves it.
+    pub kind: String,
+    pub direction: RuleDirection,
+    /// The rule's index in its direction; -1 for an end of tier or no profile.
+    pub index: i64,
+}
+
+impl RuleId {
+    fn tier_label(&self) -> &str {
+        if self.tier.is_empty() {
+            "__PROFILE__"
+        } else {
+            &self.tier
+        }
+    }
+
+    fn namespace_label(&self) -> &str {
+        if self.namespace.is_empty() {
+            "__GLOBAL__"
+        } else {
+            &self.namespace
+        }
+    }
+
+    fn name_label(&self) -> &str {
+        if self.name.is_empty() {
+            "__NO_MATCH__"
+        } else {
+            &self.name
+        }
+    }
+
+    /// The `policy` label of `calico_denied_*`: `TIER|NAME|INDEX|ACTION`, the name as
+    /// `NAMESPACE/NAME` when namespaced (Calico Enterprise's `GetDeniedPacketRuleName`).
+    fn denied_label(&self) -> String {
+        let (tier, name, index, action) = (
+            self.tier_label(),
+            self.name_label(),
+            self.index,
+            self.action.as_str(),
+        );
+        if self.namespace.is_empty() {
+            format!("{tier}|{name}|{index}|{action}")
+        } else {
+            format!("{tier}|{}/{name}|{index}|{action}", self.namespace)
+        }
+    }
+}
+
+/// What one flow record counted, attributed to one hit of its policy trace. `in`/`out` are
+/// from the reporter's side, as in the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleTraffic {
+    pub rule: RuleId,
+    /// The trace's last hit: the rule that allowed or denied the flow.
+    pub deciding: bool,
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Connections the flow started in the interval.
+    pub connections: u64,
+}
+
+/// The flow-log collector's counts since it started, each a counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowLogCounts {
+    /// Logged packets read from NFLOG.
+    pub nflog_packets: u64,
+    /// Conntrack events read.
+    pub conntrack_events: u64,
+    /// Times a socket's receive buffer overflowed in the kernel.
+    pub kernel_overruns: u64,
+    /// Batches the readers dropped because the aggregator's queue was full.
+    pub queue_drops: u64,
+    /// Flow records published.
+    pub records: u64,
+    /// Records dropped for local followers that did not read them in time.
+    pub local_lost: u64,
+    /// Logged packets whose prefix is not one we write (another program's, or unresolved).
+    pub foreign_prefixes: u64,
+    /// Logged packets whose headers could not be read.
+    pub unreadable_packets: u64,
+    /// Traces dropped because the table of unfinished ones was full or the trace too long.
+    pub pending_dropped: u64,
+    /// Unfinished traces discarded for waiting too long for their final hit.
+    pub pending_expired: u64,
+    /// Connections dropped because their flow key was new and the flow table full.
+    pub flows_dropped: u64,
+    /// Connections evicted from the full connection table to make room for a new one.
+    pub connections_evicted: u64,
+}
+
+/// Calico Enterprise's labels of `cnx_policy_rule_packets` and `_bytes`, in its order.
+const RULE_LABELS: [&str; 9] = [
+    "action",
+    "tier",
+    "namespace",
+    "policy",
+    "kind",
+    "rule_direction",
+    "rule_index",
+    "traffic_direction",
+    "instance",
+];
+
+/// The flow-log metric families, registered with the rest.
+#[derive(Clone)]
+struct FlowFamilies {
+    rule_packets: IntCounterVec,
+    rule_bytes: IntCounterVec,
+    rule_connections: IntCounterVec,
+    denied_packets: IntCounterVec,
+    denied_bytes: IntCounterVec,
+    nflog_packets: IntCounter,
+    conntrack_events: IntCounter,
+    kernel_overruns: IntCounter,
+    queue_drops: IntCounter,
+    records: IntCounter,
+    local_lost: IntCounter,
+    foreign_prefixes: IntCounter,
+    evictions: IntCounter,
+    aggregator_drops: IntCounterVec,
+    last_flush: Gauge,
+}
+
+impl FlowFamilies {
+    fn new(b: &Builder) -> Result<Self, MetricsError> {
+        Ok(FlowFamilies {
+            rule_packets: b.counter_vec(
+                "cnx_policy_rule_packets",
+                "Total number of packets handled by Calico policy rules.",
+                &RULE_LABELS,
+            )?,
+            rule_bytes: b.counter_vec(
+                "cnx_policy_rule_bytes",
+                "Total number of bytes handled by Calico policy rules.",
+                &RULE_LABELS,
+            )?,
+            rule_connections: b.counter_vec(
+                "cnx_policy_rule_connections",
+                "Total number of connections handled by Calico policy rules.",
+                &RULE_LABELS[1..],
+            )?,
+            denied_packets: b.counter_vec(
+                "calico_denied_packets",
+                "Total number of packets denied by calico policies.",
+                &["policy", "instance"],
+            )?,
+            denied_bytes: b.counter_vec(
+                "calico_denied_bytes",
+                "Total number of bytes denied by calico policies.",
+                &["policy", "instance"],
+            )?,
+            nflog_packets: b.counter(
+                "felix_nft_agent_flowlog_nflog_packets_total",
+                "Packets logged by policy rules (NFLOG groups 1 and 2) read by the flow-log collector.",
+            )?,
+            conntrack_events: b.counter(
+                "felix_nft_agent_flowlog_conntrack_events_total",
+                "Conntrack events read by the flow-log collector.",
+            )?,
+            kernel_overruns: b.counter(
+                "felix_nft_agent_flowlog_kernel_overruns_total",
+                "Times a flow-log socket's receive buffer overflowed: messages lost in the kernel \
+                 before they were read.",
+            )?,
+            queue_drops: b.counter(
+                "felix_nft_agent_flowlog_queue_drops_total",
+                "Batches of logged packets or conntrack events dropped because the aggregator's \
+                 queue was full.",
+            )?,
+            records: b.counter(
+                "felix_nft_agent_flowlog_records_total",
+                "Flow records published.",
+            )?,
+            local_lost: b.counter(
+                "felix_nft_agent_flowlog_local_lost_total",
+                "Flow records dropped for local followers (felix-nft flows --follow) that did not \
+                 read them in time.",
+            )?,
+            foreign_prefixes: b.counter(
+                "felix_nft_agent_flowlog_foreign_prefixes_total",
+                "Logged packets whose prefix is not one felix-nft writes (another program's, \
+                 damaged, or hashed and unknown).",
+            )?,
+            evictions: b.counter(
+                "felix_nft_agent_flowlog_evictions_total",
+                "Connections evicted from the aggregator's full connection table to make room.",
+            )?,
+            aggregator_drops: b.counter_vec(
+                "felix_nft_agent_flowlog_aggregator_drops_total",
+                "What the aggregator dropped, by reason: unreadable packets, traces that did not \
+                 fit (pending_full) or waited too long for their final hit (pending_expired), \
+                 connections of new flows when the flow table was full (flow_table_full).",
+                &["reason"],
+            )?,
+            last_flush: b.gauge(
+                "felix_nft_agent_flowlog_last_flush_timestamp_seconds",
+                "Unix time of the flow-log collector's last flush.",
+            )?,
+        })
+    }
+}
+
+/// What one flush counted for one rule.
+#[derive(Debug, Default)]
+struct RuleSums {
+    packets_in: u64,
+    packets_out: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    connections: u64,
+    /// Packets and bytes of the flows it denied, when it decided any.
+    denied: Option<(u64, u64)>,
+}
+
+impl RuleSums {
+    fn add(&mut self, t: &RuleTraffic) {
+        let add = |sum: &mut u64, n: u64| *sum = sum.saturating_add(n);
+        add(&mut self.packets_in, t.packets_in);
+        add(&mut self.packets_out, t.packets_out);
+        add(&mut self.bytes_in, t.bytes_in);
+        add(&mut self.bytes_out, t.bytes_out);
+        add(&mut self.connections, t.connections);
+        if t.deciding && t.rule.action == RuleAction::Deny {
+            // Calico counts the direction the rule looks at: what the destination received
+            // for an ingress rule, what the source sent for an egress one.
+            let (packets, bytes) = match t.rule.direction {
+                RuleDirection::Ingress => (t.packets_in, t.bytes_in),
+                RuleDirection::Egress => (t.packets_out, t.bytes_out),
+            };
+            let (p, b) = self.denied.get_or_insert((0, 0));
+            add(p, packets);
+            add(b, bytes);
+        }
+    }
+}
+
+/// The flow-log collector's recorder, from [`Metrics::flow_logs`]. One thread records through
+/// it (the collector's aggregator), so it keeps, without a lock, the last counts it saw (its
+/// inputs are cumulative; counters take increments) and when each policy rule's series was last
+/// fed. A call adds to atomics; it waits on a scrape only where it makes or removes a series,
+/// for as long as the scrape takes to copy that family.
+pub struct FlowLogMetrics {
+    f: FlowFamilies,
+    instance: String,
+    retain_secs: i64,
+    last: FlowLogCounts,
+    /// Each rule's series, and when a flush last fed them (Unix seconds).
+    rules: HashMap<RuleId, i64>,
+    /// Each `calico_denied_*` policy label, and when a flush last fed it.
+    denied: HashMap<String, i64>,
+}
+
+impl std::fmt::Debug for FlowLogMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowLogMetrics")
+            .field("instance", &self.instance)
+            .field("rules", &self.rules.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlowLogMetrics {
+    /// One flush at `now` (Unix seconds): every hit of every record's trace counts the
+    /// record's packets and bytes against its rule, as Calico Enterprise counts each rule of a
+    /// flow's trace; the deciding hit of a denied flow also counts in `calico_denied_*`. Then
+    /// the series no flush has fed for the retention time are removed.
+    pub fn record_flush(&mut self, now: i64, traffic: &[RuleTraffic]) {
+        // Summed per rule first: one update of each series per flush, however many flows.
+        let mut per_rule: HashMap<&RuleId, RuleSums> = HashMap::new();
+        for t in traffic {
+            per_rule.entry(&t.rule).or_default().add(t);
+        }
+        for (rule, sums) in per_rule {
+            self.record_rule(now, rule, &sums);
+        }
+        self.f.last_flush.set(now as f64);
+        self.expire(now);
+    }
+
+    fn record_rule(&mut self, now: i64, r: &RuleId, s: &RuleSums) {
+        let index = r.index.to_string();
+        let labels = |traffic: &'static str| {
+            [
+                r.action.as_str(),
+                r.tier_label(),
+                r.namespace_label(),
+                r.name_label(),
+                r.kind.as_str(),
+                r.direction.as_str(),
+                index.as_str(),
+                traffic,
+                self.instance.as_str(),
+            ]
+        };
+        // Both directions' series exist once the rule is seen, as in Calico.
+        for (traffic, packets, bytes) in [
+            (INBOUND, s.packets_in, s.bytes_in),
+            (OUTBOUND, s.packets_out, s.bytes_out),
+        ] {
+            let l = labels(traffic);
+            self.f.rule_packets.with_label_values(&l).inc_by(packets);
+            self.f.rule_bytes.with_label_values(&l).inc_by(bytes);
+        }
+        // Calico counts no connections for a pass (the connection is someone else's to decide)
+        // and a denied packet makes none (it never gets a confirmed conntrack entry).
+        if r.action == RuleAction::Allow {
+            let l = labels(r.direction.traffic());
+            self.f
+                .rule_connections
+                .with_label_values(&l[1..])
+                .inc_by(s.connections);
+        }
+        self.rules.insert(r.clone(), now);
+        if let Some((packets, bytes)) = s.denied {
+            let policy = r.denied_label();
+            let l = [policy.as_str(), self.instance.as_str()];
+            self.f.denied_packets.with_label_values(&l).inc_by(packets);
+            self.f.denied_bytes.with_label_values(&l).inc_by(bytes);
+            self.denied.insert(policy, now);
+        }
+    }
+
+    /// Removes the series of rules and denied policies no flush has fed since `now` minus
+    /// the retention time.
+    fn expire(&mut self, now: i64) {
+        let horizon = now.saturating_sub(self.retain_secs);
+        let instance = self.instance.clone();
+        let f = &self.f;
+        self.rules.retain(|r, seen| {
+            if *seen >= horizon {
+                return true;
+            }
+            let index = r.index.to_string();
+            for traffic in [INBOUND, OUTBOUND] {
+                let l = [
+                    r.action.as_str(),
+                    r.tier_label(),
+                    r.namespace_label(),
+                    r.name_label(),
+                    r.kind.as_str(),
+                    r.direction.as_str(),
+                    index.as_str(),
+                    traffic,
+                    instance.as_str(),
+                ];
+                // A series that is not there (never made) is what removal wants anyway.
+                let _ = f.rule_packets.remove_label_values(&l);
+                let _ = f.rule_bytes.remove_label_values(&l);
+                let _ = f.rule_connections.remove_label_values(&l[1..]);
+            }
+            false
+        });
+        self.denied.retain(|policy, seen| {
+            if *seen >= horizon {
+                return true;
+            }
+            let l = [policy.as_str(), instance.as_str()];
+            let _ = f.denied_packets.remove_label_values(&l);
+            let _ = f.denied_bytes.remove_label_values(&l);
+            false
+        });
+    }
+
+    /// The collector's cumulative counts as they are now; each counter goes up by what they
+    /// grew since the last call.
+    pub fn record_counts(&mut self, now: &FlowLogCounts) {
+        let (f, last) = (&self.f, &self.last);
+        let add = |c: &IntCounter, new: u64, old: u64| c.inc_by(new.saturating_sub(old));
+        add(&f.nflog_packets, now.nflog_packets, last.nflog_packets);
+        add(
+            &f.conntrack_events,
+            now.conntrack_events,
+            last.conntrack_events,
+        );
+        add(
+            &f.kernel_overruns,
+            now.kernel_overruns,
+            last.kernel_overruns,
+        );
+        add(&f.queue_drops, now.queue_drops, last.queue_drops);
+        add(&f.records, now.records, last.records);
+        add(&f.local_lost, now.local_lost, last.local_lost);
+        add(
+            &f.foreign_prefixes,
+            now.foreign_prefixes,
+            last.foreign_prefixes,
+        );
+        add(
+            &f.evictions,
+            now.connections_evicted,
+            last.connections_evicted,
+        );
+        for (reason, new, old) in [
+            (
+                "unreadable",
+                now.unreadable_packets,
+                last.unreadable_packets,
+            ),
+            ("pending_full", now.pending_dropped, last.pending_dropped),
+            ("pending_expired", now.pending_expired, last.pending_expired),
+            ("flow_table_full", now.flows_dropped, last.flows_dropped),
+        ] {
+            add(&f.aggregator_drops.with_label_values(&[reason]), new, old);
+        }
+        self.last = *now;
     }
 }
 
@@ -551,6 +1044,224 @@ mod tests {
         }
         assert!(!text.contains("felix_nft_calls_total"));
         assert!(!text.contains("process_"));
+    }
+
+    fn rule(
+        action: RuleAction,
+        (tier, name, kind): (&str, &str, &str),
+        direction: RuleDirection,
+        index: i64,
+    ) -> RuleId {
+        RuleId {
+            action,
+            tier: tier.into(),
+            namespace: String::new(),
+            name: name.into(),
+            kind: kind.into(),
+            direction,
+            index,
+        }
+    }
+
+    fn hit(rule: RuleId, deciding: bool, (packets, bytes): (u64, u64)) -> RuleTraffic {
+        RuleTraffic {
+            rule,
+            deciding,
+            packets_in: packets,
+            packets_out: 0,
+            bytes_in: bytes,
+            bytes_out: 0,
+            connections: 0,
+        }
+    }
+
+    fn value(text: &str, series: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn a_flush_counts_each_rule_of_each_trace_and_the_deciding_deny() {
+        use RuleAction::*;
+        use RuleDirection::*;
+        let m = Metrics::new(false).unwrap();
+        let mut rec = m.flow_logs("node-1", Duration::from_secs(3600));
+        let pass = rule(Pass, ("sec", "pass-web", "GlobalNetworkPolicy"), Ingress, 0);
+        let deny = rule(Deny, ("", "deny-web", ""), Ingress, 0);
+        let end_of_tier = rule(Deny, ("sec", "", ""), Ingress, -1);
+        let mut allowed = hit(
+            rule(Allow, ("", "allow-all", ""), Egress, 0),
+            true,
+            (50, 2600),
+        );
+        allowed.packets_out = 52;
+        allowed.bytes_out = 2704;
+        allowed.connections = 1;
+        // a -> c:8080 passed on by tier sec and denied by c's profile (3 SYNs), b -> c:8080
+        // denied by it too (1 SYN); a -> c:9090 denied at the end of sec (1 SYN); a -> b allowed
+        // by a's egress profile.
+        rec.record_flush(
+            1000,
+            &[
+                hit(pass, false, (3, 180)),
+                hit(deny.clone(), true, (3, 180)),
+                hit(deny, true, (1, 60)),
+                hit(end_of_tier, true, (1, 60)),
+                allowed,
+            ],
+        );
+        let text = m.encode().unwrap();
+        // The encoder writes labels sorted by name.
+        let series_of =
+            |metric: &str, [action, kind, policy, dir, index, tier, traffic]: [&str; 7]| {
+                format!(
+                    "{metric}{{action=\"{action}\",instance=\"node-1\",kind=\"{kind}\",\
+                 namespace=\"__GLOBAL__\",policy=\"{policy}\",rule_direction=\"{dir}\",\
+                 rule_index=\"{index}\",tier=\"{tier}\",traffic_direction=\"{traffic}\"}}"
+                )
+            };
+        let denied = |metric: &str, policy: &str| {
+            format!("{metric}{{instance=\"node-1\",policy=\"{policy}\"}}")
+        };
+        let packets = "cnx_policy_rule_packets";
+        let profile = "__PROFILE__";
+        for (series, want) in [
+            (
+                series_of(
+                    packets,
+                    ["pass", "GlobalNetworkPolicy", "pass-web", "ingress", "0", "sec", "inbound"],
+                ),
+                3,
+            ),
+            (
+                series_of(packets, ["deny", "", "deny-web", "ingress", "0", profile, "inbound"]),
+                4,
+            ),
+            (
+                series_of(packets, ["deny", "", "deny-web", "ingress", "0", profile, "outbound"]),
+                0,
+            ),
+            (
+                series_of(
+                    "cnx_policy_rule_bytes",
+                    ["deny", "", "__NO_MATCH__", "ingress", "-1", "sec", "inbound"],
+                ),
+                60,
+            ),
+            (
+                series_of(packets, ["allow", "", "allow-all", "egress", "0", profile, "outbound"]),
+                52,
+            ),
+            (
+                series_of(packets, ["allow", "", "allow-all", "egress", "0", profile, "inbound"]),
+                50,
+            ),
+            (
+                "cnx_policy_rule_connections{instance=\"node-1\",kind=\"\",namespace=\"__GLOBAL__\",\
+                 policy=\"allow-all\",rule_direction=\"egress\",rule_index=\"0\",\
+                 tier=\"__PROFILE__\",traffic_direction=\"outbound\"}"
+                    .to_string(),
+                1,
+            ),
+            (denied("calico_denied_packets", "__PROFILE__|deny-web|0|deny"), 4),
+            (denied("calico_denied_bytes", "__PROFILE__|deny-web|0|deny"), 240),
+            (denied("calico_denied_packets", "sec|__NO_MATCH__|-1|deny"), 1),
+            ("felix_nft_agent_flowlog_last_flush_timestamp_seconds".to_string(), 1000),
+        ] {
+            assert_eq!(value(&text, &series), Some(want), "{series} in\n{text}");
+        }
+        // A pass decides nothing: not a denial, and no connections.
+        assert!(!text.contains("sec|pass-web"), "{text}");
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("cnx_policy_rule_connections") && l.contains("pass-web")),
+            "{text}"
+        );
+        assert!(!text.contains("srcIP"), "{text}");
+
+        // The next flush adds to the same series.
+        rec.record_flush(
+            1010,
+            &[hit(
+                rule(Deny, ("", "deny-web", ""), Ingress, 0),
+                true,
+                (2, 120),
+            )],
+        );
+        let text = m.encode().unwrap();
+        assert_eq!(
+            value(
+                &text,
+                &denied("calico_denied_packets", "__PROFILE__|deny-web|0|deny")
+            ),
+            Some(6),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rule_series_no_flush_fed_for_the_retention_time_go() {
+        let m = Metrics::new(false).unwrap();
+        let mut rec = m.flow_logs("n", Duration::from_secs(60));
+        let mut old = rule(
+            RuleAction::Deny,
+            ("t", "old", "NetworkPolicy"),
+            RuleDirection::Ingress,
+            2,
+        );
+        old.namespace = "prod".into();
+        rec.record_flush(1000, &[hit(old, true, (1, 40))]);
+        let text = m.encode().unwrap();
+        assert!(text.contains(r#"policy="t|prod/old|2|deny""#), "{text}");
+        assert!(text.contains(r#"namespace="prod",policy="old""#), "{text}");
+        let new = rule(RuleAction::Allow, ("", "p", ""), RuleDirection::Egress, 0);
+        rec.record_flush(1050, &[hit(new.clone(), true, (1, 40))]);
+        // Fed 50 s ago: kept.
+        assert!(m.encode().unwrap().contains(r#"policy="old""#));
+        rec.record_flush(1061, &[hit(new, true, (1, 40))]);
+        let text = m.encode().unwrap();
+        assert!(!text.contains(r#"policy="old""#), "{text}");
+        assert!(!text.contains("prod/old"), "{text}");
+        assert!(text.contains(r#"policy="p""#), "{text}");
+    }
+
+    #[test]
+    fn the_collector_s_cumulative_counts_become_counters() {
+        let m = Metrics::new(false).unwrap();
+        let mut rec = m.flow_logs("n", Duration::from_secs(60));
+        let mut counts = FlowLogCounts {
+            nflog_packets: 10,
+            conntrack_events: 4,
+            kernel_overruns: 1,
+            local_lost: 2,
+            pending_expired: 3,
+            ..FlowLogCounts::default()
+        };
+        rec.record_counts(&counts);
+        counts.nflog_packets = 15;
+        counts.flows_dropped = 7;
+        rec.record_counts(&counts);
+        let text = m.encode().unwrap();
+        for (series, want) in [
+            ("felix_nft_agent_flowlog_nflog_packets_total", 15),
+            ("felix_nft_agent_flowlog_conntrack_events_total", 4),
+            ("felix_nft_agent_flowlog_kernel_overruns_total", 1),
+            ("felix_nft_agent_flowlog_queue_drops_total", 0),
+            ("felix_nft_agent_flowlog_local_lost_total", 2),
+            ("felix_nft_agent_flowlog_evictions_total", 0),
+            (
+                "felix_nft_agent_flowlog_aggregator_drops_total{reason=\"pending_expired\"}",
+                3,
+            ),
+            (
+                "felix_nft_agent_flowlog_aggregator_drops_total{reason=\"flow_table_full\"}",
+                7,
+            ),
+        ] {
+            assert_eq!(value(&text, series), Some(want), "{series} in\n{text}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!
 //! - [`health`]: Felix's health aggregator; the loop's reporter is [`DataplaneHealth`].
 //! - [`metrics`]: the registry with Felix's metric names (`felix_int_dataplane_*`,
-//!   `felix_nft_*`, `felix_route_table_*`) and ours (`felix_nft_agent_*`).
+//!   `felix_nft_*`, `felix_route_table_*`), Calico Enterprise's for flow logs
+//!   (`cnx_policy_rule_*`, `calico_denied_*`) and ours (`felix_nft_agent_*`).
 //! - [`systemd`]: `READY=1`, `WATCHDOG=1`, `STOPPING=1`.
 //! - [`logging`]: an error and its causes on one line.
 //! - [`logfmt`]: Felix's severity parameters on `tracing`, text or one-line JSON.
