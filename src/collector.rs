@@ -22,6 +22,7 @@ use crate::flows::aggregate::{Aggregator, Limits, Stats};
 use crate::flows::names::FlowNames;
 use crate::flows::record::{FlowRecord, PolicyKind, Reporter, Verdict};
 use crate::flows::serve::FlowSink;
+use crate::goldmane::export::GoldmaneSink;
 use crate::netns::NetNs;
 use crate::ops::metrics::{FlowLogCounts, Metrics, RuleAction, RuleDirection, RuleId, RuleTraffic};
 use crate::rtnl::conntrack::Conntrack;
@@ -31,7 +32,7 @@ use crate::rtnl::RtnlError;
 use crate::rules::nflog::{GROUP_EGRESS, GROUP_INGRESS, SNAPLEN};
 
 /// How the collector runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CollectorConfig {
     /// How often the flows are flushed (`FlowLogsFlushInterval`).
     pub flush_interval: Duration,
@@ -43,6 +44,10 @@ pub struct CollectorConfig {
     pub metrics: Option<Metrics>,
     /// The node's name, as the metrics' `instance` label.
     pub instance: String,
+    /// Where each flush's records are also streamed: Goldmane, when `FlowLogsGoldmaneServer`
+    /// is set. Its publish only queues (bounded), so a slow or absent Goldmane costs the
+    /// collector nothing.
+    pub goldmane: Option<GoldmaneSink>,
 }
 
 impl Default for CollectorConfig {
@@ -53,6 +58,7 @@ impl Default for CollectorConfig {
             rcvbuf: 4 << 20,
             metrics: None,
             instance: String::new(),
+            goldmane: None,
         }
     }
 }
@@ -328,6 +334,9 @@ fn aggregate_loop(
                 m.record_flush(now, &rule_traffic(&records));
             }
             if !records.is_empty() {
+                if let Some(g) = &cfg.goldmane {
+                    g.publish(&records);
+                }
                 sink.publish(records);
             }
         }

@@ -289,8 +289,17 @@ fn start_flow_logs(
             return None;
         }
     };
+    // The exporter's task runs to the end of the process; it holds nothing the dataplane needs.
+    let goldmane =
+        crate::goldmane::export::GoldmaneConfig::from_config(config, instance).map(|g| {
+            let address = g.address.clone();
+            let (sink, _task) = crate::goldmane::export::GoldmaneExporter::start(g);
+            tracing::info!(goldmane = %address, "flow logs: streaming flows to Goldmane");
+            sink
+        });
     let cfg = crate::collector::CollectorConfig {
         flush_interval: config.flow_logs_flush_interval,
+        goldmane,
         metrics: Some(metrics),
         instance: instance.to_string(),
         ..Default::default()
@@ -302,9 +311,6 @@ fn start_flow_logs(
                 flush_secs = config.flow_logs_flush_interval.as_secs_f64(),
                 "flow logs: reading NFLOG groups 1 and 2 and conntrack events; `felix-nft flows` shows them"
             );
-            if let Some(g) = &config.flow_logs_goldmane_server {
-                tracing::warn!(goldmane = %g, "flow logs: the export to Goldmane is not built yet; flows are kept on the node only");
-            }
             Some(std::sync::Arc::new(c))
         }
         Err(e) => {

@@ -20,6 +20,8 @@
 //! - [`flows`]: flow logs: NFLOG hits and conntrack events joined into flows keyed as
 //!   Goldmane keys them, names from the model, and the local view's socket and filters; no
 //!   netlink.
+//! - [`goldmane`]: flow records streamed to Calico's Goldmane over gRPC from a bounded queue that
+//!   never blocks the collector; reconnects with back-off; no netlink.
 //! - [`collector`]: the agent's flow-log readers (NFLOG, conntrack events) on threads of their
 //!   own, feeding [`flows`]; never blocks the apply loop.
 //! - [`ops`]: health, metrics, systemd notify, logging; owns no dataplane state.
@@ -64,6 +66,7 @@ pub mod dataplane;
 #[cfg(feature = "lab")]
 pub mod demo;
 pub mod flows;
+pub mod goldmane;
 pub mod netns;
 pub mod nft;
 pub mod ops;

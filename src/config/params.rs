@@ -515,7 +515,7 @@ params! {
 
     // --- Flow logs ---
     flow_logs_goldmane_server: Option<String> = "FlowLogsGoldmaneServer", Kind::Text, "", 0,
-        "Goldmane's address (host:port); set = flow logs on: every policy and profile rule, each tier's end and the no-profile drop log to NFLOG groups 1 (ingress) and 2 (egress) with Felix's prefixes.";
+        "Goldmane's address (host:port); set = flow logs on: every policy and profile rule, each tier's end and the no-profile drop log to NFLOG groups 1 (ingress) and 2 (egress) with Felix's prefixes, and each flush's flows stream to Goldmane over gRPC with TLS (TyphaCAFile, TyphaCertFile, TyphaKeyFile); http://host:port = plaintext.";
     flow_logs_local_reporter: EnabledDisabled = "FlowLogsLocalReporter", ONOFF, "Disabled", 0,
         "Enabled = flow logs on, as with FlowLogsGoldmaneServer.";
     #[serde(with = "secs_f64")] #[schemars(with = "f64")]
@@ -523,6 +523,13 @@ params! {
         "Seconds each flow record covers: flows are counted over this interval, then reported.";
     flow_logs_local_socket: String = "FlowLogsLocalSocket", Kind::Path, "/run/felix-nft/flows.sock", OURS,
         "The unix socket `felix-nft flows` reads the running agent's flows from (root only).";
+    // Felix authenticates to Goldmane with its Typha client certificate (`dpstatshelper.go`).
+    typha_ca_file: Option<String> = "TyphaCAFile", Kind::Path, "", LOCAL,
+        "The CA Goldmane's server certificate must chain to (named for Typha, Felix's first TLS peer); set with TyphaCertFile and TyphaKeyFile = TLS to Goldmane.";
+    typha_cert_file: Option<String> = "TyphaCertFile", Kind::Path, "", LOCAL,
+        "The client certificate presented to Goldmane (PEM).";
+    typha_key_file: Option<String> = "TyphaKeyFile", Kind::Path, "", LOCAL,
+        "The key of TyphaCertFile (PEM).";
 
     // --- Workloads / OpenStack / Istio ---
     workload_source_spoofing: WorkloadSourceSpoofing = "WorkloadSourceSpoofing",
@@ -595,9 +602,6 @@ pub const FELIX_PARAMS_NOT_USED: &[&str] = &[
     "TyphaK8sNamespace",
     "TyphaReadTimeout",
     "TyphaWriteTimeout",
-    "TyphaKeyFile",
-    "TyphaCertFile",
-    "TyphaCAFile",
     "TyphaCN",
     "TyphaURISAN",
     "CalicoVersion",
