@@ -10,8 +10,15 @@
 //!   trace (allowed by a policy rule, by a profile; passed by one tier then denied by a profile;
 //!   denied at a tier's end), count the packets sent (conntrack's counters), and survive NAT
 //!   outgoing.
+//! - Goldmane: with `FlowLogsGoldmaneServer` set to a stand-in in the test process (the agent's
+//!   own connections are made from the root namespace; only its netlink sockets are in the
+//!   bed's), the flows of an allowed and a denied connection arrive as `FlowUpdate`s that
+//!   `protoc` reads as Goldmane would: workloads, port, reporter, action and the profile that
+//!   decided.
 
 mod e2e_common;
+#[allow(dead_code)]
+mod goldmane_common;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -536,4 +543,139 @@ fn the_agent_joins_logged_verdicts_and_conntrack_into_flows_felix_nft_flows_show
         !socket.exists(),
         "the agent removes its socket when it stops"
     );
+}
+
+/// The value of the first line of protoc's text `flow` that is `field: value` (`name: ` is a
+/// policy hit's name: a key's names are `source_name`/`dest_name`), quotes stripped.
+fn field<'a>(flow: &'a str, field: &str) -> Option<&'a str> {
+    let prefix = format!("{field}: ");
+    flow.lines()
+        .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        .map(|v| v.trim_matches('"'))
+}
+
+/// Whether protoc's text `flow` is a flow from `src` to `dst:port`, reported by `reporter`
+/// (`Src`, `Dst`), with `action` (`Allow`, `Deny`).
+fn is_flow(flow: &str, src: &str, dst: &str, port: u16, reporter: &str, action: &str) -> bool {
+    let port = port.to_string();
+    field(flow, "source_name") == Some(src)
+        && field(flow, "dest_name") == Some(dst)
+        && field(flow, "dest_port") == Some(port.as_str())
+        && field(flow, "reporter") == Some(reporter)
+        && field(flow, "action") == Some(action)
+}
+
+#[test]
+fn the_agent_streams_allowed_and_denied_flows_to_goldmane() {
+    require_root();
+    // The stand-in runs on a runtime of its own, in the test process, on the root namespace's
+    // loopback: where the agent's Goldmane connection is made.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime for the Goldmane stand-in");
+    let mut goldmane = rt.block_on(goldmane_common::stand_in(
+        goldmane_common::Mode::Ack,
+        None,
+        None,
+    ));
+    let topo = three_v4_workloads("fnt-e2e-gm", [A4, B4, C4]);
+    let _srv = serve(&topo, &[WEB], &[]);
+    let dir = tempfile::tempdir().expect("a directory for the flow socket");
+    let env = vec![
+        (
+            "FELIX_FLOWLOGSGOLDMANESERVER".into(),
+            format!("http://{}", goldmane.addr),
+        ),
+        ("FELIX_FLOWLOGSFLUSHINTERVAL".into(), "1".into()),
+        (
+            "FELIX_FLOWLOGSLOCALSOCKET".into(),
+            dir.path().join("flows.sock").display().to_string(),
+        ),
+    ];
+    let mut agent = Agent::start(
+        &topo,
+        AgentOptions {
+            env,
+            ..AgentOptions::default()
+        },
+    );
+    let (a, b, c) = abc(&topo);
+    // b's profile allows everything; c's denies WEB by its rule.
+    let deny_web = json!([{"action": "deny", "protocol": {"name": "tcp"},
+        "dst_ports": [{"first": WEB, "last": WEB}]}]);
+    agent.send_all(&[
+        allow_all_profile(),
+        profile("deny-web", deny_web, json!([{"action": "allow"}])),
+        wep(a, &["allow-all"], json!([])),
+        wep(b, &["allow-all"], json!([])),
+        wep(c, &["deny-web"], json!([])),
+        in_sync(),
+    ]);
+    agent.expect_matrix(
+        "programmed",
+        &[
+            flow(src(a), v4(b), Tcp, WEB, Pass),
+            flow(src(a), v4(c), Tcp, WEB, Drop),
+        ],
+    );
+
+    // One connection a → b with 20 round trips, closed; one a → c:WEB, refused.
+    let (_, stream) = connect(a.ns(), A4, B4, WEB);
+    let mut stream = stream.expect("a reaches b");
+    for _ in 0..20 {
+        stream.write_all(b"x").expect("sending");
+        let mut one = [0u8; 1];
+        stream.read_exact(&mut one).expect("the echo");
+    }
+    drop(stream);
+    let (_, s) = connect(a.ns(), A4, C4, WEB);
+    assert!(s.is_none(), "c denies WEB");
+
+    // What Goldmane is sent, as protoc reads it: each side of a → b allowed by its profile, a's
+    // side counting the round trips (conntrack's counters; the matrix's probes add to them); c's
+    // side of a → c denied by c's profile's rule.
+    let a_b = |f: &String| is_flow(f, "a", "b", WEB, "Src", "Allow");
+    let b_side = |f: &String| is_flow(f, "a", "b", WEB, "Dst", "Allow");
+    let a_c = |f: &String| is_flow(f, "a", "c", WEB, "Dst", "Deny");
+    let sent_a_b = |got: &[String]| -> u64 {
+        got.iter()
+            .filter(|f| a_b(f))
+            .filter_map(|f| field(f, "packets_out")?.parse::<u64>().ok())
+            .sum()
+    };
+    let mut got: Vec<String> = Vec::new();
+    let t0 = Instant::now();
+    while sent_a_b(&got) < 20 || !got.iter().any(b_side) || !got.iter().any(a_c) {
+        while let Ok(bytes) = goldmane.got.try_recv() {
+            got.push(goldmane_common::protoc_decode(&bytes));
+        }
+        assert!(
+            t0.elapsed() < step_deadline(),
+            "Goldmane was not sent a → b allowed on both sides, 20 packets out (got {}), and a → c denied:\n{}\n{}",
+            sent_a_b(&got),
+            got.join("\n"),
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for f in got.iter().filter(|f| a_b(f) || b_side(f)) {
+        assert_eq!(field(f, "proto"), Some("tcp"), "{f}");
+        assert_eq!(field(f, "source_type"), Some("WorkloadEndpoint"), "{f}");
+        assert_eq!(field(f, "dest_type"), Some("WorkloadEndpoint"), "{f}");
+        assert_eq!(field(f, "kind"), Some("Profile"), "{f}");
+        assert_eq!(field(f, "name"), Some("allow-all"), "{f}");
+    }
+    for f in got.iter().filter(|f| a_c(f)) {
+        assert_eq!(field(f, "proto"), Some("tcp"), "{f}");
+        assert_eq!(field(f, "kind"), Some("Profile"), "{f}");
+        assert_eq!(field(f, "name"), Some("deny-web"), "{f}");
+    }
+    let log = agent.log_text();
+    assert!(
+        log.contains("flow logs: streaming flows to Goldmane"),
+        "{log}"
+    );
+    agent.stop_cleanly();
 }

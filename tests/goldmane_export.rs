@@ -1,8 +1,8 @@
 //! The Goldmane exporter against a Goldmane stand-in on 127.0.0.1 (a TCP listener in the host's
-//! namespace, no privilege): tonic's server side with a codec that hands the test each
-//! `FlowUpdate`'s raw bytes, which `protoc --decode=goldmane.FlowUpdate` reads against
-//! `tests/fixtures/goldmane.proto` (copied from Goldmane's `api.proto`): what arrives is checked
-//! by a decoder nobody here wrote, not by our prost types.
+//! namespace, no privilege; `goldmane_common`): each `FlowUpdate` arrives as raw bytes, which
+//! `protoc --decode=goldmane.FlowUpdate` reads against `tests/fixtures/goldmane.proto` (copied
+//! from Goldmane's `api.proto`): what arrives is checked by a decoder nobody here wrote, not by
+//! our prost types.
 //!
 //! Cases: every field arrives as Goldmane reads it; a Goldmane that is not there yet, then resets
 //! the stream, gets the flows once it is up and again after the reset; a Goldmane that accepts
@@ -12,212 +12,24 @@
 //!
 //! Needs `protoc` (Debian `protobuf-compiler`); without it the field test fails and says so.
 
-use std::convert::Infallible;
+mod goldmane_common;
+
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use felix_nft::flows::record::{
     Endpoint, EndpointKind, FlowKey, FlowRecord, PolicyHit, PolicyKind, Reporter, Verdict,
 };
 use felix_nft::goldmane::export::MAX_IN_FLIGHT;
 use felix_nft::goldmane::{GoldmaneConfig, GoldmaneExporter, GoldmaneSink, Timing};
-use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
-use tonic::Status;
+use goldmane_common::{protoc_decode, serve, stand_in, Mode, Running};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-// --- The stand-in ---
-
-/// Passes a `FlowUpdate` through as bytes; a `FlowReceipt` is empty, zero bytes.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = ();
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = ();
-    type Error = Status;
-    fn encode(&mut self, _: (), _: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    /// Forward each update to the test and acknowledge it, as Goldmane does.
-    Ack,
-    /// On the first stream: acknowledge `n` updates, then fail the stream on the next (which is
-    /// forwarded, not acknowledged). Later streams acknowledge everything.
-    ResetAfter(usize),
-    /// Answer the call and never read a flow.
-    NeverRead,
-}
-
-#[derive(Clone)]
-struct StandIn {
-    mode: Mode,
-    got: mpsc::UnboundedSender<Bytes>,
-    streams: Arc<AtomicUsize>,
-    /// Streams the never-reading stand-in holds open.
-    held: Arc<Mutex<Vec<tonic::Streaming<Bytes>>>>,
-}
-
-type ReceiptStream = Pin<Box<dyn futures::Stream<Item = Result<(), Status>> + Send>>;
-
-impl StandIn {
-    fn connect(&self, mut updates: tonic::Streaming<Bytes>) -> ReceiptStream {
-        let first = self.streams.fetch_add(1, Ordering::SeqCst) == 0;
-        let mode = self.mode;
-        if let Mode::NeverRead = mode {
-            self.held.lock().unwrap().push(updates);
-            return futures::stream::pending().boxed();
-        }
-        let got = self.got.clone();
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut n = 0;
-            while let Some(Ok(bytes)) = updates.next().await {
-                let _ = got.send(bytes);
-                match mode {
-                    Mode::ResetAfter(k) if first && n == k => {
-                        let _ = tx.send(Err(Status::unavailable("stand-in reset")));
-                        return;
-                    }
-                    _ => {
-                        let _ = tx.send(Ok(()));
-                    }
-                }
-                n += 1;
-            }
-        });
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
-            .boxed()
-    }
-}
-
-/// `FlowCollector.Connect` for tonic's router.
-#[derive(Clone)]
-struct ConnectMethod(StandIn);
-
-impl tower_service::Service<tonic::Request<tonic::Streaming<Bytes>>> for ConnectMethod {
-    type Response = tonic::Response<ReceiptStream>;
-    type Error = Status;
-    type Future = futures::future::Ready<Result<Self::Response, Status>>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: tonic::Request<tonic::Streaming<Bytes>>) -> Self::Future {
-        futures::future::ready(Ok(tonic::Response::new(self.0.connect(req.into_inner()))))
-    }
-}
-
-impl tower_service::Service<http::Request<tonic::body::Body>> for StandIn {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let method = ConnectMethod(self.clone());
-        Box::pin(async move {
-            if req.uri().path() != "/goldmane.FlowCollector/Connect" {
-                return Ok(Status::unimplemented(req.uri().path().to_string()).into_http());
-            }
-            Ok(tonic::server::Grpc::new(RawCodec)
-                .streaming(method, req)
-                .await)
-        })
-    }
-}
-
-impl tonic::server::NamedService for StandIn {
-    const NAME: &'static str = "goldmane.FlowCollector";
-}
-
-struct Running {
-    addr: SocketAddr,
-    got: mpsc::UnboundedReceiver<Bytes>,
-    streams: Arc<AtomicUsize>,
-    _stop: oneshot::Sender<()>,
-}
-
-/// Serves a stand-in on `listener`; `window` = the HTTP/2 stream window it grants.
-async fn serve(
-    listener: tokio::net::TcpListener,
-    mode: Mode,
-    tls: Option<ServerTlsConfig>,
-    window: Option<u32>,
-) -> Running {
-    let addr = listener.local_addr().unwrap();
-    let (got_tx, got) = mpsc::unbounded_channel();
-    let streams = Arc::new(AtomicUsize::new(0));
-    let svc = StandIn {
-        mode,
-        got: got_tx,
-        streams: streams.clone(),
-        held: Arc::default(),
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        let conn = l.accept().await.map(|(s, _)| s);
-        Some((conn, l))
-    });
-    let mut builder = Server::builder().initial_stream_window_size(window);
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).unwrap();
-    }
-    let router = builder.add_service(svc);
-    tokio::spawn(async move {
-        let _ = router
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    Running {
-        addr,
-        got,
-        streams,
-        _stop: stop,
-    }
-}
-
-async fn stand_in(mode: Mode, tls: Option<ServerTlsConfig>, window: Option<u32>) -> Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    serve(listener, mode, tls, window).await
-}
-
-// --- Logs, records, protoc ---
+// --- Logs, records ---
 
 #[derive(Clone)]
 struct LogBuf(Arc<Mutex<Vec<u8>>>);
@@ -307,33 +119,6 @@ fn record(port: u16) -> FlowRecord {
         connections_completed: 0,
         connections_live: 1,
     }
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-/// `protoc --decode=goldmane.FlowUpdate` of `bytes`.
-fn protoc_decode(bytes: &[u8]) -> String {
-    let mut child = Command::new("protoc")
-        .arg(format!("--proto_path={}", fixtures().display()))
-        .arg("--decode=goldmane.FlowUpdate")
-        .arg("goldmane.proto")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("running protoc ({e}); install Debian's protobuf-compiler to run these tests")
-        });
-    child.stdin.take().unwrap().write_all(bytes).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "protoc --decode failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The `dest_port` protoc reads in an update.
