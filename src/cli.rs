@@ -281,6 +281,33 @@ pub enum BenchCommand {
         #[arg(long)]
         dual_stack: bool,
     },
+    /// What flow logs cost a node: the agent on a test bed node at a scale's policy load, new
+    /// TCP connections per second and IP set member applies with flow logs off and on (agent
+    /// lives alternating), and a flood of denied UDP packets (the agent's CPU, peak RSS and
+    /// what the flows counted).
+    Flowlogs {
+        /// The policy load besides the measured pair: small, mid, large or W,P,R,S,M,K.
+        #[arg(long, default_value = "mid")]
+        scale: String,
+        /// Seconds of each measured window (the connections, then the flood).
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Agent lives per mode, alternating off and on.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Client threads opening connections.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// The flood's target rate, packets per second (0: as fast as the sender can).
+        #[arg(long, default_value_t = 100_000)]
+        flood_pps: u64,
+        /// Directory for the JSON, the agents' logs and the state document.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// The felix-nft binary run as the agent (default: this one).
+        #[arg(long, value_name = "PATH")]
+        felix_exe: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,6 +401,10 @@ pub fn main() -> ExitCode {
             cluster,
             encap,
         }) => demo(keep, cluster, encap),
+        #[cfg(feature = "lab")]
+        Some(Command::Bench {
+            command: command @ BenchCommand::Flowlogs { .. },
+        }) => bench_flowlogs(command),
         #[cfg(feature = "lab")]
         Some(Command::Bench { command }) => bench_compare(command),
         Some(Command::Flows(args)) => match args.into_options() {
@@ -472,7 +503,10 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
         spot_check,
         felix_exe,
         dual_stack,
-    } = command;
+    } = command
+    else {
+        unreachable!("`bench flowlogs` is dispatched before `bench compare`");
+    };
     // The cluster scales: their own options, a table and the kernel's checks.
     let cluster_only = spot_check || felix_exe.is_some() || dual_stack;
     if let Some(t) = bench::tunnels::TunnelOptions::parse(&scale, out.clone()) {
@@ -518,6 +552,49 @@ fn bench_compare(command: BenchCommand) -> ExitCode {
             }
         }
         Err(e) => bench_failed(&e),
+    }
+}
+
+/// `felix-nft bench flowlogs`.
+#[cfg(feature = "lab")]
+fn bench_flowlogs(command: BenchCommand) -> ExitCode {
+    use crate::bench::flowlogs::{run, FlowlogsOptions};
+    let BenchCommand::Flowlogs {
+        scale,
+        seconds,
+        reps,
+        threads,
+        flood_pps,
+        out,
+        felix_exe,
+    } = command
+    else {
+        unreachable!("only `bench flowlogs` comes here");
+    };
+    let mut opts = FlowlogsOptions::new(out);
+    opts.scale = match scale.parse() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("felix-nft: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    (opts.seconds, opts.reps, opts.threads) = (seconds.max(1), reps.max(1), threads.max(1));
+    opts.flood_pps = flood_pps;
+    opts.felix_exe = felix_exe;
+    match run(&opts) {
+        Ok(r) => {
+            println!("{}", r.table());
+            println!("(JSON and the agents' logs in {})", opts.out_dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "felix-nft: bench flowlogs: {}",
+                crate::ops::logging::chain(&e)
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -37,8 +37,9 @@
 //!   namespaces it made.
 //! - [`bench`] (lab): `bench compare` — the same workload through felix-nft and the stock tools
 //!   (iptables-restore + ipset, `nft -f`; for the cluster scale `ip -batch` + `bridge -batch`) in
-//!   private namespaces; the only code that runs external programs, and only those baselines
-//!   (and `ip`/`bridge`/`nft` as read-back oracles).
+//!   private namespaces; `bench flowlogs` — what flow logs cost, the agent binary on a test bed
+//!   node with flow logs off and on. The only code that runs external programs, and only those
+//!   baselines, the agent itself and `ip`/`bridge`/`nft` as read-back oracles.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
 //! - [`wire`]: netlink framing (header and flag constants, requests, a datagram's messages,

@@ -7,14 +7,19 @@
 //! - [`spot`]: the traffic spot-check (real packets through a test bed, every backend).
 //! - [`cluster`]: the cluster scale: a node learning N remote VXLAN nodes, the agent's loop
 //!   against `ip -batch` + `bridge -batch`.
+//! - [`flowlogs`]: `bench flowlogs`, what flow logs cost a node: the agent binary on a test bed
+//!   node at a scale's policy load, connections per second and IP set applies with flow logs
+//!   off and on, and a denied flood's cost to the agent.
 //! - [`report`]: medians with min/max, ratios, the table, JSON and the SVG chart.
 //!
 //! Invariants: nothing here writes the host's namespace (every spawn and socket checks it is not
 //! in PID 1's netns); every namespace made is deleted afterwards, also on error (a drop guard);
 //! a baseline whose binary is missing is skipped with a note, never faked. This module is the
-//! only production code allowed to run external programs, and only the baselines.
+//! only production code allowed to run external programs, and only the baselines (and, for
+//! `bench flowlogs`, the felix-nft agent itself).
 
 pub mod cluster;
+pub mod flowlogs;
 pub mod report;
 pub mod run;
 pub mod shapes;
@@ -75,6 +80,19 @@ pub enum BenchError {
     },
     #[error("refused: {0}")]
     Refused(String),
+    /// The agent a benchmark runs as a child failed; the end of its log says why.
+    #[error("the felix-nft agent {op}; its log ends:\n{log_tail}")]
+    Agent { op: String, log_tail: String },
+    #[error("cleaning the node between agents")]
+    Cleanup {
+        #[source]
+        source: Box<crate::dataplane::oneshot::OneShotError>,
+    },
+    #[error("reading the agent's flows")]
+    Flows {
+        #[source]
+        source: crate::flows::serve::FlowClientError,
+    },
     #[error("writing the chart")]
     Chart(String),
 }

@@ -154,7 +154,7 @@ impl fmt::Display for SpotReport {
     }
 }
 
-fn tb(op: &str) -> impl FnOnce(crate::testbed::TestbedError) -> BenchError + '_ {
+pub(super) fn tb(op: &str) -> impl FnOnce(crate::testbed::TestbedError) -> BenchError + '_ {
     move |source| BenchError::Testbed {
         op: op.to_string(),
         source,
@@ -168,7 +168,8 @@ fn rt(op: &str) -> impl FnOnce(crate::rtnl::RtnlError) -> BenchError + '_ {
     }
 }
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, BenchError> {
+/// Runs `f` to completion on a runtime of its own.
+pub(super) fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, BenchError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

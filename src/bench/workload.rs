@@ -374,7 +374,7 @@ pub fn policy_name(p: usize) -> String {
     format!("pol{p}")
 }
 
-fn msg(p: Payload) -> ToDataplane {
+pub(super) fn msg(p: Payload) -> ToDataplane {
     ToDataplane {
         sequence_number: 0,
         payload: Some(p),
@@ -388,7 +388,8 @@ fn allow_all() -> Rule {
     }
 }
 
-fn policy_id(p: usize) -> PolicyId {
+/// Felix's id of policy `p`.
+pub(super) fn policy_id(p: usize) -> PolicyId {
     PolicyId {
         name: policy_name(p),
         namespace: "bench".into(),
