@@ -72,7 +72,7 @@ pub struct CollectorStats {
     pub ct_events: AtomicU64,
     /// Times the kernel said a socket's buffer overflowed (messages lost before we read them).
     pub kernel_overruns: AtomicU64,
-    /// Messages dropped because the aggregator's queue was full.
+    /// Reader batches (one socket read each) dropped because the aggregator's queue was full.
     pub queue_drops: AtomicU64,
     /// Flow records published.
     pub records: AtomicU64,
