@@ -138,8 +138,14 @@ impl Collector {
         let stats = Arc::new(CollectorStats::default());
         let names = Arc::new(Mutex::new(Arc::new(FlowNames::default())));
         let (tx, rx) = mpsc::sync_channel::<Input>(cfg.queue);
-        let mut threads = Vec::new();
-        threads.push(spawn("flows-nflog", {
+        // Built first, so that a thread that cannot be started stops the ones that were.
+        let mut c = Collector {
+            names: names.clone(),
+            stats: stats.clone(),
+            stop: stop.clone(),
+            threads: Vec::new(),
+        };
+        c.threads.push(spawn("flows-nflog", {
             let (tx, stop, stats) = (tx.clone(), stop.clone(), stats.clone());
             move || {
                 read_loop(&stop, &stats, &tx, "NFLOG", |out| {
@@ -153,7 +159,7 @@ impl Collector {
                 })
             }
         })?);
-        threads.push(spawn("flows-conntrack", {
+        c.threads.push(spawn("flows-conntrack", {
             let (stop, stats) = (stop.clone(), stats.clone());
             move || {
                 read_loop(&stop, &stats, &tx, "conntrack event", |out| {
@@ -165,16 +171,11 @@ impl Collector {
                 })
             }
         })?);
-        threads.push(spawn("flows", {
+        c.threads.push(spawn("flows", {
             let (stop, stats, names) = (stop.clone(), stats.clone(), names.clone());
             move || aggregate_loop(&stop, &stats, &names, &rx, &cfg, &sink, &mut table)
         })?);
-        Ok(Collector {
-            names,
-            stats,
-            stop,
-            threads,
-        })
+        Ok(c)
     }
 
     /// Hands the collector the names of the model as it is now. Never waits for more than the
