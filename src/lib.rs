@@ -42,6 +42,7 @@
 //!   baselines, the agent itself and `ip`/`bridge`/`nft` as read-back oracles.
 //! - [`cli`]: the subcommands; `main.rs` stays a few lines.
 //! - [`clip`]: user-supplied text cut to a bounded length for messages and logs.
+//! - [`unixsock`]: a unix socket only its owner can reach (the JSON stream's and the flows').
 //! - [`wire`]: netlink framing (header and flag constants, requests, a datagram's messages,
 //!   answers, attribute runs) shared by [`nft`] and [`rtnl`]; uses nothing else.
 //!
@@ -77,6 +78,7 @@ pub mod rules;
 pub mod source;
 #[cfg(feature = "lab")]
 pub mod testbed;
+pub mod unixsock;
 pub mod wire;
 
 /// One name for everything felix-nft owns in the kernel: our nf_tables tables, and the prefix

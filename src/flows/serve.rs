@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use std::fs::{self, DirBuilder};
 use std::future::Future;
 use std::io::{self, BufRead, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -257,39 +257,7 @@ fn bind_private(
         .mode(0o700)
         .create(&parent)
         .map_err(err("creating the directory of"))?;
-    if let Ok(meta) = fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(err("refusing to replace a non-socket file with")(
-                io::Error::from(io::ErrorKind::AlreadyExists),
-            ));
-        }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(err("another process is serving")(io::Error::from(
-                io::ErrorKind::AddrInUse,
-            )));
-        }
-        fs::remove_file(path).map_err(err("removing the stale"))?;
-    }
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "flows.sock".into());
-    let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    DirBuilder::new()
-        .mode(0o700)
-        .create(&staging)
-        .map_err(err("making a private directory for"))?;
-    let staged = staging.join("s");
-    let bound = (|| {
-        let listener = std::os::unix::net::UnixListener::bind(&staged).map_err(err("binding"))?;
-        fs::set_permissions(&staged, fs::Permissions::from_mode(0o600))
-            .map_err(err("setting mode 0600 on"))?;
-        fs::rename(&staged, path).map_err(err("moving into place"))?;
-        Ok(listener)
-    })();
-    let _ = fs::remove_file(&staged);
-    let _ = fs::remove_dir(&staging);
-    let listener = bound?;
+    let listener = crate::unixsock::bind_private(path).map_err(|(op, source)| err(op)(source))?;
     // Rename keeps the inode: this identifies our socket until someone replaces it.
     let id = fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let socket = SocketFile {
@@ -709,6 +677,7 @@ impl Iterator for FlowClient {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     use std::os::unix::net::UnixStream as StdStream;
 
     use super::*;

@@ -19,9 +19,8 @@
 //! looser permissions: it is bound inside a fresh 0700 directory, chmodded, then renamed into
 //! place (rename keeps the inode and its mode).
 
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -313,48 +312,14 @@ impl UnixSource {
             let path = path.to_path_buf();
             move |source| SourceError::Socket { op, path, source }
         };
-        if let Ok(meta) = fs::symlink_metadata(path) {
-            if !meta.file_type().is_socket() {
-                return Err(err("refusing to replace a non-socket file with")(
-                    std::io::Error::from(std::io::ErrorKind::AlreadyExists),
-                ));
-            }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(err("another process is listening on")(
-                    std::io::Error::from(std::io::ErrorKind::AddrInUse),
-                ));
-            }
-            fs::remove_file(path).map_err(err("removing the stale"))?;
-        }
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "socket".into());
-        let staging = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&staging)
-            .map_err(err("making a private directory for"))?;
-        let staged = staging.join("s");
-        let result = (|| {
-            let listener =
-                std::os::unix::net::UnixListener::bind(&staged).map_err(err("binding"))?;
-            fs::set_permissions(&staged, fs::Permissions::from_mode(0o600))
-                .map_err(err("setting mode 0600 on"))?;
-            fs::rename(&staged, path).map_err(err("moving into place"))?;
-            listener
-                .set_nonblocking(true)
-                .map_err(err("setting non-blocking"))?;
-            UnixListener::from_std(listener).map_err(err("registering"))
-        })();
-        let _ = fs::remove_file(&staged);
-        let _ = fs::remove_dir(&staging);
+        let listener =
+            crate::unixsock::bind_private(path).map_err(|(op, source)| err(op)(source))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(err("setting non-blocking"))?;
+        let listener = UnixListener::from_std(listener).map_err(err("registering"))?;
         Ok(UnixSource {
-            listener: result?,
+            listener,
             path: path.to_path_buf(),
             max_len: MAX_LINE_LEN,
             replies: None,
