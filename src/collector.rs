@@ -27,6 +27,7 @@ use crate::netns::NetNs;
 use crate::ops::metrics::{FlowLogCounts, Metrics, RuleAction, RuleDirection, RuleId, RuleTraffic};
 use crate::rtnl::conntrack::Conntrack;
 use crate::rtnl::ctevents::{CtEvent, CtEventSocket, CtGroups};
+use crate::rtnl::devconf::ProcSys;
 use crate::rtnl::nflog::{LoggedPacket, NflogSocket, Received};
 use crate::rtnl::RtnlError;
 use crate::rules::nflog::{GROUP_EGRESS, GROUP_INGRESS, SNAPLEN};
@@ -424,16 +425,17 @@ fn calico_kind(kind: PolicyKind, namespace: &str) -> &'static str {
 /// agent's namespace (it is per namespace); where conntrack is not loaded yet the file is
 /// missing and the counts start once a later start finds it.
 fn enable_conntrack_accounting(ns: Option<&NetNs>) {
-    const PATH: &str = "/proc/sys/net/netfilter/nf_conntrack_acct";
-    let write = || std::fs::write(PATH, "1");
-    let r = match ns {
-        Some(ns) => ns
-            .run(write)
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
-        None => write(),
-    };
+    let r = ns
+        .map(NetNs::try_clone)
+        .transpose()
+        .map_err(|e| e.to_string())
+        .and_then(|ns| {
+            ProcSys::new(ns)
+                .write("net/netfilter/nf_conntrack_acct", "1")
+                .map_err(|e| crate::ops::logging::chain(&e))
+        });
     if let Err(e) = r {
-        tracing::warn!(path = PATH, error = %e, "flow logs: conntrack accounting could not be turned on; flows will carry no packet or byte counts");
+        tracing::warn!(error = %e, "flow logs: conntrack accounting could not be turned on; flows will carry no packet or byte counts");
     }
 }
 
