@@ -77,8 +77,6 @@ pub struct CollectorStats {
     pub queue_drops: AtomicU64,
     /// Flow records published.
     pub records: AtomicU64,
-    /// The aggregator's own counts (foreign prefixes, evictions, …), as of the last flush.
-    pub aggregator: Mutex<Stats>,
 }
 
 /// What the readers hand the aggregator.
@@ -103,7 +101,6 @@ const RULE_SERIES_RETAIN: Duration = Duration::from_secs(3600);
 /// The running collector; stops its threads when dropped.
 pub struct Collector {
     names: Arc<Mutex<Arc<FlowNames>>>,
-    stats: Arc<CollectorStats>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -142,7 +139,6 @@ impl Collector {
         // Built first, so that a thread that cannot be started stops the ones that were.
         let mut c = Collector {
             names: names.clone(),
-            stats: stats.clone(),
             stop: stop.clone(),
             threads: Vec::new(),
         };
@@ -185,11 +181,6 @@ impl Collector {
         if let Ok(mut n) = self.names.lock() {
             *n = Arc::new(names);
         }
-    }
-
-    /// What has been counted so far.
-    pub fn stats(&self) -> &CollectorStats {
-        &self.stats
     }
 }
 
@@ -328,9 +319,6 @@ fn aggregate_loop(
             stats
                 .records
                 .fetch_add(records.len() as u64, Ordering::Relaxed);
-            if let Ok(mut s) = stats.aggregator.lock() {
-                *s = agg.stats();
-            }
             // Before publishing: whoever sees a record can already scrape what it counted.
             if let Some(m) = metrics.as_mut() {
                 m.record_flush(now, &rule_traffic(&records));
