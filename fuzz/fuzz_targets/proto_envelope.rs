@@ -1,7 +1,7 @@
 //! Fuzz target `proto_envelope` (see `tests/fuzz_targets`).
 #![no_main]
 
-#[path = "../../tests/fuzz_targets/mod.rs"]
+#[path = "../../crates/felix-nft/tests/it/fuzz_targets.rs"]
 mod targets;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::proto_envelope(data));
