@@ -116,3 +116,27 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
 pub fn kernel_has_owned_tables() -> bool {
     kernel_at_least(6, 9)
 }
+
+/// For a test that changes what a whole process shares (signals sent to it, the global logger):
+/// a crate's suites run in one test binary, so the test runs again alone in a fresh process of
+/// that binary. True in that process, where the test goes on; false in the first, after the run
+/// in the fresh one passed (it panics with the run's output otherwise).
+pub fn in_own_process(test: &str) -> bool {
+    const CHILD: &str = "TESTKIT_IN_OWN_PROCESS";
+    if std::env::var(CHILD).is_ok_and(|t| t == test) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", test, "--test-threads=1", "--nocapture"])
+        .env(CHILD, test)
+        .output()
+        .expect("running the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} in a process of its own:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}

@@ -194,26 +194,8 @@ fn bad_format_is_refused() {
 
 #[test]
 fn init_logging_works_once() {
-    // Logging is set up once per process, and this binary runs every suite of the crate (some
-    // set it up): the check runs again in a process of its own.
-    const CHILD: &str = "FELIX_NFT_TEST_INIT_LOGGING_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "ops_logging::init_logging_works_once",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .expect("running the test binary");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("1 passed"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    // Logging is set up once per process, and other suites of this binary set it up.
+    if !testkit::in_own_process("ops_logging::init_logging_works_once") {
         return;
     }
     let c = Config {

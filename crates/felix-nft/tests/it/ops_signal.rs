@@ -2,15 +2,24 @@
 //! the process — and drive [`Ops::run`]'s shutdown, which sends systemd nothing without a
 //! notify socket and returns.
 //!
-//! One test in this binary: it signals its own process.
+//! The test signals its own process, so it runs in a process of its own: a signal would
+//! interrupt the blocking calls of the other suites of this binary.
 
 use std::time::Duration;
 
 use felix_nft::config::Config;
 use felix_nft::ops::{Notifier, Ops, Termination};
 
-#[tokio::test]
-async fn termination_signals_are_caught_and_named() {
+#[test]
+fn termination_signals_are_caught_and_named() {
+    if testkit::in_own_process("ops_signal::termination_signals_are_caught_and_named") {
+        tokio::runtime::Runtime::new()
+            .expect("a runtime")
+            .block_on(caught_and_named());
+    }
+}
+
+async fn caught_and_named() {
     let mut term = Termination::install().expect("installing signal handlers");
     // SAFETY: kill(2) on our own pid with a signal we now handle.
     assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGTERM) }, 0);
