@@ -1,5 +1,5 @@
 //! The flow-log collector of the running agent: reads NFLOG groups 1 and 2 and conntrack's
-//! events in the agent's namespace, joins them into flows ([`crate::flows::aggregate`]) and
+//! destroy events in the agent's namespace, joins them into flows ([`crate::flows::aggregate`]) and
 //! publishes each flush interval's records to the local view.
 //!
 //! Each socket has a reader thread of its own that only decodes and hands on through a bounded
@@ -121,9 +121,12 @@ impl Collector {
                  packets are matched to connections by their addresses and ports"
             );
         }
+        // Destroys only: the kernel puts counters in a destroy event alone (the open connections'
+        // come from the poll), and a subscribed group makes it build a message in the packet
+        // path for every change of a connection's state, about five per TCP connection.
         let groups = CtGroups {
             new: false,
-            update: true,
+            update: false,
             destroy: true,
         };
         let mut ct = CtEventSocket::open(ns, groups, cfg.rcvbuf)?;
