@@ -12,6 +12,7 @@
 //! about once a second, the counts below (`ops::metrics::FlowLogMetrics`): atomics only, so a
 //! scrape never holds it up.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,8 @@ use rtnl::RtnlError;
 pub struct CollectorConfig {
     /// How often the flows are flushed (`FlowLogsFlushInterval`).
     pub flush_interval: Duration,
-    /// Messages the readers may have queued for the aggregator before they drop.
+    /// Batches the readers may have queued for the aggregator before they drop (each at most
+    /// [`MAX_BATCH`] socket reads).
     pub queue: usize,
     /// Each socket's receive buffer.
     pub rcvbuf: usize,
@@ -55,7 +57,7 @@ impl Default for CollectorConfig {
     fn default() -> Self {
         CollectorConfig {
             flush_interval: Duration::from_secs(15),
-            queue: 16_384,
+            queue: 64,
             rcvbuf: 4 << 20,
             metrics: None,
             instance: String::new(),
@@ -73,7 +75,8 @@ pub struct CollectorStats {
     pub ct_events: AtomicU64,
     /// Times the kernel said a socket's buffer overflowed (messages lost before we read them).
     pub kernel_overruns: AtomicU64,
-    /// Reader batches (one socket read each) dropped because the aggregator's queue was full.
+    /// Reader batches (up to [`MAX_BATCH`] socket reads each) dropped because the aggregator's
+    /// queue was full.
     pub queue_drops: AtomicU64,
     /// Flow records published.
     pub records: AtomicU64,
@@ -87,6 +90,20 @@ enum Input {
 
 /// How long a blocked read waits before the reader looks at the stop flag.
 const READ_TIMEOUT: Duration = Duration::from_millis(200);
+/// Socket reads in one batch at most: after a wait, a reader reads what has queued up without
+/// waiting, up to this many datagrams, and hands it over as one batch.
+pub const MAX_BATCH: usize = 256;
+/// How long a reader that has emptied its socket lets messages queue up before it reads again.
+/// A conntrack event is a datagram of its own: read as they come, each would wake the reader
+/// and then the aggregator, and the wake-ups, not the decoding, were most of the collector's
+/// cost. The socket's buffer holds far more than this long's messages at any rate measured.
+const COALESCE: Duration = Duration::from_millis(5);
+/// How long the aggregator holds logged packets before it reads them, so that the conntrack
+/// events read meanwhile go first. A connection whose addresses and ports a new one reuses is
+/// destroyed by the new one's first packet, before that packet is logged; applied after the
+/// new hit, the destroy would make the new connection read as a retransmit of the old and end
+/// it. The two readers coalesce separately, so the events can trail by a few [`COALESCE`]s.
+const HOLD_PACKETS: Duration = Duration::from_millis(20);
 /// How often the counters of open connections are read from a dump of the conntrack table
 /// (as often as Felix polls it): conntrack's update events carry no counters.
 const POLL_EVERY: Duration = Duration::from_secs(5);
@@ -147,29 +164,11 @@ impl Collector {
         };
         c.threads.push(spawn("flows-nflog", {
             let (tx, stop, stats) = (tx.clone(), stop.clone(), stats.clone());
-            move || {
-                read_loop(&stop, &stats, &tx, "NFLOG", |out| {
-                    let mut v = Vec::new();
-                    let r = nflog.recv(&mut v);
-                    stats
-                        .nflog_packets
-                        .fetch_add(v.len() as u64, Ordering::Relaxed);
-                    *out = (!v.is_empty()).then_some(Input::Packets(v));
-                    r
-                })
-            }
+            move || read_loop(&stop, &stats, &tx, &mut nflog)
         })?);
         c.threads.push(spawn("flows-conntrack", {
             let (stop, stats) = (stop.clone(), stats.clone());
-            move || {
-                read_loop(&stop, &stats, &tx, "conntrack event", |out| {
-                    let mut v = Vec::new();
-                    let r = ct.recv(&mut v);
-                    stats.ct_events.fetch_add(v.len() as u64, Ordering::Relaxed);
-                    *out = (!v.is_empty()).then_some(Input::Events(v));
-                    r
-                })
-            }
+            move || read_loop(&stop, &stats, &tx, &mut ct)
         })?);
         c.threads.push(spawn("flows", {
             let (stop, stats, names) = (stop.clone(), stats.clone(), names.clone());
@@ -209,36 +208,102 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 
 /// Reads with `read` until stopped, handing what it brought on without ever blocking on the
 /// aggregator: when the queue is full the batch is dropped and counted.
-fn read_loop(
+/// A reader's socket.
+trait Source {
+    type Item;
+    /// What it reads, for the log.
+    const WHAT: &'static str;
+    /// Appends the next datagram's messages to `out`; with nothing queued, waits up to the read
+    /// timeout, or, set non-blocking, returns at once.
+    fn recv(&mut self, out: &mut Vec<Self::Item>) -> Result<Received, RtnlError>;
+    fn set_nonblocking(&self, on: bool) -> Result<(), RtnlError>;
+    /// Where its count of messages read is kept.
+    fn count(stats: &CollectorStats) -> &AtomicU64;
+    fn input(items: Vec<Self::Item>) -> Input;
+}
+
+impl Source for NflogSocket {
+    type Item = LoggedPacket;
+    const WHAT: &'static str = "NFLOG";
+    fn recv(&mut self, out: &mut Vec<LoggedPacket>) -> Result<Received, RtnlError> {
+        NflogSocket::recv(self, out)
+    }
+    fn set_nonblocking(&self, on: bool) -> Result<(), RtnlError> {
+        NflogSocket::set_nonblocking(self, on)
+    }
+    fn count(stats: &CollectorStats) -> &AtomicU64 {
+        &stats.nflog_packets
+    }
+    fn input(items: Vec<LoggedPacket>) -> Input {
+        Input::Packets(items)
+    }
+}
+
+impl Source for CtEventSocket {
+    type Item = CtEvent;
+    const WHAT: &'static str = "conntrack event";
+    fn recv(&mut self, out: &mut Vec<CtEvent>) -> Result<Received, RtnlError> {
+        CtEventSocket::recv(self, out)
+    }
+    fn set_nonblocking(&self, on: bool) -> Result<(), RtnlError> {
+        CtEventSocket::set_nonblocking(self, on)
+    }
+    fn count(stats: &CollectorStats) -> &AtomicU64 {
+        &stats.ct_events
+    }
+    fn input(items: Vec<CtEvent>) -> Input {
+        Input::Events(items)
+    }
+}
+
+/// A reader thread: waits for a datagram, reads what else has queued without waiting (up to
+/// [`MAX_BATCH`] datagrams), hands the batch over, and, when the socket was emptied, lets the
+/// next messages queue up for [`COALESCE`]. Ends on a read error (said at warn) or at stop.
+fn read_loop<S: Source>(
     stop: &AtomicBool,
     stats: &CollectorStats,
     tx: &SyncSender<Input>,
-    what: &str,
-    mut read: impl FnMut(&mut Option<Input>) -> Result<Received, RtnlError>,
+    src: &mut S,
 ) {
+    let what = S::WHAT;
     let mut warned: Option<Instant> = None;
     let mut lost = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let mut batch = None;
-        match read(&mut batch) {
-            Ok(Received::Packets(_)) => {}
-            Ok(Received::Overrun) => {
-                stats.kernel_overruns.fetch_add(1, Ordering::Relaxed);
-                lost += 1;
+        let mut items = Vec::new();
+        let read = src.recv(&mut items).and_then(|first| {
+            let mut overruns = u64::from(matches!(first, Received::Overrun));
+            let mut emptied = true;
+            if !items.is_empty() {
+                src.set_nonblocking(true)?;
+                let drained = drain(src, &mut items, &mut overruns);
+                src.set_nonblocking(false)?;
+                emptied = drained?;
             }
+            Ok((overruns, emptied))
+        });
+        let (overruns, emptied) = match read {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %crate::ops::logging::chain(&e), "flow logs: reading {what}s failed; the reader stops");
                 return;
             }
+        };
+        if overruns > 0 {
+            stats.kernel_overruns.fetch_add(overruns, Ordering::Relaxed);
+            lost += overruns;
         }
-        if let Some(b) = batch {
-            match tx.try_send(b) {
+        if !items.is_empty() {
+            S::count(stats).fetch_add(items.len() as u64, Ordering::Relaxed);
+            match tx.try_send(S::input(items)) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
                     stats.queue_drops.fetch_add(1, Ordering::Relaxed);
                     lost += 1;
                 }
                 Err(TrySendError::Disconnected(_)) => return,
+            }
+            if emptied {
+                std::thread::sleep(COALESCE);
             }
         }
         if lost > 0 && warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
@@ -250,6 +315,23 @@ fn read_loop(
             lost = 0;
         }
     }
+}
+
+/// Reads, without waiting, up to [`MAX_BATCH`] datagrams in all; true when the socket had no
+/// more.
+fn drain<S: Source>(
+    src: &mut S,
+    items: &mut Vec<S::Item>,
+    overruns: &mut u64,
+) -> Result<bool, RtnlError> {
+    for _ in 1..MAX_BATCH {
+        match src.recv(items)? {
+            Received::Packets(0) => return Ok(true),
+            Received::Packets(_) => {}
+            Received::Overrun => *overruns += 1,
+        }
+    }
+    Ok(false)
 }
 
 fn unix_now() -> i64 {
@@ -280,30 +362,42 @@ fn aggregate_loop(
         )
     });
     let mut next_metrics = Instant::now();
+    // Batches of logged packets by when they came, each read once HOLD_PACKETS old (at most
+    // `cfg.queue` held: past that, the oldest is read at once).
+    let mut held: VecDeque<(Instant, Vec<LoggedPacket>)> = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
+        let due = held.front().map(|(at, _)| *at + HOLD_PACKETS);
         let wait = next_flush
             .min(next_poll)
+            .min(due.unwrap_or(next_poll))
             .saturating_duration_since(Instant::now())
             .min(READ_TIMEOUT);
         match rx.recv_timeout(wait) {
-            Ok(input) => {
+            Ok(Input::Packets(ps)) => held.push_back((Instant::now(), ps)),
+            Ok(Input::Events(evs)) => {
                 let now = unix_now();
-                let current = names.lock().map(|n| n.clone()).unwrap_or_default();
-                match input {
-                    Input::Packets(ps) => {
-                        for p in &ps {
-                            agg.on_packet(now, p, current.as_ref());
-                        }
-                    }
-                    Input::Events(evs) => {
-                        for ev in &evs {
-                            agg.on_ct(now, ev);
-                        }
-                    }
+                for ev in &evs {
+                    agg.on_ct(now, ev);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if held
+            .front()
+            .is_some_and(|(at, _)| at.elapsed() >= HOLD_PACKETS || held.len() > cfg.queue)
+        {
+            let now = unix_now();
+            let current = names.lock().map(|n| n.clone()).unwrap_or_default();
+            while let Some((at, ps)) = held.pop_front() {
+                if at.elapsed() < HOLD_PACKETS && held.len() < cfg.queue {
+                    held.push_front((at, ps));
+                    break;
+                }
+                for p in &ps {
+                    agg.on_packet(now, p, current.as_ref());
+                }
+            }
         }
         if Instant::now() >= next_poll {
             next_poll = Instant::now() + poll_every;

@@ -233,6 +233,14 @@ impl CtEventSocket {
         Ok(CtEventSocket { sock })
     }
 
+    /// With `on`, [`CtEventSocket::recv`] returns at once with nothing when no batch is queued,
+    /// instead of waiting: for a reader that drains what has queued up after a wait.
+    pub fn set_nonblocking(&self, on: bool) -> Result<()> {
+        self.sock
+            .set_non_blocking(on)
+            .map_err(|e| err("setting", "the conntrack event socket's blocking mode", e))
+    }
+
     /// How long [`CtEventSocket::recv`] waits before it returns with nothing (`None`: for
     /// ever).
     pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {

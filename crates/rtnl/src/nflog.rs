@@ -269,6 +269,14 @@ impl NflogSocket {
         }
     }
 
+    /// With `on`, [`NflogSocket::recv`] returns at once with nothing when no batch is queued,
+    /// instead of waiting: for a reader that drains what has queued up after a wait.
+    pub fn set_nonblocking(&self, on: bool) -> Result<()> {
+        self.sock
+            .set_non_blocking(on)
+            .map_err(|e| err("setting", "the NFLOG socket's blocking mode", e))
+    }
+
     /// How long [`NflogSocket::recv`] waits before it returns with nothing (`None`: for ever),
     /// so that a reading thread can look up between packets.
     pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
