@@ -1,6 +1,6 @@
 //! The flow-log collector of the running agent: reads NFLOG groups 1 and 2 and conntrack's
-//! destroy events in the agent's namespace, joins them into flows ([`crate::flows::aggregate`]) and
-//! publishes each flush interval's records to the local view.
+//! destroy events in the agent's namespace, joins them into flows
+//! ([`crate::flows::aggregate`]) and publishes each flush interval's records to the local view.
 //!
 //! Each socket has a reader thread of its own that only decodes and hands on through a bounded
 //! queue, so a burst is absorbed by the queue and, past it, dropped and counted rather than
@@ -206,8 +206,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         })
 }
 
-/// Reads with `read` until stopped, handing what it brought on without ever blocking on the
-/// aggregator: when the queue is full the batch is dropped and counted.
 /// A reader's socket.
 trait Source {
     type Item;
@@ -258,7 +256,8 @@ impl Source for CtEventSocket {
 
 /// A reader thread: waits for a datagram, reads what else has queued without waiting (up to
 /// [`MAX_BATCH`] datagrams), hands the batch over, and, when the socket was emptied, lets the
-/// next messages queue up for [`COALESCE`]. Ends on a read error (said at warn) or at stop.
+/// next messages queue up for [`COALESCE`]. It never blocks on the aggregator: when the queue
+/// is full the batch is dropped and counted. Ends on a read error (said at warn) or at stop.
 fn read_loop<S: Source>(
     stop: &AtomicBool,
     stats: &CollectorStats,
