@@ -2,6 +2,10 @@
 //! network namespace it made itself, never the host's; without privilege a test fails with a
 //! clear message. Knows no Calico, so that every crate's tests may use it.
 //!
+//! Test code only: a dev-dependency of the crates, never a dependency (checked by the agent's
+//! `dependencies` suite), so nothing here is in a binary. It runs programs, as tests may: the
+//! independent oracles (`ip -j`, `cargo tree`) and the test binary itself.
+//!
 //! - this module: private namespaces, root and kernel checks, the oracles' output;
 //! - [`rtnl`]: a tokio runtime in a private namespace, `ip -j` and /proc/sys read from inside it.
 // A `pub` item no other crate can reach is `pub(crate)` or narrower: the public surface says

@@ -123,16 +123,15 @@ impl LogSettings {
     }
 }
 
-/// The crates of this workspace, by the name their events carry as target: ours, logged at the
-/// configured level.
-const OUR_CRATES: [&str; 7] = [
+/// The agent and the crates of its layers, by the name their events carry as target: ours,
+/// logged at the configured level.
+const OUR_CRATES: [&str; 6] = [
     env!("CARGO_CRATE_NAME"),
     "nf_tables",
     "rtnl",
     "felix_api",
     "felix_nft_rules",
     "netlink_wire",
-    "felix_nft_lab",
 ];
 
 /// Our events at `level`; everyone else's at `level` but never more verbose than INFO.

@@ -143,6 +143,10 @@ fn the_agent_has_no_lab_crates() {
         .filter(|c| *c == "felix-nft-lab" || c.starts_with("plotters"))
         .collect();
     assert!(leaked.is_empty(), "lab crates in the agent: {leaked:?}");
+    // The tests' kit runs programs (oracles): no binary may carry it.
+    for (name, t) in [("felix-nft", &agent), ("felix-nft-lab", &lab)] {
+        assert!(!t.contains("testkit"), "testkit is in {name}'s tree");
+    }
     let direct = tree(&["-p", "felix-nft", "--depth", "1"]);
     assert!(
         !direct.contains("socket2"),
