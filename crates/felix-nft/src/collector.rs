@@ -382,20 +382,19 @@ fn aggregate_loop(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        if held
+        let mut current = None;
+        while held
             .front()
             .is_some_and(|(at, _)| at.elapsed() >= HOLD_PACKETS || held.len() > cfg.queue)
         {
+            let Some((_, ps)) = held.pop_front() else {
+                break;
+            };
+            let names: &Arc<FlowNames> =
+                current.get_or_insert_with(|| names.lock().map(|n| n.clone()).unwrap_or_default());
             let now = unix_now();
-            let current = names.lock().map(|n| n.clone()).unwrap_or_default();
-            while let Some((at, ps)) = held.pop_front() {
-                if at.elapsed() < HOLD_PACKETS && held.len() < cfg.queue {
-                    held.push_front((at, ps));
-                    break;
-                }
-                for p in &ps {
-                    agg.on_packet(now, p, current.as_ref());
-                }
+            for p in &ps {
+                agg.on_packet(now, p, names.as_ref());
             }
         }
         if Instant::now() >= next_poll {
