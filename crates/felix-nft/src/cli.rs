@@ -243,7 +243,7 @@ fn print_kernel_features() {
         Ok(r) => r,
         Err(e) => return println!("kernel: {e}"),
     };
-    let supported = release.check_supported();
+    let supported = crate::dataplane::features::check_supported(&release);
     match nf_tables::reconcile::Nft::open().and_then(|mut n| n.features_dry_run()) {
         Ok(f) => print!("{f}"),
         Err(e) => println!("kernel {release}: features not probed ({e})"),

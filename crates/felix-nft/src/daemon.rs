@@ -188,7 +188,7 @@ async fn run_async(
     felix_fds: Option<(File, File)>,
 ) -> Result<(), AgentError> {
     let release = KernelRelease::current().map_err(AgentError::Kernel)?;
-    release.check_supported().map_err(AgentError::Kernel)?;
+    crate::dataplane::features::check_supported(&release).map_err(AgentError::Kernel)?;
     let mut dpcfg = DataplaneConfig::from_config(&config);
     let ops = Ops::new(&config).map_err(AgentError::setup("setting up health and metrics"))?;
     let mut kernel = RealKernel::open(ns.as_ref(), &dpcfg)

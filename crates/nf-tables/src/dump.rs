@@ -2,9 +2,9 @@
 //! into the model. Only the named tables are ever asked for (never other users' tables).
 //!
 //! Consistency: the generation id is read before and after; a change, an `NLM_F_DUMP_INTR`
-//! flag, or duplicate keys in an element dump (the large-set rhashtable
-//! anomaly: a resize during the dump) make us read again. A failed read is an error, never an empty table; ENOENT on
-//! the table itself is the one "absent" answer.
+//! flag, or duplicate keys in an element dump (the large-set rhashtable anomaly: a resize during
+//! the dump) make us read again. A failed read is an error, never an empty table; ENOENT on the
+//! table itself is the one "absent" answer.
 //!
 //! Cost (mid scale: 2.5k chains, 30k rules, 517 sets, 152k elements): the chains and the sets
 //! come in one dump each, the rules in one dump per chain and the elements in one per set, all
@@ -25,7 +25,8 @@ pub struct TableState {
     /// The table with its chains, rules (handles set), sets and elements (with counters).
     pub table: Table,
     /// Netlink port id of the owning socket (`NFTA_TABLE_OWNER`), if the table is owned and its
-    /// owner is alive. An orphaned persistent table has `OWNER|PERSIST` flags and no owner.
+    /// owner is alive. An orphaned persistent table has no owner, and the kernel has cleared its
+    /// `OWNER` flag (it keeps `PERSIST`).
     pub owner: Option<u32>,
 }
 
@@ -239,8 +240,6 @@ fn read_once(sock: &mut NfSocket, family: Family, name: &str) -> Result<Attempt,
     })))
 }
 
-/// Runs one dump request for `family` with the attributes `attrs` writes; `on_msg` gets every
-/// reply borrowed from the receive buffer.
 /// Fills each chain's rules with one dump per chain; `Some(why)` when the table must be read
 /// again. A table-wide GETRULE dump restarts its walk at the table's first rule for every reply
 /// buffer (`__nf_tables_dump_rules` skips up to its saved index), so its cost grows with the
@@ -338,6 +337,8 @@ fn has_duplicate_elements(sets: &[Set]) -> bool {
     false
 }
 
+/// Runs one dump request for `family` with the attributes `attrs` writes; `on_msg` gets every
+/// reply borrowed from the receive buffer.
 fn run_dump(
     sock: &mut NfSocket,
     w: &mut MsgWriter,
@@ -363,7 +364,6 @@ fn run_dump(
     sock.dump(&w.buf, seq, on_msg)
 }
 
-/// `Ok(Some(why))`: read the table again (an object vanished under the dump).
 /// One table-wide dump of `msg` (chains or sets) of table `name`: what `pick` takes from each
 /// decoded object, or why the read must start again.
 fn dump_all<T>(
@@ -394,6 +394,8 @@ fn dump_all<T>(
     })
 }
 
+/// How a dump ended: `Ok(Some(why))` when the table must be read again (an object vanished
+/// under the dump).
 fn check_end(
     end: DumpEnd,
     what: &str,

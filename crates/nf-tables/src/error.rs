@@ -95,9 +95,6 @@ pub enum NftError {
     /// The kernel's reply did not follow the protocol.
     #[error("unexpected nf_tables reply: {0}")]
     Protocol(String),
-    /// The thread that owns the nf_tables socket is gone.
-    #[error("the nf_tables worker thread has stopped")]
-    Closed,
 }
 
 impl NftError {

@@ -12,13 +12,10 @@
 //! - Before 6.4 every commit validates every table of the namespace, so a small side table does
 //!   not make an update's commit cheaper there (it still costs the later merge): it is off.
 //!
-//! Felix's `FeatureDetectOverride` (`Name=true|false|`, comma-separated) overrides any decision
-//! by name, as Felix's own feature detection allows; an empty value means "detect".
+//! A caller may override any decision by name ([`Features::set`]); which kernels it supports
+//! and how its operators spell overrides are its own business.
 
 use std::fmt;
-
-/// The oldest kernel felix-nft supports: Debian 11's 5.10, the oldest Calico supports.
-pub const MIN_RELEASE: (u32, u32) = (5, 10);
 
 /// A kernel release as `uname -r` prints it, with its numeric prefix parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,19 +69,6 @@ impl KernelRelease {
     pub fn at_least(&self, major: u32, minor: u32) -> bool {
         (self.major, self.minor) >= (major, minor)
     }
-
-    /// An error naming the release when it is older than [`MIN_RELEASE`].
-    pub fn check_supported(&self) -> Result<(), String> {
-        let (maj, min) = MIN_RELEASE;
-        if self.at_least(maj, min) {
-            Ok(())
-        } else {
-            Err(format!(
-                "kernel {} is older than {maj}.{min}, the oldest felix-nft supports (its nf_tables lacks what felix-nft relies on; Calico itself needs {maj}.{min})",
-                self.text
-            ))
-        }
-    }
 }
 
 impl fmt::Display for KernelRelease {
@@ -100,7 +84,7 @@ pub enum Source {
     Probed,
     /// The release says so.
     Release,
-    /// `FeatureDetectOverride`.
+    /// The caller said so ([`Features::set`]).
     Override,
 }
 
@@ -124,7 +108,7 @@ pub struct Decision {
     pub source: Source,
 }
 
-/// The decisions, by the names `FeatureDetectOverride` uses.
+/// The decisions, each with a name ([`Features::list`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Features {
     /// The running kernel's release, which most decisions follow.
@@ -138,7 +122,7 @@ pub struct Features {
     pub every_table_validated: Decision,
 }
 
-/// Names of the decisions, as `FeatureDetectOverride` and the metrics spell them.
+/// Names of the decisions, as [`Features::set`] and [`Features::list`] spell them.
 /// [`Features::owner_persist_tables`].
 pub const OWNER_PERSIST_TABLES: &str = "OwnerPersistTables";
 /// [`Features::set_elements_by_id`].
@@ -164,51 +148,23 @@ impl Features {
         }
     }
 
-    /// Applies Felix's `FeatureDetectOverride` (`Name=true,Other=false,Third=`). Names felix-nft
-    /// does not decide (Felix's iptables features) are returned, to be reported once; an empty
-    /// value keeps the detected one. A value that is not a bool is an error naming the entry.
-    pub fn apply_overrides(&mut self, spec: &str) -> Result<Vec<String>, String> {
-        // All entries are checked before any is applied: a bad one changes nothing.
-        let mut wanted = Vec::new();
-        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, value) = entry.split_once('=').ok_or_else(|| {
-                format!("FeatureDetectOverride entry {entry:?} is not Name=value")
-            })?;
-            let on = match value.trim().to_ascii_lowercase().as_str() {
-                "" => None,
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => {
-                    return Err(format!(
-                        "FeatureDetectOverride entry {entry:?}: {:?} is not true, false or empty",
-                        value.trim()
-                    ))
-                }
-            };
-            wanted.push((name.trim(), on));
-        }
-        let mut ignored = Vec::new();
-        for (name, on) in wanted {
-            let slot = match name {
-                OWNER_PERSIST_TABLES => &mut self.owner_persist_tables,
-                SET_ELEMENTS_BY_ID => &mut self.set_elements_by_id,
-                EVERY_TABLE_VALIDATED => &mut self.every_table_validated,
-                _ => {
-                    ignored.push(name.to_string());
-                    continue;
-                }
-            };
-            if let Some(on) = on {
-                *slot = Decision {
-                    on,
-                    source: Source::Override,
-                };
-            }
-        }
-        Ok(ignored)
+    /// Overrides the decision called `name` ([`OWNER_PERSIST_TABLES`], ...); false, and
+    /// nothing changed, when no decision has that name.
+    pub fn set(&mut self, name: &str, on: bool) -> bool {
+        let slot = match name {
+            OWNER_PERSIST_TABLES => &mut self.owner_persist_tables,
+            SET_ELEMENTS_BY_ID => &mut self.set_elements_by_id,
+            EVERY_TABLE_VALIDATED => &mut self.every_table_validated,
+            _ => return false,
+        };
+        *slot = Decision {
+            on,
+            source: Source::Override,
+        };
+        true
     }
 
-    /// Each decision with its name, for logs, metrics and `felix-nft version`.
+    /// Each decision with its name and what it means, for logs and metrics.
     pub fn list(&self) -> [(&'static str, Decision, &'static str); 3] {
         [
             (
@@ -268,14 +224,6 @@ mod tests {
     }
 
     #[test]
-    fn the_minimum_is_checked_with_a_clear_error() {
-        assert!(rel("5.10.0-32-amd64").check_supported().is_ok());
-        assert!(rel("6.18.44").check_supported().is_ok());
-        let e = rel("5.4.0-150-generic").check_supported().unwrap_err();
-        assert!(e.contains("5.4.0-150-generic") && e.contains("5.10"), "{e}");
-    }
-
-    #[test]
     fn decisions_follow_the_release() {
         let old = Features::decide(rel("5.10.0-32-amd64"), false);
         assert!(!old.set_elements_by_id.on && old.every_table_validated.on);
@@ -287,19 +235,13 @@ mod tests {
     }
 
     #[test]
-    fn overrides_set_named_decisions_and_report_the_rest() {
+    fn a_decision_is_set_by_its_name() {
         let mut f = Features::decide(rel("6.18.44"), true);
-        let ignored = f
-            .apply_overrides(
-                "SetElementsByID=false, OwnerPersistTables=, ChecksumOffloadBroken=true",
-            )
-            .unwrap();
-        assert_eq!(ignored, vec!["ChecksumOffloadBroken".to_string()]);
+        assert!(f.set(SET_ELEMENTS_BY_ID, false));
         assert!(!f.set_elements_by_id.on);
         assert_eq!(f.set_elements_by_id.source, Source::Override);
-        assert!(f.owner_persist_tables.on, "empty = detect");
-        let e = f.apply_overrides("EveryTableValidated=maybe").unwrap_err();
-        assert!(e.contains("EveryTableValidated=maybe"), "{e}");
-        assert!(f.apply_overrides("nonsense").is_err());
+        let before = f.clone();
+        assert!(!f.set("ChecksumOffloadBroken", true));
+        assert_eq!(f, before, "an unknown name changes nothing");
     }
 }

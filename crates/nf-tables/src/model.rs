@@ -402,7 +402,8 @@ impl PartialEq<Vec<Expr>> for Exprs {
 pub struct Rule {
     /// The expressions, in evaluation order (`NFTA_RULE_EXPRESSIONS`).
     pub exprs: Exprs,
-    /// Rule userdata comment (libnftnl udata TLV type 0; at most 255 bytes + NUL). Our identity comments live here (`cali:<hash>; ...`).
+    /// Rule userdata comment (libnftnl udata TLV type 0): at most 253 bytes, as the TLV's header
+    /// and the NUL fill the kernel's 256 bytes of userdata. `nft` prints it as `comment "..."`.
     pub comment: Option<String>,
     /// Kernel handle: `None` in desired state, set when read back from the kernel.
     pub handle: Option<u64>,

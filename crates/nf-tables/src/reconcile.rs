@@ -95,7 +95,7 @@ impl Nft {
     }
 
     /// The running kernel's features without committing anything: the owner + persist probe
-    /// is a dry run (the kernel checks the flags and keeps nothing), for `felix-nft version`.
+    /// is a dry run (the kernel checks the flags and keeps nothing), for a report.
     pub fn features_dry_run(&mut self) -> Result<Features, NftError> {
         let release = KernelRelease::current().map_err(NftError::Protocol)?;
         let owner_persist = self.probe_owner_persist(true)?;
@@ -110,7 +110,7 @@ impl Nft {
         let probe = Plan {
             family: Family::Inet,
             // Our own name: a probe of another process at the same time is not ours to touch.
-            table: format!("felix-nft-probe-{}", self.sock.port()),
+            table: format!("nf-tables-probe-{}", self.sock.port()),
             ops: vec![
                 diff::Op::AddTable {
                     flags: table_flags::OWNER | table_flags::PERSIST,
@@ -859,9 +859,9 @@ impl<K: NftKernel> Reconciler<K> {
 /// Turns `p`'s whole-set replacements of plain sets (no map, no intervals) whose definition is
 /// unchanged into element deltas against `t`, by one merge of the two sorted element lists.
 ///
-/// A Felix IP set that gained or lost a member comes re-rendered whole; as a delta neither the
-/// set is copied nor every element hashed to find the one that changed (the daemon's member
-/// path). The fold and the diff give the same result either way. Element lists that
+/// A caller that renders from its own model hands over a set that gained or lost a member
+/// whole; as a delta neither the set is copied nor every element hashed to find the one that
+/// changed (felix-nft's IP set member path). The fold and the diff give the same result either way. Element lists that
 /// are not strictly sorted are left alone (the diff handles them whole).
 fn sets_to_deltas(p: &mut TablePatch, t: &Table) {
     let plain = |s: &Set| s.data.is_none() && s.flags & set_flags::INTERVAL == 0;

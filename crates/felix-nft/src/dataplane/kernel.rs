@@ -394,7 +394,7 @@ pub fn follow_features(
 ) -> Result<(Features, Vec<String>), KernelError> {
     let mut f = nft.features().map_err(KernelError::Nft)?;
     let ignored = match overrides {
-        Some(spec) => f.apply_overrides(spec).map_err(KernelError::Other)?,
+        Some(spec) => super::features::apply_overrides(&mut f, spec).map_err(KernelError::Other)?,
         None => Vec::new(),
     };
     nft.use_features(&f);

@@ -17,6 +17,7 @@
 //!   routes, from VTEPs, route updates, pools and the host's interfaces.
 //! - [`wireguard`]: WireGuard between nodes: devices, peers, their routing table and rule, from
 //!   the nodes' keys, addresses and routes.
+//! - [`features`]: the kernels felix-nft supports and Felix's `FeatureDetectOverride`.
 //! - [`kernel`]: the seam to the kernel, its real implementation and a fake for tests.
 //! - [`driver`]: the event loop — batching, InSync gating, throttling, the apply order, retries,
 //!   refresh timers, rebuild and fail-closed exit, status back to Felix.
@@ -28,6 +29,7 @@
 
 mod dirty;
 pub mod driver;
+pub mod features;
 pub mod kernel;
 pub mod oneshot;
 pub mod overlay;

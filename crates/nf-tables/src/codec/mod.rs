@@ -84,7 +84,7 @@ pub enum CodecError {
         /// The length it would have had, header included.
         len: usize,
     },
-    /// A value the kernel would refuse (e.g. a rule comment over 255 bytes).
+    /// A value the kernel would refuse (e.g. a rule comment over 253 bytes).
     #[error("{0}")]
     Invalid(String),
 }
