@@ -824,12 +824,17 @@ fn wait_chains(topo: &Topology, present: &[String], absent: &[String]) {
             .count();
         if missing == 0 && stray == 0 {
             // Below the 10 s route grace period: removals leave routes in grace (§15), and those
-            // once held back every apply (fixed in the driver; see crates/felix-nft/tests/it/resilience_loop.rs).
-            assert!(
-                t0.elapsed() < Duration::from_secs(8),
-                "the burst took {:?} to reach the kernel",
-                t0.elapsed()
-            );
+            // once held back every apply (fixed in the driver; the fake-kernel check is
+            // crates/felix-nft/tests/it/resilience_loop.rs). Under the emulator of the VM bed a
+            // burst alone takes about as long as the grace, so time tells nothing there; the
+            // host's run is this check.
+            if std::env::var_os("FELIX_NFT_IN_VM").is_none() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(8),
+                    "the burst took {:?} to reach the kernel",
+                    t0.elapsed()
+                );
+            }
             println!(
                 "{} endpoint chains present, {} gone, {:?} after the burst was sent",
                 present.len(),
