@@ -828,7 +828,7 @@ fn wait_chains(topo: &Topology, present: &[String], absent: &[String]) {
             // crates/felix-nft/tests/it/resilience_loop.rs). Under the emulator of the VM bed a
             // burst alone takes about as long as the grace, so time tells nothing there; the
             // host's run is this check.
-            if std::env::var_os("FELIX_NFT_IN_VM").is_none() {
+            if !crate::e2e_common::in_vm_bed() {
                 assert!(
                     t0.elapsed() < Duration::from_secs(8),
                     "the burst took {:?} to reach the kernel",
