@@ -61,6 +61,37 @@ pub fn require_root() {
     );
 }
 
+/// Whether the tests run in a guest of the VM bed (`scripts/kernel-matrix` sets
+/// `FELIX_NFT_IN_VM`): under emulation, where wall time says nothing about the code under test.
+fn in_vm_bed() -> bool {
+    std::env::var_os("FELIX_NFT_IN_VM").is_some()
+}
+
+/// How many times longer than on the host a test waits for something to happen: 1 on the host;
+/// in the VM bed `FELIX_NFT_VM_PATIENCE`, default 5. An emulated guest runs the same steps at a
+/// speed that depends on the machine under it and on what else that machine runs, so a wait
+/// that is ample here can be short there; a wait that ends early costs nothing, so it is long.
+pub fn patience() -> u32 {
+    if !in_vm_bed() {
+        return 1;
+    }
+    match std::env::var("FELIX_NFT_VM_PATIENCE") {
+        Err(_) => 5,
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => panic!("FELIX_NFT_VM_PATIENCE={v:?}: expected a whole number, 1 or more"),
+        },
+    }
+}
+
+/// `limit` stretched by [`patience`]: the deadline of every wait for something to happen (a
+/// sync, a repair, a route, a packet, a process's exit). A bound that a test asserts as
+/// behaviour ("repaired within 5 s") is a wait too: in the VM bed it says only that the thing
+/// happens, and the run on the host holds the bound itself.
+pub fn patient(limit: std::time::Duration) -> std::time::Duration {
+    limit * patience()
+}
+
 /// Runs a future to completion on a fresh current-thread runtime. The calling thread stays in
 /// its own network namespace; the test bed enters its namespaces per socket.
 pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {

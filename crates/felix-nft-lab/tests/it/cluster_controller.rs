@@ -29,7 +29,7 @@ use felix_nft_lab::testbed::controller::{
 use felix_nft_lab::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft_lab::testbed::topology::WorkloadSpec;
 use rtnl::netns::NetNs;
-use testbed_common::{block_on, require_root, NodeDaemon};
+use testbed_common::{block_on, patient, require_root, NodeDaemon};
 
 const PORT: u16 = 8080;
 
@@ -172,9 +172,9 @@ impl Bed {
         }
     }
 
-    /// Polls `check` for up to 20 s; fails with every daemon's log.
+    /// Polls `check` for up to 20 s ([`patient`]); fails with every daemon's log.
     fn eventually(&self, what: &str, mut check: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + patient(Duration::from_secs(20));
         while !check() {
             if Instant::now() > deadline {
                 let logs: String = self

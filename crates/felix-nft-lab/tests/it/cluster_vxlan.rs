@@ -39,7 +39,9 @@ use felix_nft_lab::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft_lab::testbed::topology::WorkloadSpec;
 use rtnl::netns::NetNs;
 use serde_json::{json, Value};
-use testbed_common::{block_on, ip_n as ip, nft_n as nft, require_root, sh, try_sh, NodeDaemon};
+use testbed_common::{
+    block_on, ip_n as ip, nft_n as nft, patient, require_root, sh, try_sh, NodeDaemon,
+};
 
 /// How long the cluster gets to converge after a change.
 const CONVERGE: Duration = Duration::from_secs(20);
@@ -545,10 +547,10 @@ impl Cluster {
             .collect()
     }
 
-    /// Polls `check` until it passes; panics after [`CONVERGE`] with the last complaint and
+    /// Polls `check` until it passes; panics after [`CONVERGE`] ([`patient`]) with the last complaint and
     /// every daemon's log.
     fn eventually(&self, what: &str, mut check: impl FnMut() -> Result<(), String>) {
-        let deadline = Instant::now() + CONVERGE;
+        let deadline = Instant::now() + patient(CONVERGE);
         loop {
             match check() {
                 Ok(()) => return,
@@ -1200,7 +1202,7 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
     let port = listener.local_addr()?.port();
     listener.set_nonblocking(true)?;
     let sink = std::thread::spawn(move || -> io::Result<Vec<u8>> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + patient(Duration::from_secs(30));
         let mut conn = loop {
             match listener.accept() {
                 Ok((conn, _)) => break conn,
@@ -1211,7 +1213,7 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
             }
         };
         conn.set_nonblocking(false)?;
-        conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+        conn.set_read_timeout(Some(patient(Duration::from_secs(20))))?;
         let mut got = Vec::new();
         conn.read_to_end(&mut got)?;
         Ok(got)
@@ -1221,9 +1223,9 @@ fn bulk_transfer(c: &Cluster, from: u8, to: u8, data: &[u8]) -> io::Result<Vec<u
         let mut conn = c
             .node(from)
             .pod
-            .run(|| TcpStream::connect_timeout(&dst, Duration::from_secs(5)))
+            .run(|| TcpStream::connect_timeout(&dst, patient(Duration::from_secs(5))))
             .unwrap()?;
-        conn.set_write_timeout(Some(Duration::from_secs(20)))?;
+        conn.set_write_timeout(Some(patient(Duration::from_secs(20))))?;
         conn.write_all(data)?;
         conn.shutdown(Shutdown::Write)
     })();

@@ -38,7 +38,9 @@ use felix_nft_lab::testbed::probe::{icmp_echo, tcp_connect, TcpServer, Verdict};
 use felix_nft_lab::testbed::topology::WorkloadSpec;
 use rtnl::netns::NetNs;
 use serde_json::{json, Value};
-use testbed_common::{block_on, ip_n as ip, nft_n as nft, require_root, try_sh, NodeDaemon};
+use testbed_common::{
+    block_on, ip_n as ip, nft_n as nft, patient, require_root, try_sh, NodeDaemon,
+};
 
 const CONVERGE: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -147,7 +149,7 @@ impl Cluster {
     }
 
     fn eventually(&self, what: &str, mut check: impl FnMut() -> Result<(), String>) {
-        let deadline = Instant::now() + CONVERGE;
+        let deadline = Instant::now() + patient(CONVERGE);
         loop {
             match check() {
                 Ok(()) => return,

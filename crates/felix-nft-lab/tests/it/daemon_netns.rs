@@ -164,6 +164,7 @@ fn run_stdin(host: &Ns, lines: &[&str]) -> Output {
 }
 
 fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let limit = common::patient(limit);
     let t0 = Instant::now();
     loop {
         if child.try_wait().expect("waiting").is_some() {
@@ -509,10 +510,10 @@ fn dispatched(rules: &str, iface: &str) -> bool {
     felix_nft_lab::testbed::dispatched_ingress_chains(rules).contains_key(iface)
 }
 
-/// Polls `what` for up to 15 s.
+/// Polls `what` for up to 15 s ([`common::patient`]).
 fn eventually(what: impl Fn() -> bool) -> bool {
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(15) {
+    while t0.elapsed() < common::patient(Duration::from_secs(15)) {
         if what() {
             return true;
         }
@@ -601,7 +602,7 @@ fn felix_pipes_program_the_node_and_report_status() {
         kinds
     });
     let t0 = Instant::now();
-    while !reader.is_finished() && t0.elapsed() < Duration::from_secs(30) {
+    while !reader.is_finished() && t0.elapsed() < common::patient(Duration::from_secs(30)) {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(to_fd3); // Felix goes away: the driver exits 0

@@ -20,26 +20,15 @@ use felix_nft_lab::testbed::topology::{
 use rtnl::netns::NetNs;
 use serde_json::{json, Value};
 
-/// Whether the tests run in a guest of the VM bed (`scripts/kernel-matrix`), under emulation:
-/// there wall time says nothing about the agent.
-pub fn in_vm_bed() -> bool {
-    std::env::var_os("FELIX_NFT_IN_VM").is_some()
-}
-
 /// Per-probe timeout for an expected drop: short, well above a real answer on veths.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
-/// How long a step may take to show up in traffic (apply throttle + transaction + routes).
-/// Under emulation (the kernel matrix's guests) a step's first apply has been seen to take
-/// over 20 s where it usually takes 3: the guest is given three times as long.
+/// How long a step may take to show up in traffic (apply throttle + transaction + routes),
+/// stretched in the VM bed.
 pub fn step_deadline() -> Duration {
-    if in_vm_bed() {
-        Duration::from_secs(60)
-    } else {
-        Duration::from_secs(20)
-    }
+    patient(Duration::from_secs(20))
 }
 
-pub use common::{block_on, oracle_stdout, require_root};
+pub use common::{block_on, oracle_stdout, patient, require_root};
 use testkit as common;
 
 /// Builds a topology or panics with the error chain.
@@ -304,7 +293,7 @@ impl Agent {
                 libc::kill(child.id() as i32, libc::SIGTERM);
             }
         }
-        let status = wait_for(&mut child, Duration::from_secs(30));
+        let status = wait_for(&mut child, patient(Duration::from_secs(30)));
         (status, self.log_text())
     }
 }

@@ -45,7 +45,7 @@ fn read_until(
 ) -> Vec<LoggedPacket> {
     let mut out = Vec::new();
     let t0 = Instant::now();
-    while !seen(&out) && t0.elapsed() < Duration::from_secs(10) {
+    while !seen(&out) && t0.elapsed() < patient(Duration::from_secs(10)) {
         sock.recv(&mut out).expect("reading NFLOG");
     }
     let t1 = Instant::now();

@@ -15,7 +15,7 @@ use felix_nft_lab::testbed::cluster::{
 };
 use felix_nft_lab::testbed::probe::{icmp_echo, Verdict};
 use felix_nft_lab::testbed::topology::WorkloadSpec;
-use testbed_common::{assert_all_gone, block_on, ip_json, netns_present, require_root};
+use testbed_common::{assert_all_gone, block_on, ip_json, netns_present, patient, require_root};
 
 fn node(name: &str, k: u8, pods: &[&str]) -> NodeSpec {
     NodeSpec {
@@ -145,7 +145,7 @@ fn builds_nodes_on_one_segment_with_cni_pods_and_removes_everything() {
         assert!(!netns_present(n), "{n} still there");
     }
     // The port goes with the node's namespace, which the kernel frees asynchronously.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + patient(Duration::from_secs(5));
     while bridge_ports(&c).len() != 2 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -10,7 +10,7 @@ use rtnl::devconf::{set_ipv4_conf, set_proxy_delay, Ipv4Conf, ProcSys};
 use rtnl::{link, RtnlHandle};
 
 #[allow(unused_imports)]
-pub use common::{block_on, kernel_has_owned_tables, require_root};
+pub use common::{block_on, kernel_has_owned_tables, patient, require_root};
 use testkit as common;
 
 /// Runs a command, panics unless it succeeds, returns stdout.

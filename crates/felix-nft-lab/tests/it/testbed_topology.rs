@@ -15,7 +15,7 @@ use felix_nft_lab::testbed::topology::{
 };
 use serde_json::Value;
 use testbed_common::{
-    assert_all_gone, block_on, ip_json, made_links, netns_present, require_root, run,
+    assert_all_gone, block_on, ip_json, made_links, netns_present, patient, require_root, run,
 };
 
 fn spec() -> TopologySpec {
@@ -239,7 +239,7 @@ fn workloads_come_and_go_like_pods() {
     assert!(!netns_present(&wl));
     // The host end dies with the workload namespace (asynchronously, in the kernel's netns
     // cleanup work).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + patient(std::time::Duration::from_secs(5));
     while ip_json(&host, &["link"])
         .iter()
         .any(|l| l["ifname"] == cali.as_str())
@@ -330,7 +330,7 @@ fn twenty_workloads_build_and_go_quickly() {
     assert_all_gone(&names);
     println!("20 dual-stack workloads + external: build {built:?}, teardown {dropped:?}");
     assert!(
-        built < std::time::Duration::from_secs(10),
+        built < patient(std::time::Duration::from_secs(10)),
         "build took {built:?}"
     );
 }

@@ -16,7 +16,7 @@ use felix_nft_lab::testbed::probe::{
 };
 use felix_nft_lab::testbed::topology::{ExternalSpec, Topology, TopologySpec, WorkloadSpec};
 use rtnl::netns::NetNs;
-use testbed_common::{block_on, nft_in, program_host, require_root};
+use testbed_common::{block_on, nft_in, patient, program_host, require_root};
 
 const A4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -106,7 +106,7 @@ fn probes_tell_pass_from_refused_from_drop() {
     let t0 = Instant::now();
     let report = loop {
         let r = run_matrix(&open, DEFAULT_TIMEOUT);
-        if r.all_match() || t0.elapsed() > Duration::from_secs(5) {
+        if r.all_match() || t0.elapsed() > patient(Duration::from_secs(5)) {
             break r;
         }
     };
@@ -157,7 +157,7 @@ fn probes_tell_pass_from_refused_from_drop() {
     println!("{report}");
     assert!(report.all_match(), "with drop rule:\n{report}");
     assert!(
-        report.elapsed < Duration::from_millis(1500),
+        report.elapsed < patient(Duration::from_millis(1500)),
         "a matrix with drops should take about one timeout, took {:?}",
         report.elapsed
     );
@@ -168,7 +168,7 @@ fn probes_tell_pass_from_refused_from_drop() {
         Drop
     );
     assert!(
-        t.elapsed() < DEFAULT_TIMEOUT + Duration::from_millis(200),
+        t.elapsed() < DEFAULT_TIMEOUT + patient(Duration::from_millis(200)),
         "{:?}",
         t.elapsed()
     );
@@ -177,7 +177,7 @@ fn probes_tell_pass_from_refused_from_drop() {
 
     // 3. Rule gone: fresh flows pass again, and the long-lived one resumes (TCP retransmits).
     nft_in(topo.host_netns_name(), "delete table inet testbed_oracle");
-    assert_eq!(long.check(Duration::from_secs(5)).unwrap(), Pass);
+    assert_eq!(long.check(patient(Duration::from_secs(5))).unwrap(), Pass);
     assert_eq!(icmp_echo(an, B4.into(), DEFAULT_TIMEOUT).unwrap(), Pass);
     let report = run_matrix(&open, DEFAULT_TIMEOUT);
     assert!(report.all_match(), "after removing the rule:\n{report}");

@@ -49,7 +49,7 @@ impl Pod {
             .expect("spawning unshare -n sleep");
         let pod = Pod { child };
         // Wait until the child has its own namespace.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + testkit::patient(Duration::from_secs(5));
         loop {
             let theirs = std::fs::read_link(format!("/proc/{}/ns/net", pod.pid()));
             if matches!(&theirs, Ok(t) if *t != mine) {
@@ -273,7 +273,7 @@ fn worked_example_passes_port_80_only_and_unknown_interfaces_nothing() {
             })
         };
         ready_rx
-            .recv_timeout(Duration::from_secs(5))
+            .recv_timeout(testkit::patient(Duration::from_secs(5)))
             .expect("server ready");
 
         let p80: SocketAddr = "10.65.0.2:80".parse().unwrap();

@@ -17,8 +17,10 @@ use felix_api::frame::encode_frame;
 use felix_api::{json, ToDataplane};
 
 /// How long to wait for what must come (only a failure waits it out; under an emulated CPU
-/// 3,000 endpoints take tens of seconds).
-const TIMEOUT: Duration = Duration::from_secs(90);
+/// 3,000 endpoints take tens of seconds, and [`testkit::patient`] stretches it there).
+fn timeout() -> Duration {
+    testkit::patient(Duration::from_secs(30))
+}
 
 fn pipe() -> (RawFd, RawFd) {
     let mut fds = [0; 2];
@@ -101,7 +103,7 @@ impl Driver {
 
     /// Waits for a stderr line containing every one of `parts`.
     fn expect_line(&mut self, parts: &[&str]) -> String {
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Instant::now() + timeout();
         if let Some(l) = self
             .seen
             .iter()
@@ -119,7 +121,8 @@ impl Driver {
                     }
                 }
                 Err(_) => panic!(
-                    "no stderr line with {parts:?} within {TIMEOUT:?}; saw:\n{}",
+                    "no stderr line with {parts:?} within {:?}; saw:\n{}",
+                    timeout(),
                     self.seen.join("\n")
                 ),
             }
@@ -127,7 +130,7 @@ impl Driver {
     }
 
     fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Instant::now() + timeout();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 // Collect what is left of stderr for the assertions' messages.
@@ -139,7 +142,8 @@ impl Driver {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 panic!(
-                    "driver did not exit within {TIMEOUT:?}; stderr:\n{}",
+                    "driver did not exit within {:?}; stderr:\n{}",
+                    timeout(),
                     self.seen.join("\n")
                 );
             }
@@ -285,7 +289,7 @@ fn a_felix_that_does_not_read_fd4_does_not_stop_the_dataplane() {
     d.send(&wep_frame(late, N + 1));
     d.expect_line(&["input", &format!("seq={late}")]);
     let at = d.seen.len();
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + timeout();
     while !d.seen[at..]
         .iter()
         .any(|l| l.contains("apply") && l.contains("ok=true"))

@@ -193,7 +193,7 @@ async fn unix_socket_serves_each_client_with_its_own_line_numbers() {
 
     // Dropping the receiver stops the server, which removes the socket file.
     drop(rx);
-    tokio::time::timeout(Duration::from_secs(10), server)
+    tokio::time::timeout(common::patient(Duration::from_secs(10)), server)
         .await
         .unwrap()
         .unwrap()
@@ -215,7 +215,7 @@ async fn an_idle_unix_client_does_not_hold_up_another() {
     tokio::io::AsyncWriteExt::write_all(&mut busy, b"{\"ipset_remove\":{\"id\":\"s:a\"}}\n")
         .await
         .unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+    let got = tokio::time::timeout(common::patient(Duration::from_secs(5)), rx.recv())
         .await
         .expect("the second client's line arrives while the first is idle")
         .unwrap()
@@ -231,7 +231,7 @@ async fn an_idle_unix_client_does_not_hold_up_another() {
     tokio::io::AsyncWriteExt::write_all(&mut idle, b":{}}\n")
         .await
         .unwrap();
-    let later = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+    let later = tokio::time::timeout(common::patient(Duration::from_secs(5)), rx.recv())
         .await
         .unwrap()
         .unwrap()
@@ -274,7 +274,7 @@ fn unix_socket_through_the_binary_until_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.sock");
     let mut child = spawn_run(&format!("unix:{}", path.display()), Stdio::null());
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::patient(Duration::from_secs(20));
     while !path.exists() {
         assert!(Instant::now() < deadline, "socket never appeared");
         std::thread::sleep(Duration::from_millis(20));
@@ -284,7 +284,8 @@ fn unix_socket_through_the_binary_until_sigterm() {
         .unwrap();
     // Half-closed: the client still hears what the agent says, as JSON lines.
     c.shutdown(std::net::Shutdown::Write).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.set_read_timeout(Some(common::patient(Duration::from_secs(60))))
+        .unwrap();
     let mut replies = String::new();
     let mut reader = BufReader::new(c);
     while !replies.contains("dataplane_in_sync") {

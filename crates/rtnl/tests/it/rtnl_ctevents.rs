@@ -13,11 +13,12 @@ use rtnl::ctevents::{CtEvent, CtEventSocket, CtGroups};
 use rtnl::netns::NetNs;
 use rtnl_common::{new_netns, run_in};
 
-/// Reads events until `done` holds for what came (or five seconds passed).
+/// Reads events until `done` holds for what came (or five seconds passed,
+/// [`testkit::patient`]).
 fn read_until(sock: &mut CtEventSocket, done: impl Fn(&[CtEvent]) -> bool) -> Vec<CtEvent> {
     let mut out = Vec::new();
     let t0 = Instant::now();
-    while !done(&out) && t0.elapsed() < Duration::from_secs(5) {
+    while !done(&out) && t0.elapsed() < testkit::patient(Duration::from_secs(5)) {
         sock.recv(&mut out).expect("reading conntrack events");
     }
     out

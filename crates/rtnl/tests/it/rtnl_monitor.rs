@@ -13,20 +13,22 @@ use rtnl::netns::NetNs;
 use rtnl::{link, RtnlHandle};
 use rtnl_common::{in_netns_async, ip_json, link_flags};
 
-/// Waits (up to 3 s) for an event matching `pred`, returning it; panics with what was seen.
+/// Waits (up to 3 s, [`testkit::patient`]) for an event matching `pred`, returning it; panics
+/// with what was seen.
 async fn wait_for(
     rx: &mut EventReceiver,
     what: &str,
     pred: impl Fn(&IfaceEvent) -> bool,
 ) -> IfaceEvent {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let limit = testkit::patient(Duration::from_secs(3));
+    let deadline = tokio::time::Instant::now() + limit;
     let mut seen = Vec::new();
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
             Ok(Some(e)) if pred(&e) => return e,
             Ok(Some(e)) => seen.push(e),
             Ok(None) => panic!("monitor stopped while waiting for {what}; saw {seen:#?}"),
-            Err(_) => panic!("no event {what} within 3 s; saw {seen:#?}"),
+            Err(_) => panic!("no event {what} within {limit:?}; saw {seen:#?}"),
         }
     }
 }

@@ -13,11 +13,11 @@ use rtnl::netns::NetNs;
 use rtnl::nflog::{LoggedPacket, NflogSocket, Received};
 use rtnl_common::{new_netns, run_in};
 
-/// Reads until `n` packets came (or five seconds passed).
+/// Reads until `n` packets came (or five seconds passed, [`testkit::patient`]).
 fn read(sock: &mut NflogSocket, n: usize) -> Vec<LoggedPacket> {
     let mut out = Vec::new();
     let t0 = Instant::now();
-    while out.len() < n && t0.elapsed() < Duration::from_secs(5) {
+    while out.len() < n && t0.elapsed() < testkit::patient(Duration::from_secs(5)) {
         sock.recv(&mut out).expect("reading NFLOG");
     }
     out
