@@ -4,7 +4,8 @@
 //!
 //! Test code only: a dev-dependency of the crates, never a dependency (checked by the agent's
 //! `dependencies` suite), so nothing here is in a binary. It runs programs, as tests may: the
-//! independent oracles (`ip -j`, `cargo tree`) and the test binary itself.
+//! independent oracles its callers name (`ip`, `nft`, `bridge`, `conntrack`, `wg`, `cargo tree`,
+//! `bash` for the shell completion, the agent's own CLI) and the test binary itself.
 //!
 //! - this module: private namespaces, root and kernel checks, the oracles' output;
 //! - [`rtnl`]: a tokio runtime in a private namespace, `ip -j` and /proc/sys read from inside it.
@@ -114,8 +115,8 @@ pub fn ip_json_array(out: &str) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-/// Runs `cmd`, a test oracle (`ip`, `nft`, the agent's own CLI), and returns its stdout; panics
-/// naming `what` with its stderr when it cannot start or fails.
+/// Runs `cmd`, a test oracle (`ip`, `nft`, `bridge`, `cargo tree`, the agent's own CLI), and
+/// returns its stdout; panics naming `what` with its stderr when it cannot start or fails.
 pub fn oracle_stdout(cmd: &mut std::process::Command, what: &str) -> Vec<u8> {
     let out = cmd
         .output()

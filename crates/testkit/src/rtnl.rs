@@ -1,6 +1,6 @@
 //! Helpers shared by the `rtnl_*` privileged tests: a tokio runtime inside a private namespace, and
-//! the test-only oracles (`ip -j ...`, /proc/sys reads) run from a thread inside that namespace (a
-//! forked child inherits the forking thread's network namespace).
+//! the test-only oracles (`ip -j ...`, `conntrack`, `wg`, /proc/sys reads) run from a thread
+//! inside that namespace (a forked child inherits the forking thread's network namespace).
 
 use std::future::Future;
 use std::process::Command;

@@ -512,8 +512,8 @@ fn dispatched(rules: &str, iface: &str) -> bool {
 
 /// Polls `what` for up to 15 s ([`common::patient`]).
 fn eventually(what: impl Fn() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < common::patient(Duration::from_secs(15)) {
+    let (t0, limit) = (Instant::now(), common::patient(Duration::from_secs(15)));
+    while t0.elapsed() < limit {
         if what() {
             return true;
         }
@@ -601,8 +601,8 @@ fn felix_pipes_program_the_node_and_report_status() {
         let _ = from_fd4.read_to_end(&mut rest);
         kinds
     });
-    let t0 = Instant::now();
-    while !reader.is_finished() && t0.elapsed() < common::patient(Duration::from_secs(30)) {
+    let (t0, limit) = (Instant::now(), common::patient(Duration::from_secs(30)));
+    while !reader.is_finished() && t0.elapsed() < limit {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(to_fd3); // Felix goes away: the driver exits 0

@@ -44,8 +44,8 @@ fn read_until(
     more: Duration,
 ) -> Vec<LoggedPacket> {
     let mut out = Vec::new();
-    let t0 = Instant::now();
-    while !seen(&out) && t0.elapsed() < patient(Duration::from_secs(10)) {
+    let (t0, limit) = (Instant::now(), patient(Duration::from_secs(10)));
+    while !seen(&out) && t0.elapsed() < limit {
         sock.recv(&mut out).expect("reading NFLOG");
     }
     let t1 = Instant::now();

@@ -17,8 +17,8 @@ use rtnl_common::{new_netns, run_in};
 /// [`testkit::patient`]).
 fn read_until(sock: &mut CtEventSocket, done: impl Fn(&[CtEvent]) -> bool) -> Vec<CtEvent> {
     let mut out = Vec::new();
-    let t0 = Instant::now();
-    while !done(&out) && t0.elapsed() < testkit::patient(Duration::from_secs(5)) {
+    let (t0, limit) = (Instant::now(), testkit::patient(Duration::from_secs(5)));
+    while !done(&out) && t0.elapsed() < limit {
         sock.recv(&mut out).expect("reading conntrack events");
     }
     out

@@ -16,8 +16,8 @@ use rtnl_common::{new_netns, run_in};
 /// Reads until `n` packets came (or five seconds passed, [`testkit::patient`]).
 fn read(sock: &mut NflogSocket, n: usize) -> Vec<LoggedPacket> {
     let mut out = Vec::new();
-    let t0 = Instant::now();
-    while out.len() < n && t0.elapsed() < testkit::patient(Duration::from_secs(5)) {
+    let (t0, limit) = (Instant::now(), testkit::patient(Duration::from_secs(5)));
+    while out.len() < n && t0.elapsed() < limit {
         sock.recv(&mut out).expect("reading NFLOG");
     }
     out
